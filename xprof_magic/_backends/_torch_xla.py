@@ -1,0 +1,120 @@
+"""PyTorch/XLA behind the :class:`~xprof_magic._backends.Backend` interface.
+
+Imported only when a capture first needs it: ``import torch_xla`` takes seconds.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from contextlib import AbstractContextManager
+from importlib import metadata
+from typing import Any
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+import torch_xla.debug.profiler as xp
+import torch_xla.runtime as xr
+from torch_xla import _XLAC  # type: ignore[attr-defined]
+
+from xprof_magic._backends import MetricsSnapshot, ServerStatus, TraceAlreadyRunning
+
+__all__ = ["TorchXlaBackend", "create"]
+
+
+_VERSIONED = ("torch", "torch_xla", "xprof", "ipython", "xprof_magic")
+
+
+def port_is_free(port: int) -> bool:
+    """Whether nothing listens on ``port`` on any interface.
+
+    torch_xla's server does not raise on a busy port (it logs and serves nothing), so the
+    port is checked first. Binding the dual-stack wildcard is what the server will do.
+    """
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address, port))
+            return True
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+            if family == socket.AF_INET6:
+                continue
+            raise
+    return True
+
+
+class TorchXlaBackend:
+    """torch_xla's profiler, server, metrics and device."""
+
+    name = "torch_xla"
+
+    def __init__(self) -> None:
+        self._server: object | None = None
+        self._server_status: ServerStatus | None = None
+
+    def start_server(self, port: int) -> ServerStatus:
+        if self._server_status is not None and self._server_status.started:
+            return self._server_status
+        if not port_is_free(port):
+            return ServerStatus(
+                port,
+                False,
+                f"port {port} is busy, so the profiler server (on-demand capture) was not "
+                "started; use --port N for another port or --no-server to skip it",
+            )
+        # The returned object is the server: dropping it shuts the server down.
+        self._server = xp.start_server(port)
+        self._server_status = ServerStatus(port, True)
+        return self._server_status
+
+    def start_trace(self, log_dir: str) -> None:
+        try:
+            xp.start_trace(log_dir)
+        except RuntimeError as error:
+            if "already" in str(error):
+                raise TraceAlreadyRunning(str(error)) from None
+            raise
+
+    def stop_trace(self) -> None:
+        xp.stop_trace()
+
+    def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
+        # A plain TraceMe: xp.Trace also opens an IR scope, which a sync inside would break.
+        event: AbstractContextManager[Any] = _XLAC.profiler.TraceMe(name, **stats)
+        return event
+
+    def wait_for_device(self) -> None:
+        xm.wait_device_ops()
+
+    def sync(self) -> None:
+        torch_xla.sync()
+
+    def metrics(self) -> MetricsSnapshot:
+        counters = {name: int(met.counter_value(name) or 0) for name in met.counter_names()}
+        metrics: dict[str, tuple[int, float]] = {}
+        for name in met.metric_names():
+            data = met.metric_data(name)
+            if not data:
+                continue
+            total = float(data[1])
+            metrics[name] = (int(data[0]), total / 1e9 if name.endswith("Time") else total)
+        return MetricsSnapshot(counters, metrics)
+
+    def device(self) -> str:
+        return str(xr.device_type() or "unknown")
+
+    def versions(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for dist in _VERSIONED:
+            try:
+                found[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+        return found
+
+
+def create() -> TorchXlaBackend:
+    return TorchXlaBackend()

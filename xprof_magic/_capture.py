@@ -1,0 +1,318 @@
+"""Run one capture: start the trace, let the caller run its code, stop, store, report.
+
+IPython-free: the magic and the script API (:func:`capture`) share this machinery. A
+:class:`Capture` never lets its own troubles replace the outcome of the user's code: if the
+code raised, that exception is what the caller sees; if storing the run fails, the code's
+result still stands and the problem is reported in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from xprof_magic import _labels, _store
+from xprof_magic._backends import Backend, MetricsSnapshot, get_backend, metrics_delta
+
+__all__ = [
+    "DEFAULT_PORT",
+    "NO_SERVER_ENV",
+    "Capture",
+    "CaptureResult",
+    "Plan",
+    "capture",
+    "last",
+]
+
+DEFAULT_PORT = 9012
+NO_SERVER_ENV = "XPROF_MAGIC_NO_SERVER"
+SCHEMA = 1
+_TEXT_LABEL_LINES = 12
+
+
+def server_by_default() -> bool:
+    """Whether the profiler server starts unless asked not to (``XPROF_MAGIC_NO_SERVER=1``)."""
+    return os.environ.get(NO_SERVER_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a capture was asked to do, decided before any of it happens."""
+
+    logdir: Path = field(default_factory=_store.default_logdir)
+    name: str | None = None
+    labels: bool = True
+    steps: bool = False
+    sync: bool = False
+    server: bool = field(default_factory=server_by_default)
+    port: int = DEFAULT_PORT
+    backend: str = "torch_xla"
+    cell: str | None = None
+    cell_number: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def with_name(self) -> Plan:
+        """The plan with its run name made safe, or a default one that sorts by time."""
+        if self.name is None:
+            name = _store.default_run_name(datetime.now(), self.cell_number)
+        else:
+            name = _store.safe_run_name(self.name)
+        return replace(self, name=name)
+
+
+@dataclass
+class CaptureResult:
+    """One finished capture: what ran, how it went, and where the run is stored.
+
+    The viewer and the analysis attach to this object; ``value`` is the cell's result.
+    """
+
+    run: str
+    run_dir: Path
+    logdir: Path
+    wall_s: float
+    status: str
+    error: dict[str, str] | None
+    labels: list[_labels.LabelStat]
+    steps: list[float]
+    backend: str
+    device: str
+    metadata: dict[str, Any]
+    messages: list[str] = field(default_factory=list)
+    value: Any = field(default=None, repr=False)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(sorted(p.name[: -len(".xplane.pb")] for p in self.run_dir.glob("*.xplane.pb")))
+
+    def text(self) -> str:
+        """The short plain-text summary printed under a cell."""
+        outcome = "ok" if self.error is None else f"failed: {self.error['type']}"
+        lines = [
+            f"xprof: run {self.run} ({outcome}) — {_seconds(self.wall_s)} on {self.device}",
+            f"  stored in {self.run_dir}",
+        ]
+        if self.steps:
+            lines.append(f"  {len(self.steps)} steps")
+        rows = _label_rows(self.labels)
+        if rows:
+            lines.append("  labelled blocks, host time, largest first:")
+            for depth, stat in rows[:_TEXT_LABEL_LINES]:
+                count = f"  ×{stat.count}" if stat.count > 1 else ""
+                lines.append(
+                    f"    {_seconds(stat.total_s):>9}  {'  ' * depth}{stat.path[-1]}{count}"
+                )
+            if len(rows) > _TEXT_LABEL_LINES:
+                lines.append(f"    … {len(rows) - _TEXT_LABEL_LINES} more")
+        lines.extend(f"  {m}" for m in self.messages)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def _seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value * 1e6:.0f} µs"
+
+
+def _label_rows(stats: list[_labels.LabelStat]) -> list[tuple[int, _labels.LabelStat]]:
+    """Labels as an indented tree, each level largest first."""
+    children: dict[tuple[str, ...], list[_labels.LabelStat]] = {}
+    for stat in stats:
+        children.setdefault(stat.path[:-1], []).append(stat)
+    rows: list[tuple[int, _labels.LabelStat]] = []
+
+    def walk(parent: tuple[str, ...], depth: int) -> None:
+        for stat in sorted(children.get(parent, []), key=lambda s: -s.total_s):
+            rows.append((depth, stat))
+            walk(stat.path, depth + 1)
+
+    walk((), 0)
+    return rows
+
+
+_last: CaptureResult | None = None
+
+
+def last() -> CaptureResult | None:
+    """The last capture's result in this process, or None."""
+    return _last
+
+
+Notify = Callable[[str], None]
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+class Capture:
+    """A context manager that traces its block into one run.
+
+    Entering checks the log directory, starts the profiler server (once per process) and
+    the trace; it raises :class:`~xprof_magic._store.LogdirError` or
+    :class:`~xprof_magic._backends.TraceAlreadyRunning` with nothing written. Leaving waits
+    for the device, stops the trace, and stores the run; ``result`` then holds it.
+    """
+
+    def __init__(self, plan: Plan, notify: Notify = _to_stderr) -> None:
+        self.plan = plan.with_name()
+        self.notify = notify
+        self.result: CaptureResult | None = None
+        self.recorder: _labels.Recorder | None = None
+        self._backend: Backend | None = None
+        self._staging: _store.Staging | None = None
+        self._recording: Any = None
+        self._before = MetricsSnapshot()
+        self._start_ns = 0
+        self._t0 = 0.0
+        self._messages: list[str] = []
+
+    def __enter__(self) -> Capture:
+        staging = _store.begin(self.plan.logdir)
+        try:
+            backend = get_backend(self.plan.backend)
+            if self.plan.server:
+                status = backend.start_server(self.plan.port)
+                if status.message and not getattr(backend, "_server_warned", False):
+                    self.notify(f"xprof: {status.message}")
+                    backend._server_warned = True  # type: ignore[attr-defined]
+            self._before = backend.metrics()
+            backend.start_trace(str(staging.path))
+        except BaseException:
+            _store.discard(staging)
+            raise
+        self._backend, self._staging = backend, staging
+        self.recorder = _labels.Recorder(backend.event)
+        self._recording = _labels.recording(self.recorder)
+        self._recording.__enter__()
+        self._start_ns = time.time_ns()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        wall_s = time.perf_counter() - self._t0
+        backend, staging, recorder = self._backend, self._staging, self.recorder
+        assert backend is not None and staging is not None and recorder is not None
+        self._recording.__exit__(None, None, None)
+        try:
+            if exc is None and self.plan.sync:
+                backend.sync()
+            backend.wait_for_device()
+        except Exception as error:
+            self._messages.append(f"waiting for the device failed: {error}")
+        try:
+            backend.stop_trace()
+            end_ns = time.time_ns()
+            metadata = self._metadata(backend, recorder, exc, wall_s, end_ns)
+            assert self.plan.name is not None
+            run_dir = _store.commit(staging, self.plan.name, metadata)
+        except Exception as error:
+            _store.discard(staging)
+            self.notify(
+                f"xprof: the capture could not be stored in {self.plan.logdir}: {error}. "
+                "The cell's own result is unaffected; free space or choose --logdir."
+            )
+            return
+        self.result = CaptureResult(
+            run=run_dir.name,
+            run_dir=run_dir,
+            logdir=self.plan.logdir.absolute(),
+            wall_s=wall_s,
+            status=metadata["status"],
+            error=metadata["error"],
+            labels=recorder.labels(),
+            steps=recorder.steps(),
+            backend=backend.name,
+            device=metadata["device"],
+            metadata={**metadata, "run": run_dir.name},
+            messages=self._messages,
+            value=recorder.value,
+        )
+        global _last
+        _last = self.result
+
+    def _metadata(
+        self,
+        backend: Backend,
+        recorder: _labels.Recorder,
+        exc: BaseException | None,
+        wall_s: float,
+        end_ns: int,
+    ) -> dict[str, Any]:
+        error = None if exc is None else {"type": type(exc).__name__, "message": str(exc)}
+        from xprof_magic import __version__
+
+        return {
+            "schema": SCHEMA,
+            "run": self.plan.name,
+            "cell": self.plan.cell,
+            "cell_number": self.plan.cell_number,
+            "labels": [stat.to_json() for stat in recorder.labels()],
+            "steps": recorder.steps(),
+            "options": self.plan.options,
+            "start": _iso(self._start_ns),
+            "end": _iso(end_ns),
+            "start_ns": self._start_ns,
+            "end_ns": end_ns,
+            "wall_s": wall_s,
+            "status": "ok" if exc is None else "error",
+            "error": error,
+            "backend": backend.name,
+            "device": backend.device(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "versions": {**backend.versions(), "xprof_magic": __version__},
+            "metrics": metrics_delta(self._before, backend.metrics()),
+        }
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).astimezone().isoformat()
+
+
+def capture(
+    logdir: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    *,
+    steps: bool = False,
+    sync: bool = False,
+    server: bool | None = None,
+    port: int = DEFAULT_PORT,
+    backend: str = "torch_xla",
+) -> Capture:
+    """Trace a block of a script into one run, with the magic's machinery.
+
+    ``with xprof_magic.capture(logdir="logs", name="train") as cap: ...`` then
+    ``cap.result`` (also :func:`xprof_magic.last`) describes the run. Label blocks by hand
+    with :func:`xprof_magic.label`; ``steps``/``sync`` mean what ``--steps``/``--sync`` do.
+    """
+    plan = Plan(
+        logdir=Path(logdir) if logdir is not None else _store.default_logdir(),
+        name=name,
+        labels=False,
+        steps=steps,
+        sync=sync,
+        server=server_by_default() if server is None else server,
+        port=port,
+        backend=backend,
+        options={"api": True, "steps": steps, "sync": sync},
+    )
+    return Capture(plan)

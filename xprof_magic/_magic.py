@@ -1,0 +1,278 @@
+"""The magic front: ``%%xprof`` options become a plan, the cell runs inside a capture.
+
+The cell is not handed to a nested ``shell.run_cell``: that would swallow its exception
+(Run All would go on) and cannot run top-level ``await`` under ipykernel. Instead, as
+IPython's own ``%%time`` does, the magic transforms, rewrites, compiles and executes the
+cell itself in the user's namespace, so the cell's value, names, exceptions and
+KeyboardInterrupt are exactly those of the unprofiled cell.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import shlex
+import threading
+from pathlib import Path
+from types import CodeType
+from typing import Any
+
+from IPython.core.displayhook import DisplayHook
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from xprof_magic import _capture, _rewrite, _store
+from xprof_magic._backends import BACKENDS, TraceAlreadyRunning
+
+__all__ = ["XprofMagics"]
+
+_SUBCOMMANDS = "runs"
+
+
+@magics_class
+class XprofMagics(Magics):
+    """``%%xprof`` and its ``%xprof`` helpers."""
+
+    @magic_arguments()
+    @argument(
+        "--logdir",
+        help="Folder for captures. Default: $XPROF_MAGIC_LOGDIR, else ./xprof_logs.",
+    )
+    @argument(
+        "--name",
+        help="Run name; made safe, and suffixed -2, -3, ... when taken. "
+        "Default: <date>-<time>-cell<N>.",
+    )
+    @argument(
+        "--port",
+        type=int,
+        default=_capture.DEFAULT_PORT,
+        help="Port of torch_xla's profiler server, for on-demand capture (default 9012). "
+        "That server listens on ALL interfaces (torch_xla offers no choice).",
+    )
+    @argument(
+        "--no-server",
+        action="store_true",
+        help="Do not start torch_xla's profiler server; %%%%xprof does not need it. "
+        "XPROF_MAGIC_NO_SERVER=1 makes this the default.",
+    )
+    @argument(
+        "--no-labels",
+        action="store_true",
+        help="Do not label the cell's statements and '# xprof: NAME' blocks.",
+    )
+    @argument(
+        "--steps",
+        action="store_true",
+        help="Mark each iteration of a top-level for loop as a step for XProf's step tools.",
+    )
+    @argument(
+        "--sync",
+        action="store_true",
+        help="Run torch_xla.sync() at the end of the cell, for cells that leave lazy work "
+        "pending. Never added otherwise: it would cut the graph where you did not.",
+    )
+    @argument(
+        "--no-display",
+        action="store_true",
+        help="Show only the text summary.",
+    )
+    @argument(
+        "--backend",
+        default="torch_xla",
+        choices=sorted(BACKENDS),
+        help="Profiler backend (default torch_xla).",
+    )
+    @line_cell_magic
+    def xprof(self, line: str, cell: str | None = None) -> Any:
+        """Profile a cell with XProf: ``%%xprof [options]`` above an unchanged cell.
+
+        The cell runs exactly as without the magic, inside a trace written to one run in
+        the log directory. Each top-level statement is a labelled block named after its
+        first line; a comment line ``# xprof: NAME`` starts a block NAME holding the
+        statements after it in the same body (at any depth, e.g. inside a loop), up to the
+        next marker or the end of that body. Blocks with the same name add up.
+
+        A cell with top-level ``await`` runs on a fresh event loop in a worker thread, since
+        the kernel's own loop is busy running the magic: tasks tied to the kernel's loop
+        are not reachable from it, an interrupt cancels the cell's task, and the labels
+        land on that worker thread's row of the timeline.
+
+        Line forms: ``%xprof runs [LOGDIR]`` lists the runs in the log directory.
+        """
+        __tracebackhide__ = True
+        if cell is None:
+            return self._line(line)
+        args = parse_argstring(self.xprof, line)
+        plan = self._plan(args, line, cell)
+        code, rewritten = self._compile(cell, line, plan)
+        capture = _capture.Capture(plan, notify=_print_message)
+        try:
+            capture.__enter__()
+        except (_store.LogdirError, TraceAlreadyRunning) as error:
+            raise UsageError(_refusal(error)) from None
+        outcome: BaseException | None = None
+        try:
+            value = self._execute(code)
+        except BaseException as error:
+            outcome = error
+        capture.__exit__(type(outcome) if outcome else None, outcome, None)
+        result = capture.result
+        if result is not None:
+            print(result.text())
+        if outcome is not None:
+            raise _trimmed(outcome, code.co_filename)
+        if rewritten.keeps_value and capture.recorder is not None:
+            value = capture.recorder.value
+        return None if _quiet(cell) else value
+
+    def _plan(self, args: Any, line: str, cell: str) -> _capture.Plan:
+        if not 0 < args.port < 65536:
+            raise UsageError(f"--port {args.port} is not a port; use a number from 1 to 65535")
+        logdir = Path(args.logdir).expanduser() if args.logdir else _store.default_logdir()
+        options = {key: value for key, value in vars(args).items() if value not in (None, False)}
+        plan = _capture.Plan(
+            logdir=logdir,
+            name=args.name,
+            labels=not args.no_labels,
+            steps=args.steps,
+            sync=args.sync,
+            server=_capture.server_by_default() and not args.no_server,
+            port=args.port,
+            backend=args.backend,
+            cell=cell,
+            cell_number=getattr(self.shell, "execution_count", None),
+            options={"line": line, **options},
+        )
+        try:
+            return plan.with_name()
+        except ValueError as error:
+            raise UsageError(f"--name: {error}") from None
+
+    def _compile(self, cell: str, line: str, plan: _capture.Plan) -> tuple[CodeType, Any]:
+        """Transform (magics, ``!``), label and compile the cell as IPython would run it.
+
+        Line numbers match the notebook cell, whose first line is ``%%xprof``.
+        """
+        shell = self.shell
+        assert shell is not None
+        source = shell.transform_cell(cell)
+        header = f"%%xprof {line}".rstrip()
+        filename = shell.compile.cache(
+            f"{header}\n{source}", shell.execution_count, raw_code=f"{header}\n{cell}"
+        )
+        tree = ast.parse("\n" + source, filename=filename)
+        tree = shell.transform_ast(tree)
+        markers = _rewrite.find_markers("\n" + source) if plan.labels else []
+        rewritten = _rewrite.rewrite(
+            tree,
+            ["", *cell.splitlines()],
+            labels=plan.labels,
+            steps=plan.steps,
+            markers=markers,
+        )
+        flags = shell.compile.flags | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        code = compile(rewritten.tree, filename, "exec", flags=flags, dont_inherit=True)
+        return code, rewritten
+
+    def _execute(self, code: CodeType) -> Any:
+        __tracebackhide__ = True
+        shell = self.shell
+        assert shell is not None
+        namespace = shell.user_ns
+        with shell.builtin_trap:
+            if code.co_flags & inspect.CO_COROUTINE:
+                return _run_on_fresh_loop(code, namespace)
+            exec(code, namespace)
+        return None
+
+    def _line(self, line: str) -> Any:
+        words = shlex.split(line)
+        if not words:
+            raise UsageError(
+                "%xprof needs a subcommand, or use %%xprof as a cell magic; "
+                f"subcommands: {_SUBCOMMANDS}. See %xprof?"
+            )
+        command, rest = words[0], words[1:]
+        if command == "runs" and len(rest) <= 1:
+            logdir = Path(rest[0]) if rest else _store.default_logdir()
+            found = _store.runs(logdir)
+            if not found:
+                print(f"xprof: no runs in {logdir.absolute()}")
+            for run in found:
+                status = (run.metadata or {}).get("status", "?")
+                print(f"{run.name}  [{status}]  {run.path}")
+            return None
+        raise UsageError(
+            f"%xprof {command}: unknown subcommand or arguments; subcommands: {_SUBCOMMANDS}. "
+            "See %xprof?"
+        )
+
+
+def _run_on_fresh_loop(code: CodeType, namespace: dict[str, Any]) -> Any:
+    """Run a top-level-await cell on its own event loop in a worker thread."""
+    __tracebackhide__ = True
+    loop = asyncio.new_event_loop()
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            outcome["value"] = loop.run_until_complete(eval(code, namespace))
+        except BaseException as error:
+            outcome["error"] = error
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    worker = threading.Thread(target=target, name="xprof-async-cell", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+    except KeyboardInterrupt:
+        loop.call_soon_threadsafe(_cancel_all, loop)
+        worker.join()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+
+
+def _trimmed(error: BaseException, filename: str) -> BaseException:
+    """The user's exception, its traceback starting at the cell's own code.
+
+    The frames above it are the magic's and the worker loop's, of no use to the user.
+    """
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    return error.with_traceback(tb) if tb is not None else error
+
+
+def _quiet(cell: str) -> bool:
+    """A trailing ``;`` hides the cell's value, as in a plain cell."""
+    try:
+        return bool(DisplayHook.semicolon_at_end_of_expression(cell))
+    except Exception:
+        return False
+
+
+def _refusal(error: BaseException) -> str:
+    if isinstance(error, TraceAlreadyRunning):
+        return (
+            "a profiler trace is already running (started by your own code?); "
+            "stop it with torch_xla.debug.profiler.stop_trace() and run the cell again"
+        )
+    return str(error)
+
+
+def _print_message(message: str) -> None:
+    print(message)

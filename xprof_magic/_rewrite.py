@@ -1,0 +1,246 @@
+"""The cell rewriter: a cell's AST in, the same code with labelled blocks out.
+
+Pure AST work, no IPython and no torch, so that it can be tested on its own and reused by
+any backend. The rewritten code calls back into :mod:`xprof_magic._labels` through
+``__import__`` rather than through a name in the user's namespace: nothing is left behind
+after the cell, and functions defined in the cell keep working when called later.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["LABEL_MAX_CHARS", "RewrittenCell", "find_markers", "label_for", "rewrite"]
+
+LABEL_MAX_CHARS = 60
+_MARKER = re.compile(r"#\s*xprof:\s*(?P<name>\S.*?)\s*$")
+_RUNTIME = "xprof_magic._labels"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A ``# xprof: NAME`` comment on a line of its own."""
+
+    line: int
+    col: int
+    name: str
+
+
+@dataclass(frozen=True)
+class RewrittenCell:
+    """The rewritten module and what the rewriter decided about it."""
+
+    tree: ast.Module
+    labels: tuple[str, ...]
+    keeps_value: bool
+    step_loops: int
+
+
+def label_for(line: str) -> str:
+    """A block's label: its first source line, stripped and trimmed to 60 characters."""
+    text = " ".join(line.split())
+    if len(text) > LABEL_MAX_CHARS:
+        text = text[: LABEL_MAX_CHARS - 1].rstrip() + "…"
+    return text or "<empty>"
+
+
+def find_markers(source: str) -> list[Marker]:
+    """Every ``# xprof: NAME`` comment that stands alone on its line.
+
+    Comments are found with :mod:`tokenize`, so marker-like text inside strings is ignored.
+    """
+    markers: list[Marker] = []
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return markers
+    for tok in tokens:
+        if tok.type != tokenize.COMMENT or tok.line[: tok.start[1]].strip():
+            continue
+        match = _MARKER.fullmatch(tok.string)
+        if match:
+            name = label_for(match.group("name"))
+            markers.append(Marker(tok.start[0], tok.start[1], name))
+    return markers
+
+
+def rewrite(
+    tree: ast.Module,
+    source_lines: Sequence[str],
+    *,
+    labels: bool = True,
+    steps: bool = False,
+    keep_value: bool = True,
+    markers: Sequence[Marker] = (),
+) -> RewrittenCell:
+    """Wrap the cell's blocks in labels.
+
+    - Each top-level statement becomes a block named after its first source line.
+    - A marker comment starts a block of that name holding the statements after it in the
+      same body, up to the next marker or the end of the body, at any depth.
+    - With ``steps``, each iteration of a top-level ``for`` loop is a step.
+    - With ``keep_value``, a final expression's value is handed to the runtime, which is
+      how the cell's result (Out[n]) survives the wrapping.
+
+    ``source_lines`` are the lines the user wrote (0-based list, AST lines are 1-based); they
+    name the blocks, so a block shows ``%timeit f()`` rather than IPython's translation.
+    """
+    body = list(tree.body)
+    keeps = False
+    if keep_value and body and isinstance(body[-1], ast.Expr):
+        last = body[-1]
+        body[-1] = _located(ast.Expr(value=_runtime_call("keep", [last.value])), last)
+        keeps = True
+    names: list[str] = []
+    if labels:
+        for stmt in body:
+            _label_nested(stmt, markers, names)
+    step_loops = 0
+    if steps:
+        for stmt in body:
+            if isinstance(stmt, ast.For | ast.AsyncFor):
+                stmt.body = [_with(_runtime_call("step", []), stmt.body, stmt.body[0])]
+                step_loops += 1
+    if labels:
+        body = _label_body(body, markers, source_lines, names, bounds=(0, _END))
+    new_tree = ast.Module(body=body, type_ignores=tree.type_ignores)
+    ast.fix_missing_locations(new_tree)
+    return RewrittenCell(new_tree, tuple(dict.fromkeys(names)), keeps, step_loops)
+
+
+_END = 1 << 62
+
+
+def _label_body(
+    body: list[ast.stmt],
+    markers: Sequence[Marker],
+    source_lines: Sequence[str],
+    names: list[str],
+    *,
+    bounds: tuple[int, int],
+) -> list[ast.stmt]:
+    """Group one body's statements under the markers that stand at its own level.
+
+    A marker stands at this level when it lies within ``bounds`` (the lines after the
+    body's header, up to its end), outside every statement of the body, and is indented
+    like the body's statements. Only the top level (no ``bounds`` above it) labels each
+    ungrouped statement on its own.
+    """
+    if not body:
+        return body
+    lo, hi = bounds
+    col = body[0].col_offset
+    own = sorted(
+        (
+            m
+            for m in markers
+            if m.col == col
+            and lo < m.line <= hi
+            and not any(_first_line(s) <= m.line <= _last_line(s) for s in body)
+        ),
+        key=lambda m: m.line,
+    )
+    top_level = hi == _END
+    out: list[ast.stmt] = []
+    group: list[ast.stmt] = []
+    group_name: str | None = None
+
+    def flush() -> None:
+        nonlocal group, group_name
+        if group_name is not None and group:
+            out.append(_with(_runtime_call("label", [ast.Constant(group_name)]), group, group[0]))
+            names.append(group_name)
+        group, group_name = [], None
+
+    for stmt in body:
+        while own and own[0].line < _first_line(stmt):
+            flush()
+            group_name = own.pop(0).name
+        if group_name is not None:
+            group.append(stmt)
+        elif top_level and not _must_stay_bare(stmt):
+            name = label_for(_source_line(source_lines, stmt))
+            out.append(_with(_runtime_call("label", [ast.Constant(name)]), [stmt], stmt))
+            names.append(name)
+        else:
+            out.append(stmt)
+    flush()
+    return out
+
+
+def _label_nested(stmt: ast.stmt, markers: Sequence[Marker], names: list[str]) -> None:
+    """Apply the markers inside a compound statement to each of its bodies, depth first."""
+    inner = [m for m in markers if _first_line(stmt) < m.line <= _last_line(stmt)]
+    if not inner:
+        return
+    bodies: list[tuple[ast.AST, str, list[ast.stmt]]] = []
+    for field in ("body", "orelse", "finalbody"):
+        value = getattr(stmt, field, None)
+        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            bodies.append((stmt, field, value))
+    for part in [*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())]:
+        if part.body:
+            bodies.append((part, "body", part.body))
+    bodies.sort(key=lambda b: _first_line(b[2][0]))
+    lo = _first_line(stmt)
+    for owner, field, value in bodies:
+        for child in value:
+            _label_nested(child, inner, names)
+        hi = _last_line(value[-1])
+        setattr(owner, field, _label_body(value, inner, (), names, bounds=(lo, hi)))
+        lo = hi
+
+
+def _last_line(stmt: ast.stmt) -> int:
+    end: int | None = stmt.end_lineno
+    return end if end is not None else stmt.lineno
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    decorators: list[ast.expr] = getattr(stmt, "decorator_list", None) or []
+    return min([stmt.lineno, *(d.lineno for d in decorators)])
+
+
+def _source_line(source_lines: Sequence[str], stmt: ast.stmt) -> str:
+    index = _first_line(stmt) - 1
+    if 0 <= index < len(source_lines) and source_lines[index].strip():
+        return source_lines[index]
+    return ast.unparse(stmt).splitlines()[0] if not isinstance(stmt, ast.Pass) else "pass"
+
+
+def _must_stay_bare(stmt: ast.stmt) -> bool:
+    """``from __future__`` imports must stay first; ``global`` has nothing to time."""
+    if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+        return True
+    return isinstance(stmt, ast.Global | ast.Nonlocal)
+
+
+def _runtime_call(func: str, args: list[ast.expr]) -> ast.Call:
+    """``__import__('xprof_magic._labels', fromlist=['_']).<func>(*args)``."""
+    module = ast.Call(
+        func=ast.Name(id="__import__", ctx=ast.Load()),
+        args=[ast.Constant(_RUNTIME)],
+        keywords=[ast.keyword(arg="fromlist", value=ast.List([ast.Constant("_")], ast.Load()))],
+    )
+    return ast.Call(
+        func=ast.Attribute(value=module, attr=func, ctx=ast.Load()), args=args, keywords=[]
+    )
+
+
+def _with(context: ast.expr, body: list[ast.stmt], where: ast.AST) -> ast.stmt:
+    node = ast.With(items=[ast.withitem(context_expr=context)], body=body)
+    return _located(node, where)
+
+
+def _located(node: ast.stmt, where: ast.AST) -> ast.stmt:
+    """Give a new node the position of the code it wraps, so tracebacks point at user lines."""
+    for child in ast.walk(node):
+        if "lineno" in child._attributes and not hasattr(child, "lineno"):
+            ast.copy_location(child, where)
+    ast.copy_location(node, where)
+    return node

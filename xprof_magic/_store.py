@@ -1,0 +1,232 @@
+"""The log directory: where runs live, how they are named, and how they get there safely.
+
+A run is ``<logdir>/plugins/profile/<run>/``, the layout XProf and TensorBoard list. The
+profiler writes into a private staging folder; the finished session folder, metadata
+included, is then moved into place with one ``rename``. So a run appears only when
+complete, two captures in the same second never collide, and no run is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LOGDIR_ENV",
+    "METADATA_FILE",
+    "LogdirError",
+    "RunInfo",
+    "Staging",
+    "begin",
+    "commit",
+    "default_logdir",
+    "default_run_name",
+    "discard",
+    "read_metadata",
+    "runs",
+    "safe_run_name",
+    "write_json",
+]
+
+LOGDIR_ENV = "XPROF_MAGIC_LOGDIR"
+METADATA_FILE = "xprof_magic.json"
+PROFILE_DIR = ("plugins", "profile")
+STAGING_DIR = ".xprof_magic_staging"
+NAME_MAX_CHARS = 100
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+@-]+")
+
+
+class LogdirError(Exception):
+    """The log directory cannot hold captures; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Staging:
+    """A private folder the profiler writes into before the run is moved into place."""
+
+    logdir: Path
+    path: Path
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run in a log directory."""
+
+    name: str
+    path: Path
+    hosts: tuple[str, ...]
+    metadata: dict[str, Any] | None
+    created: float
+
+
+def default_logdir() -> Path:
+    """``$XPROF_MAGIC_LOGDIR``, else ``xprof_logs`` in the working directory."""
+    return Path(os.environ.get(LOGDIR_ENV) or "xprof_logs")
+
+
+def default_run_name(when: datetime, cell: int | None) -> str:
+    """Names that sort by time and say which cell ran: ``20261130-021533-cell7``."""
+    stamp = when.strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-cell{cell}" if cell is not None else f"{stamp}-capture"
+
+
+def safe_run_name(name: str) -> str:
+    """A readable name that stays one folder inside the log directory.
+
+    Separators, ``..`` and other unsafe characters become ``_``; the result is never empty,
+    hidden or longer than 100 characters.
+    """
+    cleaned = _UNSAFE.sub("_", name.strip()).strip("._")
+    cleaned = cleaned[:NAME_MAX_CHARS].rstrip("._")
+    if not cleaned:
+        raise ValueError(
+            f"run name {name!r} has no usable characters; use letters, digits, '.', '-' or '_'"
+        )
+    return cleaned
+
+
+def _profile_dir(logdir: Path) -> Path:
+    return logdir.joinpath(*PROFILE_DIR)
+
+
+def begin(logdir: Path) -> Staging:
+    """Check that ``logdir`` can hold a run and open a staging folder in it.
+
+    Raises :class:`LogdirError` before anything is written when the folder cannot be made
+    or written.
+    """
+    logdir = logdir.expanduser().absolute()
+    if logdir.exists() and not logdir.is_dir():
+        raise LogdirError(f"log directory {logdir} is a file; pass --logdir a folder")
+    try:
+        logdir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise LogdirError(
+            f"cannot create log directory {logdir}: {error.strerror or error}; "
+            "pass --logdir a folder you can write"
+        ) from None
+    if not os.access(logdir, os.W_OK | os.X_OK):
+        raise LogdirError(
+            f"log directory {logdir} is not writable; pass --logdir a folder you can write"
+        )
+    staging = logdir / STAGING_DIR / uuid.uuid4().hex
+    try:
+        staging.mkdir(parents=True)
+    except OSError as error:
+        raise LogdirError(
+            f"cannot write in log directory {logdir}: {error.strerror or error}; "
+            "pass --logdir a folder you can write"
+        ) from None
+    return Staging(logdir, staging)
+
+
+def discard(staging: Staging) -> None:
+    """Remove a staging folder and, when it was the last one, the staging parent."""
+    shutil.rmtree(staging.path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        staging.path.parent.rmdir()
+
+
+def commit(staging: Staging, name: str, metadata: dict[str, Any]) -> Path:
+    """Move the staged session into ``<logdir>/plugins/profile/<name>`` and return it.
+
+    The metadata is written into the session before the move, so the run is complete
+    the moment it appears. A name already taken gets ``-2``, ``-3``, ... ; the rename itself
+    refuses to replace a non-empty folder, so concurrent writers cannot overwrite each
+    other. The staging folder is removed whatever happens.
+    """
+    try:
+        session = _staged_session(staging)
+        write_json(session / METADATA_FILE, {**metadata, "run": name})
+        profile_dir = _profile_dir(staging.logdir)
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        target = _claim(profile_dir, name, session)
+        if target.name != name:
+            write_json(target / METADATA_FILE, {**metadata, "run": target.name})
+        return target
+    finally:
+        discard(staging)
+
+
+def _staged_session(staging: Staging) -> Path:
+    sessions = [p for p in _profile_dir(staging.path).glob("*") if p.is_dir()]
+    if len(sessions) != 1:
+        raise LogdirError(
+            f"the profiler wrote {len(sessions)} sessions into {staging.path}, expected one"
+        )
+    return sessions[0]
+
+
+def _claim(profile_dir: Path, name: str, session: Path) -> Path:
+    number = 1
+    while True:
+        candidate = profile_dir / (name if number == 1 else f"{name}-{number}")
+        number += 1
+        if candidate.exists():
+            continue
+        try:
+            os.rename(session, candidate)
+        except OSError as error:
+            if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                continue
+            raise
+        return candidate
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON through a temporary file and a rename, so readers never see half of it."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_metadata(run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``xprof_magic.json``, or None for runs written by other tools."""
+    try:
+        data = json.loads((run_dir / METADATA_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def runs(logdir: Path | str | None = None) -> list[RunInfo]:
+    """Every run in the log directory that holds a capture, newest first."""
+    root = _profile_dir(Path(logdir) if logdir is not None else default_logdir())
+    found: list[RunInfo] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.is_dir() or entry.name.startswith("."):
+            continue
+        path = Path(entry.path)
+        hosts = tuple(sorted(p.name[: -len(".xplane.pb")] for p in path.glob("*.xplane.pb")))
+        if not hosts:
+            continue
+        metadata = read_metadata(path)
+        created = _created(metadata, entry)
+        found.append(RunInfo(entry.name, path, hosts, metadata, created))
+    found.sort(key=lambda r: (r.created, r.name), reverse=True)
+    return found
+
+
+def _created(metadata: dict[str, Any] | None, entry: os.DirEntry[str]) -> float:
+    if metadata and isinstance(metadata.get("end_ns"), int):
+        return float(metadata["end_ns"]) / 1e9
+    try:
+        return entry.stat().st_mtime
+    except OSError:
+        return 0.0
