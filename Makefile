@@ -27,7 +27,7 @@ browser-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 demo: install
-	$(BIN)/python -m xprof_magic.demo notebooks/quickstart.ipynb
+	$(BIN)/python notebooks/demo.py notebooks/quickstart.ipynb
 
 lint: install
 	$(BIN)/ruff check xprof_magic tests bench

@@ -54,8 +54,8 @@ def test_each_top_level_statement_is_a_block_named_by_its_first_line() -> None:
         """
     )
     assert ns["b"] == 2
-    assert paths(rec) == {("a = 1",): 1, ("def f(x):",): 1, ("b = f(a)",): 1}
-    assert cell.labels == ("a = 1", "def f(x):", "b = f(a)")
+    assert paths(rec) == {("a = 1",): 1, ("def f(x)",): 1, ("b = f(a)",): 1}
+    assert cell.labels == ("a = 1", "def f(x)", "b = f(a)")
 
 
 def test_markers_group_statements_inside_a_loop_and_add_up() -> None:
@@ -73,9 +73,9 @@ def test_markers_group_statements_inside_a_loop_and_add_up() -> None:
     assert ns["total"] == 22
     assert paths(rec) == {
         ("total = 0",): 1,
-        ("for i in range(3):",): 1,
-        ("for i in range(3):", "forward"): 3,
-        ("for i in range(3):", "backward"): 3,
+        ("for i in range(3)",): 1,
+        ("for i in range(3)", "forward"): 3,
+        ("for i in range(3)", "backward"): 3,
     }
 
 
@@ -112,10 +112,10 @@ def test_markers_in_else_and_except_bodies_stay_there() -> None:
         """
     )
     assert ns["out"] == [2, 3]
-    assert ("if out:", "no") in paths(rec)
-    assert ("if out:", "yes") not in paths(rec)
-    assert ("try:", "handled") in paths(rec)
-    assert ("try:", "risky") in paths(rec)
+    assert ("if out", "no") in paths(rec)
+    assert ("if out", "yes") not in paths(rec)
+    assert ("try", "handled") in paths(rec)
+    assert ("try", "risky") in paths(rec)
 
 
 def test_markers_inside_functions_label_later_calls_and_leave_no_names() -> None:
@@ -156,7 +156,7 @@ def test_steps_mark_each_iteration_of_top_level_loops() -> None:
     assert [s["step_num"] for s in step_events] == [0, 1, 2, 3]
     assert all(s["_r"] == 1 for s in step_events)
     # the marker block is inside the step, and steps do not add a level to label paths
-    assert paths(rec)[("for i in range(4):", "work")] == 4
+    assert paths(rec)[("for i in range(4)", "work")] == 4
 
 
 def test_no_labels_keeps_the_code_as_is() -> None:

@@ -143,7 +143,7 @@ class XprofMagics(Magics):
             port=args.port,
             backend=args.backend,
             cell=cell,
-            cell_number=getattr(self.shell, "execution_count", None),
+            cell_number=_current_cell(self.shell, line, cell)[0],
             options={"line": line, **options},
         )
         try:
@@ -159,13 +159,17 @@ class XprofMagics(Magics):
         shell = self.shell
         assert shell is not None
         source = shell.transform_cell(cell)
-        header = f"%%xprof {line}".rstrip()
-        filename = shell.compile.cache(
-            f"{header}\n{source}", shell.execution_count, raw_code=f"{header}\n{cell}"
-        )
-        tree = ast.parse("\n" + source, filename=filename)
+        # IPython drops leading blank lines; put them back so line numbers stay the user's.
+        dropped = _leading_blank_lines(cell) - _leading_blank_lines(source)
+        source = "\n" * (1 + max(dropped, 0)) + source
+        number, raw = _current_cell(shell, line, cell)
+        # The same name as the cell's own cache entry: tracebacks then show "%%xprof" and the
+        # user's lines under "Cell In[n]", where IPython would show its translation.
+        header = raw.splitlines()[0] if raw.startswith("%%") else f"%%xprof {line}".rstrip()
+        filename = shell.compile.cache(header + source, number, raw_code=raw)
+        tree = ast.parse(source, filename=filename)
         tree = shell.transform_ast(tree)
-        markers = _rewrite.find_markers("\n" + source) if plan.labels else []
+        markers = _rewrite.find_markers(source) if plan.labels else []
         rewritten = _rewrite.rewrite(
             tree,
             ["", *cell.splitlines()],
@@ -255,6 +259,29 @@ def _trimmed(error: BaseException, filename: str) -> BaseException:
     while tb is not None and tb.tb_frame.f_code.co_filename != filename:
         tb = tb.tb_next
     return error.with_traceback(tb) if tb is not None else error
+
+
+def _current_cell(shell: Any, line: str, cell: str) -> tuple[int, str]:
+    """The number and raw text of the cell being run, as the user wrote it.
+
+    IPython stores a cell's raw text in the history before running it (and may already have
+    counted it in ``execution_count``); when the magic was not called from a stored cell,
+    fall back to the count and a reconstructed text.
+    """
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None) or []
+    raw = history[-1] if history else ""
+    if isinstance(raw, str) and raw.lstrip().startswith("%%xprof") and cell.strip() in raw:
+        return len(history) - 1, raw
+    return int(getattr(shell, "execution_count", 0) or 0), f"%%xprof {line}\n{cell}"
+
+
+def _leading_blank_lines(text: str) -> int:
+    count = 0
+    for line in text.splitlines():
+        if line.strip():
+            break
+        count += 1
+    return count
 
 
 def _quiet(cell: str) -> bool:

@@ -42,8 +42,11 @@ class RewrittenCell:
 
 
 def label_for(line: str) -> str:
-    """A block's label: its first source line, stripped and trimmed to 60 characters."""
-    text = " ".join(line.split())
+    """A block's label: its first source line, stripped and trimmed to 60 characters.
+
+    A trailing ``:`` or ``#`` is dropped: the profiler's event names treat them as markup.
+    """
+    text = " ".join(line.split()).rstrip(":#").rstrip()
     if len(text) > LABEL_MAX_CHARS:
         text = text[: LABEL_MAX_CHARS - 1].rstrip() + "…"
     return text or "<empty>"

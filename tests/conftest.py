@@ -1,0 +1,49 @@
+"""Shared fixtures: torch_xla on the CPU, an in-process IPython shell, log directories."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# In-process tests share one process, so one profiler server at most: tests that need it
+# run in kernels of their own.
+os.environ["XPROF_MAGIC_NO_SERVER"] = "1"
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def ip() -> Any:
+    """One in-process IPython shell with the extension loaded."""
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    assert shell is not None
+    shell.run_line_magic("load_ext", "xprof_magic")
+    return shell
+
+
+@pytest.fixture
+def logdir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "logs"
+
+
+def trace_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The events of the Chrome-trace JSON that the profiler writes beside the xplane."""
+    (path,) = run_dir.glob("*.trace.json.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        data = json.load(f)
+    events: list[dict[str, Any]] = data["traceEvents"]
+    return events
+
+
+def event_names(run_dir: Path) -> set[str]:
+    return {e.get("name", "") for e in trace_events(run_dir)}

@@ -1,0 +1,213 @@
+"""%%xprof in real IPython kernels (ipykernel through jupyter_client and nbclient)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from xprof_magic import _store
+
+pytestmark = pytest.mark.kernel
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+class Kernel:
+    """A real kernel and a way to run a cell in it and collect what the user would see."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.manager = KernelManager(kernel_name="python3")
+        self.manager.start_kernel(env=env)
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    def run(self, code: str, timeout: float = 120, interrupt_after: float | None = None) -> Any:
+        msg_id = self.client.execute(code)
+        outputs: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        interrupt_at = time.monotonic() + interrupt_after if interrupt_after else None
+        while True:
+            if interrupt_at is not None and time.monotonic() > interrupt_at:
+                self.manager.interrupt_kernel()
+                interrupt_at = None
+            try:
+                msg = self.client.get_iopub_msg(timeout=0.2)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(code) from None
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "status" and content["execution_state"] == "idle":
+                break
+            if kind in ("stream", "execute_result", "error", "display_data"):
+                outputs.append({"type": kind, **content})
+        reply = self.client.get_shell_msg(timeout=timeout)
+        return reply["content"], outputs
+
+    def close(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+
+def plain(shown: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", shown)
+
+
+def text(outputs: list[dict[str, Any]]) -> str:
+    parts = []
+    for out in outputs:
+        if out["type"] == "stream":
+            parts.append(out["text"])
+        elif out["type"] == "error":
+            parts.append(plain("\n".join(out["traceback"])))
+        else:
+            parts.append(out["data"].get("text/plain", ""))
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
+    import os
+
+    env = {**os.environ, "XPROF_MAGIC_NO_SERVER": "1"}
+    k = Kernel(env)
+    content, _ = k.run("%load_ext xprof_magic\nimport torch, torch_xla")
+    assert content["status"] == "ok"
+    yield k
+    k.close()
+
+
+def test_value_is_out_and_names_stay(kernel: Kernel, tmp_path: Path) -> None:
+    content, outputs = kernel.run(
+        f"%%xprof --logdir {tmp_path}\n"
+        "t = torch.arange(4.0, device=torch_xla.device())\n"
+        "%time s = t.sum().item()\n"
+        "!echo shell-says-hi\n"
+        "s * 2"
+    )
+    assert content["status"] == "ok"
+    results = [o for o in outputs if o["type"] == "execute_result"]
+    assert [r["data"]["text/plain"] for r in results] == ["12.0"]
+    assert "shell-says-hi" in text(outputs)
+    content, outputs = kernel.run("s, type(t).__name__")
+    assert outputs[-1]["data"]["text/plain"] == "(6.0, 'Tensor')"
+
+
+def test_top_level_await_runs_and_keeps_its_value(kernel: Kernel, tmp_path: Path) -> None:
+    content, outputs = kernel.run(
+        f"%%xprof --logdir {tmp_path}\n"
+        "import asyncio, threading\n"
+        "await asyncio.sleep(0.01)\n"
+        "where = threading.current_thread().name\n"
+        "async def twice(x):\n"
+        "    await asyncio.sleep(0)\n"
+        "    return 2 * x\n"
+        "await twice(21)"
+    )
+    assert content["status"] == "ok", text(outputs)
+    assert outputs[-1]["data"]["text/plain"] == "42"
+    _, outputs = kernel.run("where")
+    assert outputs[-1]["data"]["text/plain"] == "'xprof-async-cell'"
+    (run,) = _store.runs(tmp_path)
+    assert (run.metadata or {})["status"] == "ok"
+
+
+def test_an_error_is_shown_once_at_the_users_line(kernel: Kernel, tmp_path: Path) -> None:
+    content, outputs = kernel.run(f"%%xprof --logdir {tmp_path}\nx = 1\ny = x / 0\nz = 3")
+    assert content["status"] == "error" and content["ename"] == "ZeroDivisionError"
+    errors = [o for o in outputs if o["type"] == "error"]
+    assert len(errors) == 1
+    shown = plain("\n".join(errors[0]["traceback"]))
+    print(shown)
+    assert "----> 3 y = x / 0" in shown
+    assert "xprof: run" in text(outputs)  # the capture is kept and summarised
+    (run,) = _store.runs(tmp_path)
+    assert (run.metadata or {})["status"] == "error"
+
+
+def test_an_interrupt_stops_the_cell_and_keeps_the_capture(kernel: Kernel, tmp_path: Path) -> None:
+    content, _ = kernel.run(
+        f"%%xprof --logdir {tmp_path}\nimport time\nfor _ in range(600):\n    time.sleep(0.1)",
+        interrupt_after=2.0,
+    )
+    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
+    (run,) = _store.runs(tmp_path)
+    assert (run.metadata or {})["error"]["type"] == "KeyboardInterrupt"
+    content, _ = kernel.run("1 + 1")
+    assert content["status"] == "ok"
+
+
+def test_run_all_stops_at_a_failing_profiled_cell(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext xprof_magic"),
+        nbformat.v4.new_code_cell(
+            f"%%xprof --logdir {tmp_path} --no-server\nraise ValueError('bad')"
+        ),
+        nbformat.v4.new_code_cell(f"open({str(tmp_path / 'reached')!r}, 'w').close()"),
+    ]
+    client = NotebookClient(nb, timeout=120, kernel_name="python3")
+    with pytest.raises(CellExecutionError, match="ValueError"):
+        client.execute()
+    assert not (tmp_path / "reached").exists()
+    assert len(_store.runs(tmp_path)) == 1
+
+
+def test_profiler_server_starts_once_and_a_busy_port_is_said_once(tmp_path: Path) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "XPROF_MAGIC_NO_SERVER"}
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as busy:
+        busy.bind(("::", 0))
+        busy.listen()
+        busy_port = busy.getsockname()[1]
+        k = Kernel(env)
+        try:
+            k.run("%load_ext xprof_magic")
+            cell = f"%%xprof --logdir {tmp_path} --port {busy_port}\nran = 1"
+            first = text(k.run(cell)[1])
+            second = text(k.run(cell)[1])
+            assert f"port {busy_port} is busy" in first and "--no-server" in first
+            assert "is busy" not in second
+            assert k.run("ran")[1][-1]["data"]["text/plain"] == "1"
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                free_port = probe.getsockname()[1]
+            content, outputs = k.run(f"%%xprof --logdir {tmp_path} --port {free_port}\nx = 1")
+            assert content["status"] == "ok", text(outputs)
+            with socket.create_connection(("127.0.0.1", free_port), timeout=5):
+                pass  # torch_xla's profiler server answers on the port
+        finally:
+            k.close()
+    assert len(_store.runs(tmp_path)) == 3
+
+
+def test_quickstart_notebook_executes(tmp_path: Path) -> None:
+    import os
+
+    nb = nbformat.read(NOTEBOOKS / "quickstart.ipynb", as_version=4)
+    os.environ["XPROF_MAGIC_LOGDIR"] = str(tmp_path)
+    try:
+        NotebookClient(nb, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        del os.environ["XPROF_MAGIC_LOGDIR"]
+    names = sorted(r.name for r in _store.runs(tmp_path))
+    assert names == ["quickstart-eval", "quickstart-train"]
+    train = _store.read_metadata(tmp_path / "plugins" / "profile" / "quickstart-train") or {}
+    assert len(train["steps"]) == 6
+    paths = {tuple(label["path"]) for label in train["labels"]}
+    assert ("for inputs, targets in batches", "forward") in paths
+    json.dumps(nb)  # outputs are plain JSON
