@@ -20,6 +20,19 @@ os.environ["XPROF_MAGIC_NO_SERVER"] = "1"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_viewers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Viewers started by the tests record themselves in a private folder, and are all
+    stopped at the end, so no test run leaves a server behind."""
+    folder = tmp_path_factory.mktemp("viewers")
+    os.environ["XPROF_MAGIC_VIEWER_DIR"] = str(folder)
+    yield folder
+    from xprof_magic import _viewer
+
+    for viewer in _viewer.list_viewers():
+        _viewer.stop_viewer(viewer)
+
+
 @pytest.fixture(scope="session")
 def ip() -> Any:
     """One in-process IPython shell with the extension loaded."""

@@ -211,3 +211,45 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     paths = {tuple(label["path"]) for label in train["labels"]}
     assert ("for inputs, targets in batches", "forward") in paths
     json.dumps(nb)  # outputs are plain JSON
+
+
+def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    import os
+    import signal
+
+    from xprof_magic import _viewer
+
+    cell = f"%%xprof --logdir {tmp_path} --name first\nx = 1"
+    content, outputs = kernel.run(cell)
+    assert content["status"] == "ok", text(outputs)
+    shown = [o for o in outputs if o["type"] == "display_data"]
+    assert len(shown) == 1
+    bundle = shown[0]["data"]
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"].startswith("XProf: http://127.0.0.1:")
+    assert "Started the XProf viewer" in text(outputs)
+    viewer = _viewer.find_viewer(tmp_path)
+    assert viewer is not None
+    assert _viewer.fetch_json(viewer, "runs") == ["first"]
+
+    _, outputs = kernel.run("%xprof viewer")
+    assert f"pid {viewer.pid}" in text(outputs) and f"127.0.0.1:{viewer.port}" in text(outputs)
+
+    os.kill(viewer.pid, signal.SIGKILL)
+    content, outputs = kernel.run(cell.replace("first", "second"))
+    assert content["status"] == "ok"
+    assert "started a new one" in text(outputs)
+    fresh = _viewer.find_viewer(tmp_path)
+    assert fresh is not None and fresh.pid != viewer.pid
+
+    _, outputs = kernel.run("%xprof view first")
+    (again,) = [o for o in outputs if o["type"] == "display_data"]
+    assert "first" in again["data"]["text/plain"]
+    _, outputs = kernel.run("%xprof view missing")
+    assert "no run 'missing'" in text(outputs)
+
+    _, outputs = kernel.run("%xprof viewer stop")
+    assert "stopped" in text(outputs)
+    assert _viewer.find_viewer(tmp_path) is None

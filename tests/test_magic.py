@@ -35,7 +35,7 @@ loss.item()
 
 
 def run(ip: Any, logdir: Path, body: str, options: str = "") -> Any:
-    return ip.run_cell(f"%%xprof --logdir {logdir} {options}\n{body}")
+    return ip.run_cell(f"%%xprof --logdir {logdir} --no-display {options}\n{body}")
 
 
 def only_run(logdir: Path) -> _store.RunInfo:

@@ -22,13 +22,15 @@ from IPython.core.displayhook import DisplayHook
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
 
 from xprof_magic import _capture, _rewrite, _store
 from xprof_magic._backends import BACKENDS, TraceAlreadyRunning
 
 __all__ = ["XprofMagics"]
 
-_SUBCOMMANDS = "runs"
+_SUBCOMMANDS = "runs, view [RUN], viewer, viewer stop"
+DEFAULT_HEIGHT = 600
 
 
 @magics_class
@@ -77,7 +79,25 @@ class XprofMagics(Magics):
     @argument(
         "--no-display",
         action="store_true",
-        help="Show only the text summary.",
+        help="Show only the text summary: no widget, no viewer.",
+    )
+    @argument(
+        "--viewer",
+        choices=["xprof", "tensorboard"],
+        default="xprof",
+        help="Serve the captures with XProf (default) or TensorBoard's profile plugin.",
+    )
+    @argument(
+        "--viewer-port",
+        type=int,
+        default=None,
+        help="Loopback port of the viewer (default: a free one).",
+    )
+    @argument(
+        "--height",
+        type=int,
+        default=DEFAULT_HEIGHT,
+        help="Height of the embedded viewer in pixels (default 600).",
     )
     @argument(
         "--backend",
@@ -100,7 +120,16 @@ class XprofMagics(Magics):
         are not reachable from it, an interrupt cancels the cell's task, and the labels
         land on that worker thread's row of the timeline.
 
-        Line forms: ``%xprof runs [LOGDIR]`` lists the runs in the log directory.
+        Under the cell, a widget embeds XProf (trace viewer first; runs, tools and hosts in
+        dropdowns), served by a viewer on a loopback port, started while the cell runs and
+        reused by later cells and kernels.
+
+        Line forms:
+
+        - ``%xprof runs [LOGDIR]``: list the runs;
+        - ``%xprof view [RUN]``: show the viewer again, for any run, without re-running;
+        - ``%xprof viewer``: where the viewer runs (pid, port, log directory, its log);
+        - ``%xprof viewer stop``: stop it.
         """
         __tracebackhide__ = True
         if cell is None:
@@ -113,6 +142,8 @@ class XprofMagics(Magics):
             capture.__enter__()
         except (_store.LogdirError, TraceAlreadyRunning) as error:
             raise UsageError(_refusal(error)) from None
+        self._logdir = plan.logdir
+        start = None if args.no_display else self._begin_viewer(plan.logdir, args)
         outcome: BaseException | None = None
         try:
             value = self._execute(code)
@@ -122,6 +153,9 @@ class XprofMagics(Magics):
         result = capture.result
         if result is not None:
             print(result.text())
+            _widget_module().announce(plan.logdir)
+        if start is not None and result is not None:
+            self._show(start, plan.logdir, result.run, args.height)
         if outcome is not None:
             raise _trimmed(outcome, code.co_filename)
         if rewritten.keeps_value and capture.recorder is not None:
@@ -131,6 +165,12 @@ class XprofMagics(Magics):
     def _plan(self, args: Any, line: str, cell: str) -> _capture.Plan:
         if not 0 < args.port < 65536:
             raise UsageError(f"--port {args.port} is not a port; use a number from 1 to 65535")
+        if args.viewer_port is not None and not 0 < args.viewer_port < 65536:
+            raise UsageError(
+                f"--viewer-port {args.viewer_port} is not a port; use a number from 1 to 65535"
+            )
+        if not 100 <= args.height <= 10000:
+            raise UsageError(f"--height {args.height} is out of range; use 100 to 10000 pixels")
         logdir = Path(args.logdir).expanduser() if args.logdir else _store.default_logdir()
         options = {key: value for key, value in vars(args).items() if value not in (None, False)}
         plan = _capture.Plan(
@@ -200,6 +240,10 @@ class XprofMagics(Magics):
                 f"subcommands: {_SUBCOMMANDS}. See %xprof?"
             )
         command, rest = words[0], words[1:]
+        if command == "view" and len(rest) <= 1:
+            return self._view(rest[0] if rest else None)
+        if command == "viewer" and rest in ([], ["stop"]):
+            return self._viewer_command(stop=bool(rest))
         if command == "runs" and len(rest) <= 1:
             logdir = Path(rest[0]) if rest else _store.default_logdir()
             found = _store.runs(logdir)
@@ -213,6 +257,79 @@ class XprofMagics(Magics):
             f"%xprof {command}: unknown subcommand or arguments; subcommands: {_SUBCOMMANDS}. "
             "See %xprof?"
         )
+
+    _logdir: Path | None = None
+    _viewer_kind: Any = "xprof"
+    _viewer_port: int | None = None
+
+    def _begin_viewer(self, logdir: Path, args: Any) -> Any:
+        """Start (or find) the viewer now, so that it is ready when the cell ends."""
+        from xprof_magic import _viewer
+
+        self._viewer_kind, self._viewer_port = args.viewer, args.viewer_port
+        return _viewer.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)
+
+    def _show(self, start: Any, logdir: Path, run: str | None, height: int) -> None:
+        from xprof_magic import _viewer
+        from xprof_magic._context import detect
+
+        outcome = start.wait(timeout=_VIEWER_WAIT_S)
+        if isinstance(outcome, _viewer.Failed):
+            print(f"xprof: no viewer: {outcome.message}")
+            return
+        if isinstance(outcome, _viewer.Restarted | _viewer.Launched):
+            print(f"xprof: {outcome.message} Stop it with %xprof viewer stop.")
+        context = detect(self.shell)
+        view = _widget_module().ViewerWidget(
+            outcome.viewer, context, logdir, run=run, height=height
+        )
+        if context.has_widgets:
+            display(view)
+        else:
+            print(view.text())
+
+    def _view(self, run: str | None) -> None:
+        logdir = self._logdir or _store.default_logdir()
+        names = [r.name for r in _store.runs(logdir)]
+        if not names:
+            raise UsageError(f"no runs in {logdir.absolute()}; profile a cell with %%xprof first")
+        if run is not None and run not in names:
+            raise UsageError(
+                f"no run {run!r} in {logdir.absolute()}; %xprof runs lists the runs there"
+            )
+        from xprof_magic import _viewer
+
+        start = _viewer.begin_viewer(logdir, port=self._viewer_port, kind=self._viewer_kind)
+        self._show(start, logdir, run or names[0], DEFAULT_HEIGHT)
+
+    def _viewer_command(self, stop: bool) -> None:
+        from xprof_magic import _viewer
+
+        logdir = self._logdir or _store.default_logdir()
+        kind = self._viewer_kind
+        found = _viewer.find_viewer(logdir, kind)
+        if found is None:
+            print(f"xprof: no {kind} viewer runs for {logdir.absolute()}")
+            return
+        if stop:
+            stopped = _viewer.stop_viewer(found)
+            state = "stopped" if stopped else "could not be stopped; try !kill"
+            print(f"xprof: the viewer (pid {found.pid}, port {found.port}) {state}")
+            return
+        print(
+            f"xprof: {kind} viewer, pid {found.pid}, listening on 127.0.0.1:{found.port}, "
+            f"serving {found.logdir}; its log: {found.log_path}"
+        )
+
+
+_VIEWER_WAIT_S = 60.0
+
+
+def _widget_module() -> Any:
+    """The widget module, imported on first display: ipywidgets is not needed to load."""
+    from xprof_magic import _widget
+
+    return _widget
 
 
 def _run_on_fresh_loop(code: CodeType, namespace: dict[str, Any]) -> Any:

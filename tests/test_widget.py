@@ -1,0 +1,199 @@
+"""The widget and the URLs it builds, against a real viewer, without a browser."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+import xprof_magic
+from xprof_magic import _context, _viewer, _widget
+
+
+class Frames(HTMLParser):
+    """Collects iframe attributes, unescaping them as a browser would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "iframe":
+            self.frames.append(dict(attrs))
+
+
+def iframes(markup: str) -> list[dict[str, str | None]]:
+    parser = Frames()
+    parser.feed(markup)
+    return parser.frames
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+    import torch_xla
+
+    root = tmp_path_factory.mktemp("widget")
+    for name in ("older", "newer"):
+        with (
+            xprof_magic.capture(logdir=root, name=name, server=False),
+            xprof_magic.label(f"{name}-work"),
+        ):
+            (torch.ones(4, device=torch_xla.device()) * 2).sum().item()
+    return root
+
+
+@pytest.fixture(scope="module")
+def viewer(logdir: Path) -> Iterator[_viewer.Viewer]:
+    outcome = _viewer.ensure_viewer(logdir)
+    assert isinstance(outcome, _viewer.Launched | _viewer.Reused), outcome
+    yield outcome.viewer
+    _viewer.stop_viewer(outcome.viewer)
+
+
+def test_tools_are_ordered_trace_viewer_first() -> None:
+    tools = ["memory_profile", "op_profile", "zeta", "overview_page", "trace_viewer", "alpha"]
+    tools.append("trace_viewer@")
+    assert _widget.order_tools(tools) == [
+        "trace_viewer@",
+        "overview_page",
+        "op_profile",
+        "memory_profile",
+        "alpha",
+        "zeta",
+    ]
+
+
+def test_widget_lists_runs_newest_first_and_selects_this_cells_run(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
+    assert [value for _, value in view.runs.options] == ["newer", "older"]
+    assert view.runs.value == "older"
+    assert view.tools.options[0] == ("Trace viewer", "trace_viewer@")
+    assert {"overview_page", "op_profile"} <= {value for _, value in view.tools.options}
+    assert view.hosts.layout.display == "none" and len(view.hosts.options) == 1
+    src, full = view.urls()
+    assert src is not None and full is not None
+    assert src.startswith(f"http://127.0.0.1:{viewer.port}/{viewer.secret}/")
+    query = parse_qs(urlsplit(src).query)
+    data_url = query["trace_data_url"][0]
+    assert data_url.startswith(f"/{viewer.secret}/data/plugin/profile/data?")
+    assert parse_qs(urlsplit(data_url).query)["run"] == ["older"]
+    (outer,) = iframes(view.frame.value)
+    assert outer["class"] == "xprof-outer"
+    (inner,) = iframes(outer["srcdoc"] or "")
+    assert inner["src"] == src
+    assert 'class="xprof-open"' in view.link.value
+
+
+def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir: Path) -> None:
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
+    view.runs.value = "newer"
+    data_url = parse_qs(urlsplit(view.urls()[0] or "").query)["trace_data_url"][0]
+    assert parse_qs(urlsplit(data_url).query)["run"] == ["newer"]
+    view.tools.value = "overview_page"
+    src, full = view.urls()
+    assert src == full and src is not None
+    assert "/data/plugin/profile/overview_page?" in src and "tag=overview_page" in src
+
+
+def test_a_new_capture_is_announced_to_shown_widgets(viewer: _viewer.Viewer, logdir: Path) -> None:
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
+    with xprof_magic.capture(logdir=logdir, name="latest", server=False):
+        pass
+    _widget.announce(logdir)
+    assert view.runs.options[0][1] == "latest"
+    assert view.runs.value == "older"  # the user's selection stays
+
+
+def test_proxy_template_puts_the_prefix_into_the_page_and_its_data_url(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    context = _context.detect(
+        shell=types.SimpleNamespace(kernel=object()),
+        environ={"XPROF_MAGIC_PROXY_URL": "/user/ada/proxy/%PORT%/"},
+        modules={},
+    )
+    assert context == _context.Context("proxy", "/user/ada/proxy/%PORT%/")
+    view = _widget.ViewerWidget(viewer, context, logdir, run="newer")
+    src, _ = view.urls()
+    prefix = f"/user/ada/proxy/{viewer.port}/{viewer.secret}"
+    assert src is not None and src.startswith(prefix + "/data/plugin/profile/")
+    data_url = parse_qs(urlsplit(src).query)["trace_data_url"][0]
+    assert data_url.startswith(prefix + "/data/plugin/profile/data?")
+
+
+def test_colab_uses_the_kernel_port_proxy(
+    viewer: _viewer.Viewer, logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+    output = types.ModuleType("google.colab.output")
+
+    def eval_js(script: str) -> str:
+        asked.append(script)
+        return "https://8123-abc-colab.googleusercontent.com/"
+
+    output.eval_js = eval_js  # type: ignore[attr-defined]
+    colab = types.ModuleType("google.colab")
+    colab.output = output  # type: ignore[attr-defined]
+    google = types.ModuleType("google")
+    google.colab = colab  # type: ignore[attr-defined]
+    for name, module in (
+        ("google", google),
+        ("google.colab", colab),
+        ("google.colab.output", output),
+    ):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(_context, "_colab_urls", {})
+    context = _context.detect(shell=types.SimpleNamespace(kernel=object()))
+    assert context.kind == "colab"
+    view = _widget.ViewerWidget(viewer, context, logdir, run="newer")
+    src, _ = view.urls()
+    assert src is not None
+    assert src.startswith(f"https://8123-abc-colab.googleusercontent.com/{viewer.secret}/")
+    assert asked == [f"google.colab.kernel.proxyPort({viewer.port}, {{'cache': false}})"]
+
+
+@pytest.mark.parametrize(
+    ("shell", "environ", "kind"),
+    [
+        (types.SimpleNamespace(), {}, "terminal"),
+        (types.SimpleNamespace(kernel=object()), {}, "jupyter"),
+        (types.SimpleNamespace(kernel=object()), {"VSCODE_PID": "1"}, "vscode"),
+        (types.SimpleNamespace(kernel=object()), {"TENSORBOARD_PROXY_URL": "/p/%PORT%/"}, "proxy"),
+        (
+            types.SimpleNamespace(kernel=object()),
+            {"XPROF_MAGIC_PROXY_URL": "none", "TENSORBOARD_PROXY_URL": "/p/%PORT%/"},
+            "jupyter",
+        ),
+        (
+            types.SimpleNamespace(kernel=object()),
+            {"JUPYTERHUB_SERVICE_PREFIX": "/user/x/"},
+            "proxy",
+        ),
+    ],
+)
+def test_context_detection(shell: Any, environ: dict[str, str], kind: str) -> None:
+    assert _context.detect(shell=shell, environ=environ, modules={}).kind == kind
+
+
+def test_hub_prefix_builds_the_server_proxy_route() -> None:
+    shell = types.SimpleNamespace(kernel=object())
+    context = _context.detect(shell, {"JUPYTERHUB_SERVICE_PREFIX": "/user/x/"}, {})
+    assert context.locate(8000) == ("", "/user/x/proxy/8000")
+    full = _context.Context("proxy", "https://hub.example/user/x/proxy/%PORT%/")
+    assert full.locate(9) == ("https://hub.example", "/user/x/proxy/9")
+
+
+def test_display_bundle_has_a_text_part_with_the_url(viewer: _viewer.Viewer, logdir: Path) -> None:
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+    bundle = view._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"].startswith(f"XProf: http://127.0.0.1:{viewer.port}/")

@@ -1,0 +1,143 @@
+"""Where the notebook runs, and so which URL the browser must use to reach the viewer.
+
+The kernel does not know the URL the browser sees. The viewer listens on a loopback port of
+the kernel's machine; each context reaches it differently:
+
+- Colab: through its kernel-port proxy (``google.colab.kernel.proxyPort``);
+- Binder, JupyterHub or a remote Jupyter: through jupyter-server-proxy, or a template with
+  ``%PORT%`` from ``XPROF_MAGIC_PROXY_URL`` (or TensorBoard's ``TENSORBOARD_PROXY_URL``);
+- JupyterLab, Notebook 7 or VS Code on the same machine: the loopback port itself;
+- no widget frontend (terminal IPython): text only, with the loopback URL.
+
+One function (:func:`detect`) decides, from one dispatch table, as TensorBoard's notebook
+module does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["PROXY_ENV", "Context", "ContextKind", "detect"]
+
+PROXY_ENV = "XPROF_MAGIC_PROXY_URL"
+TENSORBOARD_PROXY_ENV = "TENSORBOARD_PROXY_URL"
+ContextKind = Literal["colab", "proxy", "vscode", "jupyter", "terminal"]
+
+_colab_urls: dict[int, str] = {}
+
+
+@dataclass(frozen=True)
+class Context:
+    """How the browser reaches a loopback port of the kernel's machine."""
+
+    kind: ContextKind
+    proxy_template: str | None = None
+
+    @property
+    def has_widgets(self) -> bool:
+        """Whether a widget can render (else the text/plain part is what the user sees)."""
+        return self.kind != "terminal"
+
+    def locate(self, port: int) -> tuple[str, str]:
+        """``(origin, prefix)`` for a port: the browser URL of a server path is
+        ``origin + prefix + path``; a path that the page itself puts after
+        ``location.origin`` needs the prefix only."""
+        if self.kind == "colab":
+            return _colab_origin(port), ""
+        if self.kind == "proxy" and self.proxy_template:
+            prefix = self.proxy_template.replace("%PORT%", str(port)).rstrip("/")
+            if "://" in prefix:
+                scheme, rest = prefix.split("://", 1)
+                host, _, path = rest.partition("/")
+                return f"{scheme}://{host}", f"/{path}" if path else ""
+            return "", prefix
+        return f"http://127.0.0.1:{port}", ""
+
+    def describe(self) -> str:
+        return {
+            "colab": "Colab, through its kernel-port proxy",
+            "proxy": f"a Jupyter proxy ({self.proxy_template})",
+            "vscode": "VS Code, on this machine",
+            "jupyter": "Jupyter, on this machine",
+            "terminal": "a terminal (no widgets)",
+        }[self.kind]
+
+
+def _colab_origin(port: int) -> str:
+    if port not in _colab_urls:
+        from google.colab import output
+
+        url = output.eval_js(f"google.colab.kernel.proxyPort({port}, {{'cache': false}})")
+        _colab_urls[port] = str(url).rstrip("/")
+    return _colab_urls[port]
+
+
+def _proxy_template(environ: Mapping[str, str]) -> str | None:
+    for name in (PROXY_ENV, TENSORBOARD_PROXY_ENV):
+        value = environ.get(name, "").strip()
+        if value:
+            return None if value.lower() in ("none", "off", "0") else value
+    return None
+
+
+def _server_proxy_template(environ: Mapping[str, str]) -> str | None:
+    """jupyter-server-proxy's route, when it is installed beside the kernel."""
+    if environ.get(PROXY_ENV, "").strip().lower() in ("none", "off", "0"):
+        return None
+    if importlib.util.find_spec("jupyter_server_proxy") is None:
+        return None
+    base = environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+    return base.rstrip("/") + "/proxy/%PORT%/"
+
+
+_Rule = Callable[[Any, Mapping[str, str], Mapping[str, Any]], Context | None]
+
+
+def _colab(shell: Any, environ: Mapping[str, str], modules: Mapping[str, Any]) -> Context | None:
+    return Context("colab") if "google.colab" in modules else None
+
+
+def _explicit_proxy(
+    shell: Any, environ: Mapping[str, str], modules: Mapping[str, Any]
+) -> Context | None:
+    template = _proxy_template(environ)
+    return Context("proxy", template) if template else None
+
+
+def _terminal(shell: Any, environ: Mapping[str, str], modules: Mapping[str, Any]) -> Context | None:
+    kernel = getattr(shell, "kernel", None)
+    return Context("terminal") if shell is not None and kernel is None else None
+
+
+def _vscode(shell: Any, environ: Mapping[str, str], modules: Mapping[str, Any]) -> Context | None:
+    return Context("vscode") if "VSCODE_PID" in environ or "VSCODE_CWD" in environ else None
+
+
+def _server_proxy(
+    shell: Any, environ: Mapping[str, str], modules: Mapping[str, Any]
+) -> Context | None:
+    template = _server_proxy_template(environ) if "JUPYTERHUB_SERVICE_PREFIX" in environ else None
+    return Context("proxy", template) if template else None
+
+
+_RULES: tuple[_Rule, ...] = (_colab, _explicit_proxy, _terminal, _vscode, _server_proxy)
+
+
+def detect(
+    shell: Any = None,
+    environ: Mapping[str, str] | None = None,
+    modules: Mapping[str, Any] | None = None,
+) -> Context:
+    """The context of ``shell`` (an IPython shell; None means a plain script)."""
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    for rule in _RULES:
+        found = rule(shell, environ, modules)
+        if found is not None:
+            return found
+    return Context("jupyter")

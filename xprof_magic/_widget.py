@@ -1,0 +1,247 @@
+"""The widget under a cell: runs, tools and hosts dropdowns over the embedded XProf page.
+
+Core ipywidgets only, so that it renders in JupyterLab, Notebook 7, VS Code and Colab
+without a custom widget manager. The page is embedded through a ``srcdoc`` wrapper iframe:
+XProf's UI calls ``window.parent.history.pushState``, which in a same-origin frame (a
+Jupyter proxy) would rewrite the notebook page's own URL; the wrapper takes that call.
+"""
+
+from __future__ import annotations
+
+import html
+import weakref
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+
+from xprof_magic import _store
+from xprof_magic._context import Context
+from xprof_magic._viewer import Viewer, ViewerError, fetch_json
+
+__all__ = ["TOOL_ORDER", "ViewerWidget", "announce", "embed_html", "order_tools"]
+
+TRACE_VIEWER = "trace_viewer@"
+TOOL_ORDER = (
+    TRACE_VIEWER,
+    "trace_viewer",
+    "overview_page",
+    "op_profile",
+    "memory_profile",
+    "memory_viewer",
+    "framework_op_stats",
+    "input_pipeline_analyzer",
+    "hlo_stats",
+    "graph_viewer",
+)
+TOOL_NAMES = {
+    TRACE_VIEWER: "Trace viewer",
+    "trace_viewer": "Trace viewer",
+    "overview_page": "Overview",
+    "op_profile": "Op profile",
+    "memory_profile": "Memory profile",
+    "memory_viewer": "Memory viewer",
+    "framework_op_stats": "Framework op stats",
+    "input_pipeline_analyzer": "Input pipeline",
+    "hlo_stats": "HLO stats",
+    "graph_viewer": "Graph viewer",
+    "roofline_model": "Roofline",
+    "pod_viewer": "Pod viewer",
+    "megascale_stats": "Megascale stats",
+    "inference_profile": "Inference profile",
+}
+DEFAULT_HEIGHT = 600
+
+ToolLister = Callable[[Viewer, str], list[str]]
+
+
+def order_tools(tools: Sequence[str]) -> list[str]:
+    """The trace viewer first, then overview, op profile, memory, then the rest by name."""
+    rank = {tool: i for i, tool in enumerate(TOOL_ORDER)}
+    unique = list(dict.fromkeys(t for t in tools if t))
+    if TRACE_VIEWER in unique and "trace_viewer" in unique:
+        unique.remove("trace_viewer")
+    return sorted(unique, key=lambda t: (rank.get(t, len(rank)), t))
+
+
+def list_tools(viewer: Viewer, run: str) -> list[str]:
+    """The tools XProf offers for a run, from the viewer's ``run_tools`` route."""
+    found = fetch_json(viewer, "run_tools", run=run, timeout=30.0)
+    return [str(t) for t in found] if isinstance(found, list) else []
+
+
+def embed_html(src: str, height: int) -> str:
+    """The page at ``src`` inside a ``srcdoc`` wrapper iframe, ``height`` pixels tall."""
+    inner = (
+        "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}"
+        "iframe{border:0;width:100%;height:100%}</style></head><body>"
+        f'<iframe class="xprof-inner" src="{html.escape(src, quote=True)}" '
+        'allow="clipboard-write; fullscreen"></iframe></body></html>'
+    )
+    return (
+        f'<iframe class="xprof-outer" srcdoc="{html.escape(inner, quote=True)}" '
+        f'style="width:100%;height:{int(height)}px;border:1px solid #ccc;border-radius:2px">'
+        "</iframe>"
+    )
+
+
+_live: weakref.WeakSet[ViewerWidget] = weakref.WeakSet()
+
+
+def announce(logdir: Path) -> None:
+    """Tell every widget shown for ``logdir`` that a capture finished there."""
+    resolved = str(Path(logdir).resolve())
+    for view in list(_live):
+        if view.logdir_key == resolved:
+            view.refresh_runs()
+
+
+class ViewerWidget:
+    """Runs, tools and hosts for one log directory, and the selected page embedded."""
+
+    def __init__(
+        self,
+        viewer: Viewer,
+        context: Context,
+        logdir: Path,
+        run: str | None = None,
+        *,
+        height: int = DEFAULT_HEIGHT,
+        list_tools: ToolLister = list_tools,
+    ) -> None:
+        self.viewer = viewer
+        self.context = context
+        self.logdir = Path(logdir)
+        self.logdir_key = str(self.logdir.resolve())
+        self.height = height
+        self._list_tools = list_tools
+        self._tools_cache: dict[str, list[str]] = {}
+        self._updating = False
+        self.runs = widgets.Dropdown(description="Run", layout=widgets.Layout(width="auto"))
+        self.tools = widgets.Dropdown(description="Tool", layout=widgets.Layout(width="auto"))
+        self.hosts = widgets.Dropdown(description="Host", layout=widgets.Layout(width="auto"))
+        self.refresh = widgets.Button(
+            description="Refresh", icon="refresh", tooltip="Look for runs written elsewhere"
+        )
+        self.link = widgets.HTML()
+        self.frame = widgets.HTML()
+        self.status = widgets.HTML()
+        for widget, css in (
+            (self.runs, "xprof-runs"),
+            (self.tools, "xprof-tools"),
+            (self.hosts, "xprof-hosts"),
+            (self.refresh, "xprof-refresh"),
+            (self.link, "xprof-link"),
+            (self.frame, "xprof-frame"),
+            (self.status, "xprof-status"),
+        ):
+            widget.add_class(css)
+        controls = widgets.HBox(
+            [self.runs, self.tools, self.hosts, self.refresh, self.link],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
+        )
+        self.box = widgets.VBox([controls, self.status, self.frame])
+        self.box.add_class("xprof-viewer")
+        self.runs.observe(self._on_run, names="value")
+        self.tools.observe(self._on_view, names="value")
+        self.hosts.observe(self._on_view, names="value")
+        self.refresh.on_click(lambda _: self.refresh_runs())
+        self.refresh_runs(select=run)
+        _live.add(self)
+
+    def refresh_runs(self, select: str | None = None) -> None:
+        """Re-list the runs, newest first, keeping (or moving to) the selected one."""
+        found = _store.runs(self.logdir)
+        current = select or self.runs.value
+        options = [(_run_label(r), r.name) for r in found]
+        names = [name for _, name in options]
+        self._updating = True
+        try:
+            self.runs.options = options
+            self.runs.value = current if current in names else (names[0] if names else None)
+        finally:
+            self._updating = False
+        self._on_run()
+
+    def _on_run(self, change: Any = None) -> None:
+        if self._updating:
+            return
+        run = self.runs.value
+        self._updating = True
+        try:
+            if run is None:
+                self.tools.options, self.hosts.options = [], []
+            else:
+                tools = self._tools(run)
+                keep = self.tools.value if self.tools.value in tools else None
+                self.tools.options = [(TOOL_NAMES.get(t, t), t) for t in tools]
+                self.tools.value = keep or (tools[0] if tools else None)
+                hosts = _hosts(self.logdir, run)
+                self.hosts.options = hosts
+                self.hosts.value = hosts[0] if hosts else None
+                self.hosts.layout.display = "" if len(hosts) > 1 else "none"
+        finally:
+            self._updating = False
+        self._on_view()
+
+    def _tools(self, run: str) -> list[str]:
+        if run not in self._tools_cache:
+            try:
+                tools = order_tools(self._list_tools(self.viewer, run))
+            except ViewerError as error:
+                self.status.value = f"<span style='color:#b00'>{html.escape(str(error))}</span>"
+                return [TRACE_VIEWER]
+            if tools:
+                self._tools_cache[run] = tools
+            return tools or [TRACE_VIEWER]
+        return self._tools_cache[run]
+
+    def _on_view(self, change: Any = None) -> None:
+        if self._updating:
+            return
+        src, full = self.urls()
+        if src is None:
+            self.frame.value = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
+            self.link.value = ""
+            return
+        self.frame.value = embed_html(src, self.height)
+        self.link.value = (
+            f'<a class="xprof-open" href="{html.escape(full or src, quote=True)}" '
+            'target="_blank" rel="noopener">open in new tab ↗</a>'
+        )
+
+    def urls(self) -> tuple[str | None, str | None]:
+        """The embedded page's URL and the full UI's URL for the selection, as the browser
+        sees them."""
+        run, tool, host = self.runs.value, self.tools.value, self.hosts.value
+        if run is None:
+            return None, None
+        tool = tool or TRACE_VIEWER
+        origin, prefix = self.context.locate(self.viewer.port)
+        full = origin + self.viewer.tool_path(run, tool, host, prefix=prefix)
+        if tool == TRACE_VIEWER and host and self.viewer.kind == "xprof":
+            return origin + self.viewer.trace_viewer_path(run, host, prefix=prefix), full
+        return full, full
+
+    def text(self) -> str:
+        src, _ = self.urls()
+        return f"XProf: {src}" if src else f"XProf: no runs in {self.logdir}"
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle: dict[str, Any] = self.box._repr_mimebundle_(**kwargs) or {}
+        bundle["text/plain"] = self.text()
+        return bundle
+
+
+def _hosts(logdir: Path, run: str) -> list[str]:
+    run_dir = logdir / _store.PROFILE_DIR[0] / _store.PROFILE_DIR[1] / run
+    return sorted(p.name[: -len(".xplane.pb")] for p in run_dir.glob("*.xplane.pb"))
+
+
+def _run_label(run: _store.RunInfo) -> str:
+    when = datetime.fromtimestamp(run.created).strftime("%H:%M:%S") if run.created else ""
+    status = (run.metadata or {}).get("status")
+    mark = " ✗" if status == "error" else ""
+    return f"{run.name}{mark}  ({when})" if when else f"{run.name}{mark}"
