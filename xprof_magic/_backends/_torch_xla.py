@@ -79,7 +79,15 @@ class TorchXlaBackend:
             raise
 
     def stop_trace(self) -> None:
-        xp.stop_trace()
+        try:
+            xp.stop_trace()
+        finally:
+            # A failed export (a full disk) leaves torch_xla believing a trace still runs,
+            # which would refuse every later capture in this process.
+            state = getattr(xp, "_profile_state", None)
+            if state is not None and getattr(state, "profile_session", None) is not None:
+                with state.lock:
+                    state.reset()
 
     def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
         # A plain TraceMe: xp.Trace also opens an IR scope, which a sync inside would break.
