@@ -56,7 +56,7 @@ def test_a_full_disk_keeps_the_cells_outcome_and_shows_no_half_run(
     ip: Any, tiny_disk: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     logdir = tiny_disk / "logs"
-    _store.begin(logdir)  # the folder exists; then the disk fills up
+    logdir.mkdir()  # the folder exists; then the disk fills up
     fill(tiny_disk, leave=16 * 1024)
     result = ip.run_cell(f"%%xprof --logdir {logdir} --no-display\n{WORK}")
     assert result.success and result.result == 42
@@ -72,7 +72,7 @@ def test_a_full_disk_keeps_the_cells_outcome_and_shows_no_half_run(
 
 def test_a_full_disk_does_not_hide_the_cells_exception(ip: Any, tiny_disk: Path) -> None:
     logdir = tiny_disk / "logs"
-    _store.begin(logdir)
+    logdir.mkdir()
     fill(tiny_disk, leave=16 * 1024)
     body = WORK.replace("value = 41 + 1", "raise ValueError('the cell failed')")
     result = ip.run_cell(f"%%xprof --logdir {logdir} --no-display\n{body}")
