@@ -17,6 +17,7 @@ shared constants, and must not pay for XProf or TensorBoard.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import hmac
 import json
@@ -174,7 +175,7 @@ def guard(
     prefix = "/" + secret
     secret_bytes = secret.encode("ascii")
     health_body = json.dumps(health).encode()
-    ui_root = prefix + (PROFILE_ROUTE + "/" if kind == "xprof" else "/")
+    ui_below = PROFILE_ROUTE[1:] + "/" if kind == "xprof" else ""
 
     def dispatch(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path: str = environ.get("PATH_INFO", "")
@@ -186,7 +187,9 @@ def guard(
         if rest == HEALTH_ROUTE:
             return _respond(start_response, "200 OK", health_body, "application/json")
         if rest == "" or (kind == "xprof" and rest == "/"):
-            return _respond(start_response, "302 Found", b"", headers=(("Location", ui_root),))
+            # Relative, so that a proxy's path prefix in front of ours survives the redirect.
+            target = f"{secret}/{ui_below}" if rest == "" else ui_below
+            return _respond(start_response, "302 Found", b"", headers=(("Location", target),))
         from werkzeug.wrappers import Request
 
         query = Request(environ).args.items(multi=True)
@@ -269,17 +272,16 @@ def _tensorboard_app(logdir: str, prefix: str) -> WSGIApp:
 def _write_info(path: str, info: dict[str, Any]) -> None:
     """Write atomically with mode 0600: the file holds the secret."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as stream:
-        os.fchmod(stream.fileno(), 0o600)
+    _remove(tmp)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with os.fdopen(os.open(tmp, flags, 0o600), "w") as stream:
         json.dump(info, stream)
     os.replace(tmp, path)
 
 
 def _remove(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _log(message: str) -> None:
@@ -336,9 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         server.prepare()
     except OSError as error:
         cause = error.__cause__
-        in_use = (
-            isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE
-        ) or os.strerror(errno.EADDRINUSE) in str(error)
+        in_use = os.strerror(errno.EADDRINUSE) in str(error)
+        if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
+            in_use = True
         _log(f"cannot listen on 127.0.0.1:{args.port}: {error}")
         return EXIT_PORT_IN_USE if in_use else 1
     port = int(server.bind_addr[1])

@@ -1,0 +1,519 @@
+"""The viewer server manager against real servers, real captures and real processes.
+
+One torch_xla subprocess makes the captures for the whole module; the servers are the real
+XProf and TensorBoard apps. Every server started here is stopped in the fixtures' teardown,
+which then checks that none is left.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urljoin, urlsplit
+
+import pytest
+
+from xprof_magic import _viewer, _viewer_server
+from xprof_magic._viewer import (
+    VIEWER_DIR_ENV,
+    Failed,
+    Launched,
+    Restarted,
+    Reused,
+    Viewer,
+    ViewerOutcome,
+    begin_viewer,
+    ensure_viewer,
+    fetch_json,
+    find_viewer,
+    list_viewers,
+    stop_viewer,
+)
+
+HERE = Path(__file__).resolve().parent
+LABEL = "my_label"
+RUN = "first"
+
+
+def _launched(outcome: ViewerOutcome) -> Viewer:
+    assert isinstance(outcome, Launched | Restarted | Reused), outcome
+    return outcome.viewer
+
+
+def _get(viewer: Viewer, path: str) -> tuple[int, bytes]:
+    """GET as a browser would: the fragment stays in the browser."""
+    return _viewer._get(viewer.port, path.partition("#")[0], timeout=30)
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _viewer._pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _server_pids_using(directory: Path) -> list[int]:
+    """Viewer processes whose command line names this test's info folder (Linux only)."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"_viewer_server" in cmdline and str(directory).encode() in cmdline:
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[:1]
+            if state != ["Z"]:
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def viewer_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private info folder for this module, and a check that no server outlives it."""
+    directory = tmp_path_factory.mktemp("viewers")
+    previous = os.environ.get(VIEWER_DIR_ENV)
+    os.environ[VIEWER_DIR_ENV] = str(directory)
+    try:
+        yield directory
+    finally:
+        for viewer in list_viewers():
+            stop_viewer(viewer)
+        for child in list(_viewer._children.values()):
+            if child.poll() is None:
+                child.kill()
+                child.wait(5)
+        if previous is None:
+            os.environ.pop(VIEWER_DIR_ENV, None)
+        else:
+            os.environ[VIEWER_DIR_ENV] = previous
+        if Path("/proc/self").exists():
+            assert _server_pids_using(directory) == []
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two real captures, ``first`` and ``second``, each with a ``my_label`` event."""
+    out = tmp_path_factory.mktemp("captures")
+    env = dict(os.environ, PJRT_DEVICE="CPU", TF_CPP_MIN_LOG_LEVEL="2")
+    subprocess.run(
+        [sys.executable, str(HERE / "_viewer_capture.py"), str(out), RUN, "second"],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=180,
+    )
+    return out
+
+
+def _logdir(base: Path, captures: Path, *runs: str) -> Path:
+    """A log directory holding copies of the named runs under ``plugins/profile``."""
+    profile = base / "plugins" / "profile"
+    profile.mkdir(parents=True)
+    for run in runs:
+        (profile / run).mkdir()
+        for file in (captures / run).iterdir():
+            (profile / run / file.name).write_bytes(file.read_bytes())
+    return base
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory: pytest.TempPathFactory, captures: Path) -> Path:
+    return _logdir(tmp_path_factory.mktemp("logdir"), captures, RUN)
+
+
+@pytest.fixture(scope="module")
+def viewer(viewer_dir: Path, logdir: Path) -> Viewer:
+    """One XProf viewer shared by the tests that only read from it."""
+    return _launched(ensure_viewer(logdir, timeout=60))
+
+
+@pytest.fixture
+def fresh_logdir(tmp_path: Path) -> Path:
+    path = tmp_path / "logs"
+    path.mkdir()
+    return path
+
+
+# Pure: refusals and URLs.
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "refused"),
+    [
+        ("/data/plugin/profile/runs", [], False),
+        ("/data/plugin/profile/run_tools", [("run", "first")], False),
+        ("/data/plugin/profile/run_tools", [("run", "sub/first")], False),
+        ("/data/plugin/profile/runs", [("session_path", "/LOG/plugins/profile/first")], False),
+        ("/data/plugin/profile/runs", [("session_path", "/etc")], True),
+        ("/data/plugin/profile/runs", [("session_path", "/LOG/../etc")], True),
+        ("/data/plugin/profile/runs", [("session_path", "plugins/profile/first")], True),
+        ("/data/plugin/profile/runs", [("session_path", "gs://bucket/x")], True),
+        ("/data/plugin/profile/runs", [("run_path", "/")], True),
+        ("/data/plugin/profile/run_tools", [("run", "../../etc/x")], True),
+        ("/data/plugin/profile/run_tools", [("run", "/etc/x")], True),
+        ("/data/plugin/profile/data", [("run", "first"), ("host", "../../x")], True),
+        ("/data/plugin/profile/data", [("run", "first"), ("hosts", "a,b")], False),
+        ("/data/plugin/profile/data", [("module_name", "a/b")], True),
+        ("/data/plugin/profile/data", [("run", "fi\x00rst")], True),
+        ("/data/plugin/profile/capture_profile", [("service_addr", "x:1")], True),
+        ("/data/plugin/profile/capture_profile/", [], True),
+    ],
+)
+def test_refusal(tmp_path: Path, path: str, query: list[tuple[str, str]], refused: bool) -> None:
+    log = str(tmp_path)
+    query = [(k, v.replace("/LOG", log)) for k, v in query]
+    assert (_viewer_server.refusal(path, query, log) is not None) == refused
+
+
+def test_refusal_follows_symlinks_out_of_the_logdir(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    log = tmp_path / "log"
+    (log / "plugins" / "profile").mkdir(parents=True)
+    (log / "plugins" / "profile" / "link").symlink_to(outside)
+    link = str(log / "plugins" / "profile" / "link")
+    assert _viewer_server.refusal("/x", [("run", "link")], str(log)) is not None
+    assert _viewer_server.refusal("/x", [("session_path", link)], str(log)) is not None
+
+
+def test_paths_carry_secret_and_proxy_prefix() -> None:
+    viewer = Viewer(1, 8000, "/logs", "s3cret-s3cret-s3cret", "xprof", "/log", 0.0)
+    assert viewer.base_path == "/s3cret-s3cret-s3cret"
+    assert "s3cret" not in repr(viewer)
+    assert viewer.data_path("run_tools", run="a b") == (
+        "/s3cret-s3cret-s3cret/data/plugin/profile/run_tools?run=a+b"
+    )
+    tool = urlsplit(viewer.tool_path("r1", "trace_viewer@", "vm", prefix="/proxy/8000"))
+    assert tool.path == "/proxy/8000/s3cret-s3cret-s3cret/data/plugin/profile/trace_viewer@"
+    assert parse_qs(tool.query) == {"run": ["r1"], "tag": ["trace_viewer@"], "host": ["vm"]}
+
+    page = urlsplit(viewer.trace_viewer_path("r1", "vm", prefix="/proxy/8000"))
+    assert page.path.endswith("/data/plugin/profile/trace_viewer_index.html")
+    params = parse_qs(page.query)
+    assert params["is_streaming"] == ["true"]
+    data = urlsplit(params["trace_data_url"][0])
+    assert data.path == "/proxy/8000/s3cret-s3cret-s3cret/data/plugin/profile/data"
+    assert parse_qs(data.query) == {"run": ["r1"], "tag": ["trace_viewer@"], "host": ["vm"]}
+
+    board = Viewer(1, 8000, "/logs", "s3cret-s3cret-s3cret", "tensorboard", "/log", 0.0)
+    assert board.tool_path("r1", "overview_page").startswith("/s3cret-s3cret-s3cret/?run=r1")
+    assert board.tool_path("r1", "overview_page").endswith("#profile")
+
+
+# One shared XProf viewer: what it serves and what it refuses.
+
+
+def test_serves_a_run(viewer: Viewer) -> None:
+    assert RUN in fetch_json(viewer, "runs")
+    assert "trace_viewer@" in fetch_json(viewer, "run_tools", run=RUN)
+    hosts = fetch_json(viewer, "hosts", run=RUN, tag="trace_viewer@")
+    host = hosts[0]["hostname"]
+    trace = fetch_json(viewer, "data", run=RUN, tag="trace_viewer@", host=host)
+    assert LABEL in {event.get("name") for event in trace["traceEvents"]}
+
+
+def test_ui_assets_and_pages_answer_under_the_prefix(viewer: Viewer) -> None:
+    status, index = _get(viewer, viewer.ui_path())
+    assert status == 200
+    assert b"/data/plugin/profile" in index
+    for asset in ("styles.css", "zone.js", "runtime.js", "bundle.js"):
+        assert asset.encode() in index
+        assert _get(viewer, viewer.ui_path() + asset)[0] == 200, asset
+    assert _get(viewer, viewer.tool_path(RUN, "trace_viewer@", "vm"))[0] == 200
+    status, page = _get(viewer, viewer.trace_viewer_path(RUN, "vm"))
+    assert status == 200
+    assert b"trace_viewer_index.js" in page
+    assert _get(viewer, viewer.ui_path() + "trace_viewer_index.js")[0] == 200
+    for path in (viewer.base_path, viewer.base_path + "/"):
+        response = _raw_get(viewer, path)
+        assert response.status == 302
+        location = urljoin(f"http://h/proxy/1{path}", response.getheader("Location") or "")
+        assert location == f"http://h/proxy/1{viewer.ui_path()}"
+
+
+def _raw_get(viewer: Viewer, path: str) -> http.client.HTTPResponse:
+    connection = http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=10)
+    connection.request("GET", path)
+    response = connection.getresponse()
+    response.read()
+    connection.close()
+    return response
+
+
+def test_refuses_requests_without_the_secret(viewer: Viewer) -> None:
+    assert _get(viewer, "/data/plugin/profile/runs")[0] == 404
+    assert _get(viewer, "/")[0] == 404
+    wrong = "/" + "x" * len(viewer.secret) + "/data/plugin/profile/runs"
+    assert _get(viewer, wrong)[0] == 404
+    assert _get(viewer, viewer.secret + "/data/plugin/profile/runs")[0] in (400, 404)
+
+
+def test_refuses_session_path_outside_the_logdir(viewer: Viewer, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "vm.xplane.pb").write_bytes(b"")
+    for route, params in [
+        ("runs", {"session_path": str(outside)}),
+        ("run_tools", {"run": "elsewhere", "session_path": str(outside)}),
+        ("run_tools", {"run": "x", "run_path": "/"}),
+        ("run_tools", {"run": "../../../etc/x"}),
+        ("capture_profile", {"service_addr": "127.0.0.1:1"}),
+    ]:
+        status, body = _get(viewer, viewer.data_path(route, **params))
+        assert status == 403, (route, params, body)
+    inside = Path(viewer.logdir) / "plugins" / "profile" / RUN
+    assert fetch_json(viewer, "runs", session_path=str(inside)) == [RUN]
+
+
+def test_listens_on_loopback_only(viewer: Viewer) -> None:
+    addresses = _listening_addresses(viewer.pid)
+    assert addresses == {("127.0.0.1", viewer.port)}
+
+
+def _listening_addresses(pid: int) -> set[tuple[str, int]]:
+    try:
+        import psutil  # type: ignore[import-untyped]
+    except ImportError:
+        return _listening_from_proc(pid)
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+def _listening_from_proc(pid: int) -> set[tuple[str, int]]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        target = os.readlink(fd)
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:
+                continue
+            raw, port = fields[1].split(":")
+            packed = bytes.fromhex(raw)
+            if family == socket.AF_INET:
+                packed = packed[::-1]
+            else:
+                packed = b"".join(packed[i : i + 4][::-1] for i in range(0, 16, 4))
+            found.add((socket.inet_ntop(family, packed), int(port, 16)))
+    return found
+
+
+def test_logs_go_to_the_log_file(viewer: Viewer, capfd: pytest.CaptureFixture[str]) -> None:
+    fetch_json(viewer, "runs")
+    out, err = capfd.readouterr()
+    assert "httpRequest" not in out + err
+    log = Path(viewer.log_path)
+    assert oct(log.stat().st_mode & 0o777) == oct(0o600)
+    assert "httpRequest" in log.read_text()
+
+
+def test_info_file_is_private(viewer: Viewer, viewer_dir: Path) -> None:
+    info = Path(_viewer_server.info_path(str(viewer_dir), viewer.pid))
+    assert info.stat().st_mode & 0o777 == 0o600
+    assert viewer_dir.stat().st_mode & 0o777 == 0o700
+    assert json.loads(info.read_text())["secret"] == viewer.secret
+
+
+def test_a_new_kernel_finds_and_reuses_the_viewer(viewer: Viewer, logdir: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import json
+        from xprof_magic._viewer import ensure_viewer, fetch_json, find_viewer
+        RUN = {RUN!r}
+        found = find_viewer({str(logdir)!r})
+        outcome = ensure_viewer({str(logdir)!r})
+        print(json.dumps([found.pid, found.port, type(outcome).__name__,
+                          RUN in fetch_json(found, "runs")]))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(result.stdout) == [viewer.pid, viewer.port, "Reused", True]
+
+
+def test_a_viewer_outlives_the_kernel_that_started_it(viewer_dir: Path, fresh_logdir: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        from xprof_magic._viewer import ensure_viewer
+        print(ensure_viewer({str(fresh_logdir)!r}).viewer.pid)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    pid = int(result.stdout)
+    assert pid not in _viewer._children
+    found = find_viewer(fresh_logdir)
+    assert found is not None
+    assert found.pid == pid
+    assert stop_viewer(found) is True
+    assert _wait_gone(pid, 5)
+    assert find_viewer(fresh_logdir) is None
+
+
+def test_the_secret_is_not_on_the_command_line(viewer: Viewer) -> None:
+    cmdline = Path(f"/proc/{viewer.pid}/cmdline")
+    if not cmdline.exists():
+        pytest.skip("needs /proc")
+    assert viewer.secret.encode() not in cmdline.read_bytes()
+
+
+def test_a_new_run_is_served_at_once(viewer: Viewer, captures: Path) -> None:
+    """The store moves a finished run into place with one rename; no reload is needed."""
+    staged = Path(viewer.logdir) / "staged-second"
+    staged.mkdir()
+    for file in (captures / "second").iterdir():
+        (staged / file.name).write_bytes(file.read_bytes())
+    os.rename(staged, Path(viewer.logdir) / "plugins" / "profile" / "second")
+    assert "trace_viewer@" in fetch_json(viewer, "run_tools", run="second")
+    trace = fetch_json(viewer, "data", run="second", tag="trace_viewer@", host="vm")
+    assert LABEL in {event.get("name") for event in trace["traceEvents"]}
+
+
+# Lifecycle: each test has its own log directory and servers.
+
+
+def test_launch_reuse_stop(viewer_dir: Path, fresh_logdir: Path) -> None:
+    start = begin_viewer(fresh_logdir, idle_timeout=120)
+    assert start.pid is not None
+    first = start.wait(60)
+    assert isinstance(first, Launched), first
+    assert first.viewer.pid == start.pid
+    assert first.viewer.logdir == str(fresh_logdir.resolve())
+    assert start.wait(1) is first
+
+    again = ensure_viewer(fresh_logdir)
+    assert isinstance(again, Reused), again
+    assert again.viewer == first.viewer
+    assert f"pid {first.viewer.pid}" in again.message
+    assert find_viewer(fresh_logdir) == first.viewer
+
+    assert stop_viewer(first.viewer) is True
+    assert _wait_gone(first.viewer.pid, 5)
+    assert find_viewer(fresh_logdir) is None
+    assert not Path(_viewer_server.info_path(str(viewer_dir), first.viewer.pid)).exists()
+    assert stop_viewer(first.viewer) is False
+
+
+def test_restarts_after_the_server_is_killed(viewer_dir: Path, fresh_logdir: Path) -> None:
+    old = _launched(ensure_viewer(fresh_logdir))
+    os.kill(old.pid, signal.SIGKILL)
+    assert _wait_gone(old.pid, 5)
+    assert find_viewer(fresh_logdir) is None
+
+    old = _launched(ensure_viewer(fresh_logdir))
+    os.kill(old.pid, signal.SIGKILL)
+    assert _wait_gone(old.pid, 5)
+    outcome = ensure_viewer(fresh_logdir)
+    assert isinstance(outcome, Restarted), outcome
+    assert f"pid {old.pid}" in outcome.reason
+    assert outcome.viewer.pid != old.pid
+    assert fetch_json(outcome.viewer, "runs") == []
+    stop_viewer(outcome.viewer)
+
+
+def test_given_port(viewer_dir: Path, fresh_logdir: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    viewer = _launched(ensure_viewer(fresh_logdir, port=port))
+    assert viewer.port == port
+    assert _get(viewer, viewer.data_path("runs"))[0] == 200
+    stop_viewer(viewer)
+
+
+def test_busy_given_port_fails_naming_the_port(viewer_dir: Path, fresh_logdir: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        outcome = ensure_viewer(fresh_logdir, port=port)
+        assert isinstance(outcome, Failed), outcome
+        assert f"Port {port}" in outcome.message
+        assert find_viewer(fresh_logdir) is None
+
+
+def test_port_taken_during_startup_fails_naming_the_port(
+    viewer_dir: Path, fresh_logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port can be taken between the kernel's check and the server's bind."""
+    monkeypatch.setattr(_viewer, "_port_free", lambda port: True)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        outcome = ensure_viewer(fresh_logdir, port=port)
+    assert isinstance(outcome, Failed), outcome
+    assert f"Port {port}" in outcome.message
+
+
+def test_exits_after_idle_timeout(viewer_dir: Path, fresh_logdir: Path) -> None:
+    viewer = _launched(ensure_viewer(fresh_logdir, idle_timeout=1.0))
+    assert _wait_gone(viewer.pid, 10)
+    assert not Path(_viewer_server.info_path(str(viewer_dir), viewer.pid)).exists()
+    assert "no request for 1 s" in Path(viewer.log_path).read_text()
+
+
+def test_server_that_dies_at_startup_fails_with_its_log(
+    viewer_dir: Path, fresh_logdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub = tmp_path / "stub_server.py"
+    stub.write_text("import sys\nprint('stub: cannot start, disk on fire', file=sys.stderr)\n")
+    monkeypatch.setattr(_viewer, "_SERVER_SCRIPT", str(stub))
+    outcome = ensure_viewer(fresh_logdir)
+    assert isinstance(outcome, Failed), outcome
+    assert "disk on fire" in outcome.message
+    assert outcome.log_path is not None
+
+
+def test_server_that_never_answers_times_out(
+    viewer_dir: Path, fresh_logdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub = tmp_path / "stub_server.py"
+    stub.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(_viewer, "_SERVER_SCRIPT", str(stub))
+    start = begin_viewer(fresh_logdir)
+    outcome = start.wait(0.3)
+    assert isinstance(outcome, Failed), outcome
+    assert f"pid {start.pid}" in outcome.message
+    assert start.poll() is None
+    assert begin_viewer(fresh_logdir) is start
+    assert start.pid is not None
+    os.kill(start.pid, signal.SIGKILL)
+    assert _wait_gone(start.pid, 5)
+
+
+def test_tensorboard_kind(viewer_dir: Path, logdir: Path) -> None:
+    outcome = ensure_viewer(logdir, kind="tensorboard", timeout=90)
+    board = _launched(outcome)
+    assert isinstance(outcome, Launched)
+    assert board.kind == "tensorboard"
+    assert RUN in fetch_json(board, "runs")
+    assert "trace_viewer@" in fetch_json(board, "run_tools", run=RUN)
+    assert _get(board, board.base_path + "/")[0] == 200
+    assert _get(board, board.tool_path(RUN, "trace_viewer@", "vm"))[0] == 200
+    assert _get(board, board.trace_viewer_path(RUN, "vm"))[0] == 200
+    assert _get(board, "/data/plugin/profile/runs")[0] == 404
+    status, _ = _get(board, board.data_path("runs", session_path="/"))
+    assert status == 403
+    assert _listening_addresses(board.pid) == {("127.0.0.1", board.port)}
+    assert find_viewer(logdir, kind="tensorboard") == board
+    assert stop_viewer(board)
