@@ -228,7 +228,9 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     assert len(shown) == 1
     bundle = shown[0]["data"]
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert bundle["text/plain"].startswith("XProf: http://127.0.0.1:")
+    assert bundle["text/plain"].startswith("xprof summary — run first · ok")
+    assert "\nXProf: http://127.0.0.1:" in bundle["text/plain"]
+    assert 'class="xprof-magic-summary"' in bundle["text/html"]
     assert "Started the XProf viewer" in text(outputs)
     viewer = _viewer.find_viewer(tmp_path)
     assert viewer is not None
@@ -253,3 +255,49 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     _, outputs = kernel.run("%xprof viewer stop")
     assert "stopped" in text(outputs)
     assert _viewer.find_viewer(tmp_path) is None
+
+
+def test_summary_pending_then_replaced_and_summary_compare_commands(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    kernel.run("import xprof_magic._display as shown\nshown.SUMMARY_BUDGET_S = 0.0")
+    loop = (
+        "x = torch.ones(8, device=torch_xla.device())\n"
+        "for i in range(20):\n"
+        "    # xprof: work\n"
+        "    x = x * 2\n"
+        "    torch_xla.sync()"
+    )
+    msg_id = kernel.client.execute(f"%%xprof --logdir {tmp_path} --name big\n{loop}")
+    pending: dict[str, Any] = {}
+    updated: dict[str, Any] = {}
+    deadline = time.monotonic() + 120
+    while not updated and time.monotonic() < deadline:
+        try:
+            msg = kernel.client.get_iopub_msg(timeout=1)
+        except Exception:
+            continue
+        content = msg["content"]
+        if msg["msg_type"] == "display_data" and msg["parent_header"].get("msg_id") == msg_id:
+            pending = content
+        elif msg["msg_type"] == "update_display_data":
+            updated = content
+    kernel.client.get_shell_msg(timeout=60)
+    assert "summary pending" in pending["data"]["text/plain"]
+    display_id = pending["transient"]["display_id"]
+    assert updated["transient"]["display_id"] == display_id
+    assert "summary pending" not in updated["data"]["text/plain"]
+    assert "work" in updated["data"]["text/plain"]
+    assert (tmp_path / "plugins" / "profile" / "big" / "xprof_magic_summary.json").exists()
+    kernel.run("shown.SUMMARY_BUDGET_S = 0.15")
+
+    kernel.run(f"%%xprof --logdir {tmp_path} --name small --no-display\ny = 1")
+    _, outputs = kernel.run("%xprof summary small")
+    assert outputs[-1]["data"]["text/plain"].startswith("xprof summary — run small")
+    assert "text/html" in outputs[-1]["data"]
+    _, outputs = kernel.run("%xprof compare big small")
+    compared = outputs[-1]["data"]["text/plain"]
+    assert "big" in compared and "small" in compared
+    _, outputs = kernel.run("%xprof summary nothere")
+    assert "no run 'nothere'" in text(outputs)
+    kernel.run("%xprof viewer stop")

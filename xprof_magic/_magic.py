@@ -29,7 +29,7 @@ from xprof_magic._backends import BACKENDS, TraceAlreadyRunning
 
 __all__ = ["XprofMagics"]
 
-_SUBCOMMANDS = "runs, view [RUN], viewer, viewer stop"
+_SUBCOMMANDS = "runs, view [RUN], summary [RUN], compare RUN_A RUN_B, viewer, viewer stop"
 DEFAULT_HEIGHT = 600
 
 
@@ -128,6 +128,8 @@ class XprofMagics(Magics):
 
         - ``%xprof runs [LOGDIR]``: list the runs;
         - ``%xprof view [RUN]``: show the viewer again, for any run, without re-running;
+        - ``%xprof summary [RUN]``: the run's summary again (saved beside the capture);
+        - ``%xprof compare RUN_A RUN_B``: two runs side by side, with the deltas;
         - ``%xprof viewer``: where the viewer runs (pid, port, log directory, its log);
         - ``%xprof viewer stop``: stop it.
         """
@@ -244,6 +246,10 @@ class XprofMagics(Magics):
             return self._view(rest[0] if rest else None)
         if command == "viewer" and rest in ([], ["stop"]):
             return self._viewer_command(stop=bool(rest))
+        if command == "summary" and len(rest) <= 1:
+            return self._summary(rest[0] if rest else None)
+        if command == "compare" and len(rest) == 2:
+            return self._compare(*rest)
         if command == "runs" and len(rest) <= 1:
             logdir = Path(rest[0]) if rest else _store.default_logdir()
             found = _store.runs(logdir)
@@ -269,26 +275,31 @@ class XprofMagics(Magics):
         self._viewer_kind, self._viewer_port = args.viewer, args.viewer_port
         return _viewer.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)
 
-    def _show(self, start: Any, logdir: Path, run: str | None, height: int) -> None:
-        from xprof_magic import _viewer
+    def _show(self, start: Any, logdir: Path, run: str, height: int) -> None:
+        """The summary and the viewer under the cell; a pending summary updates in place."""
+        from xprof_magic import _display, _viewer
         from xprof_magic._context import detect
 
+        run_dir = logdir / "plugins" / "profile" / run
+        summary = _display.summary_now(run_dir)
         outcome = start.wait(timeout=_VIEWER_WAIT_S)
+        view = None
+        context = detect(self.shell)
         if isinstance(outcome, _viewer.Failed):
             print(f"xprof: no viewer: {outcome.message}")
-            return
-        if isinstance(outcome, _viewer.Restarted | _viewer.Launched):
-            print(f"xprof: {outcome.message} Stop it with %xprof viewer stop.")
-        context = detect(self.shell)
-        view = _widget_module().ViewerWidget(
-            outcome.viewer, context, logdir, run=run, height=height
-        )
-        if context.has_widgets:
-            display(view)
         else:
-            print(view.text())
+            if isinstance(outcome, _viewer.Restarted | _viewer.Launched):
+                print(f"xprof: {outcome.message} Stop it with %xprof viewer stop.")
+            view = _widget_module().ViewerWidget(
+                outcome.viewer, context, logdir, run=run, height=height
+            )
+        shown = _display.CellDisplay(summary, view, widgets=context.has_widgets)
+        shown.show()
+        if summary.pending:
+            _display.finish_summary(run_dir, shown.update)
 
-    def _view(self, run: str | None) -> None:
+    def _run_name(self, run: str | None) -> tuple[Path, str]:
+        """The log directory in use and a run in it (the newest when none is named)."""
         logdir = self._logdir or _store.default_logdir()
         names = [r.name for r in _store.runs(logdir)]
         if not names:
@@ -297,10 +308,37 @@ class XprofMagics(Magics):
             raise UsageError(
                 f"no run {run!r} in {logdir.absolute()}; %xprof runs lists the runs there"
             )
+        return logdir, run or names[0]
+
+    def _view(self, run: str | None) -> None:
         from xprof_magic import _viewer
 
+        logdir, name = self._run_name(run)
         start = _viewer.begin_viewer(logdir, port=self._viewer_port, kind=self._viewer_kind)
-        self._show(start, logdir, run or names[0], DEFAULT_HEIGHT)
+        self._show(start, logdir, name, DEFAULT_HEIGHT)
+
+    def _full_summary(self, run: str | None) -> Any:
+        from xprof_magic import _analysis
+
+        logdir, name = self._run_name(run)
+        run_dir = logdir / "plugins" / "profile" / name
+        summary = _analysis.load_summary(run_dir)
+        if summary is None or not summary.complete:
+            summary = _analysis.summarize(run_dir, budget_s=None)
+            if summary.complete:
+                _analysis.save_summary(summary, run_dir)
+        return summary
+
+    def _summary(self, run: str | None) -> None:
+        from xprof_magic import _display
+
+        display(_display.summary_bundle(self._full_summary(run)), raw=True)
+
+    def _compare(self, run_a: str, run_b: str) -> None:
+        from xprof_magic import _analysis
+
+        both = _analysis.compare(self._full_summary(run_a), self._full_summary(run_b))
+        display({"text/plain": both.text(), "text/html": both.html()}, raw=True)
 
     def _viewer_command(self, stop: bool) -> None:
         from xprof_magic import _viewer

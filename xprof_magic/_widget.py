@@ -17,7 +17,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from xprof_magic import _store
+from xprof_magic import _analysis, _store
 from xprof_magic._context import Context
 from xprof_magic._viewer import Viewer, ViewerError, fetch_json
 
@@ -128,6 +128,7 @@ class ViewerWidget:
         self.link = widgets.HTML()
         self.frame = widgets.HTML()
         self.status = widgets.HTML()
+        self.summary = widgets.HTML()
         for widget, css in (
             (self.runs, "xprof-runs"),
             (self.tools, "xprof-tools"),
@@ -136,13 +137,14 @@ class ViewerWidget:
             (self.link, "xprof-link"),
             (self.frame, "xprof-frame"),
             (self.status, "xprof-status"),
+            (self.summary, "xprof-summary"),
         ):
             widget.add_class(css)
         controls = widgets.HBox(
             [self.runs, self.tools, self.hosts, self.refresh, self.link],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
-        self.box = widgets.VBox([controls, self.status, self.frame])
+        self.box = widgets.VBox([controls, self.status, self.summary, self.frame])
         self.box.add_class("xprof-viewer")
         self.runs.observe(self._on_run, names="value")
         self.tools.observe(self._on_view, names="value")
@@ -184,6 +186,7 @@ class ViewerWidget:
                 self.hosts.layout.display = "" if len(hosts) > 1 else "none"
         finally:
             self._updating = False
+        self._show_saved_summary()
         self._on_view()
 
     def _tools(self, run: str) -> list[str]:
@@ -197,6 +200,29 @@ class ViewerWidget:
                 self._tools_cache[run] = tools
             return tools or [TRACE_VIEWER]
         return self._tools_cache[run]
+
+    def show_summary(self, summary: _analysis.Summary) -> None:
+        """Show a run's summary, if that run is the one selected."""
+        if summary.run == self.runs.value:
+            self.summary.value = _analysis.render_html(summary)
+
+    def _show_saved_summary(self) -> None:
+        run = self.runs.value
+        if run is None:
+            self.summary.value = ""
+            return
+        saved = _analysis.load_summary(self.logdir / "plugins" / "profile" / run)
+        self.summary.value = (
+            _analysis.render_html(saved)
+            if saved is not None
+            else f"<i>No summary of {html.escape(run)} yet: %xprof summary {html.escape(run)}</i>"
+        )
+
+    def widget_bundle(self) -> dict[str, Any]:
+        """The widget part of a MIME bundle (the caller adds text and HTML)."""
+        bundle: dict[str, Any] = self.box._repr_mimebundle_() or {}
+        bundle.pop("text/plain", None)
+        return bundle
 
     def _on_view(self, change: Any = None) -> None:
         if self._updating:

@@ -1,0 +1,510 @@
+"""The analysis on real torch_xla captures made on the CPU, plus unit tests with fake planes.
+
+Two captures are made once per module (torch_xla's import costs about 10 s): a loop whose
+shapes change every iteration (recompiles, a CPU fallback, nested labels, the magic's
+``step`` events) and a fixed-shape ``xp.StepTrace`` loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xprof_magic._analysis import (
+    SUMMARY_FILE,
+    LabelRow,
+    StepStats,
+    Summary,
+    chart_svg,
+    compare,
+    load_summary,
+    render_html,
+    render_text,
+    save_summary,
+    summarize,
+    summarize_in_background,
+    summarize_or_defer,
+)
+from xprof_magic._analysis_trace import read_planes
+
+from ._analysis_captures import (
+    SHAPES_CELL,
+    STEPS_CELL,
+    make_run,
+    shapes_cell,
+    steps_cell,
+    write_metadata,
+)
+
+NONZERO_LABEL = "nz = torch.nonzero(x > 0)"
+SYNC_LABEL = "torch_xla.sync()"
+LOOP = "for i in range(3):"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    pytest.importorskip("torch_xla")
+    logdir = tmp_path_factory.mktemp("analysis")
+    return {
+        "shapes": make_run(logdir, "shapes", shapes_cell, SHAPES_CELL),
+        "steps": make_run(logdir, "steps", steps_cell, STEPS_CELL),
+    }
+
+
+@pytest.fixture(scope="module")
+def shapes(runs: dict[str, Path]) -> Summary:
+    return summarize(runs["shapes"], budget_s=None)
+
+
+@pytest.fixture(scope="module")
+def steps(runs: dict[str, Path]) -> Summary:
+    return summarize(runs["steps"], budget_s=None)
+
+
+def _meta(run_dir: Path | str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((Path(run_dir) / "xprof_magic.json").read_text())
+    return data
+
+
+# --- real captures ----------------------------------------------------------------------
+
+
+def test_a_full_summary_reads_everything(shapes: Summary) -> None:
+    assert shapes.complete and not shapes.pending and shapes.missing == ()
+    assert shapes.status == "ok" and shapes.label_source == "trace"
+    assert shapes.events > 100 and shapes.read_s < 5
+
+
+def test_the_device_is_said_plainly(shapes: Summary) -> None:
+    device = _meta(shapes.run_dir)["device"]
+    assert shapes.device.kind == device
+    if device != "CPU":
+        pytest.skip(f"captured on {device}")
+    assert shapes.device.on_cpu
+    assert "PJRT_DEVICE=CPU" in shapes.device.statement
+    assert "not on a TPU" in shapes.device.statement
+    assert shapes.notes[0].level == "warning" and "not on a TPU" in shapes.notes[0].text
+    assert "not on a TPU" in render_text(shapes).splitlines()[1]
+    groups = {g.name: g for g in shapes.device.threads}
+    assert {"python", "tf_XLAPjRtCpuClient", "tf_xla-cpu-codegen"} <= set(groups)
+    assert groups["tf_xla-cpu-codegen"].busy_s > 0
+    assert shapes.device.devices == ()
+    assert shapes.device.busy_s is not None and shapes.device.busy_s > 0
+    assert shapes.device.window_s is not None
+    assert shapes.device.busy_s <= shapes.device.window_s
+    assert shapes.device_ops and all(op.category == "XLA op" for op in shapes.device_ops)
+
+
+def test_recompiles_are_counted_and_named(shapes: Summary) -> None:
+    metrics = _meta(shapes.run_dir)["metrics"]
+    compiles = shapes.compiles
+    assert compiles.count == metrics["metrics"]["CompileTime"]["count"] >= 6
+    assert compiles.trace_count == compiles.count
+    assert compiles.total_s == pytest.approx(metrics["metrics"]["CompileTime"]["total_s"])
+    sites = {site.path[-1]: site for site in compiles.sites}
+    for name in (NONZERO_LABEL, SYNC_LABEL):
+        site = sites[name]
+        assert site.path == (LOOP, "step", name)
+        assert site.runs == 3 and site.compiled_runs == 3
+        assert site.recompiled and not site.warm_up
+    assert sum(site.compiles for site in compiles.sites) + compiles.outside_labels == compiles.count
+    warnings = [n.text for n in shapes.notes if n.level == "warning" and "Recompiled" in n.text]
+    assert any(NONZERO_LABEL in text and "3 of its 3 runs" in text for text in warnings)
+    assert "Recompiled" in render_text(shapes)
+    assert "recompiled" in render_html(shapes)
+
+
+def test_cpu_fallbacks_are_listed_with_a_hint(shapes: Summary) -> None:
+    counters = _meta(shapes.run_dir)["metrics"]["counters"]
+    fallbacks = {f.op: f for f in shapes.fallbacks}
+    assert fallbacks["aten::nonzero"].count == counters["aten::nonzero"] == 3
+    assert "torch.where" in fallbacks["aten::nonzero"].hint
+    assert any(
+        "fell back to the CPU" in n.text and "aten::nonzero ×3" in n.text for n in shapes.notes
+    )
+    text = render_text(shapes)
+    assert "aten::nonzero ×3 — its output shape depends on the data" in text
+
+
+def test_steptrace_steps_with_the_first_apart(steps: Summary) -> None:
+    s = steps.steps
+    assert s is not None and s.source == "trace" and s.name == "train_step"
+    assert s.count == 6 and len(s.durations_s) == 6
+    assert s.first_s == s.durations_s[0]
+    assert 0 in s.compiling
+    assert s.rest_min_s is not None and s.rest_median_s is not None and s.rest_max_s is not None
+    assert s.rest_min_s <= s.rest_median_s <= s.rest_max_s
+    assert s.first_s > s.rest_median_s
+    assert sorted(s.durations_s[1:])[2] == pytest.approx(s.rest_median_s)
+    text = render_text(steps)
+    assert f"6 × 'train_step' (from the timeline): first {_fmt(s.first_s)} (compiled)" in text
+    assert "the other 5: min" in text
+
+
+def test_step_times_match_xprofs_overview_page(steps: Summary, tmp_path: Path) -> None:
+    """XProf's own step detection (its overview page) finds the same step times.
+
+    The overview page leaves out the first and the last step; the summary keeps them all
+    and shows the first, which compiles, apart.
+    """
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+
+    run = tmp_path / "run"  # the converter writes caches beside the capture
+    shutil.copytree(steps.run_dir, run)
+    data, _ = xspace_to_tool_data([str(next(run.glob("*.xplane.pb")))], "overview_page", {})
+    tables = json.loads(data)
+    (step_table,) = [
+        t for t in tables if any(c.get("id") == "stepTimeMs" for c in t.get("cols", []))
+    ]
+    column = [c["id"] for c in step_table["cols"]].index("stepTimeMs")
+    xprof_ms = [row["c"][column]["v"] for row in step_table["rows"]]
+    assert steps.steps is not None
+    ours_ms = [d * 1e3 for d in steps.steps.durations_s]
+    assert ours_ms[1:-1] == pytest.approx(xprof_ms, rel=1e-3)
+
+
+def test_the_magics_step_events_are_steps(shapes: Summary) -> None:
+    s = shapes.steps
+    assert s is not None and s.name == "step" and s.count == 3
+    assert s.compiling == (0, 1, 2)
+    meta_steps = _meta(shapes.run_dir)["steps"]
+    for traced, timed in zip(s.durations_s, meta_steps, strict=True):
+        assert traced == pytest.approx(timed, rel=0.05, abs=2e-3)
+
+
+def test_labels_nest_and_fit_in_the_cell(shapes: Summary) -> None:
+    rows = {row.path: row for row in shapes.labels}
+    user = (LOOP, "step", 'with xp.Trace("user_block"):', "user_block")
+    assert rows[user].kind == "trace" and rows[user].count == 3
+    assert rows[(LOOP, "step")].kind == "step"
+    assert rows[(LOOP,)].kind == "label" and rows[(LOOP,)].count == 1
+    assert shapes.wall_s is not None
+    top = [row for row in shapes.labels if len(row.path) == 1 and not row.thread]
+    assert 0 < sum(row.total_s for row in top) <= shapes.wall_s
+    for row in shapes.labels:
+        assert row.mean_s == pytest.approx(row.total_s / row.count)
+        assert row.share == pytest.approx(row.total_s / shapes.wall_s)
+        if len(row.path) > 1:
+            assert row.total_s <= rows[row.path[:-1]].total_s
+    # The magic's own timers and the timeline agree on every marker block.
+    for label in _meta(shapes.run_dir)["labels"]:
+        traced = [
+            r for r in shapes.labels if r.kind == "label" and _marker_path(r, rows) == label["path"]
+        ]
+        assert traced, label["path"]
+        assert sum(r.count for r in traced) == label["count"]
+        assert sum(r.total_s for r in traced) == pytest.approx(label["total_s"], rel=0.05, abs=2e-3)
+    text = render_text(shapes)
+    assert "      user_block [xp.Trace]" in text
+
+
+def _marker_path(row: Any, rows: dict[tuple[str, ...], Any]) -> list[str]:
+    """The row's path without steps and user traces: the path the magic's timers record."""
+    return [row.path[i] for i in range(len(row.path)) if rows[row.path[: i + 1]].kind == "label"]
+
+
+def _fmt(seconds: float) -> str:
+    from xprof_magic._analysis_render import fmt_s
+
+    return fmt_s(seconds)
+
+
+def test_json_round_trip_and_saved_summary(shapes: Summary, tmp_path: Path) -> None:
+    data = json.loads(json.dumps(shapes.to_json()))
+    assert Summary.from_json(data) == shapes
+    shutil.copytree(shapes.run_dir, tmp_path / "run")
+    target = save_summary(shapes, tmp_path / "run")
+    assert target.name == SUMMARY_FILE
+    assert load_summary(tmp_path / "run") == shapes
+    target.write_text("{not json")
+    assert load_summary(tmp_path / "run") is None
+    target.write_text(json.dumps({**data, "schema": 99}))
+    assert load_summary(tmp_path / "run") is None
+    with pytest.raises(ValueError):
+        Summary.from_json({**data, "labels": "nope"})
+
+
+def test_text_and_html_carry_the_key_facts(shapes: Summary) -> None:
+    text = render_text(shapes)
+    page = render_html(shapes)
+    assert text.startswith("xprof summary — run shapes · ok · wall ")
+    for fact in (
+        "Ran on the CPU (PJRT_DEVICE=CPU), not on a TPU",
+        f"compilations: {shapes.compiles.count} × ",
+        "executions: ",
+        "transfers to device: ",
+        "aten::nonzero",
+        "Top XLA ops on the CPU client",
+        "Top compilation work",
+    ):
+        assert fact in text, fact
+    assert (
+        "<script" not in page
+        and "<style" not in page
+        and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    )
+    assert page.count("<svg") == 1 and "step times" in page
+    assert "with xp.Trace(&quot;user_block&quot;):" in page
+    assert 'with xp.Trace("user_block")' not in page
+    for fact in (
+        "PJRT_DEVICE=CPU",
+        "aten::nonzero",
+        NONZERO_LABEL.replace(">", "&gt;"),
+        "Recompiled",
+    ):
+        assert fact in page, fact
+
+
+def test_compare_two_runs(shapes: Summary, steps: Summary) -> None:
+    result = compare(shapes, steps)
+    rows = {(r.section, r.name): r for r in result.rows}
+    assert rows[("compile", "compilations")].a == shapes.compiles.count
+    assert rows[("compile", "compilations")].b == steps.compiles.count
+    assert rows[("CPU fallbacks", "aten::nonzero")].a == 3
+    assert rows[("CPU fallbacks", "aten::nonzero")].b == 0
+    assert steps.steps is not None
+    assert rows[("steps", "count")].b == 6
+    assert rows[("labels", LOOP)].b is None
+    text = result.text()
+    assert "A: shapes" in text and "B: steps" in text
+    assert "aten::nonzero" in text and "only in A" in text
+    page = result.html()
+    assert "<table" in page and "<script" not in page and "A: shapes" in page
+    same = compare(shapes, shapes)
+    labels = [r for r in same.rows if r.section == "labels"]
+    assert [r.path for r in labels] == [r.path for r in shapes.labels]
+    assert all(r.a == r.b for r in labels) and same.notes == ()
+    assert "      user_block " in same.text()
+
+
+def test_a_quick_summary_first_then_the_full_one(runs: dict[str, Path], tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(runs["shapes"], run)
+    quick = summarize(run, budget_s=0)
+    assert quick.pending and not quick.complete and quick.label_source == "metadata"
+    assert quick.notes[0].text.startswith("Quick summary from the metadata")
+    assert {row.path for row in quick.labels} == {tuple(x["path"]) for x in _meta(run)["labels"]}
+    assert quick.fallbacks and quick.compiles.count is not None
+    assert "was not read: it takes longer than the 0 s budget" in render_text(quick)
+    done = threading.Event()
+    got: list[Summary] = []
+
+    def on_ready(summary: Summary) -> None:
+        got.append(summary)
+        done.set()
+
+    shown = summarize_or_defer(run, on_ready, budget_s=0)
+    assert shown.pending
+    assert done.wait(60)
+    assert got[0].complete and got[0].label_source == "trace"
+    assert load_summary(run) == got[0]
+    assert summarize_or_defer(run, on_ready, budget_s=0) == got[0]
+    assert summarize_in_background(run).result(60).complete
+
+
+def test_a_capture_made_by_the_core(runs: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+    import torch_xla
+
+    import xprof_magic
+
+    if not hasattr(xprof_magic, "capture"):
+        pytest.skip("the core's capture API is not there yet")
+    dev = torch_xla.device()
+    with xprof_magic.capture(logdir=tmp_path, name="core", server=False) as cap:
+        w = torch.ones(8, 8, device=dev)
+        for i in range(3):
+            with xprof_magic.step(), xprof_magic.label("forward"):
+                y = (torch.ones(2 + i, 8, device=dev) @ w).sum()
+                torch_xla.sync()
+    del y
+    assert cap.result is not None
+    summary = summarize(cap.result.run_dir)
+    assert summary.complete, summary.missing
+    assert summary.steps is not None and summary.steps.count == 3
+    rows = {row.path: row for row in summary.labels}
+    assert rows[("step", "forward")].count == 3 and rows[("step", "forward")].kind == "label"
+    assert summary.compiles.count == summary.compiles.trace_count
+    assert any(s.path == ("step", "forward") and s.recompiled for s in summary.compiles.sites)
+
+
+def test_a_cell_that_raised_says_so_first(runs: dict[str, Path], tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(runs["steps"], run)
+    meta = _meta(run)
+    meta.update(status="error", error={"type": "ValueError", "message": "bad shape"})
+    write_metadata(run, meta)
+    summary = summarize(run)
+    assert summary.status == "error" and summary.error == "ValueError: bad shape"
+    assert summary.notes[0].level == "error" and "ValueError: bad shape" in summary.notes[0].text
+    assert "error: ValueError: bad shape" in render_text(summary).splitlines()[0]
+
+
+def test_the_chart_falls_back_to_labels_and_thins_long_runs() -> None:
+    rows = (
+        LabelRow(("a<b",), "label", 1, 2.0, 2.0, 0.5),
+        LabelRow(("a<b", "inner"), "label", 2, 1.0, 0.5, 0.25),
+    )
+    svg = chart_svg(Summary(run="r", run_dir="/x", labels=rows))
+    assert "a&lt;b" in svg and "a&lt;b › inner" in svg and "a<b" not in svg
+    durations = (1.0,) + (0.01,) * 2999
+    many = StepStats("step", "trace", 3000, durations, 1.0, 0.01, 0.01, 0.01, (0,))
+    svg = chart_svg(Summary(run="r", run_dir="/x", steps=many))
+    assert svg.count("<rect") <= 240 and "↑ 1.00 s" in svg
+    assert chart_svg(Summary(run="r", run_dir="/x")) == ""
+
+
+# --- captures that cannot be read -------------------------------------------------------
+
+
+def _check_readable_result(summary: Summary, *words: str) -> None:
+    assert not summary.complete
+    assert summary.missing
+    joined = " ".join(summary.missing)
+    for word in words:
+        assert word in joined, (word, joined)
+    assert summary.missing[0] in render_text(summary)
+    render_html(summary)
+    assert Summary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
+
+
+def test_missing_folder(tmp_path: Path) -> None:
+    summary = summarize(tmp_path / "nope")
+    _check_readable_result(summary, "does not exist")
+    assert summary.notes[0].level == "error"
+
+
+def test_corrupt_timeline_without_metadata(tmp_path: Path) -> None:
+    (tmp_path / "vm.xplane.pb").write_bytes(b"\xff\xfe not a protobuf")
+    summary = summarize(tmp_path)
+    _check_readable_result(summary, "could not be read", "no xprof_magic.json")
+    assert summary.device.kind == "unknown"
+
+
+def test_metadata_without_timeline(runs: dict[str, Path], tmp_path: Path) -> None:
+    write_metadata(tmp_path, _meta(runs["shapes"]))
+    summary = summarize(tmp_path)
+    _check_readable_result(summary, "no <host>.xplane.pb")
+    assert summary.label_source == "metadata" and summary.labels
+    assert summary.fallbacks[0].op == "aten::nonzero"
+    assert summary.steps is not None and summary.steps.source == "metadata"
+
+
+def test_unreadable_metadata(runs: dict[str, Path], tmp_path: Path) -> None:
+    shutil.copytree(runs["steps"], tmp_path / "run")
+    (tmp_path / "run" / "xprof_magic.json").write_text("[1, 2")
+    summary = summarize(tmp_path / "run")
+    _check_readable_result(summary, "xprof_magic.json is unreadable")
+    assert summary.steps is not None and summary.steps.count == 6
+    assert summary.compiles.count is None and summary.compiles.trace_count
+
+
+def test_metadata_of_the_wrong_shape(runs: dict[str, Path], tmp_path: Path) -> None:
+    shutil.copytree(runs["steps"], tmp_path / "run")
+    write_metadata(
+        tmp_path / "run",
+        {
+            "labels": [{"path": "x"}, 3],
+            "metrics": {"counters": [], "metrics": {"CompileTime": 1}},
+            "wall_s": "slow",
+            "steps": ["a"],
+            "error": "boom",
+            "status": 7,
+        },
+    )
+    summary = summarize(tmp_path / "run")
+    assert summary.complete and summary.wall_s is None and summary.compiles.count is None
+    render_text(summary)
+
+
+# --- the TPU path, with planes shaped like XProf's ------------------------------------------
+
+
+class _Event:
+    def __init__(
+        self, name: str, start: float, dur: float, stats: tuple[tuple[str, str], ...] = ()
+    ):
+        self.name, self.start_ns, self.duration_ns, self.stats = name, start, dur, stats
+
+
+class _Line:
+    def __init__(self, name: str, events: list[_Event]):
+        self.name, self.events = name, tuple(events)
+
+    def close(self) -> None:
+        pass
+
+
+class _Plane:
+    def __init__(self, name: str, lines: list[_Line], stats: tuple[tuple[str, str], ...] = ()):
+        self.name, self.lines, self.stats = name, tuple(lines), stats
+
+
+def test_tpu_busy_and_idle_share_from_device_planes() -> None:
+    ms = 1e6
+    python = _Line(
+        "python",
+        [
+            _Event("train", 0, 90 * ms),
+            _Event("step", 0, 40 * ms, (("_r", "1"), ("step_num", "0"))),
+            _Event("XLAGraphExecutor::Compile", 1 * ms, 30 * ms),
+            _Event("step", 50 * ms, 20 * ms, (("_r", "1"), ("step_num", "1"))),
+        ],
+    )
+    device = _Plane(
+        "/device:TPU:0",
+        [
+            _Line(
+                "XLA Modules",
+                [_Event("jit_step", 40 * ms, 10 * ms), _Event("jit_step", 70 * ms, 10 * ms)],
+            ),
+            _Line(
+                "XLA Ops",
+                [
+                    _Event("fusion.1", 40 * ms, 6 * ms),
+                    _Event("dot.2", 41 * ms, 2 * ms),
+                    _Event("fusion.1", 70 * ms, 6 * ms),
+                ],
+            ),
+        ],
+    )
+    env = _Plane(
+        "Task Environment",
+        [],
+        (("profile_start_time", "1000"), ("profile_stop_time", str(int(1000 + 100 * ms)))),
+    )
+    facts = read_planes(
+        [_Plane("/host:CPU", [python]), device, env], label_names=frozenset({"train"})
+    )
+    assert facts.devices == [("/device:TPU:0", 20 * ms)]
+    assert facts.device_ops["fusion.1"] == [2, 10 * ms]
+    assert facts.device_ops["dot.2"] == [1, 2 * ms]
+    assert facts.compile_count == 1
+    kinds = {(b.name, b.kind, b.compiles) for b in facts.blocks}
+    assert kinds == {("train", "label", 0), ("step", "step", 1), ("step", "step", 0)}
+
+    from xprof_magic._analysis import _device
+
+    info = _device({"device": "TPU"}, facts)
+    assert info.kind == "TPU" and not info.on_cpu
+    assert info.busy_share == pytest.approx(0.2)
+    assert info.devices[0].share == pytest.approx(0.2)
+    assert "1 TPU device" in info.statement
+    text = render_text(Summary(run="r", run_dir="/x", device=info))
+    assert "the device was busy 20.0 ms of the 100.0 ms window (20%); idle 80%" in text
+
+
+def test_a_tpu_run_without_device_activity_says_so() -> None:
+    env = _Plane("Task Environment", [], (("profile_start_time", "1"), ("profile_stop_time", "2")))
+    facts = read_planes([env])
+    from xprof_magic._analysis import _device
+
+    assert "no TPU activity" in _device({"device": "TPU"}, facts).statement

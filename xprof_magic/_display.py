@@ -1,0 +1,110 @@
+"""What a profiled cell shows: the summary, and the viewer widget when one can render.
+
+Each display is one MIME bundle: the widget where widgets render, static HTML of the summary
+where they do not (a saved notebook, nbconvert, GitHub), and text/plain for terminals. A
+summary too big for the cell's time budget is finished in a process of its own, and the
+display is updated in place when it is ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from IPython.display import DisplayHandle, display
+
+from xprof_magic import _analysis
+from xprof_magic._analysis import Summary
+
+__all__ = ["SUMMARY_BUDGET_S", "CellDisplay", "finish_summary", "summary_bundle", "summary_now"]
+
+SUMMARY_BUDGET_S = 0.15
+
+
+def summary_now(run_dir: Path, budget_s: float | None = None) -> Summary:
+    """The saved summary, or one read within ``budget_s`` (default :data:`SUMMARY_BUDGET_S`),
+    or a quick one marked pending."""
+    budget_s = SUMMARY_BUDGET_S if budget_s is None else budget_s
+    saved = _analysis.load_summary(run_dir)
+    if saved is not None and saved.complete:
+        return saved
+    if _analysis.estimate_read_s(run_dir) > budget_s:
+        return _analysis.summarize(run_dir, budget_s=0.0)
+    summary = _analysis.summarize(run_dir, budget_s=budget_s)
+    if summary.complete:
+        with contextlib.suppress(OSError):
+            _analysis.save_summary(summary, run_dir)
+    return summary
+
+
+def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> threading.Thread:
+    """Read the whole timeline in a subprocess; call ``on_ready`` from a thread when done."""
+
+    def work() -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "xprof_magic._analysis", str(run_dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
+        summary = _analysis.load_summary(run_dir)
+        if summary is None:
+            reason = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
+            summary = _analysis.summarize(run_dir, budget_s=0.0)
+            print(f"xprof: the full summary of {run_dir.name} failed: {reason[0]}")
+        on_ready(summary)
+
+    thread = threading.Thread(target=work, name="xprof-summary", daemon=True)
+    thread.start()
+    return thread
+
+
+def summary_bundle(summary: Summary, extra_text: str = "", extra_html: str = "") -> dict[str, Any]:
+    """text/plain and static text/html of a summary."""
+    text = _analysis.render_text(summary)
+    page = _analysis.render_html(summary)
+    if summary.pending:
+        text += f"\n(summary pending: the full one replaces this; %xprof summary {summary.run})"
+        page += "<p><i>Summary pending: the full one replaces this when ready.</i></p>"
+    return {"text/plain": text + extra_text, "text/html": page + extra_html}
+
+
+class CellDisplay:
+    """The bundle under one cell, and its in-place update when a pending summary is ready."""
+
+    def __init__(self, summary: Summary, view: Any = None, widgets: bool = False) -> None:
+        self.summary = summary
+        self.view = view
+        self.widgets = widgets and view is not None
+        self.handle: DisplayHandle | None = None
+
+    def bundle(self) -> dict[str, Any]:
+        extra_text = extra_html = ""
+        if self.view is not None:
+            src, full = self.view.urls()
+            if src:
+                extra_text = f"\nXProf: {src}"
+                extra_html = (
+                    f'<p><a href="{html.escape(full or src, quote=True)}" target="_blank">'
+                    "Open this run in XProf</a> (while its viewer runs)</p>"
+                )
+        data = summary_bundle(self.summary, extra_text, extra_html)
+        if self.widgets:
+            self.view.show_summary(self.summary)
+            data.update(self.view.widget_bundle())
+        return data
+
+    def show(self) -> None:
+        self.handle = display(self.bundle(), raw=True, display_id=True)
+
+    def update(self, summary: Summary) -> None:
+        self.summary = summary
+        if self.handle is not None:
+            self.handle.update(self.bundle(), raw=True)
