@@ -301,3 +301,30 @@ def test_summary_pending_then_replaced_and_summary_compare_commands(
     _, outputs = kernel.run("%xprof summary nothere")
     assert "no run 'nothere'" in text(outputs)
     kernel.run("%xprof viewer stop")
+
+
+def test_a_restarted_kernel_reuses_the_live_viewer(tmp_path: Path) -> None:
+    import os
+
+    from xprof_magic import _viewer
+
+    k = Kernel({**os.environ, "XPROF_MAGIC_NO_SERVER": "1"})
+    try:
+        cell = f"%%xprof --logdir {tmp_path}\nx = 1"
+        k.run("%load_ext xprof_magic")
+        _, outputs = k.run(cell)
+        assert "Started the XProf viewer" in text(outputs)
+        before = _viewer.find_viewer(tmp_path)
+        assert before is not None
+        k.manager.restart_kernel(now=True)
+        k.client.wait_for_ready(timeout=60)
+        k.run("%load_ext xprof_magic")
+        content, outputs = k.run(cell)
+        assert content["status"] == "ok"
+        assert "Started" not in text(outputs) and "new one" not in text(outputs)
+        after = _viewer.find_viewer(tmp_path)
+        assert after is not None and after.pid == before.pid
+        assert len(_store.runs(tmp_path)) == 2
+        _viewer.stop_viewer(after)
+    finally:
+        k.close()

@@ -36,6 +36,32 @@ DEFAULT_PORT = 9012
 NO_SERVER_ENV = "XPROF_MAGIC_NO_SERVER"
 SCHEMA = 1
 _TEXT_LABEL_LINES = 12
+# XProf's trace viewer shows at most about a million events (jax-ml/jax 21295); an xplane
+# holds roughly 30 bytes an event. Protobuf cannot read a message over 2 GiB at all.
+TRACE_VIEWER_EVENT_CAP = 1_000_000
+BYTES_PER_EVENT = 30
+PROTOBUF_LIMIT_BYTES = 2 * 1024**3
+
+
+def size_warning(xplane_bytes: int) -> str | None:
+    """What a user should know about a capture this large, and how to shrink the next one."""
+    events = xplane_bytes // BYTES_PER_EVENT
+    shrink = (
+        "To shrink a capture, profile fewer steps (a shorter loop in the cell), or capture "
+        "on demand with torch_xla.debug.profiler.trace(..., host_tracer_level=1)."
+    )
+    if xplane_bytes >= PROTOBUF_LIMIT_BYTES // 2:
+        return (
+            f"this capture is {xplane_bytes / 2**20:.0f} MB: near or past protobuf's 2 GB "
+            f"limit, beyond which XProf cannot read it at all. {shrink}"
+        )
+    if events >= TRACE_VIEWER_EVENT_CAP:
+        return (
+            f"this capture holds about {events / 1e6:.1f} million events: XProf's trace "
+            "viewer shows about a million at a time, so zoom in or pick a window; the other "
+            f"tools read them all. {shrink}"
+        )
+    return None
 
 
 def server_by_default() -> bool:
@@ -231,6 +257,10 @@ class Capture:
                 "The cell's own result is unaffected; free space or choose --logdir."
             )
             return
+        size = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb"))
+        warning = size_warning(size)
+        if warning:
+            self._messages.append(f"warning: {warning}")
         self.result = CaptureResult(
             run=run_dir.name,
             run_dir=run_dir,
