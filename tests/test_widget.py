@@ -197,3 +197,19 @@ def test_display_bundle_has_a_text_part_with_the_url(viewer: _viewer.Viewer, log
     bundle = view._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["text/plain"].startswith(f"XProf: http://127.0.0.1:{viewer.port}/")
+
+
+def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: Path) -> None:
+    from xprof_magic import _analysis
+
+    older = logdir / "plugins" / "profile" / "older"
+    _analysis.save_summary(_analysis.summarize(older, budget_s=None), older)
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
+    assert "xprof summary — run older" in view.summary.value
+    view.runs.value = "newer"
+    assert "No summary of newer yet" in view.summary.value
+    newer = _analysis.summarize(logdir / "plugins" / "profile" / "newer", budget_s=None)
+    view.show_summary(newer)
+    assert "xprof summary — run newer" in view.summary.value
+    view.show_summary(_analysis.load_summary(older))  # type: ignore[arg-type]
+    assert "run newer" in view.summary.value  # another run's summary does not replace it

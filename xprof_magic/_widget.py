@@ -128,7 +128,9 @@ class ViewerWidget:
         self.link = widgets.HTML()
         self.frame = widgets.HTML()
         self.status = widgets.HTML()
-        self.summary = widgets.HTML()
+        self.summary = widgets.HTML(layout=widgets.Layout(max_height="360px", overflow="auto"))
+        self.summary_panel = widgets.Accordion(children=[self.summary], selected_index=0)
+        self.summary_panel.set_title(0, "Summary")
         for widget, css in (
             (self.runs, "xprof-runs"),
             (self.tools, "xprof-tools"),
@@ -144,7 +146,7 @@ class ViewerWidget:
             [self.runs, self.tools, self.hosts, self.refresh, self.link],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
-        self.box = widgets.VBox([controls, self.status, self.summary, self.frame])
+        self.box = widgets.VBox([controls, self.status, self.summary_panel, self.frame])
         self.box.add_class("xprof-viewer")
         self.runs.observe(self._on_run, names="value")
         self.tools.observe(self._on_view, names="value")
