@@ -330,7 +330,7 @@ def write_report(results: dict[str, Any], command: str) -> str:
         lines += [
             "## Summary cost against capture size",
             "",
-            "| capture | xplane | events | summary time | peak memory |",
+            "| capture | xplane | events | summary time | peak memory (RSS growth) |",
             "| --- | --- | --- | --- | --- |",
         ]
         for row in summary:
@@ -398,8 +398,53 @@ def main() -> int:
 
 
 def bench_summary(logdir: Path, quick: bool) -> list[dict[str, Any]]:
-    """Summary time and peak memory against capture size."""
-    return []
+    """Summary time and peak memory against capture size, each in a fresh process.
+
+    Captures are made of plain TraceMe events (about 15 bytes each in the xplane); the
+    summary runs as the magic runs big ones, ``python -m xprof_magic._analysis RUN``.
+    """
+    from torch_xla import _XLAC  # type: ignore[attr-defined]
+
+    import xprof_magic
+
+    sizes = [("small", 5_000), ("about 10 MB", 700_000)]
+    if not quick:
+        sizes.append(("about 100 MB", 7_000_000))
+    rows = []
+    for name, events in sizes:
+        with xprof_magic.capture(logdir=logdir, name=name.replace(" ", "-"), server=False) as cap:
+            trace_me = _XLAC.profiler.TraceMe
+            for _ in range(events):
+                with trace_me("event"):
+                    pass
+        assert cap.result is not None
+        run_dir = cap.result.run_dir
+        xplane = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb"))
+        # VmHWM, not ru_maxrss: the latter survives exec and would report the parent's peak.
+        code = (
+            "import sys, time\n"
+            "from xprof_magic import _analysis\n"
+            "def hwm(): return int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])\n"
+            "base = hwm()\n"
+            "t = time.perf_counter(); s = _analysis.summarize(sys.argv[1], budget_s=None)\n"
+            "took = time.perf_counter() - t\n"
+            "print(took, (hwm() - base) / 1024, s.complete)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, check=True
+        )
+        took, peak_mb, complete = done.stdout.split()
+        rows.append(
+            {
+                "name": name,
+                "events": events,
+                "xplane_mb": xplane / 1e6,
+                "seconds": float(took),
+                "peak_mb": float(peak_mb),
+                "complete": complete == "True",
+            }
+        )
+    return rows
 
 
 if __name__ == "__main__":
