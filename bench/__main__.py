@@ -424,7 +424,8 @@ def bench_summary(logdir: Path, quick: bool) -> list[dict[str, Any]]:
         code = (
             "import sys, time\n"
             "from xprof_magic import _analysis\n"
-            "def hwm(): return int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])\n"
+            "def hwm():\n"
+            "    return int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])\n"
             "base = hwm()\n"
             "t = time.perf_counter(); s = _analysis.summarize(sys.argv[1], budget_s=None)\n"
             "took = time.perf_counter() - t\n"
