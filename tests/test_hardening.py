@@ -162,3 +162,27 @@ def test_huge_traces_are_explained_with_a_lowered_threshold(
     ip.run_cell(f"%%xprof --logdir {logdir} --no-display --name huge\nx = 1")
     assert "protobuf's 2 GB limit" in capsys.readouterr().out
     assert {r.name for r in _store.runs(logdir)} == {"normal", "many", "huge"}
+
+
+def test_a_timeline_too_big_to_read_gets_a_metadata_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xprof_magic import _display
+
+    with (
+        xprof_magic.capture(logdir=tmp_path, name="big", server=False) as cap,
+        xprof_magic.label("work"),
+    ):
+        pass
+    assert cap.result is not None
+    monkeypatch.setattr(_display, "FULL_SUMMARY_MAX_BYTES", 1)
+    for summary in (
+        _display.summary_now(cap.result.run_dir),
+        _display.full_summary(cap.result.run_dir),
+    ):
+        assert not summary.pending
+        assert any("too large to read" in reason for reason in summary.missing)
+        assert [row.path for row in summary.labels] == [("work",)]
+    monkeypatch.setattr(_display, "FULL_SUMMARY_MAX_BYTES", 2**30)
+    full = _display.full_summary(cap.result.run_dir)
+    assert full.complete and not full.missing

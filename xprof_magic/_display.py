@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,61 @@ from IPython.display import DisplayHandle, display
 from xprof_magic import _analysis
 from xprof_magic._analysis import Summary
 
-__all__ = ["SUMMARY_BUDGET_S", "CellDisplay", "finish_summary", "summary_bundle", "summary_now"]
+__all__ = [
+    "SUMMARY_BUDGET_S",
+    "CellDisplay",
+    "finish_summary",
+    "full_summary",
+    "summary_bundle",
+    "summary_now",
+]
 
 SUMMARY_BUDGET_S = 0.15
+# Reading a timeline costs about 1.5 KB of memory an event (15 bytes in the xplane): past
+# this size a full read could take gigabytes, so the summary keeps to the metadata.
+FULL_SUMMARY_MAX_BYTES = 32 * 2**20
+
+
+def too_big(run_dir: Path) -> int | None:
+    """The timeline's size when it is too large to read for a summary, else None."""
+    size = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb"))
+    return size if size > FULL_SUMMARY_MAX_BYTES else None
+
+
+def metadata_only(run_dir: Path, size: int) -> Summary:
+    """A summary from the metadata alone, saying why the timeline was not read."""
+    quick = _analysis.summarize(run_dir, budget_s=0.0)
+    reason = (
+        f"the timeline ({size / 2**20:.0f} MB) is too large to read for a summary without "
+        "risking gigabytes of memory; labels, steps and torch_xla metrics come from the "
+        "capture's metadata, and XProf's tools still read the whole timeline"
+    )
+    return replace(quick, pending=False, missing=(*quick.missing, reason))
+
+
+def full_summary(run_dir: Path) -> Summary:
+    """The complete summary, saved beside the capture; big ones read in a process of their own."""
+    saved = _analysis.load_summary(run_dir)
+    if saved is not None and not saved.pending:
+        return saved
+    size = too_big(run_dir)
+    if size is not None:
+        return metadata_only(run_dir, size)
+    if _analysis.estimate_read_s(run_dir) > SUMMARY_BUDGET_S:
+        subprocess.run(
+            [sys.executable, "-m", "xprof_magic._analysis", str(run_dir)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+        )
+        saved = _analysis.load_summary(run_dir)
+        if saved is not None:
+            return saved
+    summary = _analysis.summarize(run_dir, budget_s=None)
+    if summary.complete:
+        with contextlib.suppress(OSError):
+            _analysis.save_summary(summary, run_dir)
+    return summary
 
 
 def summary_now(run_dir: Path, budget_s: float | None = None) -> Summary:
@@ -34,6 +87,9 @@ def summary_now(run_dir: Path, budget_s: float | None = None) -> Summary:
     saved = _analysis.load_summary(run_dir)
     if saved is not None and saved.complete:
         return saved
+    size = too_big(run_dir)
+    if size is not None:
+        return metadata_only(run_dir, size)
     if _analysis.estimate_read_s(run_dir) > budget_s:
         return _analysis.summarize(run_dir, budget_s=0.0)
     summary = _analysis.summarize(run_dir, budget_s=budget_s)

@@ -318,16 +318,10 @@ class XprofMagics(Magics):
         self._show(start, logdir, name, DEFAULT_HEIGHT)
 
     def _full_summary(self, run: str | None) -> Any:
-        from xprof_magic import _analysis
+        from xprof_magic import _display
 
         logdir, name = self._run_name(run)
-        run_dir = logdir / "plugins" / "profile" / name
-        summary = _analysis.load_summary(run_dir)
-        if summary is None or not summary.complete:
-            summary = _analysis.summarize(run_dir, budget_s=None)
-            if summary.complete:
-                _analysis.save_summary(summary, run_dir)
-        return summary
+        return _display.full_summary(logdir / "plugins" / "profile" / name)
 
     def _summary(self, run: str | None) -> None:
         from xprof_magic import _display
