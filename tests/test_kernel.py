@@ -328,3 +328,16 @@ def test_a_restarted_kernel_reuses_the_live_viewer(tmp_path: Path) -> None:
         _viewer.stop_viewer(after)
     finally:
         k.close()
+
+
+def test_interrupting_an_awaiting_cell_points_at_the_await(kernel: Kernel, tmp_path: Path) -> None:
+    content, outputs = kernel.run(
+        f"%%xprof --logdir {tmp_path} --no-display\nimport asyncio\nawait asyncio.sleep(30)",
+        interrupt_after=2.0,
+    )
+    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
+    shown = text(outputs)
+    assert "----> 3 await asyncio.sleep(30)" in shown
+    assert "threading.py" not in shown
+    (run,) = _store.runs(tmp_path)
+    assert (run.metadata or {})["error"]["type"] == "KeyboardInterrupt"

@@ -135,10 +135,12 @@ def test_a_syntax_error_runs_nothing_and_writes_nothing(
     ip: Any, logdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     result = run(ip, logdir, "ran = 1\ndef broken(:\n    pass")
-    assert isinstance(result.error_in_exec, SyntaxError)
+    assert result.success is False
     assert "ran" not in ip.user_ns
     assert not logdir.exists()
-    assert "SyntaxError" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert "line 3" in shown.out and "SyntaxError: invalid syntax" in shown.out
+    assert "the cell was not run" in shown.err
 
 
 @pytest.mark.parametrize(
@@ -264,3 +266,60 @@ def test_load_ext_is_cheap_and_unload_removes_the_magics() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(out.stdout.strip().splitlines()[-1]) < 1.0
+
+
+def test_a_syntax_error_shows_the_users_line_not_the_magics_insides(
+    ip: Any, logdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(ip, logdir, "x = 1\ny = (1,")
+    out = capsys.readouterr().out
+    assert "SyntaxError" in out and "y = (1," in out
+    assert "_magic.py" not in out and "ast.py" not in out
+
+
+def test_unclosed_quotes_are_a_usage_error(
+    ip: Any, logdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip.user_ns.pop("refused", None)
+    run(ip, logdir, "refused = 1", '--name "abc')
+    ip.run_cell('%xprof view "abc')
+    err = capsys.readouterr()
+    assert err.err.count("UsageError") == 2 and "check the quotes" in err.err
+    assert "refused" not in ip.user_ns and not logdir.exists()
+
+
+def test_an_unusable_profile_folder_refuses_the_cell_before_it_runs(ip: Any, logdir: Path) -> None:
+    (logdir / "plugins").mkdir(parents=True)
+    (logdir / "plugins" / "profile").write_text("not a folder")
+    ip.user_ns.pop("refused", None)
+    result = run(ip, logdir, "refused = 1")
+    assert result.success is False and "refused" not in ip.user_ns
+
+
+def test_labels_follow_lines_joined_by_a_continued_magic(ip: Any, logdir: Path) -> None:
+    run(ip, logdir, "!echo a \\\n  b\nx = 1\ny = 2")
+    last = xprof_magic.last()
+    assert last is not None
+    names = [stat.path[-1] for stat in last.labels]
+    assert "x = 1" in names and "y = 2" in names
+
+
+def test_an_interrupt_while_stopping_still_stops_the_trace(
+    ip: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xprof_magic._backends import get_backend
+
+    backend = get_backend()
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(backend, "wait_for_device", interrupted)
+    result = run(ip, logdir, "x = 5", "--name stopped")
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    monkeypatch.undo()
+    assert run(ip, logdir, "y = 6", "--name after").success
+    meta = {r.name: r.metadata or {} for r in _store.runs(logdir)}
+    assert meta["stopped"]["error"]["type"] == "KeyboardInterrupt"
+    assert meta["after"]["status"] == "ok"
+    assert not (logdir / _store.STAGING_DIR).exists()

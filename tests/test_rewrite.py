@@ -199,3 +199,62 @@ def test_labels_outside_a_capture_are_no_ops() -> None:
     with _labels.label("x"), _labels.step():
         pass
     assert _labels.keep(3) == 3
+
+
+def test_docstrings_and_future_imports_stay_first() -> None:
+    ns, _, _ = run(
+        '''
+        """cell doc"""
+        from __future__ import annotations
+        def f():
+            # xprof: inside
+            """doc"""
+            return 1
+        class C:
+            """class doc"""
+            # xprof: body
+            x = 1
+        '''
+    )
+    assert ns["f"].__doc__ == "doc" and ns["f"]() == 1
+    assert ns["C"].__doc__ == "class doc" and ns["C"].x == 1
+
+
+def test_a_trailing_marker_in_an_if_body_does_not_label_the_else_branch() -> None:
+    _, rec, _ = run(
+        """
+        a = 0
+        if a:
+            x = 1
+            # xprof: tail
+        else:
+            y = 2
+        """
+    )
+    assert not any("tail" in path for path in paths(rec))
+
+
+def test_label_names_drop_trailing_comments_but_keep_hashes_in_strings() -> None:
+    assert label_for("for x in y:  # the loop") == "for x in y"
+    assert label_for("print('#1')  # note") == "print('#1')"
+
+
+def test_a_generator_finished_on_another_thread_does_not_break_labels() -> None:
+    ns, rec, _ = run(
+        """
+        import threading
+        def gen():
+            # xprof: a
+            yield 1
+            yield 2
+        g = gen()
+        first = next(g)
+        rest = []
+        t = threading.Thread(target=lambda: rest.extend(g))
+        t.start()
+        t.join()
+        x = 1
+        """
+    )
+    assert ns["first"] == 1 and ns["rest"] == [2] and ns["x"] == 1
+    assert ("x = 1",) in paths(rec) and ("t.join()",) in paths(rec)

@@ -8,6 +8,8 @@ result still stands and the problem is reported in one line.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import socket
 import sys
@@ -164,7 +166,8 @@ def _label_rows(stats: list[_labels.LabelStat]) -> list[tuple[int, _labels.Label
     def walk(parent: tuple[str, ...], depth: int) -> None:
         for stat in sorted(children.get(parent, []), key=lambda s: -s.total_s):
             rows.append((depth, stat))
-            walk(stat.path, depth + 1)
+            if stat.path and depth < 32:
+                walk(stat.path, depth + 1)
 
     walk((), 0)
     return rows
@@ -211,23 +214,43 @@ class Capture:
         staging = _store.begin(self.plan.logdir)
         try:
             backend = get_backend(self.plan.backend)
-            if self.plan.server:
-                status = backend.start_server(self.plan.port)
-                if status.message and not getattr(backend, "_server_warned", False):
-                    self.notify(f"xprof: {status.message}")
-                    backend._server_warned = True  # type: ignore[attr-defined]
             self._before = backend.metrics()
             backend.start_trace(str(staging.path))
         except BaseException:
             _store.discard(staging)
             raise
         self._backend, self._staging = backend, staging
+        try:
+            if self.plan.server:
+                self._start_server(backend)
+        except BaseException:
+            self._abandon()
+            raise
         self.recorder = _labels.Recorder(backend.event)
         self._recording = _labels.recording(self.recorder)
         self._recording.__enter__()
+        self.restart_clock()
+        return self
+
+    def restart_clock(self) -> None:
+        """Start the cell's wall time now (after the caller's own set-up)."""
         self._start_ns = time.time_ns()
         self._t0 = time.perf_counter()
-        return self
+
+    def _start_server(self, backend: Backend) -> None:
+        status = backend.start_server(self.plan.port)
+        said: set[str] = backend.__dict__.setdefault("_xprof_said", set())
+        if status.message and status.message not in said:
+            said.add(status.message)
+            self.notify(f"xprof: {status.message}")
+
+    def _abandon(self) -> None:
+        """Stop the trace and drop the staged capture (a start that failed half-way)."""
+        if self._backend is not None:
+            with contextlib.suppress(Exception):
+                self._backend.stop_trace()
+        if self._staging is not None:
+            _store.discard(self._staging)
 
     def __exit__(
         self,
@@ -235,27 +258,52 @@ class Capture:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Stop and store; an interrupt here is re-raised once the trace is stopped."""
         wall_s = time.perf_counter() - self._t0
         backend, staging, recorder = self._backend, self._staging, self.recorder
         assert backend is not None and staging is not None and recorder is not None
         self._recording.__exit__(None, None, None)
+        interrupted: BaseException | None = None
         try:
             if exc is None and self.plan.sync:
                 backend.sync()
             backend.wait_for_device()
         except Exception as error:
             self._messages.append(f"waiting for the device failed: {error}")
+        except BaseException as error:  # KeyboardInterrupt: stop the trace all the same
+            interrupted = error
+        try:
+            self._store(backend, staging, recorder, exc or interrupted, wall_s)
+        except BaseException as error:
+            interrupted = interrupted or error
+        if interrupted is not None and exc is None:
+            raise interrupted
+
+    def _store(
+        self,
+        backend: Backend,
+        staging: _store.Staging,
+        recorder: _labels.Recorder,
+        exc: BaseException | None,
+        wall_s: float,
+    ) -> None:
         try:
             backend.stop_trace()
             end_ns = time.time_ns()
             metadata = self._metadata(backend, recorder, exc, wall_s, end_ns)
             assert self.plan.name is not None
             run_dir = _store.commit(staging, self.plan.name, metadata)
-        except Exception as error:
+        except BaseException as error:
             _store.discard(staging)
+            if not isinstance(error, Exception):
+                raise
+            full = (isinstance(error, OSError) and error.errno == errno.ENOSPC) or (
+                "No space left" in str(error)
+            )
+            hint = "free space or choose another --logdir" if full else "see the error above"
             self.notify(
                 f"xprof: the capture could not be stored in {self.plan.logdir}: {error}. "
-                "The cell's own result is unaffected; free space or choose --logdir."
+                f"The cell's own result is unaffected; {hint}."
             )
             return
         size = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb"))
@@ -288,7 +336,7 @@ class Capture:
         wall_s: float,
         end_ns: int,
     ) -> dict[str, Any]:
-        error = None if exc is None else {"type": type(exc).__name__, "message": str(exc)}
+        error = None if exc is None else {"type": type(exc).__name__, "message": _message(exc)}
         from xprof_magic import __version__
 
         return {
@@ -313,6 +361,13 @@ class Capture:
             "versions": {**backend.versions(), "xprof_magic": __version__},
             "metrics": metrics_delta(self._before, backend.metrics()),
         }
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__} whose message could not be read>"
 
 
 def _iso(ns: int) -> str:

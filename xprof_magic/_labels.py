@@ -8,6 +8,8 @@ working anywhere.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,18 +41,11 @@ class Recorder:
     def __init__(self, make_event: EventFactory) -> None:
         self.make_event = make_event
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._totals: dict[tuple[str, ...], list[int]] = {}
         self._step_ns: list[int] = []
         self._next_step = 0
         self.value: Any = None
         self.has_value = False
-
-    def stack(self) -> list[str]:
-        stack: list[str] | None = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
 
     def add(self, path: tuple[str, ...], elapsed_ns: int) -> None:
         with self._lock:
@@ -79,6 +74,9 @@ class Recorder:
 
 
 _active: Recorder | None = None
+_path: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "xprof_magic_label_path", default=()
+)
 
 
 @contextmanager
@@ -86,27 +84,43 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
     """Make ``recorder`` receive every label until the block ends."""
     global _active
     previous, _active = _active, recorder
+    token = _path.set(())
     try:
         yield recorder
     finally:
         _active = previous
+        with contextlib.suppress(ValueError, RuntimeError):
+            _path.reset(token)
 
 
 class _Block:
-    __slots__ = ("_event", "_name", "_recorder", "_start", "_stats")
+    """One entry into a labelled block.
+
+    The enclosing labels live in a context variable, so each asyncio task and each thread
+    nests its own blocks; a generator suspended inside a block and resumed elsewhere cannot
+    corrupt later blocks beyond its own statement; and a block never raises into user code.
+    """
+
+    __slots__ = ("_event", "_name", "_path", "_recorder", "_start", "_stats", "_token")
 
     def __init__(self, recorder: Recorder, name: str, stats: dict[str, Any]) -> None:
         self._recorder = recorder
         self._name = name
         self._stats = stats
         self._event: AbstractContextManager[Any] | None = None
+        self._token: contextvars.Token[tuple[str, ...]] | None = None
+        self._path: tuple[str, ...] = (name,)
         self._start = 0
 
     def __enter__(self) -> None:
-        self._event = self._recorder.make_event(self._name, **self._stats)
-        self._event.__enter__()
+        try:
+            self._event = self._recorder.make_event(self._name, **self._stats)
+            self._event.__enter__()
+        except Exception:
+            self._event = None
         if not self._stats:
-            self._recorder.stack().append(self._name)
+            self._path = (*_path.get(), self._name)
+            self._token = _path.set(self._path)
         self._start = time.perf_counter_ns()
 
     def __exit__(
@@ -119,11 +133,13 @@ class _Block:
         if self._stats:
             self._recorder.add_step(elapsed)
         else:
-            stack = self._recorder.stack()
-            self._recorder.add(tuple(stack), elapsed)
-            stack.pop()
+            self._recorder.add(self._path, elapsed)
+            if self._token is not None:
+                with contextlib.suppress(ValueError, RuntimeError):
+                    _path.reset(self._token)
         if self._event is not None:
-            self._event.__exit__(exc_type, exc, tb)
+            with contextlib.suppress(Exception):
+                self._event.__exit__(exc_type, exc, tb)
 
 
 class _Nothing:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import inspect
 import shlex
 import threading
@@ -136,33 +137,57 @@ class XprofMagics(Magics):
         __tracebackhide__ = True
         if cell is None:
             return self._line(line)
-        args = parse_argstring(self.xprof, line)
+        try:
+            args = parse_argstring(self.xprof, line)
+        except ValueError as error:  # shlex: an unclosed quote
+            raise UsageError(f"%%xprof {line}: {error}; check the quotes") from None
         plan = self._plan(args, line, cell)
-        code, rewritten = self._compile(cell, line, plan)
+        try:
+            code, rewritten = self._compile(cell, line, plan)
+        except SyntaxError:
+            # IPython's own short form, at the user's line; then fail the cell in one line
+            # (re-raising would also list the magic's frames).
+            assert self.shell is not None
+            self.shell.showsyntaxerror()
+            raise UsageError("the cell was not run: fix the syntax error above") from None
         capture = _capture.Capture(plan, notify=_print_message)
         try:
             capture.__enter__()
         except (_store.LogdirError, TraceAlreadyRunning) as error:
             raise UsageError(_refusal(error)) from None
         self._logdir = plan.logdir
-        start = None if args.no_display else self._begin_viewer(plan.logdir, args)
+        start = None
         outcome: BaseException | None = None
+        value = None
         try:
+            if not args.no_display:
+                start = self._begin_viewer(plan.logdir, args)
+            capture.restart_clock()
             value = self._execute(code)
         except BaseException as error:
             outcome = error
-        capture.__exit__(type(outcome) if outcome else None, outcome, None)
-        result = capture.result
-        if result is not None:
-            print(result.text())
-            _widget_module().announce(plan.logdir)
-        if start is not None and result is not None:
-            self._show(start, plan.logdir, result.run, args.height)
+        try:
+            capture.__exit__(type(outcome) if outcome is not None else None, outcome, None)
+        except BaseException as error:  # interrupted while stopping: the trace is stopped
+            outcome = error
+        self._report(capture.result, start, plan.logdir, args.height)
         if outcome is not None:
             raise _trimmed(outcome, code.co_filename)
         if rewritten.keeps_value and capture.recorder is not None:
             value = capture.recorder.value
         return None if _quiet(cell) else value
+
+    def _report(self, result: Any, start: Any, logdir: Path, height: int) -> None:
+        """The text summary, then the summary and viewer display; never fails the cell."""
+        if result is None:
+            return
+        try:
+            print(result.text())
+            _widget_module().announce(logdir)
+            if start is not None:
+                self._show(start, logdir, result.run, height)
+        except Exception as error:
+            print(f"xprof: the run was stored, but showing it failed: {error!r}")
 
     def _plan(self, args: Any, line: str, cell: str) -> _capture.Plan:
         if not 0 < args.port < 65536:
@@ -212,9 +237,14 @@ class XprofMagics(Magics):
         tree = ast.parse(source, filename=filename)
         tree = shell.transform_ast(tree)
         markers = _rewrite.find_markers(source) if plan.labels else []
+        # Blocks are named after the user's lines, unless IPython joined some (a ``\``
+        # continuation of a magic): then after the lines as they run.
+        lines = ["", *cell.splitlines()]
+        if len(lines) != len(source.splitlines()):
+            lines = source.splitlines()
         rewritten = _rewrite.rewrite(
             tree,
-            ["", *cell.splitlines()],
+            lines,
             labels=plan.labels,
             steps=plan.steps,
             markers=markers,
@@ -235,7 +265,10 @@ class XprofMagics(Magics):
         return None
 
     def _line(self, line: str) -> Any:
-        words = shlex.split(line)
+        try:
+            words = shlex.split(line)
+        except ValueError as error:
+            raise UsageError(f"%xprof {line}: {error}; check the quotes") from None
         if not words:
             raise UsageError(
                 "%xprof needs a subcommand, or use %%xprof as a cell magic; "
@@ -295,7 +328,7 @@ class XprofMagics(Magics):
             )
         shown = _display.CellDisplay(summary, view, widgets=context.has_widgets)
         shown.show()
-        if summary.pending:
+        if summary.pending and context.has_widgets:
             _display.finish_summary(run_dir, shown.update)
 
     def _run_name(self, run: str | None) -> tuple[Path, str]:
@@ -369,6 +402,9 @@ def _run_on_fresh_loop(code: CodeType, namespace: dict[str, Any]) -> Any:
     __tracebackhide__ = True
     loop = asyncio.new_event_loop()
     outcome: dict[str, Any] = {}
+    # An Event, not Thread.join: a join interrupted by Ctrl-C can leave the thread looking
+    # finished while it still runs (CPython's gh-90882).
+    done = threading.Event()
 
     def target() -> None:
         asyncio.set_event_loop(loop)
@@ -377,17 +413,34 @@ def _run_on_fresh_loop(code: CodeType, namespace: dict[str, Any]) -> Any:
         except BaseException as error:
             outcome["error"] = error
         finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
+                done.set()
 
     worker = threading.Thread(target=target, name="xprof-async-cell", daemon=True)
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(0.05)
-    except KeyboardInterrupt:
-        loop.call_soon_threadsafe(_cancel_all, loop)
-        worker.join()
+        while not done.wait(0.05):
+            pass
+    except KeyboardInterrupt as interrupt:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(_cancel_all, loop)
+        done.wait()
+        # Point the interrupt at the line the cell was awaiting: the cancellation that
+        # reached the cell's frame is in the chain of the task's CancelledError.
+        error = outcome.get("error")
+        for _ in range(8):
+            if error is None:
+                break
+            tb = error.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename != code.co_filename:
+                tb = tb.tb_next
+            if tb is not None:
+                raise interrupt.with_traceback(tb) from None
+            error = error.__context__
         raise
     if "error" in outcome:
         raise outcome["error"]

@@ -46,10 +46,23 @@ def label_for(line: str) -> str:
 
     A trailing ``:`` or ``#`` is dropped: the profiler's event names treat them as markup.
     """
-    text = " ".join(line.split()).rstrip(":#").rstrip()
+    text = " ".join(_without_comment(line).split()).rstrip(":#").rstrip()
     if len(text) > LABEL_MAX_CHARS:
         text = text[: LABEL_MAX_CHARS - 1].rstrip() + "…"
     return text or "<empty>"
+
+
+def _without_comment(line: str) -> str:
+    """A source line without its trailing comment (strings containing ``#`` are kept)."""
+    if "#" not in line:
+        return line
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(line).readline):
+            if tok.type == tokenize.COMMENT:
+                return line[: tok.start[1]]
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        pass
+    return line
 
 
 def find_markers(source: str) -> list[Marker]:
@@ -102,7 +115,7 @@ def rewrite(
     names: list[str] = []
     if labels:
         for stmt in body:
-            _label_nested(stmt, markers, names)
+            _label_nested(stmt, markers, source_lines, names)
     step_loops = 0
     if steps:
         for stmt in body:
@@ -150,6 +163,9 @@ def _label_body(
     )
     top_level = hi == _END
     out: list[ast.stmt] = []
+    if _is_docstring(body[0]):
+        out.append(body[0])
+        body = body[1:]
     group: list[ast.stmt] = []
     group_name: str | None = None
 
@@ -164,9 +180,12 @@ def _label_body(
         while own and own[0].line < _first_line(stmt):
             flush()
             group_name = own.pop(0).name
-        if group_name is not None:
+        if _must_stay_bare(stmt):
+            flush()
+            out.append(stmt)
+        elif group_name is not None:
             group.append(stmt)
-        elif top_level and not _must_stay_bare(stmt):
+        elif top_level:
             name = label_for(_source_line(source_lines, stmt))
             out.append(_with(_runtime_call("label", [ast.Constant(name)]), [stmt], stmt))
             names.append(name)
@@ -176,7 +195,9 @@ def _label_body(
     return out
 
 
-def _label_nested(stmt: ast.stmt, markers: Sequence[Marker], names: list[str]) -> None:
+def _label_nested(
+    stmt: ast.stmt, markers: Sequence[Marker], source_lines: Sequence[str], names: list[str]
+) -> None:
     """Apply the markers inside a compound statement to each of its bodies, depth first."""
     inner = [m for m in markers if _first_line(stmt) < m.line <= _last_line(stmt)]
     if not inner:
@@ -193,10 +214,24 @@ def _label_nested(stmt: ast.stmt, markers: Sequence[Marker], names: list[str]) -
     lo = _first_line(stmt)
     for owner, field, value in bodies:
         for child in value:
-            _label_nested(child, inner, names)
+            _label_nested(child, inner, source_lines, names)
+        lo = _header_line(source_lines, lo, value[0])
         hi = _last_line(value[-1])
         setattr(owner, field, _label_body(value, inner, (), names, bounds=(lo, hi)))
         lo = hi
+
+
+def _header_line(source_lines: Sequence[str], after: int, first: ast.stmt) -> int:
+    """The line of the header (``else:``, ``except:``, ...) that opens the body starting
+    with ``first``: the last code line before it that is indented less. A marker belongs to
+    the body only below that line; without the source, everything after ``after`` does."""
+    for line in range(_first_line(first) - 1, after, -1):
+        text = source_lines[line - 1] if 0 < line <= len(source_lines) else ""
+        stripped = text.strip()
+        indent = len(text) - len(text.lstrip())
+        if stripped and not stripped.startswith("#") and indent < first.col_offset:
+            return line
+    return after
 
 
 def _last_line(stmt: ast.stmt) -> int:
@@ -214,6 +249,15 @@ def _source_line(source_lines: Sequence[str], stmt: ast.stmt) -> str:
     if 0 <= index < len(source_lines) and source_lines[index].strip():
         return source_lines[index]
     return ast.unparse(stmt).splitlines()[0] if not isinstance(stmt, ast.Pass) else "pass"
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    """A leading string stays first, so that functions and classes keep their docstring."""
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
 
 
 def _must_stay_bare(stmt: ast.stmt) -> bool:

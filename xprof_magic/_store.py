@@ -118,6 +118,12 @@ def begin(logdir: Path) -> Staging:
         raise LogdirError(
             f"log directory {logdir} is not writable; pass --logdir a folder you can write"
         )
+    profile = _profile_dir(logdir)
+    if profile.exists() and not (profile.is_dir() and os.access(profile, os.W_OK | os.X_OK)):
+        raise LogdirError(
+            f"{profile} is not a writable folder, so runs cannot be stored; "
+            "pass --logdir another folder"
+        )
     staging = logdir / STAGING_DIR / uuid.uuid4().hex
     try:
         staging.mkdir(parents=True)

@@ -8,8 +8,9 @@ Jupyter proxy) would rewrite the notebook page's own URL; the wrapper takes that
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import html
-import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -68,7 +69,7 @@ def order_tools(tools: Sequence[str]) -> list[str]:
 
 def list_tools(viewer: Viewer, run: str) -> list[str]:
     """The tools XProf offers for a run, from the viewer's ``run_tools`` route."""
-    found = fetch_json(viewer, "run_tools", run=run, timeout=30.0)
+    found = fetch_json(viewer, "run_tools", run=run, timeout=10.0)
     return [str(t) for t in found] if isinstance(found, list) else []
 
 
@@ -87,15 +88,19 @@ def embed_html(src: str, height: int) -> str:
     )
 
 
-_live: weakref.WeakSet[ViewerWidget] = weakref.WeakSet()
+# ipywidgets keeps every widget alive, so only the most recent ones are kept up to date:
+# refreshing them all would cost more with every cell.
+LIVE_WIDGETS = 16
+_live: collections.deque[ViewerWidget] = collections.deque(maxlen=LIVE_WIDGETS)
 
 
 def announce(logdir: Path) -> None:
-    """Tell every widget shown for ``logdir`` that a capture finished there."""
+    """Tell the widgets recently shown for ``logdir`` that a capture finished there."""
     resolved = str(Path(logdir).resolve())
     for view in list(_live):
         if view.logdir_key == resolved:
-            view.refresh_runs()
+            with contextlib.suppress(Exception):
+                view.refresh_runs()
 
 
 class ViewerWidget:
@@ -153,7 +158,7 @@ class ViewerWidget:
         self.hosts.observe(self._on_view, names="value")
         self.refresh.on_click(lambda _: self.refresh_runs())
         self.refresh_runs(select=run)
-        _live.add(self)
+        _live.append(self)
 
     def refresh_runs(self, select: str | None = None) -> None:
         """Re-list the runs, newest first, keeping (or moving to) the selected one."""

@@ -57,8 +57,26 @@ class TorchXlaBackend:
 
     def start_server(self, port: int) -> ServerStatus:
         if self._server_status is not None and self._server_status.started:
+            running = self._server_status.port
+            if running != port and not getattr(self, "_told_port", False):
+                self._told_port = True
+                return ServerStatus(
+                    running,
+                    True,
+                    f"the profiler server already runs on port {running}; one server per "
+                    "process, so --port applies to the first capture only",
+                )
             return self._server_status
-        if not port_is_free(port):
+        try:
+            free = port_is_free(port)
+        except OSError as error:
+            return ServerStatus(
+                port,
+                False,
+                f"cannot use port {port} for the profiler server ({error.strerror or error}); "
+                "use --port N for another port or --no-server to skip it",
+            )
+        if not free:
             return ServerStatus(
                 port,
                 False,
