@@ -30,8 +30,8 @@ demo: install
 	$(BIN)/python notebooks/demo.py notebooks/quickstart.ipynb
 
 lint: install
-	$(BIN)/ruff check xprof_magic tests bench
-	$(BIN)/ruff format --check xprof_magic tests bench
+	$(BIN)/ruff check xprof_magic tests bench notebooks/demo.py
+	$(BIN)/ruff format --check xprof_magic tests bench notebooks/demo.py
 
 typecheck: install
 	$(BIN)/mypy

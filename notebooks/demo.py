@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import nbformat
 from nbclient import NotebookClient
 
 import xprof_magic
+from xprof_magic import _viewer
 
 
 def main(notebook: str) -> int:
@@ -20,7 +22,15 @@ def main(notebook: str) -> int:
     nb = nbformat.read(notebook, as_version=4)
     started = time.time()
     print(f"Running {notebook} on PJRT_DEVICE={os.environ['PJRT_DEVICE']} ...", flush=True)
-    NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(root)}}).execute()
+    # The notebook's viewer records itself in a private folder and is stopped at the end,
+    # so the demo leaves no server behind.
+    with tempfile.TemporaryDirectory(prefix="xprof-demo-") as viewers:
+        os.environ["XPROF_MAGIC_VIEWER_DIR"] = viewers
+        try:
+            NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(root)}}).execute()
+        finally:
+            for viewer in _viewer.list_viewers():
+                _viewer.stop_viewer(viewer)
     print(f"Ran in {time.time() - started:.1f} s. Captures made by %%xprof cells:\n")
     for cell in nb.cells:
         if cell.cell_type != "code" or not cell.source.startswith("%%xprof"):
@@ -28,7 +38,10 @@ def main(notebook: str) -> int:
         for output in cell.get("outputs", []):
             text = output.get("text") or output.get("data", {}).get("text/plain", "")
             if "xprof: run " in text:
-                print(text.rstrip(), end="\n\n")
+                print(text.rstrip())
+            elif text.startswith("xprof summary"):  # the analysis: its headline and notes
+                print(text.split("\n\n", 1)[0])
+        print()
     found = xprof_magic.runs(logdir)
     print(f"{len(found)} run(s) in {logdir}:")
     for run in found:
