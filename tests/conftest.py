@@ -26,6 +26,8 @@ def private_viewers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     stopped at the end, so no test run leaves a server behind."""
     folder = tmp_path_factory.mktemp("viewers")
     os.environ["XPROF_MAGIC_VIEWER_DIR"] = str(folder)
+    # Kernels started by the tests keep their history out of the user's ~/.ipython.
+    os.environ["IPYTHONDIR"] = str(tmp_path_factory.mktemp("ipython"))
     yield folder
     from xprof_magic import _viewer
 

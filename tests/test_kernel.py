@@ -229,12 +229,13 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     bundle = shown[0]["data"]
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["text/plain"].startswith("xprof summary — run first · ok")
-    assert "\nXProf: http://127.0.0.1:" in bundle["text/plain"]
+    assert "\nXProf viewer on 127.0.0.1:" in bundle["text/plain"]
     assert 'class="xprof-magic-summary"' in bundle["text/html"]
     assert "Started the XProf viewer" in text(outputs)
     viewer = _viewer.find_viewer(tmp_path)
     assert viewer is not None
     assert _viewer.fetch_json(viewer, "runs") == ["first"]
+    assert viewer.secret not in json.dumps(outputs)  # saved outputs do not publish it
 
     _, outputs = kernel.run("%xprof viewer")
     assert f"pid {viewer.pid}" in text(outputs) and f"127.0.0.1:{viewer.port}" in text(outputs)

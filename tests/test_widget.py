@@ -192,11 +192,21 @@ def test_hub_prefix_builds_the_server_proxy_route() -> None:
     assert full.locate(9) == ("https://hub.example", "/user/x/proxy/9")
 
 
-def test_display_bundle_has_a_text_part_with_the_url(viewer: _viewer.Viewer, logdir: Path) -> None:
+def test_display_bundle_text_names_the_viewer_and_keeps_the_secret_to_terminals(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
     view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
     bundle = view._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert bundle["text/plain"].startswith(f"XProf: http://127.0.0.1:{viewer.port}/")
+    assert bundle["text/plain"] == f"XProf viewer on 127.0.0.1:{viewer.port} (run newer)"
+    terminal = _widget.ViewerWidget(viewer, _context.Context("terminal"), logdir, run="newer")
+    assert terminal.text().startswith(f"XProf: http://127.0.0.1:{viewer.port}/{viewer.secret}/")
+
+
+def test_the_wrapper_silences_xprofs_history_calls(viewer: _viewer.Viewer, logdir: Path) -> None:
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+    (outer,) = iframes(view.frame.value)
+    assert "history.pushState=history.replaceState=function(){}" in (outer["srcdoc"] or "")
 
 
 def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: Path) -> None:

@@ -9,7 +9,6 @@ display is updated in place when it is ready.
 from __future__ import annotations
 
 import contextlib
-import html
 import subprocess
 import sys
 import threading
@@ -122,14 +121,14 @@ def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> thread
     return thread
 
 
-def summary_bundle(summary: Summary, extra_text: str = "", extra_html: str = "") -> dict[str, Any]:
+def summary_bundle(summary: Summary, extra_text: str = "") -> dict[str, Any]:
     """text/plain and static text/html of a summary."""
     text = _analysis.render_text(summary)
     page = _analysis.render_html(summary)
     if summary.pending:
         text += f"\n(summary pending: the full one replaces this; %xprof summary {summary.run})"
         page += "<p><i>Summary pending: the full one replaces this when ready.</i></p>"
-    return {"text/plain": text + extra_text, "text/html": page + extra_html}
+    return {"text/plain": text + extra_text, "text/html": page}
 
 
 class CellDisplay:
@@ -142,16 +141,8 @@ class CellDisplay:
         self.handle: DisplayHandle | None = None
 
     def bundle(self) -> dict[str, Any]:
-        extra_text = extra_html = ""
-        if self.view is not None:
-            src, full = self.view.urls()
-            if src:
-                extra_text = f"\nXProf: {src}"
-                extra_html = (
-                    f'<p><a href="{html.escape(full or src, quote=True)}" target="_blank">'
-                    "Open this run in XProf</a> (while its viewer runs)</p>"
-                )
-        data = summary_bundle(self.summary, extra_text, extra_html)
+        extra_text = f"\n{self.view.text()}" if self.view is not None else ""
+        data = summary_bundle(self.summary, extra_text)
         if self.widgets:
             self.view.show_summary(self.summary)
             data.update(self.view.widget_bundle())

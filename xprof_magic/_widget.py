@@ -75,9 +75,11 @@ def list_tools(viewer: Viewer, run: str) -> list[str]:
 
 def embed_html(src: str, height: int) -> str:
     """The page at ``src`` inside a ``srcdoc`` wrapper iframe, ``height`` pixels tall."""
+    # XProf also calls history.replaceState on its parent: make that a no-op here.
     inner = (
         "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}"
-        "iframe{border:0;width:100%;height:100%}</style></head><body>"
+        "iframe{border:0;width:100%;height:100%}</style><script>"
+        "history.pushState=history.replaceState=function(){};</script></head><body>"
         f'<iframe class="xprof-inner" src="{html.escape(src, quote=True)}" '
         'allow="clipboard-write; fullscreen"></iframe></body></html>'
     )
@@ -259,8 +261,15 @@ class ViewerWidget:
         return full, full
 
     def text(self) -> str:
+        """Where to look, for frontends without widgets. The URL carries the viewer's secret,
+        so it is shown only where no widget can render (a terminal), not saved with a
+        notebook's outputs."""
         src, _ = self.urls()
-        return f"XProf: {src}" if src else f"XProf: no runs in {self.logdir}"
+        if not src:
+            return f"XProf: no runs in {self.logdir}"
+        if self.context.has_widgets:
+            return f"XProf viewer on 127.0.0.1:{self.viewer.port} (run {self.runs.value})"
+        return f"XProf: {src}"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle: dict[str, Any] = self.box._repr_mimebundle_(**kwargs) or {}

@@ -1,0 +1,422 @@
+"""Helpers for the slow tiers (browser, Binder): a real JupyterLab, Chromium, XProf's fetches.
+
+Everything a server and its kernels write (runtime files, settings, workspaces, IPython's
+history, the viewers' info files, the captures) goes under one temporary folder, so that a
+run leaves nothing behind but its artifacts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import nbformat
+
+__all__ = [
+    "CHROMIUM",
+    "CHROMIUM_ARGS",
+    "PROXY_KERNEL",
+    "TOKEN",
+    "DataFetch",
+    "DataFetches",
+    "JupyterLab",
+    "find_chromium",
+    "free_port",
+    "isolated",
+    "leftover_processes",
+    "machine_environment",
+    "start_jupyterlab",
+    "stop_viewers",
+    "wait_until",
+    "write_notebook",
+]
+
+TOKEN = "xprof-magic-browser-test"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PROXY_KERNEL = "python3-proxy"
+DATA_ROUTE = "/data/plugin/profile/data"
+
+# JupyterLab's user settings: every cell stays in the DOM (no windowing), no news toasts.
+_LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+}
+_SERVER_CONFIG = {
+    "LabApp": {
+        "news_url": None,
+        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+    },
+}
+
+
+def find_chromium() -> str | None:
+    """Debian's Chromium (Playwright's own download is not reachable here)."""
+    if os.access(CHROMIUM, os.X_OK):
+        return CHROMIUM
+    return shutil.which("chromium")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_until(
+    check: Callable[[], Any],
+    timeout: float,
+    what: str | Callable[[], str],
+    pause: Callable[[float], None] = time.sleep,
+) -> Any:
+    """Poll ``check`` until it returns something truthy; fail describing ``what`` after timeout.
+
+    With Playwright's sync API, pass ``pause=lambda s: page.wait_for_timeout(s * 1000)``:
+    events (responses, navigations) are only delivered while a Playwright call runs.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = what() if callable(what) else what
+            raise AssertionError(f"not within {timeout:g} s: {detail}")
+        pause(0.25)
+
+
+def write_notebook(path: Path, cells: list[str], kernel: str = "python3") -> None:
+    """A notebook of code cells with a kernelspec, so that JupyterLab asks no question."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {
+        "name": kernel,
+        "display_name": f"Python 3 ({kernel})",
+        "language": "python",
+    }
+    notebook.metadata["language_info"] = {"name": "python"}
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nbformat.write(notebook, str(path))
+
+
+@dataclass
+class JupyterLab:
+    """A JupyterLab server on a loopback port, with the test's token."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    home: Path
+    root: Path
+    env: dict[str, str]
+    log_path: Path
+    base_url: str = "/"
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def notebook_url(self, name: str, workspace: str) -> str:
+        """A notebook in a workspace of its own, so that no other tab is restored with it."""
+        return f"{self.origin}{self.base_url}lab/workspaces/{workspace}/tree/{name}?token={TOKEN}"
+
+    def request(self, method: str, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+        """``method`` on an absolute ``path`` of the server, with the token."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            connection.request(method, path, headers={"Authorization": f"token {TOKEN}"})
+            response = connection.getresponse()
+            body = response.read()
+        finally:
+            connection.close()
+        if response.getheader("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        return response.status, body
+
+    def api(self, method: str, route: str, timeout: float = 10.0) -> Any:
+        """A REST call below the base URL (``route`` like ``/api/sessions``), as JSON."""
+        path = self.base_url.rstrip("/") + route
+        status, body = self.request(method, path, timeout)
+        if status >= 400:
+            raise RuntimeError(f"{method} {path}: HTTP {status} {body[:200]!r}")
+        return json.loads(body) if body else None
+
+    def answers(self) -> bool:
+        try:
+            return bool(self.api("GET", "/api/status", timeout=2.0))
+        except (OSError, RuntimeError, ValueError, http.client.HTTPException):
+            return False
+
+    def shutdown_kernels(self) -> None:
+        """End every session (which shuts its kernel down), then any kernel left."""
+        for session in self.api("GET", "/api/sessions"):
+            with contextlib.suppress(RuntimeError):
+                self.api("DELETE", f"/api/sessions/{session['id']}", timeout=30.0)
+        for kernel in self.api("GET", "/api/kernels"):
+            with contextlib.suppress(RuntimeError):
+                self.api("DELETE", f"/api/kernels/{kernel['id']}", timeout=30.0)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """Kernels first (through the API, as a user would), then the server itself."""
+        if self.process.poll() is None:
+            with contextlib.suppress(OSError, RuntimeError, ValueError, http.client.HTTPException):
+                self.shutdown_kernels()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+
+
+def _write_json(path: Path, content: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(content))
+
+
+def _proxy_kernelspec(share: Path, python: str) -> None:
+    """A kernel whose environment routes the viewer through jupyter-server-proxy.
+
+    One JupyterLab serves both scenarios, and kernels inherit the server's environment, so
+    the proxy setting comes from the kernelspec's ``env``: the kernel sees exactly what it
+    would under a server started with the variable set (as binder/start does).
+    """
+    spec = {
+        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (XProf through the proxy)",
+        "language": "python",
+        "env": {"XPROF_MAGIC_PROXY_URL": "/proxy/%PORT%/"},
+    }
+    _write_json(share / "kernels" / PROXY_KERNEL / "kernel.json", spec)
+
+
+def isolated(home: Path, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with every folder that Jupyter, IPython, Matplotlib and the viewer write to
+    moved under ``home``, captures in ``home/logs``, and no torch_xla profiler server (it
+    binds a fixed port on all interfaces)."""
+    (home / "home").mkdir(parents=True, exist_ok=True)
+    return {
+        **base,
+        "XPROF_MAGIC_NO_SERVER": "1",
+        "XPROF_MAGIC_VIEWER_DIR": str(home / "viewers"),
+        "XPROF_MAGIC_LOGDIR": str(home / "logs"),
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTER_PATH": str(home / "share"),
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        "HOME": str(home / "home"),
+        "IPYTHONDIR": str(home / "ipython"),
+        "MPLCONFIGDIR": str(home / "matplotlib"),
+    }
+
+
+def machine_environment() -> dict[str, str]:
+    """This machine's environment, on the CPU, without any proxy setting of its own."""
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    for name in ("XPROF_MAGIC_PROXY_URL", "TENSORBOARD_PROXY_URL", "JUPYTERHUB_SERVICE_PREFIX"):
+        env.pop(name, None)
+    return env
+
+
+def start_jupyterlab(
+    home: Path,
+    *,
+    base_env: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+    launcher: Sequence[str] = (),
+    base_url: str = "/",
+    timeout: float = 120.0,
+) -> JupyterLab:
+    """JupyterLab on a free loopback port serving ``home/notebooks``, all its state in ``home``.
+
+    ``python`` runs the server (and the proxy kernel), started through ``launcher`` (such as
+    binder/start) in ``base_env`` (default: :func:`machine_environment`).
+    """
+    root = home / "notebooks"
+    root.mkdir(parents=True)
+    env = isolated(home, machine_environment() if base_env is None else base_env)
+    _write_json(Path(env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json", _SERVER_CONFIG)
+    for name, content in _LAB_SETTINGS.items():
+        _write_json(Path(env["JUPYTERLAB_SETTINGS_DIR"]) / name, content)
+    _proxy_kernelspec(Path(env["JUPYTER_PATH"]), python)
+    port = free_port()
+    log_path = home / "jupyterlab.log"
+    command = [
+        *launcher,
+        python,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--allow-root",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.token={TOKEN}",
+        f"--ServerApp.root_dir={root}",
+        f"--ServerApp.base_url={base_url}",
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=root,
+            env=env,
+            start_new_session=True,
+        )
+    lab = JupyterLab(process, port, home, root, env, log_path, base_url)
+    deadline = time.monotonic() + timeout
+    while not lab.answers():
+        if process.poll() is not None or time.monotonic() > deadline:
+            lab.stop()
+            raise RuntimeError(f"JupyterLab did not start; its log:\n{lab.log_tail()}")
+        time.sleep(0.3)
+    return lab
+
+
+def stop_viewers(env: Mapping[str, str], python: str = sys.executable) -> str:
+    """Stop every XProf viewer recorded in ``env``'s viewer folder (viewers outlive kernels)."""
+    code = (
+        "from xprof_magic import _viewer\n"
+        "print([_viewer.stop_viewer(v) for v in _viewer.list_viewers()])"
+    )
+    done = subprocess.run(
+        [python, "-c", code],
+        env=dict(env),
+        cwd=env.get("HOME"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout + done.stderr
+
+
+def leftover_processes(marker: Path) -> list[str]:
+    """Live processes whose command line names ``marker`` (Linux): what teardown missed."""
+    found = []
+    needle = str(marker).encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[:1]
+        except OSError:
+            continue
+        if needle in cmdline and state != ["Z"] and int(entry.name) != os.getpid():
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name}: {command}")
+    return found
+
+
+@dataclass(frozen=True)
+class DataFetch:
+    """One response of XProf's data route (``.../data/plugin/profile/data?run=&tag=``)."""
+
+    url: str
+    run: str
+    tag: str
+    status: int
+    names: frozenset[str]
+    frame: Any
+
+    def describe(self) -> str:
+        shown = sorted(self.names)[:25]
+        what = f"run={self.run!r} tag={self.tag!r} HTTP {self.status}"
+        return f"{what}: {len(self.names)} event names {shown}"
+
+
+def _event_names(body: bytes) -> frozenset[str]:
+    """Event names of a Chrome trace JSON (XProf's ``trace_viewer@`` data)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return frozenset()
+    events = data.get("traceEvents", []) if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        return frozenset()
+    return frozenset(str(e["name"]) for e in events if isinstance(e, dict) and "name" in e)
+
+
+class DataFetches:
+    """The responses of XProf's data route in a page, from any frame.
+
+    Playwright's sync API runs handlers only while the test is inside a Playwright call, and
+    a handler must not wait for a body; so the handler keeps the response and :meth:`all`
+    reads the bodies later, once each.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[Any] = []
+        self._read: list[DataFetch] = []
+        self.urls: list[str] = []
+
+    def on_response(self, response: Any) -> None:
+        """A Playwright ``response`` handler."""
+        self.urls.append(response.url)
+        if DATA_ROUTE in urlsplit(response.url).path:
+            self._pending.append(response)
+
+    def all(self) -> list[DataFetch]:
+        while self._pending:
+            response = self._pending.pop(0)
+            query = parse_qs(urlsplit(response.url).query)
+            tag = query.get("tag", [""])[0]
+            names: frozenset[str] = frozenset()
+            if tag.startswith("trace_viewer"):
+                # A frame that went away before its body was read leaves no names.
+                with contextlib.suppress(Exception):
+                    names = _event_names(response.body())
+            run = query.get("run", [""])[0]
+            self._read.append(
+                DataFetch(response.url, run, tag, response.status, names, response.frame)
+            )
+        return list(self._read)
+
+    def find(self, run: str, tag: str, frame: Any, label: str | None = None) -> DataFetch | None:
+        """A successful fetch by ``frame`` of ``run``'s ``tag`` data (with event ``label``)."""
+        for fetch in self.all():
+            if (fetch.run, fetch.frame, fetch.status) != (run, frame, 200):
+                continue
+            if fetch.tag.startswith(tag) and (label is None or label in fetch.names):
+                return fetch
+        return None
+
+    def describe(self) -> str:
+        lines = [f.describe() for f in self.all()] or ["nothing fetched from the data route"]
+        profile = [u for u in self.urls if "/data/plugin/profile" in u][-12:]
+        return "\n".join(["data fetched:", *lines, "last profile requests:", *profile])
