@@ -201,6 +201,34 @@ def bench_time_to_view(reps: int, logdir: Path) -> dict[str, Any]:
     }
 
 
+def bench_stop(reps: int, logdir: Path) -> list[dict[str, float]]:
+    """Stopping a capture: stop_trace's export, the metadata, the move into place."""
+    import torch
+    import torch_xla
+
+    import xprof_magic
+
+    rows = []
+    for seconds in (0.0, 0.3, 1.0):
+        took, sizes = [], []
+        for i in range(reps):
+            cap = xprof_magic.capture(logdir=logdir, name=f"stop-{seconds}-{i}", server=False)
+            cap.__enter__()
+            x = torch.ones(64, 64, device=torch_xla.device())
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                x = (x @ x) / 64
+                torch_xla.sync()
+            x.sum().item()
+            started = time.perf_counter()
+            cap.__exit__(None, None, None)
+            took.append(time.perf_counter() - started)
+            assert cap.result is not None
+            sizes.append(sum(p.stat().st_size for p in cap.result.run_dir.glob("*.xplane.pb")))
+        rows.append({"cell_s": seconds, "xplane_kb": median(sizes) / 1e3, "stop_s": median(took)})
+    return rows
+
+
 def bench_load_ext(reps: int) -> dict[str, list[float]]:
     """``%load_ext`` in fresh processes; TensorBoard's extension for reference."""
     code = (
@@ -315,6 +343,22 @@ def write_report(results: dict[str, Any], command: str) -> str:
             f"{fmt_ms(view['cold_served_s'])} (the first conversion in a fresh server).",
             "",
         ]
+    stop = results.get("stop")
+    if stop:
+        lines += [
+            "## Stopping a capture",
+            "",
+            "From the end of the cell to the run in place: waiting for the device, torch_xla's",
+            "`stop_trace` export, the metadata and the rename.",
+            "",
+            "| cell length | xplane | stop and store |",
+            "| --- | --- | --- |",
+        ]
+        for row in stop:
+            lines.append(
+                f"| {row['cell_s']:g} s | {row['xplane_kb']:.0f} KB | {fmt_ms(row['stop_s'])} |"
+            )
+        lines.append("")
     load = results.get("load_ext")
     if load:
         lines += [
@@ -365,13 +409,14 @@ def main() -> int:
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     reps = 3 if args.quick else 9
-    wanted = set(args.only or ["overhead", "time_to_view", "load_ext", "summary", "memory"])
+    wanted = set(args.only or ["overhead", "time_to_view", "stop", "load_ext", "summary", "memory"])
     with tempfile.TemporaryDirectory(prefix="xprof-bench-") as tmp:
         os.environ["XPROF_MAGIC_VIEWER_DIR"] = str(Path(tmp) / "viewers")
         results: dict[str, Any] = {"machine": machine()}
         parts: dict[str, Callable[[], Any]] = {
             "overhead": lambda: bench_overhead(reps, Path(tmp) / "overhead"),
             "time_to_view": lambda: bench_time_to_view(reps, Path(tmp) / "view"),
+            "stop": lambda: bench_stop(reps, Path(tmp) / "stop"),
             "load_ext": lambda: bench_load_ext(reps + 6),
             "summary": lambda: bench_summary(Path(tmp) / "summary", quick=args.quick),
             "memory": lambda: bench_memory(25 if args.quick else 100, Path(tmp) / "memory"),
