@@ -323,3 +323,28 @@ def test_an_interrupt_while_stopping_still_stops_the_trace(
     assert meta["stopped"]["error"]["type"] == "KeyboardInterrupt"
     assert meta["after"]["status"] == "ok"
     assert not (logdir / _store.STAGING_DIR).exists()
+
+
+def test_xprofs_step_tools_detect_the_steps_of_steps_option(
+    ip: Any, logdir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+
+    body = (
+        "import torch, torch_xla\n"
+        "x = torch.ones(16, 16, device=torch_xla.device())\n"
+        "for i in range(6):\n"
+        "    x = (x @ x) / 16\n"
+        "    torch_xla.sync()\n"
+    )
+    assert run(ip, logdir, body, "--steps --name stepped").success
+    copy = tmp_path / "copy"  # the converter writes caches beside the capture
+    shutil.copytree(only_run(logdir).path, copy)
+    data, _ = xspace_to_tool_data([str(next(copy.glob("*.xplane.pb")))], "overview_page", {})
+    tables = json.loads(data)
+    (steps,) = [t for t in tables if any(c.get("id") == "stepTimeMs" for c in t.get("cols", []))]
+    # XProf leaves the first and the last step out of its table
+    assert len(steps["rows"]) >= 4
+    assert all(row["c"][0]["v"] for row in steps["rows"])
