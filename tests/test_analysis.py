@@ -85,9 +85,7 @@ def test_a_full_summary_reads_everything(shapes: Summary) -> None:
 
 def test_the_device_is_said_plainly(shapes: Summary) -> None:
     device = _meta(shapes.run_dir)["device"]
-    assert shapes.device.kind == device
-    if device != "CPU":
-        pytest.skip(f"captured on {device}")
+    assert shapes.device.kind == device == "CPU"  # these tests run with PJRT_DEVICE=CPU
     assert shapes.device.on_cpu
     assert "PJRT_DEVICE=CPU" in shapes.device.statement
     assert "not on a TPU" in shapes.device.statement
@@ -316,8 +314,6 @@ def test_a_capture_made_by_the_core(runs: dict[str, Path], tmp_path: Path) -> No
 
     import xprof_magic
 
-    if not hasattr(xprof_magic, "capture"):
-        pytest.skip("the core's capture API is not there yet")
     dev = torch_xla.device()
     with xprof_magic.capture(logdir=tmp_path, name="core", server=False) as cap:
         w = torch.ones(8, 8, device=dev)
