@@ -132,26 +132,31 @@ def bench_overhead(reps: int, logdir: Path) -> dict[str, Any]:
         kernel.close()
 
 
+def busy_cell(seconds: float) -> None:
+    """A cell that keeps torch_xla busy for ``seconds``: small steps, each synced."""
+    import torch
+    import torch_xla
+
+    x = torch.ones(64, 64, device=torch_xla.device())
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        x = (x @ x) / 64
+        torch_xla.sync()
+    x.sum().item()
+
+
 def bench_time_to_view(reps: int, logdir: Path) -> dict[str, Any]:
     """From a finished capture to a viewer that lists its tools and serves its trace data.
 
     The run is visible the moment it is renamed into place; what follows is XProf's own
     conversion of the timeline, which grows with the capture, so sizes are reported too.
     """
-    import torch
-    import torch_xla
-
     import xprof_magic
     from xprof_magic import _viewer
 
     def capture(name: str, seconds: float) -> Any:
         with xprof_magic.capture(logdir=logdir, name=name, server=False) as cap:
-            x = torch.ones(64, 64, device=torch_xla.device())
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                x = (x @ x) / 64
-                torch_xla.sync()
-            x.sum().item()
+            busy_cell(seconds)
         assert cap.result is not None
         return cap.result
 
@@ -203,9 +208,6 @@ def bench_time_to_view(reps: int, logdir: Path) -> dict[str, Any]:
 
 def bench_stop(reps: int, logdir: Path) -> list[dict[str, float]]:
     """Stopping a capture: stop_trace's export, the metadata, the move into place."""
-    import torch
-    import torch_xla
-
     import xprof_magic
 
     rows = []
@@ -214,12 +216,7 @@ def bench_stop(reps: int, logdir: Path) -> list[dict[str, float]]:
         for i in range(reps):
             cap = xprof_magic.capture(logdir=logdir, name=f"stop-{seconds}-{i}", server=False)
             cap.__enter__()
-            x = torch.ones(64, 64, device=torch_xla.device())
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                x = (x @ x) / 64
-                torch_xla.sync()
-            x.sum().item()
+            busy_cell(seconds)
             started = time.perf_counter()
             cap.__exit__(None, None, None)
             took.append(time.perf_counter() - started)
