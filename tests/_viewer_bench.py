@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from xprof_magic import _viewer
+from xprof_magic._viewer import manager as _viewer
 
 __all__ = ["main"]
 

@@ -31,7 +31,7 @@ from xprof_magic._analysis import (
     summarize_in_background,
     summarize_or_defer,
 )
-from xprof_magic._analysis_trace import read_planes
+from xprof_magic._analysis.trace import read_planes
 
 from ._analysis_captures import (
     SHAPES_CELL,
@@ -210,7 +210,7 @@ def _marker_path(row: Any, rows: dict[tuple[str, ...], Any]) -> list[str]:
 
 
 def _fmt(seconds: float) -> str:
-    from xprof_magic._analysis_render import fmt_s
+    from xprof_magic._analysis.render import fmt_s
 
     return fmt_s(seconds)
 

@@ -167,7 +167,7 @@ def test_huge_traces_are_explained_with_a_lowered_threshold(
 def test_a_timeline_too_big_to_read_gets_a_metadata_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from xprof_magic import _display
+    from xprof_magic._notebook import show as _display
 
     with (
         xprof_magic.capture(logdir=tmp_path, name="big", server=False) as cap,

@@ -219,7 +219,7 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     import os
     import signal
 
-    from xprof_magic import _viewer
+    from xprof_magic._viewer import manager as _viewer
 
     cell = f"%%xprof --logdir {tmp_path} --name first\nx = 1"
     content, outputs = kernel.run(cell)
@@ -261,7 +261,7 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
 def test_summary_pending_then_replaced_and_summary_compare_commands(
     kernel: Kernel, tmp_path: Path
 ) -> None:
-    kernel.run("import xprof_magic._display as shown\nshown.SUMMARY_BUDGET_S = 0.0")
+    kernel.run("import xprof_magic._notebook.show as shown\nshown.SUMMARY_BUDGET_S = 0.0")
     loop = (
         "x = torch.ones(8, device=torch_xla.device())\n"
         "for i in range(20):\n"
@@ -307,7 +307,7 @@ def test_summary_pending_then_replaced_and_summary_compare_commands(
 def test_a_restarted_kernel_reuses_the_live_viewer(tmp_path: Path) -> None:
     import os
 
-    from xprof_magic import _viewer
+    from xprof_magic._viewer import manager as _viewer
 
     k = Kernel({**os.environ, "XPROF_MAGIC_NO_SERVER": "1"})
     try:

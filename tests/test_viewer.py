@@ -22,8 +22,9 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import pytest
 
-from xprof_magic import _viewer, _viewer_server
-from xprof_magic._viewer import (
+from xprof_magic._viewer import manager as _viewer
+from xprof_magic._viewer import server as _viewer_server
+from xprof_magic._viewer.manager import (
     VIEWER_DIR_ENV,
     Failed,
     Launched,
@@ -335,7 +336,7 @@ def test_a_new_kernel_finds_and_reuses_the_viewer(viewer: Viewer, logdir: Path) 
     script = textwrap.dedent(
         f"""
         import json
-        from xprof_magic._viewer import ensure_viewer, fetch_json, find_viewer
+        from xprof_magic._viewer.manager import ensure_viewer, fetch_json, find_viewer
         RUN = {RUN!r}
         found = find_viewer({str(logdir)!r})
         outcome = ensure_viewer({str(logdir)!r})
@@ -352,7 +353,7 @@ def test_a_new_kernel_finds_and_reuses_the_viewer(viewer: Viewer, logdir: Path) 
 def test_a_viewer_outlives_the_kernel_that_started_it(viewer_dir: Path, fresh_logdir: Path) -> None:
     script = textwrap.dedent(
         f"""
-        from xprof_magic._viewer import ensure_viewer
+        from xprof_magic._viewer.manager import ensure_viewer
         print(ensure_viewer({str(fresh_logdir)!r}).viewer.pid)
         """
     )

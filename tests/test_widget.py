@@ -13,7 +13,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import xprof_magic
-from xprof_magic import _context, _viewer, _widget
+from xprof_magic._notebook import context as _context
+from xprof_magic._viewer import manager as _viewer
+from xprof_magic._notebook import widget as _widget
 
 
 class Frames(HTMLParser):

@@ -32,14 +32,14 @@ __version__ = "0.1.0"
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register ``%%xprof`` and ``%xprof`` (``%load_ext xprof_magic``)."""
-    from xprof_magic._magic import XprofMagics
+    from xprof_magic._notebook.magic import XprofMagics
 
     ipython.register_magics(XprofMagics)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Remove the magics (``%unload_ext xprof_magic``)."""
-    from xprof_magic._magic import XprofMagics
+    from xprof_magic._notebook.magic import XprofMagics
 
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):

@@ -81,7 +81,7 @@ class Backend(Protocol):
         """Versions of the libraries that made the capture."""
 
 
-BACKENDS: dict[str, str] = {"torch_xla": "xprof_magic._backends._torch_xla"}
+BACKENDS: dict[str, str] = {"torch_xla": "xprof_magic._backends.torch_xla"}
 _loaded: dict[str, Backend] = {}
 
 

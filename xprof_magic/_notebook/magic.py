@@ -303,15 +303,16 @@ class XprofMagics(Magics):
 
     def _begin_viewer(self, logdir: Path, args: Any) -> Any:
         """Start (or find) the viewer now, so that it is ready when the cell ends."""
-        from xprof_magic import _viewer
+        from xprof_magic._viewer import manager as _viewer
 
         self._viewer_kind, self._viewer_port = args.viewer, args.viewer_port
         return _viewer.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)
 
     def _show(self, start: Any, logdir: Path, run: str, height: int) -> None:
         """The summary and the viewer under the cell; a pending summary updates in place."""
-        from xprof_magic import _display, _viewer
-        from xprof_magic._context import detect
+        from xprof_magic._notebook import show as _display
+        from xprof_magic._viewer import manager as _viewer
+        from xprof_magic._notebook.context import detect
 
         run_dir = logdir / "plugins" / "profile" / run
         summary = _display.summary_now(run_dir)
@@ -344,20 +345,20 @@ class XprofMagics(Magics):
         return logdir, run or names[0]
 
     def _view(self, run: str | None) -> None:
-        from xprof_magic import _viewer
+        from xprof_magic._viewer import manager as _viewer
 
         logdir, name = self._run_name(run)
         start = _viewer.begin_viewer(logdir, port=self._viewer_port, kind=self._viewer_kind)
         self._show(start, logdir, name, DEFAULT_HEIGHT)
 
     def _full_summary(self, run: str | None) -> Any:
-        from xprof_magic import _display
+        from xprof_magic._notebook import show as _display
 
         logdir, name = self._run_name(run)
         return _display.full_summary(logdir / "plugins" / "profile" / name)
 
     def _summary(self, run: str | None) -> None:
-        from xprof_magic import _display
+        from xprof_magic._notebook import show as _display
 
         display(_display.summary_bundle(self._full_summary(run)), raw=True)
 
@@ -368,7 +369,7 @@ class XprofMagics(Magics):
         display({"text/plain": both.text(), "text/html": both.html()}, raw=True)
 
     def _viewer_command(self, stop: bool) -> None:
-        from xprof_magic import _viewer
+        from xprof_magic._viewer import manager as _viewer
 
         logdir = self._logdir or _store.default_logdir()
         kind = self._viewer_kind
@@ -392,7 +393,7 @@ _VIEWER_WAIT_S = 60.0
 
 def _widget_module() -> Any:
     """The widget module, imported on first display: ipywidgets is not needed to load."""
-    from xprof_magic import _widget
+    from xprof_magic._notebook import widget as _widget
 
     return _widget
 

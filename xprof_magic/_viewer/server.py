@@ -1,6 +1,6 @@
 """The viewer's own process: XProf (or TensorBoard) serving one log directory on loopback.
 
-Run by :mod:`xprof_magic._viewer` as ``python -m xprof_magic._viewer_server``. A separate
+Run by :mod:`xprof_magic._viewer.manager` as ``python -m xprof_magic._viewer.server``. A separate
 process survives kernel crashes and restarts, so the next kernel can reuse it, and keeps the
 per-request logs XProf writes to stderr out of the notebook.
 
@@ -292,7 +292,7 @@ def _log(message: str) -> None:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m xprof_magic._viewer_server",
+        prog="python -m xprof_magic._viewer.server",
         description="Serve a log directory with XProf on 127.0.0.1; the secret is read from stdin.",
     )
     parser.add_argument("--logdir", required=True)
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     secret = sys.stdin.readline().strip()
     if not SECRET_PATTERN.fullmatch(secret):
-        _log("no valid secret on stdin; this module is started by xprof_magic._viewer")
+        _log("no valid secret on stdin; this module is started by xprof_magic._viewer.manager")
         return EXIT_BAD_CONFIG
     logdir = os.path.realpath(args.logdir)
     if not os.path.isdir(logdir):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
-from xprof_magic._analysis_model import CompareRow, LabelRow, OpRow, StepStats, Summary, Timed
+from xprof_magic._analysis.model import CompareRow, LabelRow, OpRow, StepStats, Summary, Timed
 
 __all__ = [
     "chart_svg",

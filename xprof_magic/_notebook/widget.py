@@ -19,8 +19,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from xprof_magic import _analysis, _store
-from xprof_magic._context import Context
-from xprof_magic._viewer import Viewer, ViewerError, fetch_json
+from xprof_magic._notebook.context import Context
+from xprof_magic._viewer.manager import Viewer, ViewerError, fetch_json
 
 __all__ = ["TOOL_ORDER", "ViewerWidget", "announce", "embed_html", "order_tools"]
 

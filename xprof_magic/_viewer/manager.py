@@ -2,7 +2,7 @@
 
 The magic begins starting a viewer while the user's cell runs (:func:`begin_viewer`) and waits
 for it afterwards (:meth:`ViewerStart.wait`). The server is a separate process
-(:mod:`xprof_magic._viewer_server`) that records itself in a 0600 info file in a per-user
+(:mod:`xprof_magic._viewer.server`) that records itself in a 0600 info file in a per-user
 folder, TensorBoard-style, so that a later kernel finds and reuses it (:func:`find_viewer`).
 Starting returns a typed outcome instead of raising, so that the front end can tell the user
 what happened and what to do next. No IPython here.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
-from xprof_magic import _viewer_server as server
+from xprof_magic._viewer import server
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",

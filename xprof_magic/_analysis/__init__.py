@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from xprof_magic._analysis_model import (
+from xprof_magic._analysis.model import (
     CompareRow,
     Compiles,
     CompileSite,
@@ -50,7 +50,7 @@ from xprof_magic._analysis_model import (
     ThreadGroup,
     Timed,
 )
-from xprof_magic._analysis_render import (
+from xprof_magic._analysis.render import (
     chart_svg,
     compare_html,
     compare_text,
@@ -58,7 +58,7 @@ from xprof_magic._analysis_render import (
     render_html,
     render_text,
 )
-from xprof_magic._analysis_trace import (
+from xprof_magic._analysis.trace import (
     GROUP_ROLES,
     STEP,
     Block,
@@ -953,6 +953,3 @@ def main(argv: list[str] | None = None) -> int:
     save_summary(summary, args[0])
     return 0 if summary.complete else 1
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -238,12 +238,12 @@ class Summary:
     read_s: float = 0.0
 
     def _repr_html_(self) -> str:
-        from xprof_magic._analysis_render import render_html
+        from xprof_magic._analysis.render import render_html
 
         return render_html(self)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        from xprof_magic._analysis_render import render_text
+        from xprof_magic._analysis.render import render_text
 
         printer.text(render_text(self))
 
