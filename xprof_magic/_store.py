@@ -31,15 +31,21 @@ __all__ = [
     "default_logdir",
     "default_run_name",
     "discard",
+    "hosts",
+    "profile_dir",
     "read_metadata",
     "runs",
+    "run_path",
     "safe_run_name",
     "write_json",
+    "xplane_bytes",
+    "xplanes",
 ]
 
 LOGDIR_ENV = "XPROF_MAGIC_LOGDIR"
 METADATA_FILE = "xprof_magic.json"
 PROFILE_DIR = ("plugins", "profile")
+XPLANE_SUFFIX = ".xplane.pb"
 STAGING_DIR = ".xprof_magic_staging"
 NAME_MAX_CHARS = 100
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+@-]+")
@@ -94,8 +100,33 @@ def safe_run_name(name: str) -> str:
     return cleaned
 
 
-def _profile_dir(logdir: Path) -> Path:
-    return logdir.joinpath(*PROFILE_DIR)
+def profile_dir(logdir: str | os.PathLike[str]) -> Path:
+    """``<logdir>/plugins/profile``: the folder XProf and TensorBoard list runs from."""
+    return Path(logdir).joinpath(*PROFILE_DIR)
+
+
+def run_path(logdir: str | os.PathLike[str], run: str) -> Path:
+    """The folder of run ``run`` in ``logdir``."""
+    return profile_dir(logdir) / run
+
+
+def xplanes(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The run's timelines, one ``<host>.xplane.pb`` per host, sorted by host."""
+    return sorted(Path(run_dir).glob(f"*{XPLANE_SUFFIX}"))
+
+
+def hosts(run_dir: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The hosts of a run: its timelines' file names without ``.xplane.pb``."""
+    return tuple(path.name[: -len(XPLANE_SUFFIX)] for path in xplanes(run_dir))
+
+
+def xplane_bytes(run_dir: str | os.PathLike[str]) -> int:
+    """The size of a run's timelines together, in bytes (0 if they vanished)."""
+    total = 0
+    for path in xplanes(run_dir):
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size
+    return total
 
 
 def begin(logdir: Path) -> Staging:
@@ -118,7 +149,7 @@ def begin(logdir: Path) -> Staging:
         raise LogdirError(
             f"log directory {logdir} is not writable; pass --logdir a folder you can write"
         )
-    profile = _profile_dir(logdir)
+    profile = profile_dir(logdir)
     if profile.exists() and not (profile.is_dir() and os.access(profile, os.W_OK | os.X_OK)):
         raise LogdirError(
             f"{profile} is not a writable folder, so runs cannot be stored; "
@@ -153,9 +184,9 @@ def commit(staging: Staging, name: str, metadata: dict[str, Any]) -> Path:
     try:
         session = _staged_session(staging)
         write_json(session / METADATA_FILE, {**metadata, "run": name})
-        profile_dir = _profile_dir(staging.logdir)
-        profile_dir.mkdir(parents=True, exist_ok=True)
-        target = _claim(profile_dir, name, session)
+        profile = profile_dir(staging.logdir)
+        profile.mkdir(parents=True, exist_ok=True)
+        target = _claim(profile, name, session)
         if target.name != name:
             write_json(target / METADATA_FILE, {**metadata, "run": target.name})
         return target
@@ -164,7 +195,7 @@ def commit(staging: Staging, name: str, metadata: dict[str, Any]) -> Path:
 
 
 def _staged_session(staging: Staging) -> Path:
-    sessions = [p for p in _profile_dir(staging.path).glob("*") if p.is_dir()]
+    sessions = [p for p in profile_dir(staging.path).glob("*") if p.is_dir()]
     if len(sessions) != 1:
         raise LogdirError(
             f"the profiler wrote {len(sessions)} sessions into {staging.path}, expected one"
@@ -209,7 +240,7 @@ def read_metadata(run_dir: Path) -> dict[str, Any] | None:
 
 def runs(logdir: Path | str | None = None) -> list[RunInfo]:
     """Every run in the log directory that holds a capture, newest first."""
-    root = _profile_dir(Path(logdir) if logdir is not None else default_logdir())
+    root = profile_dir(Path(logdir) if logdir is not None else default_logdir())
     found: list[RunInfo] = []
     try:
         entries = list(os.scandir(root))
@@ -219,12 +250,12 @@ def runs(logdir: Path | str | None = None) -> list[RunInfo]:
         if not entry.is_dir() or entry.name.startswith("."):
             continue
         path = Path(entry.path)
-        hosts = tuple(sorted(p.name[: -len(".xplane.pb")] for p in path.glob("*.xplane.pb")))
-        if not hosts:
+        names = hosts(path)
+        if not names:
             continue
         metadata = read_metadata(path)
         created = _created(metadata, entry)
-        found.append(RunInfo(entry.name, path, hosts, metadata, created))
+        found.append(RunInfo(entry.name, path, names, metadata, created))
     found.sort(key=lambda r: (r.created, r.name), reverse=True)
     return found
 

@@ -61,6 +61,8 @@ TRACE_VIEWER_TOOL = "trace_viewer@"
 _LOG_RETENTION_S = 7 * 24 * 3600
 _HEALTH_TIMEOUT_S = 2.0
 _SERVER_SCRIPT = str(Path(server.__file__).resolve())
+# What a viewer's command line holds: this layout's server script, and the earlier layout's.
+_SERVER_MARKERS = (b"_viewer/server.py", b"_viewer_server")
 _LABELS = {"xprof": "XProf viewer", "tensorboard": "TensorBoard viewer"}
 
 # Our own server processes, so that their exit is reaped and a zombie is not taken for alive.
@@ -300,7 +302,7 @@ def _is_viewer_process(viewer: Viewer) -> bool:
         return _pid_alive(viewer.pid) and _healthy(viewer)
     except OSError:
         return False
-    return b"_viewer_server" in cmdline
+    return any(marker in cmdline for marker in _SERVER_MARKERS)
 
 
 def _get(port: int, path: str, timeout: float) -> tuple[int, bytes]:
