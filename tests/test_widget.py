@@ -14,8 +14,8 @@ import pytest
 
 import xprof_magic
 from xprof_magic._notebook import context as _context
-from xprof_magic._viewer import manager as _viewer
 from xprof_magic._notebook import widget as _widget
+from xprof_magic._viewer import manager as _viewer
 
 
 class Frames(HTMLParser):

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from xprof_magic import _labels, _store
+from xprof_magic import _labels, _metadata, _store
 from xprof_magic._backends import Backend, MetricsSnapshot, get_backend, metrics_delta
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
 
 DEFAULT_PORT = 9012
 NO_SERVER_ENV = "XPROF_MAGIC_NO_SERVER"
-SCHEMA = 1
 _TEXT_LABEL_LINES = 12
 # XProf's trace viewer shows at most about a million events (jax-ml/jax 21295); an xplane
 # holds roughly 15 bytes an event (100k TraceMe events made 1.46 MB). Protobuf cannot read
@@ -114,13 +113,13 @@ class CaptureResult:
     steps: list[float]
     backend: str
     device: str
-    metadata: dict[str, Any]
+    metadata: _metadata.RunMetadata
     messages: list[str] = field(default_factory=list)
     value: Any = field(default=None, repr=False)
 
     @property
     def hosts(self) -> tuple[str, ...]:
-        return tuple(sorted(p.name[: -len(".xplane.pb")] for p in self.run_dir.glob("*.xplane.pb")))
+        return _store.hosts(self.run_dir)
 
     def text(self) -> str:
         """The short plain-text summary printed under a cell."""
@@ -292,7 +291,7 @@ class Capture:
             end_ns = time.time_ns()
             metadata = self._metadata(backend, recorder, exc, wall_s, end_ns)
             assert self.plan.name is not None
-            run_dir = _store.commit(staging, self.plan.name, metadata)
+            run_dir = _store.commit(staging, self.plan.name, metadata.to_json())
         except BaseException as error:
             _store.discard(staging)
             if not isinstance(error, Exception):
@@ -306,8 +305,7 @@ class Capture:
                 f"The cell's own result is unaffected; {hint}."
             )
             return
-        size = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb"))
-        warning = size_warning(size)
+        warning = size_warning(_store.xplane_bytes(run_dir))
         if warning:
             self._messages.append(f"warning: {warning}")
         self.result = CaptureResult(
@@ -315,13 +313,15 @@ class Capture:
             run_dir=run_dir,
             logdir=self.plan.logdir.absolute(),
             wall_s=wall_s,
-            status=metadata["status"],
-            error=metadata["error"],
+            status=metadata.status,
+            error=None
+            if metadata.error is None
+            else {"type": metadata.error.type, "message": metadata.error.message},
             labels=recorder.labels(),
             steps=recorder.steps(),
             backend=backend.name,
-            device=metadata["device"],
-            metadata={**metadata, "run": run_dir.name},
+            device=metadata.device,
+            metadata=replace(metadata, run=run_dir.name),
             messages=self._messages,
             value=recorder.value,
         )
@@ -335,32 +335,32 @@ class Capture:
         exc: BaseException | None,
         wall_s: float,
         end_ns: int,
-    ) -> dict[str, Any]:
-        error = None if exc is None else {"type": type(exc).__name__, "message": _message(exc)}
+    ) -> _metadata.RunMetadata:
         from xprof_magic import __version__
 
-        return {
-            "schema": SCHEMA,
-            "run": self.plan.name,
-            "cell": self.plan.cell,
-            "cell_number": self.plan.cell_number,
-            "labels": [stat.to_json() for stat in recorder.labels()],
-            "steps": recorder.steps(),
-            "options": self.plan.options,
-            "start": _iso(self._start_ns),
-            "end": _iso(end_ns),
-            "start_ns": self._start_ns,
-            "end_ns": end_ns,
-            "wall_s": wall_s,
-            "status": "ok" if exc is None else "error",
-            "error": error,
-            "backend": backend.name,
-            "device": backend.device(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "versions": {**backend.versions(), "xprof_magic": __version__},
-            "metrics": metrics_delta(self._before, backend.metrics()),
-        }
+        error = None if exc is None else _metadata.RunError(type(exc).__name__, _message(exc))
+        delta = metrics_delta(self._before, backend.metrics())
+        return _metadata.RunMetadata(
+            run=self.plan.name or "",
+            cell=self.plan.cell,
+            cell_number=self.plan.cell_number,
+            labels=tuple(recorder.labels()),
+            steps=tuple(recorder.steps()),
+            options=self.plan.options,
+            start=_iso(self._start_ns),
+            end=_iso(end_ns),
+            start_ns=self._start_ns,
+            end_ns=end_ns,
+            wall_s=wall_s,
+            status="ok" if exc is None else "error",
+            error=error,
+            backend=backend.name,
+            device=backend.device(),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            versions={**backend.versions(), "xprof_magic": __version__},
+            metrics=delta,
+        )
 
 
 def _message(exc: BaseException) -> str:

@@ -12,6 +12,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from xprof_magic._metadata import MetricTotal, RunMetrics
+
 __all__ = [
     "BACKENDS",
     "Backend",
@@ -98,16 +100,16 @@ def get_backend(name: str = "torch_xla") -> Backend:
     return _loaded[name]
 
 
-def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, Any]:
-    """One cell's share of the counters, JSON-ready; unchanged entries are left out."""
+def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> RunMetrics:
+    """One cell's share of the counters; unchanged entries are left out."""
     counters = {
         name: value - before.counters.get(name, 0)
         for name, value in after.counters.items()
         if value != before.counters.get(name, 0)
     }
-    metrics: dict[str, dict[str, float]] = {}
+    metrics: dict[str, MetricTotal] = {}
     for name, (count, total) in after.metrics.items():
         count0, total0 = before.metrics.get(name, (0, 0.0))
         if count != count0:
-            metrics[name] = {"count": count - count0, "total_s": total - total0}
-    return {"counters": counters, "metrics": metrics}
+            metrics[name] = MetricTotal(count - count0, total - total0)
+    return RunMetrics(counters, metrics)

@@ -311,8 +311,8 @@ class XprofMagics(Magics):
     def _show(self, start: Any, logdir: Path, run: str, height: int) -> None:
         """The summary and the viewer under the cell; a pending summary updates in place."""
         from xprof_magic._notebook import show as _display
-        from xprof_magic._viewer import manager as _viewer
         from xprof_magic._notebook.context import detect
+        from xprof_magic._viewer import manager as _viewer
 
         run_dir = logdir / "plugins" / "profile" / run
         summary = _display.summary_now(run_dir)

@@ -1,0 +1,288 @@
+"""The one schema of ``xprof_magic.json``, the metadata stored beside every capture.
+
+The capture writes a :class:`RunMetadata`; the analysis, the widget and ``%xprof runs`` read
+it back. A run folder may come from an older version, another tool or a damaged disk, so
+reading is lenient field by field: a malformed field becomes its default and is named in
+:attr:`RunMetadata.problems`, never an exception. Writing is atomic (see
+:func:`xprof_magic._store.write_json`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from xprof_magic._labels import LabelStat as LabelTime
+from xprof_magic._store import METADATA_FILE, write_json
+
+__all__ = [
+    "SCHEMA",
+    "LabelTime",
+    "MetricTotal",
+    "RunError",
+    "RunMetadata",
+    "RunMetrics",
+    "read",
+    "write",
+]
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class RunError:
+    """The exception that ended the cell (``KeyboardInterrupt`` included)."""
+
+    type: str
+    message: str
+
+
+@dataclass(frozen=True)
+class MetricTotal:
+    """One runtime metric over the cell: samples and their sum (seconds for ``*Time``)."""
+
+    count: int
+    total_s: float
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    """The backend's counters and metrics for this cell alone (a delta, unchanged omitted)."""
+
+    counters: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, MetricTotal] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "counters": dict(self.counters),
+            "metrics": {
+                name: {"count": m.count, "total_s": m.total_s} for name, m in self.metrics.items()
+            },
+        }
+
+
+@dataclass(frozen=True)
+class RunMetadata:
+    """Everything the magic knows about a run that the timeline does not say."""
+
+    run: str = ""
+    cell: str | None = None
+    cell_number: int | None = None
+    labels: tuple[LabelTime, ...] = ()
+    steps: tuple[float, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    start: str = ""
+    end: str = ""
+    start_ns: int | None = None
+    end_ns: int | None = None
+    wall_s: float | None = None
+    status: str = "unknown"
+    error: RunError | None = None
+    backend: str = ""
+    device: str = ""
+    host: str = ""
+    pid: int | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    metrics: RunMetrics = field(default_factory=RunMetrics)
+    schema: int = SCHEMA
+    problems: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def cell_ns(self) -> tuple[int, int] | None:
+        """The cell's span in wall-clock nanoseconds, when known and sane."""
+        if self.start_ns is not None and self.end_ns is not None and self.end_ns > self.start_ns:
+            return self.start_ns, self.end_ns
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "run": self.run,
+            "cell": self.cell,
+            "cell_number": self.cell_number,
+            "labels": [label.to_json() for label in self.labels],
+            "steps": list(self.steps),
+            "options": self.options,
+            "start": self.start,
+            "end": self.end,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "wall_s": self.wall_s,
+            "status": self.status,
+            "error": None
+            if self.error is None
+            else {"type": self.error.type, "message": self.error.message},
+            "backend": self.backend,
+            "device": self.device,
+            "host": self.host,
+            "pid": self.pid,
+            "versions": dict(self.versions),
+            "metrics": self.metrics.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunMetadata:
+        """Read a metadata object leniently; what cannot be used is named in ``problems``."""
+        if not isinstance(data, dict):
+            return cls(problems=(f"{METADATA_FILE} does not hold an object",))
+        reader = _Reader(data)
+        meta = cls(
+            schema=reader.integer("schema") or SCHEMA,
+            run=reader.text("run"),
+            cell=reader.text("cell") or None,
+            cell_number=reader.integer("cell_number"),
+            labels=reader.labels(),
+            steps=reader.floats("steps"),
+            options=reader.mapping("options"),
+            start=reader.text("start"),
+            end=reader.text("end"),
+            start_ns=reader.integer("start_ns"),
+            end_ns=reader.integer("end_ns"),
+            wall_s=reader.number("wall_s"),
+            status=reader.text("status") or "unknown",
+            error=reader.error(),
+            backend=reader.text("backend"),
+            device=reader.text("device"),
+            host=reader.text("host"),
+            pid=reader.integer("pid"),
+            versions={str(k): str(v) for k, v in reader.mapping("versions").items()},
+            metrics=reader.metrics(),
+        )
+        if reader.bad:
+            fields = ", ".join(sorted(reader.bad))
+            return _with_problems(meta, f"{METADATA_FILE} has unusable fields: {fields}")
+        return meta
+
+
+def _with_problems(meta: RunMetadata, *problems: str) -> RunMetadata:
+    return replace(meta, problems=(*meta.problems, *problems))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+class _Reader:
+    """Typed access to a JSON object that records which fields were present but unusable."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.bad: set[str] = set()
+
+    def _typed(self, key: str, value: Any, ok: bool) -> bool:
+        """Whether ``value`` is usable; a present but unusable field is recorded."""
+        if value is not None and not ok:
+            self.bad.add(key)
+        return value is not None and ok
+
+    def text(self, key: str) -> str:
+        value: Any = self.data.get(key)
+        return value if self._typed(key, value, isinstance(value, str)) else ""
+
+    def integer(self, key: str) -> int | None:
+        value: Any = self.data.get(key)
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return int(value) if self._typed(key, value, ok) else None
+
+    def number(self, key: str) -> float | None:
+        value: Any = self.data.get(key)
+        number = _number(value)
+        return number if self._typed(key, value, number is not None) else None
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value: Any = self.data.get(key)
+        return dict(value) if self._typed(key, value, isinstance(value, dict)) else {}
+
+    def floats(self, key: str) -> tuple[float, ...]:
+        value: Any = self.data.get(key)
+        if not self._typed(key, value, isinstance(value, list)):
+            return ()
+        numbers = [_number(x) for x in value]
+        if any(n is None for n in numbers):
+            self.bad.add(key)
+        return tuple(n for n in numbers if n is not None)
+
+    def labels(self) -> tuple[LabelTime, ...]:
+        value: Any = self.data.get("labels")
+        if not self._typed("labels", value, isinstance(value, list)):
+            return ()
+        found: list[LabelTime] = []
+        for item in value:
+            path = item.get("path") if isinstance(item, dict) else None
+            count = item.get("count") if isinstance(item, dict) else None
+            total = _number(item.get("total_s")) if isinstance(item, dict) else None
+            if (
+                isinstance(path, list)
+                and path
+                and all(isinstance(p, str) for p in path)
+                and isinstance(count, int)
+                and total is not None
+            ):
+                found.append(LabelTime(tuple(path), count, total))
+            else:
+                self.bad.add("labels")
+        return tuple(found)
+
+    def error(self) -> RunError | None:
+        value: Any = self.data.get("error")
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.bad.add("error")
+            return RunError("Error", "")
+        kind, message = value.get("type"), value.get("message")
+        return RunError(
+            kind if isinstance(kind, str) and kind else "Error",
+            message if isinstance(message, str) else "",
+        )
+
+    def metrics(self) -> RunMetrics:
+        value = self.mapping("metrics")
+        counters_raw = value.get("counters")
+        metrics_raw = value.get("metrics")
+        counters: dict[str, int] = {}
+        metrics: dict[str, MetricTotal] = {}
+        for name, count in (counters_raw if isinstance(counters_raw, dict) else {}).items():
+            if isinstance(count, int) and not isinstance(count, bool):
+                counters[str(name)] = count
+            else:
+                self.bad.add("metrics")
+        for name, entry in (metrics_raw if isinstance(metrics_raw, dict) else {}).items():
+            count = entry.get("count") if isinstance(entry, dict) else None
+            total = _number(entry.get("total_s")) if isinstance(entry, dict) else None
+            if isinstance(count, int) and total is not None:
+                metrics[str(name)] = MetricTotal(count, total)
+            else:
+                self.bad.add("metrics")
+        return RunMetrics(counters, metrics)
+
+
+def write(run_dir: str | os.PathLike[str], meta: RunMetadata) -> Path:
+    """Write ``xprof_magic.json`` into ``run_dir`` atomically; return its path."""
+    path = Path(run_dir) / METADATA_FILE
+    write_json(path, meta.to_json())
+    return path
+
+
+def read(run_dir: str | os.PathLike[str]) -> RunMetadata | None:
+    """The run's metadata, or None when the run has no ``xprof_magic.json``.
+
+    An unreadable file gives a :class:`RunMetadata` whose ``problems`` say why.
+    """
+    path = Path(run_dir) / METADATA_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return RunMetadata(problems=(f"{METADATA_FILE} is unreadable ({error})",))
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        return RunMetadata(problems=(f"{METADATA_FILE} is unreadable ({error})",))
+    return RunMetadata.from_json(data)
