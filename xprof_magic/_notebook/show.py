@@ -19,7 +19,7 @@ from typing import Any
 
 from IPython.display import DisplayHandle, display
 
-from xprof_magic import _analysis
+from xprof_magic import _analysis, _store
 from xprof_magic._analysis import Summary
 
 __all__ = [
@@ -155,3 +155,47 @@ class CellDisplay:
         self.summary = summary
         if self.handle is not None:
             self.handle.update(self.bundle(), raw=True)
+
+
+VIEWER_WAIT_S = 60.0
+
+
+def report(shell: Any, result: Any, start: Any, logdir: Path, height: int) -> None:
+    """The text summary, then the summary and viewer display; never fails the cell."""
+    if result is None:
+        return
+    try:
+        print(result.text())
+        _widget().announce(logdir)
+        if start is not None:
+            show_run(shell, start, logdir, result.run, height)
+    except Exception as error:
+        print(f"xprof: the run was stored, but showing it failed: {error!r}")
+
+
+def show_run(shell: Any, start: Any, logdir: Path, run: str, height: int) -> None:
+    """The summary and the viewer under the cell; a pending summary updates in place."""
+    from xprof_magic._notebook.context import detect
+    from xprof_magic._viewer import manager
+
+    summary = summary_now(_store.run_path(logdir, run))
+    outcome = start.wait(timeout=VIEWER_WAIT_S)
+    view = None
+    context = detect(shell)
+    if isinstance(outcome, manager.Failed):
+        print(f"xprof: no viewer: {outcome.message}")
+    else:
+        if isinstance(outcome, manager.Restarted | manager.Launched):
+            print(f"xprof: {outcome.message} Stop it with %xprof viewer stop.")
+        view = _widget().ViewerWidget(outcome.viewer, context, logdir, run=run, height=height)
+    shown = CellDisplay(summary, view, widgets=context.has_widgets)
+    shown.show()
+    if summary.pending and context.has_widgets:
+        finish_summary(_store.run_path(logdir, run), shown.update)
+
+
+def _widget() -> Any:
+    """The widget module, imported on first display: ipywidgets is not needed to load."""
+    from xprof_magic._notebook import widget
+
+    return widget

@@ -1,0 +1,132 @@
+"""The ``%xprof`` line commands: runs, view, summary, compare, viewer.
+
+Each command reads the log directory the last profiled cell used (or the default) and shows
+what it finds; mistakes raise IPython's ``UsageError``, one line naming the fix.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.display import display
+
+from xprof_magic import _store
+
+DEFAULT_HEIGHT = 600  # merge: from xprof_magic._viewer.client
+
+__all__ = ["SUBCOMMANDS", "Session", "run_command"]
+
+SUBCOMMANDS = "runs, view [RUN], summary [RUN], compare RUN_A RUN_B, viewer, viewer stop"
+
+
+@dataclass
+class Session:
+    """What the line commands remember of this kernel's profiled cells."""
+
+    logdir: Path | None = None
+    viewer_kind: Any = "xprof"
+    viewer_port: int | None = None
+
+    def current_logdir(self) -> Path:
+        return self.logdir or _store.default_logdir()
+
+
+def run_command(session: Session, shell: Any, line: str) -> None:
+    """Parse and run one ``%xprof`` line."""
+    try:
+        words = shlex.split(line)
+    except ValueError as error:
+        raise UsageError(f"%xprof {line}: {error}; check the quotes") from None
+    if not words:
+        raise UsageError(
+            "%xprof needs a subcommand, or use %%xprof as a cell magic; "
+            f"subcommands: {SUBCOMMANDS}. See %xprof?"
+        )
+    command, rest = words[0], words[1:]
+    if command == "view" and len(rest) <= 1:
+        return _view(session, shell, rest[0] if rest else None)
+    if command == "viewer" and rest in ([], ["stop"]):
+        return _viewer_command(session, stop=bool(rest))
+    if command == "summary" and len(rest) <= 1:
+        return _summary(session, rest[0] if rest else None)
+    if command == "compare" and len(rest) == 2:
+        return _compare(session, *rest)
+    if command == "runs" and len(rest) <= 1:
+        return _runs(Path(rest[0]) if rest else _store.default_logdir())
+    raise UsageError(
+        f"%xprof {command}: unknown subcommand or arguments; subcommands: {SUBCOMMANDS}. "
+        "See %xprof?"
+    )
+
+
+def _runs(logdir: Path) -> None:
+    found = _store.runs(logdir)
+    if not found:
+        print(f"xprof: no runs in {logdir.absolute()}")
+    for run in found:
+        status = (run.metadata or {}).get("status", "?")
+        print(f"{run.name}  [{status}]  {run.path}")
+
+
+def _run_name(session: Session, run: str | None) -> tuple[Path, str]:
+    """The log directory in use and a run in it (the newest when none is named)."""
+    logdir = session.current_logdir()
+    names = [r.name for r in _store.runs(logdir)]
+    if not names:
+        raise UsageError(f"no runs in {logdir.absolute()}; profile a cell with %%xprof first")
+    if run is not None and run not in names:
+        raise UsageError(f"no run {run!r} in {logdir.absolute()}; %xprof runs lists the runs there")
+    return logdir, run or names[0]
+
+
+def _view(session: Session, shell: Any, run: str | None) -> None:
+    from xprof_magic._notebook import show
+    from xprof_magic._viewer import manager
+
+    logdir, name = _run_name(session, run)
+    start = manager.begin_viewer(logdir, port=session.viewer_port, kind=session.viewer_kind)
+    show.show_run(shell, start, logdir, name, DEFAULT_HEIGHT)
+
+
+def _full_summary(session: Session, run: str | None) -> Any:
+    from xprof_magic._notebook import show
+
+    logdir, name = _run_name(session, run)
+    return show.full_summary(_store.run_path(logdir, name))
+
+
+def _summary(session: Session, run: str | None) -> None:
+    from xprof_magic._notebook import show
+
+    display(show.summary_bundle(_full_summary(session, run)), raw=True)
+
+
+def _compare(session: Session, run_a: str, run_b: str) -> None:
+    from xprof_magic import _analysis
+
+    both = _analysis.compare(_full_summary(session, run_a), _full_summary(session, run_b))
+    display({"text/plain": both.text(), "text/html": both.html()}, raw=True)
+
+
+def _viewer_command(session: Session, stop: bool) -> None:
+    from xprof_magic._viewer import manager
+
+    logdir = session.current_logdir()
+    kind = session.viewer_kind
+    found = manager.find_viewer(logdir, kind)
+    if found is None:
+        print(f"xprof: no {kind} viewer runs for {logdir.absolute()}")
+        return
+    if stop:
+        stopped = manager.stop_viewer(found)
+        state = "stopped" if stopped else "could not be stopped; try !kill"
+        print(f"xprof: the viewer (pid {found.pid}, port {found.port}) {state}")
+        return
+    print(
+        f"xprof: {kind} viewer, pid {found.pid}, listening on 127.0.0.1:{found.port}, "
+        f"serving {found.logdir}; its log: {found.log_path}"
+    )

@@ -1,0 +1,168 @@
+"""Run a cell's code as IPython would, in the user's namespace, without ``run_cell``.
+
+The cell is not handed to a nested ``shell.run_cell``: that would swallow its exception
+(Run All would go on) and cannot run top-level ``await`` under ipykernel. Instead, as
+IPython's own ``%%time`` does, the cell is transformed (magics, ``!``), rewritten with labels,
+compiled and executed here, so its value, names, exceptions and KeyboardInterrupt are
+exactly those of the unprofiled cell.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import inspect
+import threading
+from types import CodeType
+from typing import Any
+
+from IPython.core.displayhook import DisplayHook
+
+from xprof_magic import _rewrite
+from xprof_magic._capture import Plan
+from xprof_magic._rewrite import RewrittenCell
+
+__all__ = ["compile_cell", "current_cell", "execute", "quiet", "trimmed"]
+
+
+def compile_cell(shell: Any, line: str, cell: str, plan: Plan) -> tuple[CodeType, RewrittenCell]:
+    """Transform (magics, ``!``), label and compile the cell as IPython would run it.
+
+    Line numbers match the notebook cell, whose first line is ``%%xprof``.
+    """
+    source = shell.transform_cell(cell)
+    # IPython drops leading blank lines; put them back so line numbers stay the user's.
+    dropped = _leading_blank_lines(cell) - _leading_blank_lines(source)
+    source = "\n" * (1 + max(dropped, 0)) + source
+    number, raw = current_cell(shell, line, cell)
+    # The same name as the cell's own cache entry: tracebacks then show "%%xprof" and the
+    # user's lines under "Cell In[n]", where IPython would show its translation.
+    header = raw.splitlines()[0] if raw.startswith("%%") else f"%%xprof {line}".rstrip()
+    filename = shell.compile.cache(header + source, number, raw_code=raw)
+    tree = ast.parse(source, filename=filename)
+    tree = shell.transform_ast(tree)
+    markers = _rewrite.find_markers(source) if plan.labels else []
+    # Blocks are named after the user's lines, unless IPython joined some (a ``\``
+    # continuation of a magic): then after the lines as they run.
+    lines = ["", *cell.splitlines()]
+    if len(lines) != len(source.splitlines()):
+        lines = source.splitlines()
+    rewritten = _rewrite.rewrite(
+        tree,
+        lines,
+        labels=plan.labels,
+        steps=plan.steps,
+        markers=markers,
+    )
+    flags = shell.compile.flags | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    code = compile(rewritten.tree, filename, "exec", flags=flags, dont_inherit=True)
+    return code, rewritten
+
+
+def execute(shell: Any, code: CodeType) -> Any:
+    """Run compiled cell code in the user's namespace; the value of an awaited cell."""
+    __tracebackhide__ = True
+    namespace = shell.user_ns
+    with shell.builtin_trap:
+        if code.co_flags & inspect.CO_COROUTINE:
+            return run_on_fresh_loop(code, namespace)
+        exec(code, namespace)
+    return None
+
+
+def run_on_fresh_loop(code: CodeType, namespace: dict[str, Any]) -> Any:
+    """Run a top-level-await cell on its own event loop in a worker thread."""
+    __tracebackhide__ = True
+    loop = asyncio.new_event_loop()
+    outcome: dict[str, Any] = {}
+    # An Event, not Thread.join: a join interrupted by Ctrl-C can leave the thread looking
+    # finished while it still runs (CPython's gh-90882).
+    done = threading.Event()
+
+    def target() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            outcome["value"] = loop.run_until_complete(eval(code, namespace))
+        except BaseException as error:
+            outcome["error"] = error
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
+                done.set()
+
+    worker = threading.Thread(target=target, name="xprof-async-cell", daemon=True)
+    worker.start()
+    try:
+        while not done.wait(0.05):
+            pass
+    except KeyboardInterrupt as interrupt:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(_cancel_all, loop)
+        done.wait()
+        # Point the interrupt at the line the cell was awaiting: the cancellation that
+        # reached the cell's frame is in the chain of the task's CancelledError.
+        error = outcome.get("error")
+        for _ in range(8):
+            if error is None:
+                break
+            tb = error.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename != code.co_filename:
+                tb = tb.tb_next
+            if tb is not None:
+                raise interrupt.with_traceback(tb) from None
+            error = error.__context__
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+
+
+def trimmed(error: BaseException, filename: str) -> BaseException:
+    """The user's exception, its traceback starting at the cell's own code.
+
+    The frames above it are the magic's and the worker loop's, of no use to the user.
+    """
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    return error.with_traceback(tb) if tb is not None else error
+
+
+def current_cell(shell: Any, line: str, cell: str) -> tuple[int, str]:
+    """The number and raw text of the cell being run, as the user wrote it.
+
+    IPython stores a cell's raw text in the history before running it (and may already have
+    counted it in ``execution_count``); when the magic was not called from a stored cell,
+    fall back to the count and a reconstructed text.
+    """
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None) or []
+    raw = history[-1] if history else ""
+    if isinstance(raw, str) and raw.lstrip().startswith("%%xprof") and cell.strip() in raw:
+        return len(history) - 1, raw
+    return int(getattr(shell, "execution_count", 0) or 0), f"%%xprof {line}\n{cell}"
+
+
+def _leading_blank_lines(text: str) -> int:
+    count = 0
+    for line in text.splitlines():
+        if line.strip():
+            break
+        count += 1
+    return count
+
+
+def quiet(cell: str) -> bool:
+    """A trailing ``;`` hides the cell's value, as in a plain cell."""
+    try:
+        return bool(DisplayHook.semicolon_at_end_of_expression(cell))
+    except Exception:
+        return False
