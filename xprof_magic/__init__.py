@@ -12,6 +12,7 @@ from typing import Any
 from xprof_magic._capture import Capture, CaptureResult, capture, last
 from xprof_magic._labels import label, step
 from xprof_magic._store import RunInfo, runs
+from xprof_magic._version import __version__
 
 __all__ = [
     "Capture",
@@ -26,8 +27,6 @@ __all__ = [
     "step",
     "unload_ipython_extension",
 ]
-
-__version__ = "0.1.0"
 
 
 def load_ipython_extension(ipython: Any) -> None:

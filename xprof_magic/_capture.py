@@ -336,7 +336,7 @@ class Capture:
         wall_s: float,
         end_ns: int,
     ) -> _metadata.RunMetadata:
-        from xprof_magic import __version__
+        from xprof_magic._version import __version__
 
         error = None if exc is None else _metadata.RunError(type(exc).__name__, _message(exc))
         delta = metrics_delta(self._before, backend.metrics())
