@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench._kernel import BenchKernel
+from tests._kernel import Kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "BENCHMARKS.md"
@@ -104,21 +104,21 @@ def fmt_ms(seconds: float) -> str:
 
 def bench_overhead(reps: int, logdir: Path) -> dict[str, Any]:
     """Plain vs hand-written profiling vs ``%%xprof``, interleaved in one kernel."""
-    kernel = BenchKernel({"XPROF_MAGIC_NO_SERVER": "1"})
+    kernel = Kernel(extra={"XPROF_MAGIC_NO_SERVER": "1"})
     try:
-        kernel.run(SETUP)
-        kernel.run("STEPS = 3\n" + TRAIN)
-        _, _, one = kernel.run("STEPS = 10\n" + TRAIN)
+        kernel.timed(SETUP)
+        kernel.timed("STEPS = 3\n" + TRAIN)
+        _, _, one = kernel.timed("STEPS = 10\n" + TRAIN)
         steps = max(10, int(10 * 3.0 / max(one, 1e-3)))
-        kernel.run(f"STEPS = {steps}\n%load_ext xprof_magic")
+        kernel.timed(f"STEPS = {steps}\n%load_ext xprof_magic")
         manual_dir = tempfile.mkdtemp(prefix="bench-manual-")
-        kernel.run(f"MANUAL_DIR = {manual_dir!r}")
+        kernel.timed(f"MANUAL_DIR = {manual_dir!r}")
         magic = f"%%xprof --logdir {logdir} --name overhead\n{TRAIN}"
-        _, _, first = kernel.run(magic)  # the kernel's first capture starts the viewer
+        _, _, first = kernel.timed(magic)  # the kernel's first capture starts the viewer
         variants: dict[str, Callable[[], float]] = {
-            "plain": lambda: kernel.run(TRAIN)[2],
-            "manual": lambda: kernel.run(MANUAL)[2],
-            "xprof": lambda: kernel.run(magic)[2],
+            "plain": lambda: kernel.timed(TRAIN)[2],
+            "manual": lambda: kernel.timed(MANUAL)[2],
+            "xprof": lambda: kernel.timed(magic)[2],
         }
         for run in variants.values():  # warm every variant's graphs once
             run()
@@ -250,20 +250,20 @@ def bench_load_ext(reps: int) -> dict[str, list[float]]:
 
 def bench_memory(captures: int, logdir: Path) -> dict[str, Any]:
     """Kernel RSS over many small captures with the widget shown each time."""
-    kernel = BenchKernel({"XPROF_MAGIC_NO_SERVER": "1"})
+    kernel = Kernel(extra={"XPROF_MAGIC_NO_SERVER": "1"})
     rss = "int(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])"
     try:
-        kernel.run("%load_ext xprof_magic\nimport torch, torch_xla")
+        kernel.timed("%load_ext xprof_magic\nimport torch, torch_xla")
         cell = (
             f"%%xprof --logdir {logdir}\n"
             "(torch.ones(64, device=torch_xla.device()) * 2).sum().item()"
         )
         for _ in range(5):
-            kernel.run(cell)
+            kernel.timed(cell)
         before = kernel.value(rss)
         samples = []
         for i in range(captures):
-            kernel.run(cell)
+            kernel.timed(cell)
             if (i + 1) % 25 == 0:
                 samples.append(kernel.value(rss))
         threads = kernel.value("__import__('threading').active_count()")

@@ -12,54 +12,14 @@ from typing import Any
 
 import nbformat
 import pytest
-from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from tests._kernel import Kernel
 from xprof_magic import _store
 
 pytestmark = pytest.mark.kernel
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-
-
-class Kernel:
-    """A real kernel and a way to run a cell in it and collect what the user would see."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.manager = KernelManager(kernel_name="python3")
-        self.manager.start_kernel(env=env)
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=60)
-
-    def run(self, code: str, timeout: float = 120, interrupt_after: float | None = None) -> Any:
-        msg_id = self.client.execute(code)
-        outputs: list[dict[str, Any]] = []
-        deadline = time.monotonic() + timeout
-        interrupt_at = time.monotonic() + interrupt_after if interrupt_after else None
-        while True:
-            if interrupt_at is not None and time.monotonic() > interrupt_at:
-                self.manager.interrupt_kernel()
-                interrupt_at = None
-            try:
-                msg = self.client.get_iopub_msg(timeout=0.2)
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(code) from None
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "status" and content["execution_state"] == "idle":
-                break
-            if kind in ("stream", "execute_result", "error", "display_data"):
-                outputs.append({"type": kind, **content})
-        reply = self.client.get_shell_msg(timeout=timeout)
-        return reply["content"], outputs
-
-    def close(self) -> None:
-        self.client.stop_channels()
-        self.manager.shutdown_kernel(now=True)
 
 
 def plain(shown: str) -> str:

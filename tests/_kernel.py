@@ -1,0 +1,80 @@
+"""A real ipykernel driven through jupyter_client: the one helper of the tests and the bench.
+
+``run`` returns what the user would see (outputs with their message type) and the reply;
+``timed`` also measures the wall time from the request to the kernel going idle and fails
+loudly when the cell did, as a benchmark needs.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+__all__ = ["Kernel"]
+
+
+class Kernel:
+    """A real kernel and a way to run a cell in it and collect what the user would see."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, extra: Mapping[str, str] = {}) -> None:
+        self.manager = KernelManager(kernel_name="python3")
+        self.manager.start_kernel(env={**(os.environ if env is None else env), **extra})
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=120)
+
+    def run(
+        self, code: str, timeout: float = 120, interrupt_after: float | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Run ``code``; the execute reply's content and the outputs, in order."""
+        msg_id = self.client.execute(code)
+        outputs: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        interrupt_at = time.monotonic() + interrupt_after if interrupt_after else None
+        while True:
+            if interrupt_at is not None and time.monotonic() > interrupt_at:
+                self.manager.interrupt_kernel()
+                interrupt_at = None
+            try:
+                msg = self.client.get_iopub_msg(timeout=0.2)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(code) from None
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "status" and content["execution_state"] == "idle":
+                break
+            if kind in ("stream", "execute_result", "error", "display_data"):
+                outputs.append({"type": kind, **content})
+        reply = self.client.get_shell_msg(timeout=timeout)
+        return reply["content"], outputs
+
+    def timed(
+        self, code: str, timeout: float = 600
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
+        """Run ``code`` that must succeed; also the seconds until the kernel was idle again."""
+        started = time.perf_counter()
+        reply, outputs = self.run(code, timeout=timeout)
+        elapsed = time.perf_counter() - started
+        if reply["status"] != "ok":
+            raise RuntimeError(f"cell failed: {reply.get('ename')}: {reply.get('evalue')}\n{code}")
+        return reply, outputs, elapsed
+
+    def value(self, expression: str) -> Any:
+        """Evaluate an expression in the kernel and return its repr, parsed as a literal."""
+        _, outputs, _ = self.timed(expression)
+        for out in outputs:
+            if "data" in out and "text/plain" in out["data"]:
+                return ast.literal_eval(out["data"]["text/plain"])
+        raise RuntimeError(f"no value for {expression!r}")
+
+    def close(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
