@@ -1,5 +1,31 @@
-"""``python -m xprof_magic._analysis RUN_DIR``: the full summary, in a process of its own."""
+"""``python -m xprof_magic._analysis RUN_DIR``: the full summary, in a process of its own.
 
-from xprof_magic._analysis import main
+The magic runs big summaries this way (see :func:`~xprof_magic._analysis.cache.
+summarize_in_subprocess`), so that reading a huge capture neither holds the kernel's GIL
+nor grows the kernel's memory. The summary is saved beside the capture; the exit status
+is 0 when it is complete, 1 when something was missing, 2 on a usage error.
+"""
 
-raise SystemExit(main())
+from __future__ import annotations
+
+import sys
+
+from xprof_magic._analysis.build import summarize
+from xprof_magic._analysis.cache import save_summary
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Read the whole timeline of the run folder given, save its summary."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m xprof_magic._analysis RUN_DIR", file=sys.stderr)
+        return 2
+    summary = summarize(args[0], budget_s=None)
+    save_summary(summary, args[0])
+    return 0 if summary.complete else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

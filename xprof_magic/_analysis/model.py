@@ -143,7 +143,7 @@ class CompileSite:
 
 @dataclass(frozen=True)
 class Compiles:
-    """Compilations: torch_xla's own count and time, and where the trace saw them."""
+    """Compilations: the backend's own count and time, and where the trace saw them."""
 
     count: int | None = None
     total_s: float | None = None
@@ -165,7 +165,10 @@ class Timed:
 
 @dataclass(frozen=True)
 class Fallback:
-    """An ATen op that ran on the CPU outside XLA, from torch_xla's ``aten::*`` counter."""
+    """An op that ran on the CPU outside the compiled program, from the backend's counter.
+
+    ``op`` is the counter's full name (torch_xla: ``aten::nonzero``).
+    """
 
     op: str
     count: int
@@ -236,16 +239,6 @@ class Summary:
     compile_ops: tuple[OpRow, ...] = ()
     events: int = 0
     read_s: float = 0.0
-
-    def _repr_html_(self) -> str:
-        from xprof_magic._analysis.render import render_html
-
-        return render_html(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        from xprof_magic._analysis.render import render_text
-
-        printer.text(render_text(self))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_json` gives back an equal summary."""

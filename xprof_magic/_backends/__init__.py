@@ -3,11 +3,17 @@
 Everything that touches torch_xla lives behind :class:`Backend`. JAX (``jax.profiler``) and
 TorchTPU write the same XProf captures; each plugs in as one more module registered in
 :data:`BACKENDS`, without touching the magic, the viewer or the analysis.
+
+The analysis reads runs long after they were made, often in a process that must not pay
+for importing a profiler, so a backend's *words* live apart from its code: a
+:class:`Vocabulary` (its metric and event names, its advice, its headings) in a light
+module registered in :data:`VOCABULARIES`. This module imports neither a profiler nor IPython.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -16,11 +22,19 @@ from xprof_magic._metadata import MetricTotal, RunMetrics
 
 __all__ = [
     "BACKENDS",
+    "NEUTRAL",
+    "VOCABULARIES",
+    "Advice",
     "Backend",
+    "Headings",
+    "MetricNames",
     "MetricsSnapshot",
     "ServerStatus",
+    "TimelineNames",
     "TraceAlreadyRunning",
+    "Vocabulary",
     "get_backend",
+    "get_vocabulary",
     "metrics_delta",
 ]
 
@@ -83,8 +97,93 @@ class Backend(Protocol):
         """Versions of the libraries that made the capture."""
 
 
+@dataclass(frozen=True)
+class MetricNames:
+    """Which of the backend's counters and metrics mean what; "" where it has none.
+
+    Metrics are read from the run's ``metrics.metrics`` (samples and total: seconds for
+    times, bytes for data), counters from ``metrics.counters``.
+    """
+
+    compile_time: str = ""
+    compile_cache_hits: str = ""
+    execute_time: str = ""
+    to_device_time: str = ""
+    to_device_bytes: str = ""
+    from_device_time: str = ""
+    from_device_bytes: str = ""
+    fallback_prefix: str = ""
+    host_read: str = ""
+
+
+@dataclass(frozen=True)
+class TimelineNames:
+    """How the backend's own events and threads look on the timeline."""
+
+    compile_events: tuple[str, ...] = ()
+    runtime_names: frozenset[str] = frozenset()
+    thread_roles: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the summary tells the user, in the backend's terms.
+
+    ``fallback_hints`` maps a fallback counter's full name to a hint; others get
+    ``fallback_hint``. ``host_read_how`` lists the user's calls that read a value back.
+    """
+
+    fallback_hints: Mapping[str, str] = field(default_factory=dict)
+    fallback_hint: str = "ran on the CPU outside the compiled program"
+    fallback_effect: str = "Each call leaves the compiled program."
+    host_read_how: str = "reading values on the host"
+    recompile: str = (
+        "Shapes or Python values change between runs; keep shapes fixed (pad or bucket)."
+    )
+    cpu_device: str = (
+        "Ran on the CPU, not on an accelerator: these times say nothing about accelerator speed."
+    )
+
+
+@dataclass(frozen=True)
+class Headings:
+    """Section titles that name the backend."""
+
+    metrics: str = "Runtime, this cell only"
+    fallbacks: str = "Ops that fell back to the CPU"
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A backend's words, so that the analysis itself names no profiler.
+
+    The defaults (:data:`NEUTRAL`) say nothing backend-specific and read no metric: they
+    serve runs whose backend is unknown.
+    """
+
+    backend: str = ""
+    metrics: MetricNames = field(default_factory=MetricNames)
+    timeline: TimelineNames = field(default_factory=TimelineNames)
+    advice: Advice = field(default_factory=Advice)
+    headings: Headings = field(default_factory=Headings)
+
+
+NEUTRAL = Vocabulary()
+
 BACKENDS: dict[str, str] = {"torch_xla": "xprof_magic._backends.torch_xla"}
+# Each module holds a ``VOCABULARY``; it must import neither its profiler nor IPython.
+VOCABULARIES: dict[str, str] = {"torch_xla": "xprof_magic._backends.torch_xla_vocabulary"}
 _loaded: dict[str, Backend] = {}
+
+
+def get_vocabulary(backend: str) -> Vocabulary:
+    """The words of ``backend`` (a run's ``RunMetadata.backend``); :data:`NEUTRAL` if unknown."""
+    module_name = VOCABULARIES.get(backend)
+    if module_name is None:
+        return NEUTRAL
+    vocabulary = importlib.import_module(module_name).VOCABULARY
+    assert isinstance(vocabulary, Vocabulary)
+    return vocabulary
 
 
 def get_backend(name: str = "torch_xla") -> Backend:

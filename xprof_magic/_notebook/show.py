@@ -9,8 +9,6 @@ display is updated in place when it is ready.
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -48,8 +46,8 @@ def metadata_only(run_dir: Path, size: int) -> Summary:
     quick = _analysis.summarize(run_dir, budget_s=0.0)
     reason = (
         f"the timeline ({size / 2**20:.0f} MB) is too large to read for a summary without "
-        "risking gigabytes of memory; labels, steps and torch_xla metrics come from the "
-        "capture's metadata, and XProf's tools still read the whole timeline"
+        "risking gigabytes of memory; labels, steps and the backend's metrics come from "
+        "the capture's metadata, and XProf's tools still read the whole timeline"
     )
     return replace(quick, pending=False, missing=(*quick.missing, reason))
 
@@ -63,13 +61,7 @@ def full_summary(run_dir: Path) -> Summary:
     if size is not None:
         return metadata_only(run_dir, size)
     if _analysis.estimate_read_s(run_dir) > SUMMARY_BUDGET_S:
-        subprocess.run(
-            [sys.executable, "-m", "xprof_magic._analysis", str(run_dir)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            check=False,
-        )
-        saved = _analysis.load_summary(run_dir)
+        saved, _ = _analysis.summarize_in_subprocess(run_dir)
         if saved is not None:
             return saved
     summary = _analysis.summarize(run_dir, budget_s=None)
@@ -102,18 +94,10 @@ def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> thread
     """Read the whole timeline in a subprocess; call ``on_ready`` from a thread when done."""
 
     def work() -> None:
-        done = subprocess.run(
-            [sys.executable, "-m", "xprof_magic._analysis", str(run_dir)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            check=False,
-        )
-        summary = _analysis.load_summary(run_dir)
+        summary, reason = _analysis.summarize_in_subprocess(run_dir)
         if summary is None:
-            reason = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
             summary = _analysis.summarize(run_dir, budget_s=0.0)
-            print(f"xprof: the full summary of {run_dir.name} failed: {reason[0]}")
+            print(f"xprof: the full summary of {run_dir.name} failed: {reason}")
         on_ready(summary)
 
     thread = threading.Thread(target=work, name="xprof-summary", daemon=True)

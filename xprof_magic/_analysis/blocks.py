@@ -1,0 +1,208 @@
+"""Where the cell's host time went: labelled blocks and steps, as summary rows.
+
+Both come from the timeline when it was read (every label, user ``xp.Trace`` and step,
+nested as they ran, with the compilations each held) and otherwise from the magic's own
+timers in the run's metadata (labels and step times, no compilations).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from xprof_magic._analysis.model import LabelRow, StepStats
+from xprof_magic._analysis.trace import STEP, Block, TraceFacts
+from xprof_magic._metadata import RunMetadata
+
+__all__ = [
+    "MAX_LABEL_ROWS",
+    "MAX_STEP_DURATIONS",
+    "RunsByRow",
+    "label_names",
+    "labels_from_metadata",
+    "labels_from_trace",
+    "labels_not_in_trace",
+    "steps_from_metadata",
+    "steps_from_trace",
+]
+
+MAX_LABEL_ROWS = 300
+MAX_STEP_DURATIONS = 10_000
+
+RowKey = tuple[str, tuple[str, ...]]
+RunsByRow = dict[RowKey, tuple[int, ...]]
+"""For each (thread, path) row, the indices of its runs that held a compilation."""
+
+
+def label_names(meta: RunMetadata) -> frozenset[str]:
+    """The magic's marker names: on the timeline, such events are labels whatever they say."""
+    return frozenset(label.path[-1] for label in meta.labels)
+
+
+def labels_from_trace(
+    facts: TraceFacts, wall_s: float | None
+) -> tuple[tuple[LabelRow, ...], RunsByRow]:
+    """Blocks summed by their path of names; also which runs of each held a compilation.
+
+    Blocks on the thread that holds most of the block time are the cell's own (``thread``
+    is ""); blocks on other threads keep their thread's name.
+    """
+    blocks = facts.blocks
+    compiled: RunsByRow = {}
+    if not blocks:
+        return (), compiled
+    time_by_line: dict[str, float] = {}
+    for b in blocks:
+        if b.parent < 0:
+            time_by_line[b.line] = time_by_line.get(b.line, 0.0) + b.end - b.start
+    main_line = max(time_by_line, key=lambda k: time_by_line[k]) if time_by_line else ""
+    paths: list[tuple[str, ...]] = []
+    groups: dict[RowKey, _Agg] = {}
+    for b in blocks:
+        p = (paths[b.parent] if b.parent >= 0 else ()) + (b.name,)
+        paths.append(p)
+        key = ("" if b.line == main_line else b.line, p)
+        agg = groups.get(key)
+        if agg is None:
+            agg = groups[key] = _Agg(b.kind, b.start)
+        agg.add(b)
+    window_s = (facts.window[1] - facts.window[0]) / 1e9 if facts.window else None
+    cell_s = wall_s or window_s
+    children: dict[RowKey, list[RowKey]] = {}
+    for key in groups:
+        children.setdefault((key[0], key[1][:-1]), []).append(key)
+    ordered: list[LabelRow] = []
+
+    def walk(parent: RowKey) -> None:
+        for key in sorted(children.get(parent, []), key=lambda k: groups[k].first):
+            if len(ordered) >= MAX_LABEL_ROWS:
+                return
+            agg = groups[key]
+            total = agg.total_ns / 1e9
+            ordered.append(
+                LabelRow(
+                    path=key[1],
+                    kind=agg.kind,
+                    count=agg.count,
+                    total_s=total,
+                    mean_s=total / agg.count,
+                    share=total / cell_s if cell_s else None,
+                    thread=key[0],
+                    compiles=agg.compiles,
+                    compile_s=agg.compile_ns / 1e9,
+                    compiled_runs=len(agg.compiled_runs),
+                )
+            )
+            compiled[key] = tuple(agg.compiled_runs)
+            walk(key)
+
+    for thread in sorted({k[0] for k in groups}):
+        walk((thread, ()))
+    return tuple(ordered), compiled
+
+
+class _Agg:
+    """The runs of one block path, added up."""
+
+    __slots__ = ("compile_ns", "compiled_runs", "compiles", "count", "first", "kind", "total_ns")
+
+    def __init__(self, kind: str, first: float) -> None:
+        self.kind = kind
+        self.first = first
+        self.count = 0
+        self.total_ns = 0.0
+        self.compiles = 0
+        self.compile_ns = 0.0
+        self.compiled_runs: list[int] = []
+
+    def add(self, b: Block) -> None:
+        if b.compiles:
+            self.compiled_runs.append(self.count)
+        self.count += 1
+        self.total_ns += b.end - b.start
+        self.compiles += b.compiles
+        self.compile_ns += b.compile_ns
+
+
+def labels_from_metadata(meta: RunMetadata, wall_s: float | None) -> tuple[LabelRow, ...]:
+    """The magic's label timers as rows, each under its parent in the order first entered."""
+    order = {label.path: i for i, label in enumerate(meta.labels)}
+    children: dict[tuple[str, ...], list[tuple[tuple[str, ...], int, float]]] = {}
+    for label in meta.labels:
+        children.setdefault(label.path[:-1], []).append((label.path, label.count, label.total_s))
+    out: list[LabelRow] = []
+
+    def walk(parent: tuple[str, ...]) -> None:
+        for path, count, total in sorted(children.get(parent, []), key=lambda r: order[r[0]]):
+            out.append(
+                LabelRow(
+                    path=path,
+                    kind="label",
+                    count=count,
+                    total_s=total,
+                    mean_s=total / count if count else 0.0,
+                    share=total / wall_s if wall_s else None,
+                )
+            )
+            walk(path)
+
+    walk(())
+    known = {r.path for r in out}
+    for label in meta.labels:  # orphans whose parent path was not listed
+        if label.path not in known:
+            count, total = label.count, label.total_s
+            out.append(
+                LabelRow(label.path, "label", count, total, total / count if count else 0.0, None)
+            )
+    return tuple(out[:MAX_LABEL_ROWS])
+
+
+def labels_not_in_trace(meta: RunMetadata, facts: TraceFacts) -> list[str]:
+    """A sentence naming the magic's labels that the timeline lacks (none: empty)."""
+    seen = {b.name for b in facts.blocks}
+    lost = sorted(label_names(meta) - seen)
+    if not lost:
+        return []
+    shown = ", ".join(repr(n) for n in lost[:3]) + (" …" if len(lost) > 3 else "")
+    return [f"{len(lost)} label(s) measured by the magic are not on the timeline: {shown}"]
+
+
+def _step_stats(
+    name: str, source: str, durations: list[float], compiling: tuple[int, ...]
+) -> StepStats:
+    rest = durations[1:]
+    return StepStats(
+        name=name,
+        source=source,
+        count=len(durations),
+        durations_s=tuple(durations[:MAX_STEP_DURATIONS]),
+        first_s=durations[0],
+        rest_min_s=min(rest) if rest else None,
+        rest_median_s=statistics.median(rest) if rest else None,
+        rest_max_s=max(rest) if rest else None,
+        compiling=compiling,
+    )
+
+
+def steps_from_trace(facts: TraceFacts) -> StepStats | None:
+    """The most frequent step name's runs (ties: the longest in all), in time order."""
+    by_name: dict[str, list[Block]] = {}
+    for b in facts.blocks:
+        if b.kind == STEP:
+            by_name.setdefault(b.name, []).append(b)
+    if not by_name:
+        return None
+    name, blocks = max(
+        by_name.items(), key=lambda kv: (len(kv[1]), sum(b.end - b.start for b in kv[1]))
+    )
+    blocks.sort(key=lambda b: b.start)
+    return _step_stats(
+        name,
+        "trace",
+        [(b.end - b.start) / 1e9 for b in blocks],
+        tuple(i for i, b in enumerate(blocks) if b.holds_compile),
+    )
+
+
+def steps_from_metadata(meta: RunMetadata) -> StepStats | None:
+    """The magic's step timer, when the cell had steps."""
+    return _step_stats("step", "metadata", list(meta.steps), ()) if meta.steps else None

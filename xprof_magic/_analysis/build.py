@@ -1,0 +1,261 @@
+"""A run folder -> a :class:`~xprof_magic._analysis.model.Summary`.
+
+Two sources, read by their own modules: the run's metadata (:class:`RunMetadata`: wall
+time, status, device, the magic's label and step timers, and the backend's counters for
+this cell alone) and the timeline (:func:`~xprof_magic._analysis.trace.read_trace`). The
+backend's metric names and advice come from its :class:`~xprof_magic._backends.Vocabulary`,
+picked by the metadata's ``backend``; this module names no profiler.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from xprof_magic import _metadata
+from xprof_magic._analysis import blocks
+from xprof_magic._analysis.cache import estimate_read_s
+from xprof_magic._analysis.device import device_info, top_host_ops, top_ops
+from xprof_magic._analysis.model import (
+    Compiles,
+    CompileSite,
+    Fallback,
+    LabelRow,
+    Note,
+    Summary,
+    Timed,
+)
+from xprof_magic._analysis.notes import notes_for
+from xprof_magic._analysis.trace import ReadAborted, TraceFacts, read_trace
+from xprof_magic._backends import Vocabulary, get_vocabulary
+from xprof_magic._metadata import MetricTotal, RunMetadata
+from xprof_magic._store import METADATA_FILE
+
+__all__ = ["DEFAULT_BUDGET_S", "summarize"]
+
+DEFAULT_BUDGET_S = 2.0
+
+
+def summarize(
+    run_dir: str | os.PathLike[str], *, budget_s: float | None = DEFAULT_BUDGET_S
+) -> Summary:
+    """Summarize the run in ``run_dir``; never raises.
+
+    ``budget_s`` bounds the time spent reading the timeline: when the capture is estimated
+    (:func:`~xprof_magic._analysis.cache.estimate_read_s`) or found to need longer, the
+    result is built from the metadata alone and has ``pending=True``; call again with
+    ``budget_s=None`` (in a process of its own, see
+    :func:`~xprof_magic._analysis.cache.summarize_in_subprocess`) for the full one.
+    """
+    started = time.perf_counter()
+    path = Path(run_dir)
+    try:
+        summary = _summarize(path, budget_s, started)
+    except Exception as error:  # the summary must never take the cell down with it
+        summary = Summary(
+            run=path.name,
+            run_dir=str(path),
+            missing=(f"the analysis failed ({type(error).__name__}: {error}); please report it",),
+            notes=(Note("error", f"No summary: the analysis failed with {type(error).__name__}."),),
+        )
+    return replace(summary, read_s=round(time.perf_counter() - started, 4))
+
+
+def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
+    if not path.is_dir():
+        return Summary(
+            run=path.name,
+            run_dir=str(path),
+            missing=(f"the run folder {path} does not exist or is not a folder",),
+            notes=(Note("error", f"No capture at {path}: check the run name or --logdir."),),
+        )
+    meta, missing, warnings = _read_metadata(path)
+    xplanes = sorted(path.glob("*.xplane.pb"))
+    host_file = _pick_host(xplanes, meta.host)
+    facts: TraceFacts | None = None
+    pending = False
+    if host_file is None:
+        missing.append(
+            f"no <host>.xplane.pb in {path}: the profiler wrote no timeline, so labels from "
+            "the trace, compile sites, ops and busy time are absent"
+        )
+    else:
+        if budget_s is not None and estimate_read_s(path) > budget_s:
+            pending = True
+        else:
+            try:
+                facts = read_trace(
+                    host_file,
+                    label_names=blocks.label_names(meta),
+                    cell_ns=meta.cell_ns,
+                    deadline=None if budget_s is None else started + budget_s,
+                )
+            except ReadAborted:
+                pending = True
+            except (ValueError, OSError) as error:
+                missing.append(f"the timeline {host_file.name} could not be read ({error})")
+        if pending:
+            size_mb = sum(p.stat().st_size for p in xplanes) / 1e6
+            missing.append(
+                f"the timeline ({size_mb:.1f} MB) was not read: it takes longer than the "
+                f"{budget_s:g} s budget, so labels and steps come from the magic's timers and "
+                "compile sites, ops and busy time are absent"
+            )
+        if len(xplanes) > 1:
+            others = ", ".join(p.name for p in xplanes if p != host_file)
+            missing.append(f"only host {host_file.name} is summarized; also captured: {others}")
+    summary = _build(path, meta, facts, host_file, tuple(missing), pending)
+    words = get_vocabulary(meta.backend)
+    return replace(summary, notes=(*notes_for(summary, words), *warnings))
+
+
+def _read_metadata(path: Path) -> tuple[RunMetadata, list[str], list[Note]]:
+    """The metadata; what is missing for want of it; warnings on fields that were unusable.
+
+    A file of which nothing could be used makes the summary incomplete; a file with a few
+    bad fields only loses those values, which a warning names.
+    """
+    meta = _metadata.read(path)
+    if meta is None:
+        return (
+            RunMetadata(),
+            [
+                f"no {METADATA_FILE}: wall time, status and the backend's metrics (compiles, "
+                "transfers, CPU fallbacks) are unknown; was the run made by xprof_magic?"
+            ],
+            [],
+        )
+    if meta.problems and meta == RunMetadata():
+        return meta, [f"{meta.problems[0]}; metrics and wall time are unknown"], []
+    warnings = [Note("warning", f"{p}; those values are unknown.") for p in meta.problems]
+    return meta, [], warnings
+
+
+def _pick_host(xplanes: list[Path], host: str) -> Path | None:
+    for p in xplanes:
+        if p.name == f"{host}.xplane.pb":
+            return p
+    return xplanes[0] if xplanes else None
+
+
+def _build(
+    path: Path,
+    meta: RunMetadata,
+    facts: TraceFacts | None,
+    host_file: Path | None,
+    missing: tuple[str, ...],
+    pending: bool,
+) -> Summary:
+    words = get_vocabulary(meta.backend)
+    names = words.metrics
+    counters, timers = meta.metrics.counters, meta.metrics.metrics
+    compiled: blocks.RunsByRow = {}
+    if facts is not None:
+        labels, compiled = blocks.labels_from_trace(facts, meta.wall_s)
+        label_source = "trace"
+        steps = blocks.steps_from_trace(facts) or blocks.steps_from_metadata(meta)
+    else:
+        labels, label_source = blocks.labels_from_metadata(meta, meta.wall_s), "metadata"
+        steps = blocks.steps_from_metadata(meta)
+    if not labels:
+        label_source = "none"
+    missing_all = list(missing)
+    if facts is not None:
+        missing_all.extend(blocks.labels_not_in_trace(meta, facts))
+    return Summary(
+        run=meta.run or path.name,
+        run_dir=str(path),
+        host=host_file.name[: -len(".xplane.pb")] if host_file else "",
+        status=meta.status,
+        error=None if meta.error is None else f"{meta.error.type}: {meta.error.message}",
+        cell=meta.cell or "",
+        start=meta.start,
+        wall_s=meta.wall_s,
+        backend=meta.backend,
+        versions=tuple(sorted(meta.versions.items())),
+        complete=facts is not None and not missing_all,
+        pending=pending,
+        missing=tuple(missing_all),
+        device=device_info(meta.device, facts, words),
+        labels=labels,
+        label_source=label_source,
+        steps=steps,
+        compiles=_compiles(timers, counters, words, facts, labels, compiled),
+        executions=_timed(timers, names.execute_time),
+        to_device=_timed(timers, names.to_device_time, names.to_device_bytes),
+        from_device=_timed(timers, names.from_device_time, names.from_device_bytes),
+        fallbacks=_fallbacks(counters, words),
+        host_ops=top_host_ops(facts),
+        device_ops=top_ops(facts.device_ops if facts else {}, "XLA op"),
+        compile_ops=top_ops(facts.compile_ops if facts else {}, "compile"),
+        events=facts.events if facts else 0,
+    )
+
+
+def _timed(timers: Mapping[str, MetricTotal], name: str, bytes_name: str = "") -> Timed | None:
+    entry = timers.get(name) if name else None
+    if entry is None:
+        return None
+    # The capture stores every metric's accumulator under "total_s"; for data it is bytes.
+    size = timers[bytes_name].total_s if bytes_name and bytes_name in timers else None
+    return Timed(count=entry.count, total_s=entry.total_s, bytes=size)
+
+
+def _compiles(
+    timers: Mapping[str, MetricTotal],
+    counters: Mapping[str, int],
+    words: Vocabulary,
+    facts: TraceFacts | None,
+    labels: tuple[LabelRow, ...],
+    compiled: blocks.RunsByRow,
+) -> Compiles:
+    names = words.metrics
+    compile_time = _timed(timers, names.compile_time)
+    hits = counters.get(names.compile_cache_hits) if names.compile_cache_hits else None
+    sites: list[CompileSite] = []
+    for row in labels:
+        if not row.compiles:
+            continue
+        runs = compiled.get((row.thread, row.path), ())
+        compiled_runs = row.compiled_runs or 0
+        loop = row.path[-1].lstrip().startswith(("for ", "while ", "async for "))
+        recompiled = compiled_runs >= 2 or (loop and row.count == 1 and row.compiles >= 3)
+        sites.append(
+            CompileSite(
+                path=row.path,
+                runs=row.count,
+                compiled_runs=compiled_runs,
+                compiles=row.compiles,
+                total_s=row.compile_s or 0.0,
+                first_runs=runs[:8],
+                recompiled=recompiled,
+                warm_up=recompiled and compiled_runs >= 2 and all(i < 2 for i in runs),
+            )
+        )
+    # A metrics delta leaves out what did not change: no compile metric means none compiled.
+    none_compiled = bool(timers) and bool(names.compile_time) and compile_time is None
+    known_hits = bool(counters) and bool(names.compile_cache_hits)
+    return Compiles(
+        count=compile_time.count if compile_time else (0 if none_compiled else None),
+        total_s=compile_time.total_s if compile_time else (0.0 if none_compiled else None),
+        cache_hits=hits if hits is not None else (0 if known_hits else None),
+        trace_count=facts.compile_count if facts else None,
+        trace_s=facts.compile_ns / 1e9 if facts else None,
+        outside_labels=facts.compiles_outside if facts else 0,
+        sites=tuple(sites),
+    )
+
+
+def _fallbacks(counters: Mapping[str, int], words: Vocabulary) -> tuple[Fallback, ...]:
+    prefix, advice = words.metrics.fallback_prefix, words.advice
+    if not prefix:
+        return ()
+    found = [
+        Fallback(name, value, advice.fallback_hints.get(name, advice.fallback_hint))
+        for name, value in counters.items()
+        if name.startswith(prefix) and value > 0
+    ]
+    return tuple(sorted(found, key=lambda f: (-f.count, f.op)))

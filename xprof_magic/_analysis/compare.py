@@ -1,0 +1,135 @@
+"""Two runs side by side: the same quantities in rows, and what differs in kind.
+
+Rows cover the device, wall time, steps, compilations, runtime figures, CPU fallbacks and
+every labelled block, the blocks of both runs merged into one tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xprof_magic._analysis.html import compare_html
+from xprof_magic._analysis.model import CompareRow, Summary
+from xprof_magic._analysis.text import compare_text
+
+__all__ = ["Comparison", "compare"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two summaries side by side: the rows, and notes on what differs in kind."""
+
+    a: str
+    b: str
+    rows: tuple[CompareRow, ...]
+    notes: tuple[str, ...]
+
+    def text(self) -> str:
+        """The side-by-side table as plain text."""
+        return compare_text(self.a, self.b, self.rows, self.notes)
+
+    def html(self) -> str:
+        """The side-by-side table as static, self-contained HTML."""
+        return compare_html(self.a, self.b, self.rows, self.notes)
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def compare(a: Summary, b: Summary) -> Comparison:
+    """Put two runs side by side: device, wall, steps, compiles, fallbacks, labels."""
+    rows: list[CompareRow] = []
+
+    def add(
+        section: str,
+        name: str,
+        x: float | str | None,
+        y: float | str | None,
+        unit: str,
+        path: tuple[str, ...] = (),
+    ) -> None:
+        if x is not None or y is not None:
+            rows.append(CompareRow(section, name, x, y, unit, path))
+
+    add("run", "device", a.device.kind, b.device.kind, "text")
+    add("run", "status", a.status, b.status, "text")
+    add("run", "wall time", a.wall_s, b.wall_s, "s")
+    for name, get in (
+        ("count", lambda s: float(s.count)),
+        ("first step", lambda s: s.first_s),
+        ("median of the rest", lambda s: s.rest_median_s),
+        ("max of the rest", lambda s: s.rest_max_s),
+    ):
+        add(
+            "steps",
+            name,
+            get(a.steps) if a.steps else None,
+            get(b.steps) if b.steps else None,
+            "count" if name == "count" else "s",
+        )
+    add("compile", "compilations", _opt(a.compiles.count), _opt(b.compiles.count), "count")
+    add("compile", "compile time", a.compiles.total_s, b.compiles.total_s, "s")
+    add(
+        "compile",
+        "blocks that recompiled",
+        float(sum(s.recompiled and not s.warm_up for s in a.compiles.sites)),
+        float(sum(s.recompiled and not s.warm_up for s in b.compiles.sites)),
+        "count",
+    )
+    for label, ta, tb in (
+        ("executions", a.executions, b.executions),
+        ("to device", a.to_device, b.to_device),
+        ("from device", a.from_device, b.from_device),
+    ):
+        add("runtime", f"{label} (count)", _opt(ta and ta.count), _opt(tb and tb.count), "count")
+        add("runtime", f"{label} (time)", ta and ta.total_s, tb and tb.total_s, "s")
+    fa = {f.op: f.count for f in a.fallbacks}
+    fb = {f.op: f.count for f in b.fallbacks}
+    for op in list(fa) + [op for op in fb if op not in fa]:
+        add("CPU fallbacks", op, float(fa.get(op, 0)), float(fb.get(op, 0)), "count")
+    la = {(r.thread, r.path): r for r in a.labels}
+    lb = {(r.thread, r.path): r for r in b.labels}
+    for key in _tree_order(list(la) + [k for k in lb if k not in la]):
+        ra, rb = la.get(key), lb.get(key)
+        name = (f"[{key[0]}] " if key[0] else "") + key[1][-1]
+        add("labels", name, ra.total_s if ra else None, rb.total_s if rb else None, "s", key[1])
+    notes: list[str] = []
+    if a.device.kind != b.device.kind:
+        notes.append(
+            f"The runs used different devices ({a.device.kind} vs {b.device.kind}): "
+            "their times are not comparable."
+        )
+    for which, s in (("A", a), ("B", b)):
+        if s.missing:
+            notes.append(f"{which} is incomplete: {s.missing[0]}")
+    return Comparison(a.run, b.run, tuple(rows), tuple(notes))
+
+
+LabelKey = tuple[str, tuple[str, ...]]
+
+
+def _tree_order(keys: list[LabelKey]) -> list[LabelKey]:
+    """Label keys of two runs merged into one tree: each block under its parent, siblings in
+    order of first appearance (A's order, then B's additions)."""
+    rank = {key: i for i, key in enumerate(keys)}
+    children: dict[LabelKey, list[LabelKey]] = {}
+    for key in keys:
+        parent = (key[0], key[1][:-1])
+        children.setdefault(parent if parent in rank else (key[0], ()), []).append(key)
+    ordered: list[LabelKey] = []
+
+    def walk(node: LabelKey) -> None:
+        for child in sorted(children.get(node, []), key=rank.__getitem__):
+            ordered.append(child)
+            walk(child)
+
+    for thread in dict.fromkeys(k[0] for k in keys):
+        walk((thread, ()))
+    return ordered
+
+
+def _opt(value: int | None) -> float | None:
+    return None if value is None else float(value)

@@ -1,0 +1,124 @@
+"""The headlines of a summary: one small rule per thing a reader should notice first.
+
+Each rule looks at a finished :class:`Summary` and says zero or more :class:`Note`; the
+order of :data:`RULES` is the order the notes are shown in. Advice that depends on the
+backend (how to see why a graph recompiled, what a fallback costs) comes from its
+:class:`~xprof_magic._backends.Vocabulary`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from xprof_magic._analysis.model import Note, Summary
+from xprof_magic._backends import NEUTRAL, Vocabulary
+from xprof_magic._units import seconds
+
+__all__ = ["RULES", "Rule", "notes_for"]
+
+Rule = Callable[[Summary, Vocabulary], Iterator[Note]]
+
+
+def cell_raised(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    if s.status == "error":
+        yield Note("error", f"The cell raised {s.error}; the capture covers it up to the error.")
+
+
+def incomplete(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    if s.pending:
+        yield Note(
+            "info",
+            "Quick summary from the metadata: reading the timeline takes longer than "
+            "the time budget.",
+        )
+    elif s.missing:
+        yield Note("warning", f"Incomplete summary: {s.missing[0]}.")
+
+
+def device(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    level = "warning" if s.device.on_cpu or s.device.kind != "TPU" else "info"
+    yield Note(level, s.device.statement)
+
+
+def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    for site in s.compiles.sites:
+        if not site.recompiled:
+            continue
+        where = " › ".join(site.path)
+        if site.warm_up:
+            yield Note(
+                "info",
+                f"'{site.path[-1]}' compiled in its first {site.compiled_runs} runs only "
+                f"(warm-up; in {where}).",
+            )
+        elif site.compiled_runs >= 2:
+            yield Note(
+                "warning",
+                f"Recompiled: '{site.path[-1]}' (in {where}) compiled again in "
+                f"{site.compiled_runs} of its {site.runs} runs, {seconds(site.total_s)} in all. "
+                f"{words.advice.recompile}",
+            )
+        else:
+            yield Note(
+                "warning",
+                f"Recompiled: the loop '{site.path[-1]}' compiled {site.compiles} times in one "
+                f"run ({seconds(site.total_s)}): its iterations build different graphs.",
+            )
+
+
+def compiled_somewhere(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    c = s.compiles
+    if c.count and c.count >= 3 and not c.sites and s.label_source != "trace":
+        yield Note(
+            "warning",
+            f"{c.count} compilations in this cell; the timeline is needed to say where.",
+        )
+
+
+def fell_back(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    others = [f for f in s.fallbacks if f.op != words.metrics.host_read]
+    if others:
+        ops = ", ".join(f"{f.op} ×{f.count}" for f in others[:4])
+        yield Note(
+            "warning",
+            f"{len(others)} op(s) fell back to the CPU: {ops}. {words.advice.fallback_effect}",
+        )
+
+
+def read_back(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    reads = [f for f in s.fallbacks if f.op == words.metrics.host_read]
+    if reads:
+        count = reads[0].count
+        how = f"{words.metrics.host_read}: {words.advice.host_read_how}"
+        yield Note(
+            "warning" if count > 2 else "info",
+            f"{count} tensor value(s) read back to the host ({how})"
+            + ("; each waits for the device, so keep them out of the loop." if count > 2 else "."),
+        )
+
+
+def compile_heavy(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    c = s.compiles
+    if c.total_s and s.wall_s and c.total_s >= 0.5 * s.wall_s:
+        yield Note(
+            "info",
+            f"Compilation took {seconds(c.total_s)} of the cell's {seconds(s.wall_s)}; runs "
+            "that reuse the same shapes skip it.",
+        )
+
+
+RULES: tuple[Rule, ...] = (
+    cell_raised,
+    incomplete,
+    device,
+    recompiled,
+    compiled_somewhere,
+    fell_back,
+    read_back,
+    compile_heavy,
+)
+
+
+def notes_for(summary: Summary, words: Vocabulary = NEUTRAL) -> tuple[Note, ...]:
+    """Every rule's notes, in the order of :data:`RULES`."""
+    return tuple(note for rule in RULES for note in rule(summary, words))

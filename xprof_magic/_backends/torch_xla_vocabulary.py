@@ -1,0 +1,89 @@
+"""PyTorch/XLA's words: its metric names, timeline events, thread roles, advice and headings.
+
+Kept apart from :mod:`xprof_magic._backends.torch_xla` so that the analysis can read a
+torch_xla run without importing torch_xla (seconds, and gigabytes in a summary subprocess).
+Metric names are those of ``torch_xla.debug.metrics`` in torch_xla 2.9.0; event and thread
+names were read on 2.9.0 captures (see the timeline reader, :mod:`xprof_magic._analysis.trace`,
+which still holds its own copy of the timeline names; a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+from xprof_magic._backends import Advice, Headings, MetricNames, TimelineNames, Vocabulary
+
+__all__ = ["COMPILE_EVENTS", "RUNTIME_NAMES", "THREAD_ROLES", "VOCABULARY"]
+
+COMPILE_EVENTS = ("XLAGraphExecutor::Compile", "PjRtComputationClient::Compile")
+RUNTIME_NAMES = frozenset(
+    {
+        "StepMarker",
+        "SyncLiveTensorsGraph",
+        "SyncTensorsGraph",
+        "SyncTensorsGraphInternal",
+        "ScheduleSyncTensorsGraph",
+        "CollectSyncTensors",
+        "ExtractIRAndPrepareXlaData_",
+        "RunPostOrder",
+        "SetTensorData",
+        "TensorCollectionBarrier",
+        "D2H Dispatch",
+        "H2D Dispatch",
+    }
+)
+THREAD_ROLES = {
+    "python": "Python threads: your code, lazy tracing, compile calls",
+    "tf_XLAPjRtCpuClient": "XLA CPU client: runs the compiled XLA ops",
+    "tf_XLAEigen": "Eigen pool: parallel parts of XLA ops",
+    "tf_xla-cpu-codegen": "XLA CPU codegen: compilation",
+    "tf_pytorchxla": "torch_xla runtime: launches executions",
+}
+_DATA_DEPENDENT = "its output shape depends on the data"
+
+VOCABULARY = Vocabulary(
+    backend="torch_xla",
+    metrics=MetricNames(
+        compile_time="CompileTime",
+        compile_cache_hits="CachedCompile",
+        execute_time="ExecuteTime",
+        to_device_time="TransferToDeviceTime",
+        to_device_bytes="OutboundData",
+        from_device_time="TransferFromDeviceTime",
+        from_device_bytes="InboundData",
+        fallback_prefix="aten::",
+        host_read="aten::_local_scalar_dense",
+    ),
+    timeline=TimelineNames(
+        compile_events=COMPILE_EVENTS,
+        runtime_names=RUNTIME_NAMES,
+        thread_roles=THREAD_ROLES,
+    ),
+    advice=Advice(
+        fallback_hints={
+            "aten::nonzero": f"{_DATA_DEPENDENT}; keep a mask and use torch.where",
+            "aten::masked_select": f"{_DATA_DEPENDENT}; use torch.where with a mask",
+            "aten::unique": f"{_DATA_DEPENDENT}; avoid it inside the hot loop",
+            "aten::_local_scalar_dense": (
+                ".item(), float(t), bool(t) or printing a tensor waits for the device and "
+                "copies the value to the host; read values once, after the loop"
+            ),
+        },
+        fallback_hint=(
+            "ran on the CPU: its inputs were copied off the device and the XLA graph was cut; "
+            "look for an op XLA supports or move it out of the hot loop"
+        ),
+        fallback_effect="Each call copies tensors off the device and cuts the graph.",
+        host_read_how=".item(), float(t), printing",
+        recompile=(
+            "Shapes or Python values change between runs; keep shapes fixed (pad or bucket). "
+            "PT_XLA_DEBUG_LEVEL=2, set before importing torch_xla, prints why."
+        ),
+        cpu_device=(
+            "Ran on the CPU (PJRT_DEVICE=CPU), not on a TPU: XLA's CPU client executed the "
+            "compiled graphs on host threads, so these times say nothing about TPU speed."
+        ),
+    ),
+    headings=Headings(
+        metrics="torch_xla, this cell only",
+        fallbacks="Ops that fell back to the CPU (torch_xla aten:: counters)",
+    ),
+)
