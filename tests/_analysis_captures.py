@@ -1,9 +1,8 @@
-"""Real torch_xla captures on the CPU for the analysis tests, laid out as the core lays them out.
+"""Real torch_xla captures on the CPU for the analysis tests, made as a script makes them.
 
-The core's capture API was being written at the same time, so this helper makes runs itself:
-``<logdir>/plugins/profile/<name>/`` with ``<host>.xplane.pb`` and an ``xprof_magic.json``
-holding what the core records (labels measured by the label wrappers, step times, wall time,
-the torch_xla metrics delta). Labels are plain TraceMe events, as the core's wrappers emit.
+Each run is one :func:`xprof_magic.capture` around a cell body that marks its blocks with
+:func:`xprof_magic.label` and :func:`xprof_magic.step`, as the magic's rewritten cell does,
+so the run folder and its ``xprof_magic.json`` are exactly what the core writes.
 
 Run as a script to measure the analysis on a small and a large capture::
 
@@ -12,195 +11,81 @@ Run as a script to measure the analysis on a small and a large capture::
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import datetime, timezone
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-__all__ = ["Labeller", "make_run", "shapes_cell", "steps_cell", "write_metadata"]
-
-
-class Labeller:
-    """The core's label and step wrappers in miniature: a TraceMe plus a host timer."""
-
-    def __init__(self) -> None:
-        import torch_xla
-
-        self._trace_me = torch_xla._XLAC.profiler.TraceMe
-        self._stack: list[str] = []
-        self.totals: dict[tuple[str, ...], list[float]] = {}
-        self.steps: list[float] = []
-
-    @contextmanager
-    def label(self, name: str) -> Iterator[None]:
-        self._stack.append(name)
-        path = tuple(self._stack)
-        start = time.perf_counter()
-        try:
-            with self._trace_me(name):
-                yield
-        finally:
-            entry = self.totals.setdefault(path, [0, 0.0])
-            entry[0] += 1
-            entry[1] += time.perf_counter() - start
-            self._stack.pop()
-
-    @contextmanager
-    def step(self) -> Iterator[None]:
-        start = time.perf_counter()
-        with self._trace_me("step", _r=1, step_num=len(self.steps)):
-            yield
-        self.steps.append(time.perf_counter() - start)
+__all__ = ["make_run", "shapes_cell", "steps_cell"]
 
 
-def _metrics() -> tuple[dict[str, int], dict[str, tuple[int, float]]]:
-    import torch_xla.debug.metrics as met
+def make_run(logdir: Path, name: str, body: Callable[[], None]) -> Path:
+    """Capture ``body`` into ``<logdir>/plugins/profile/<name>``; return the run folder."""
+    import xprof_magic
 
-    counters = {n: int(met.counter_value(n) or 0) for n in met.counter_names()}
-    metrics: dict[str, tuple[int, float]] = {}
-    for n in met.metric_names():
-        data = met.metric_data(n)
-        if data:
-            total = float(data[1])
-            metrics[n] = (int(data[0]), total / 1e9 if n.endswith("Time") else total)
-    return counters, metrics
+    with xprof_magic.capture(logdir=logdir, name=name, server=False) as cap:
+        body()
+    assert cap.result is not None
+    return cap.result.run_dir
 
 
-def _delta(before: Any, after: Any) -> dict[str, Any]:
-    (c0, m0), (c1, m1) = before, after
-    counters = {n: v - c0.get(n, 0) for n, v in c1.items() if v != c0.get(n, 0)}
-    metrics = {
-        n: {"count": c - m0.get(n, (0, 0.0))[0], "total_s": t - m0.get(n, (0, 0.0))[1]}
-        for n, (c, t) in m1.items()
-        if c != m0.get(n, (0, 0.0))[0]
-    }
-    return {"counters": counters, "metrics": metrics}
-
-
-def write_metadata(run_dir: Path, data: dict[str, Any]) -> None:
-    (run_dir / "xprof_magic.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
-
-
-def make_run(logdir: Path, name: str, body: Callable[[Labeller], None], cell: str = "") -> Path:
-    """Trace ``body`` into ``<logdir>/plugins/profile/<name>`` and write its metadata."""
-    import torch_xla
-    import torch_xla.core.xla_model as xm
-    import torch_xla.debug.profiler as xp
-    import torch_xla.runtime as xr
-
-    staging = Path(tempfile.mkdtemp(dir=logdir, prefix=".staging-"))
-    labeller = Labeller()
-    before = _metrics()
-    xp.start_trace(str(staging))
-    start_ns, t0 = time.time_ns(), time.perf_counter()
-    error: dict[str, str] | None = None
-    try:
-        body(labeller)
-    except Exception as exc:
-        error = {"type": type(exc).__name__, "message": str(exc)}
-    wall_s = time.perf_counter() - t0
-    xm.wait_device_ops()
-    xp.stop_trace()
-    end_ns = time.time_ns()
-    (session,) = (staging / "plugins" / "profile").iterdir()
-    run_dir = logdir / "plugins" / "profile" / name
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    session.rename(run_dir)
-    shutil.rmtree(staging)
-    host = next(run_dir.glob("*.xplane.pb")).name[: -len(".xplane.pb")]
-    iso = lambda ns: datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat()  # noqa: E731
-    write_metadata(
-        run_dir,
-        {
-            "schema": 1,
-            "run": name,
-            "cell": cell,
-            "labels": [
-                {"path": list(p), "count": int(c), "total_s": t}
-                for p, (c, t) in labeller.totals.items()
-            ],
-            "steps": labeller.steps,
-            "options": {},
-            "start": iso(start_ns),
-            "end": iso(end_ns),
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "wall_s": wall_s,
-            "status": "ok" if error is None else "error",
-            "error": error,
-            "backend": "torch_xla",
-            "device": str(xr.device_type()),
-            "host": host,
-            "versions": {"torch_xla": torch_xla.__version__},
-            "metrics": _delta(before, _metrics()),
-        },
-    )
-    return run_dir
-
-
-SHAPES_CELL = """\
-for i in range(3):
-    x = torch.randn(4 + i, 32, device=dev)
-    with xp.Trace("user_block"):
-        y = (x @ w).relu()
-    nz = torch.nonzero(x > 0)
-    torch_xla.sync()
-"""
-
-
-def shapes_cell(lab: Labeller) -> None:
+def shapes_cell() -> None:
     """A loop whose input shape changes every iteration, with a CPU fallback and a user trace.
 
-    Marker blocks as the magic would place them, one ``step`` per iteration, and the user's
-    ``xp.Trace`` nested in a marker block (no sync inside it, as torch_xla requires).
+    Marker blocks as the magic places them for this cell, one ``step`` per iteration, and
+    the user's ``xp.Trace`` nested in a marker block (no sync inside it, as torch_xla
+    requires)::
+
+        for i in range(3):
+            x = torch.randn(4 + i, 32, device=dev)
+            with xp.Trace("user_block"):
+                y = (x @ w).relu()
+            nz = torch.nonzero(x > 0)
+            torch_xla.sync()
     """
     import torch
     import torch_xla
     import torch_xla.debug.profiler as xp
 
+    from xprof_magic import label, step
+
     dev = torch_xla.device()
     w = torch.ones(32, 32, device=dev)
-    with lab.label("for i in range(3):"):
+    with label("for i in range(3):"):
         for i in range(3):
-            with lab.step():
-                with lab.label("x = torch.randn(4 + i, 32, device=dev)"):
+            with step():
+                with label("x = torch.randn(4 + i, 32, device=dev)"):
                     x = torch.randn(4 + i, 32, device=dev)
-                with lab.label('with xp.Trace("user_block"):'), xp.Trace("user_block"):
+                with label('with xp.Trace("user_block"):'), xp.Trace("user_block"):
                     y = (x @ w).relu()
-                with lab.label("nz = torch.nonzero(x > 0)"):
+                with label("nz = torch.nonzero(x > 0)"):
                     torch.nonzero(x > 0)
-                with lab.label("torch_xla.sync()"):
+                with label("torch_xla.sync()"):
                     del y
                     torch_xla.sync()
 
 
-STEPS_CELL = """\
-for i in range(6):
-    with xp.StepTrace("train_step", step_num=i):
-        loss = (torch.randn(16, 32, device=dev) @ w).tanh().mean()
-"""
+def steps_cell(steps: int = 6, width: int = 32) -> None:
+    """A fixed-shape loop under ``xp.StepTrace``: compiles once or twice, then reuses::
 
-
-def steps_cell(lab: Labeller, steps: int = 6, width: int = 32) -> None:
-    """A fixed-shape loop under ``xp.StepTrace``: compiles once or twice, then reuses."""
+    for i in range(6):
+        with xp.StepTrace("train_step", step_num=i):
+            loss = (torch.randn(16, 32, device=dev) @ w).tanh().mean()
+    """
     import torch
     import torch_xla
     import torch_xla.debug.profiler as xp
 
+    from xprof_magic import label
+
     dev = torch_xla.device()
     w = torch.ones(width, width, device=dev)
-    with lab.label(f"for i in range({steps}):"):
+    with label(f"for i in range({steps}):"):
         for i in range(steps):
             with (
                 xp.StepTrace("train_step", step_num=i),
-                lab.label("loss = (torch.randn(16, 32, device=dev) @ w).tanh().mean()"),
+                label("loss = (torch.randn(16, 32, device=dev) @ w).tanh().mean()"),
             ):
                 x = torch.randn(16, width, device=dev)
                 (x @ w).tanh().mean()
@@ -247,12 +132,8 @@ def _bench() -> None:
         logdir = Path(tmp)
         runs = {
             "small: shapes cell, 3 iterations": make_run(logdir, "small", shapes_cell),
-            "large: 500 steps": make_run(
-                logdir, "large", lambda lab: steps_cell(lab, steps=500, width=256)
-            ),
-            "larger: 3000 steps": make_run(
-                logdir, "larger", lambda lab: steps_cell(lab, steps=3000, width=64)
-            ),
+            "large: 500 steps": make_run(logdir, "large", lambda: steps_cell(500, 256)),
+            "larger: 3000 steps": make_run(logdir, "larger", lambda: steps_cell(3000, 64)),
         }
         for title, run in runs.items():
             size = sum(p.stat().st_size for p in run.glob("*.xplane.pb"))

@@ -1,26 +1,32 @@
 """The analysis on real torch_xla captures made on the CPU, plus unit tests with fake planes.
 
-Two captures are made once per module (torch_xla's import costs about 10 s): a loop whose
-shapes change every iteration (recompiles, a CPU fallback, nested labels, the magic's
-``step`` events) and a fixed-shape ``xp.StepTrace`` loop.
+Two captures are made once per module with :func:`xprof_magic.capture` (torch_xla's import
+costs about 10 s): a loop whose shapes change every iteration (recompiles, a CPU fallback,
+nested labels, the magic's ``step`` events) and a fixed-shape ``xp.StepTrace`` loop. A fake
+backend's vocabulary proves that the analysis takes every backend-specific word from it.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
-import threading
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from xprof_magic import _metadata
 from xprof_magic._analysis import (
     SUMMARY_FILE,
     LabelRow,
     StepStats,
     Summary,
+    Timed,
     chart_svg,
     compare,
     load_summary,
@@ -28,19 +34,23 @@ from xprof_magic._analysis import (
     render_text,
     save_summary,
     summarize,
-    summarize_in_background,
-    summarize_or_defer,
+    summarize_in_subprocess,
 )
+from xprof_magic._analysis.device import device_info
 from xprof_magic._analysis.trace import read_planes
-
-from ._analysis_captures import (
-    SHAPES_CELL,
-    STEPS_CELL,
-    make_run,
-    shapes_cell,
-    steps_cell,
-    write_metadata,
+from xprof_magic._backends import (
+    VOCABULARIES,
+    Advice,
+    Headings,
+    MetricNames,
+    TimelineNames,
+    Vocabulary,
+    get_vocabulary,
 )
+from xprof_magic._metadata import MetricTotal, RunError, RunMetrics
+from xprof_magic._units import seconds
+
+from ._analysis_captures import make_run, shapes_cell, steps_cell
 
 NONZERO_LABEL = "nz = torch.nonzero(x > 0)"
 SYNC_LABEL = "torch_xla.sync()"
@@ -54,8 +64,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pytest.importorskip("torch_xla")
     logdir = tmp_path_factory.mktemp("analysis")
     return {
-        "shapes": make_run(logdir, "shapes", shapes_cell, SHAPES_CELL),
-        "steps": make_run(logdir, "steps", steps_cell, STEPS_CELL),
+        "shapes": make_run(logdir, "shapes", shapes_cell),
+        "steps": make_run(logdir, "steps", steps_cell),
     }
 
 
@@ -209,10 +219,8 @@ def _marker_path(row: Any, rows: dict[tuple[str, ...], Any]) -> list[str]:
     return [row.path[i] for i in range(len(row.path)) if rows[row.path[: i + 1]].kind == "label"]
 
 
-def _fmt(seconds: float) -> str:
-    from xprof_magic._analysis.render import fmt_s
-
-    return fmt_s(seconds)
+def _fmt(value: float) -> str:
+    return seconds(value)
 
 
 def test_json_round_trip_and_saved_summary(shapes: Summary, tmp_path: Path) -> None:
@@ -292,20 +300,16 @@ def test_a_quick_summary_first_then_the_full_one(runs: dict[str, Path], tmp_path
     assert {row.path for row in quick.labels} == {tuple(x["path"]) for x in _meta(run)["labels"]}
     assert quick.fallbacks and quick.compiles.count is not None
     assert "was not read: it takes longer than the 0 s budget" in render_text(quick)
-    done = threading.Event()
-    got: list[Summary] = []
+    full, problem = summarize_in_subprocess(run)
+    assert full is not None, problem
+    assert full.complete and full.label_source == "trace"
+    assert load_summary(run) == full
 
-    def on_ready(summary: Summary) -> None:
-        got.append(summary)
-        done.set()
 
-    shown = summarize_or_defer(run, on_ready, budget_s=0)
-    assert shown.pending
-    assert done.wait(60)
-    assert got[0].complete and got[0].label_source == "trace"
-    assert load_summary(run) == got[0]
-    assert summarize_or_defer(run, on_ready, budget_s=0) == got[0]
-    assert summarize_in_background(run).result(60).complete
+def test_a_summary_process_that_fails_says_why(tmp_path: Path) -> None:
+    summary, problem = summarize_in_subprocess(tmp_path / "nope")
+    assert summary is None
+    assert "FileNotFoundError" in problem and "nope" in problem
 
 
 def test_a_capture_made_by_the_core(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -335,9 +339,9 @@ def test_a_capture_made_by_the_core(runs: dict[str, Path], tmp_path: Path) -> No
 def test_a_cell_that_raised_says_so_first(runs: dict[str, Path], tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(runs["steps"], run)
-    meta = _meta(run)
-    meta.update(status="error", error={"type": "ValueError", "message": "bad shape"})
-    write_metadata(run, meta)
+    meta = _metadata.read(run)
+    assert meta is not None
+    _metadata.write(run, replace(meta, status="error", error=RunError("ValueError", "bad shape")))
     summary = summarize(run)
     assert summary.status == "error" and summary.error == "ValueError: bad shape"
     assert summary.notes[0].level == "error" and "ValueError: bad shape" in summary.notes[0].text
@@ -386,7 +390,9 @@ def test_corrupt_timeline_without_metadata(tmp_path: Path) -> None:
 
 
 def test_metadata_without_timeline(runs: dict[str, Path], tmp_path: Path) -> None:
-    write_metadata(tmp_path, _meta(runs["shapes"]))
+    meta = _metadata.read(runs["shapes"])
+    assert meta is not None
+    _metadata.write(tmp_path, meta)
     summary = summarize(tmp_path)
     _check_readable_result(summary, "no <host>.xplane.pb")
     assert summary.label_source == "metadata" and summary.labels
@@ -405,19 +411,20 @@ def test_unreadable_metadata(runs: dict[str, Path], tmp_path: Path) -> None:
 
 def test_metadata_of_the_wrong_shape(runs: dict[str, Path], tmp_path: Path) -> None:
     shutil.copytree(runs["steps"], tmp_path / "run")
-    write_metadata(
-        tmp_path / "run",
-        {
-            "labels": [{"path": "x"}, 3],
-            "metrics": {"counters": [], "metrics": {"CompileTime": 1}},
-            "wall_s": "slow",
-            "steps": ["a"],
-            "error": "boom",
-            "status": 7,
-        },
-    )
+    bad = {
+        "backend": "torch_xla",
+        "labels": [{"path": "x"}, 3],
+        "metrics": {"counters": [], "metrics": {"CompileTime": 1}},
+        "wall_s": "slow",
+        "steps": ["a"],
+        "error": "boom",
+        "status": 7,
+    }
+    (tmp_path / "run" / "xprof_magic.json").write_text(json.dumps(bad))
     summary = summarize(tmp_path / "run")
     assert summary.complete and summary.wall_s is None and summary.compiles.count is None
+    (warning,) = [n.text for n in summary.notes if "unusable fields" in n.text]
+    assert "wall_s" in warning and "those values are unknown" in warning
     render_text(summary)
 
 
@@ -487,9 +494,7 @@ def test_tpu_busy_and_idle_share_from_device_planes() -> None:
     kinds = {(b.name, b.kind, b.compiles) for b in facts.blocks}
     assert kinds == {("train", "label", 0), ("step", "step", 1), ("step", "step", 0)}
 
-    from xprof_magic._analysis import _device
-
-    info = _device({"device": "TPU"}, facts)
+    info = device_info("TPU", facts)
     assert info.kind == "TPU" and not info.on_cpu
     assert info.busy_share == pytest.approx(0.2)
     assert info.devices[0].share == pytest.approx(0.2)
@@ -501,6 +506,208 @@ def test_tpu_busy_and_idle_share_from_device_planes() -> None:
 def test_a_tpu_run_without_device_activity_says_so() -> None:
     env = _Plane("Task Environment", [], (("profile_start_time", "1"), ("profile_stop_time", "2")))
     facts = read_planes([env])
-    from xprof_magic._analysis import _device
+    assert "no TPU activity" in device_info("TPU", facts).statement
 
-    assert "no TPU activity" in _device({"device": "TPU"}, facts).statement
+
+# --- the backend's words come from its vocabulary ------------------------------------------
+
+VOCABULARY = Vocabulary(
+    backend="fake",
+    metrics=MetricNames(
+        compile_time="FakeBuildTime",
+        compile_cache_hits="FakeBuildReused",
+        execute_time="FakeLaunchTime",
+        to_device_time="FakeUploadTime",
+        to_device_bytes="FakeUploadBytes",
+        from_device_time="FakeDownloadTime",
+        from_device_bytes="FakeDownloadBytes",
+        fallback_prefix="fake.host/",
+        host_read="fake.host/read",
+    ),
+    timeline=TimelineNames(thread_roles={"python": "fake role: the user's threads"}),
+    advice=Advice(
+        fallback_hints={"fake.host/gather": "fake hint: gather on the device"},
+        fallback_hint="fake default hint",
+        fallback_effect="Fake effect of a fallback.",
+        host_read_how="fake.read()",
+        recompile="Fake recompile advice.",
+        cpu_device="Fake statement: ran on the CPU.",
+    ),
+    headings=Headings(metrics="Fake runtime, this cell", fallbacks="Fake fallbacks"),
+)
+"""A backend that is not torch_xla: this module is its vocabulary module."""
+
+
+def _torch_xla_words() -> list[str]:
+    words = get_vocabulary("torch_xla")
+    assert words.backend == "torch_xla"
+    advice = words.advice
+    return [
+        words.headings.metrics,
+        words.headings.fallbacks,
+        advice.recompile,
+        advice.cpu_device,
+        advice.fallback_effect,
+        advice.fallback_hint,
+        advice.host_read_how,
+        *advice.fallback_hints.values(),
+        *words.timeline.thread_roles.values(),
+        words.metrics.fallback_prefix,
+        "PJRT_DEVICE",
+        "PT_XLA_DEBUG_LEVEL",
+    ]
+
+
+def _as_backend(run: Path, backend: str, metrics: RunMetrics | None = None) -> None:
+    meta = _metadata.read(run)
+    assert meta is not None and meta.backend == "torch_xla"
+    _metadata.write(run, replace(meta, backend=backend, metrics=metrics or meta.metrics))
+
+
+def test_a_backend_brings_its_own_words_and_numbers(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(VOCABULARIES, "fake", __name__)
+    run = tmp_path / "run"
+    shutil.copytree(runs["shapes"], run)
+    meta = _metadata.read(run)
+    assert meta is not None
+    counters, metrics = meta.metrics.counters, meta.metrics.metrics
+    assert counters["aten::nonzero"] == 3 and "CompileTime" in metrics  # torch_xla's, unused
+    fake = RunMetrics(
+        counters={
+            **counters,
+            "FakeBuildReused": 5,
+            "fake.host/gather": 4,
+            "fake.host/scatter": 1,
+            "fake.host/read": 7,
+        },
+        metrics={
+            **metrics,
+            "FakeBuildTime": MetricTotal(2, 0.25),
+            "FakeLaunchTime": MetricTotal(9, 0.125),
+            "FakeUploadTime": MetricTotal(3, 0.01),
+            "FakeUploadBytes": MetricTotal(3, 4096.0),
+        },
+    )
+    _as_backend(run, "fake", fake)
+    s = summarize(run, budget_s=None)
+    assert s.complete and s.backend == "fake"
+    assert (s.compiles.count, s.compiles.total_s, s.compiles.cache_hits) == (2, 0.25, 5)
+    assert s.executions == Timed(9, 0.125)
+    assert s.to_device == Timed(3, 0.01, 4096.0) and s.from_device is None
+    assert [(f.op, f.count, f.hint) for f in s.fallbacks] == [
+        ("fake.host/read", 7, "fake default hint"),
+        ("fake.host/gather", 4, "fake hint: gather on the device"),
+        ("fake.host/scatter", 1, "fake default hint"),
+    ]
+    assert s.device.statement == "Fake statement: ran on the CPU."
+    roles = {g.name: g.role for g in s.device.threads}
+    assert roles["python"] == "fake role: the user's threads"
+    assert roles["tf_XLAPjRtCpuClient"] == "other host threads"
+    notes = "\n".join(n.text for n in s.notes)
+    assert "in all. Fake recompile advice." in notes
+    fell_back = "2 op(s) fell back to the CPU: fake.host/gather ×4, fake.host/scatter ×1."
+    assert f"{fell_back} Fake effect of a fallback." in notes
+    assert "7 tensor value(s) read back to the host (fake.host/read: fake.read())" in notes
+    text, page = render_text(s), render_html(s)
+    assert "\nFake runtime, this cell:\n  compilations: 2 × 250.0 ms (5 cache hits)" in text
+    assert "transfers to device: 3 × 10.0 ms, 4.1 KB" in text
+    assert "\nFake fallbacks:\n  fake.host/read ×7 — fake default hint" in text
+    assert "Fake runtime, this cell" in page and "Fake fallbacks" in page
+    for word in _torch_xla_words():
+        assert word not in text and word not in page, word
+
+
+def test_an_unknown_backend_gets_neutral_words(runs: dict[str, Path], tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(runs["shapes"], run)
+    _as_backend(run, "someone-elses-profiler")
+    s = summarize(run, budget_s=None)
+    assert s.complete and s.backend == "someone-elses-profiler"
+    assert s.fallbacks == () and s.executions is None and s.to_device is None
+    assert s.compiles.count is None and s.compiles.trace_count  # the timeline still counts
+    assert "not on an accelerator" in s.device.statement
+    text, page = render_text(s), render_html(s)
+    assert "\nRuntime, this cell only:\n  compilations (timeline): " in text
+    for word in _torch_xla_words():
+        assert word not in text and word not in page, word
+
+
+def test_the_torch_xla_vocabulary_names_what_the_timeline_reader_reads() -> None:
+    """Until the reader takes its names from the vocabulary, the two copies must agree."""
+    from xprof_magic._analysis import trace
+    from xprof_magic._backends import torch_xla_vocabulary as words
+
+    assert words.COMPILE_EVENTS == trace.COMPILE_EVENTS
+    assert words.RUNTIME_NAMES == trace.RUNTIME_NAMES
+    assert words.THREAD_ROLES == trace.GROUP_ROLES
+
+
+# --- the analysis stays light ---------------------------------------------------------------
+
+_PACKAGE = Path(__file__).resolve().parents[1] / "xprof_magic"
+
+
+_FRONT_ENDS = {"IPython", "ipywidgets", "torch", "torch_xla", "jax"}
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """Every module ``path`` imports, at the top or inside functions.
+
+    ``from package import module`` counts as importing the module, not the package.
+    """
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and node.module, "the package uses absolute imports"
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in known else node.module)
+    return found
+
+
+def test_the_analysis_imports_no_front_end_and_has_no_cycles() -> None:
+    files = {
+        f"xprof_magic.{p.relative_to(_PACKAGE).with_suffix('').as_posix().replace('/', '.')}": p
+        for p in _PACKAGE.rglob("*.py")
+    }
+    modules = {name.removesuffix(".__init__"): path for name, path in files.items()}
+    known = set(modules)
+    graph = {
+        name: {m for m in _imports(path, known) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+    light = [m for m in modules if m.startswith("xprof_magic._analysis")]
+    light += ["xprof_magic._backends", "xprof_magic._backends.torch_xla_vocabulary"]
+    for name in light:
+        heavy = {m for m in _imports(modules[name], known) if m.split(".")[0] in _FRONT_ENDS}
+        assert not heavy, (name, heavy)
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    for name in light:
+        assert name not in reach(name), f"{name} imports itself through a cycle"
+
+
+def test_reading_a_vocabulary_loads_no_profiler() -> None:
+    code = (
+        "import sys\n"
+        "from xprof_magic import _analysis\n"
+        "from xprof_magic._backends import get_vocabulary\n"
+        "assert get_vocabulary('torch_xla').backend == 'torch_xla'\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(_FRONT_ENDS)!r})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]"

@@ -84,8 +84,20 @@ def compare(a: Summary, b: Summary) -> Comparison:
         ("to device", a.to_device, b.to_device),
         ("from device", a.from_device, b.from_device),
     ):
-        add("runtime", f"{label} (count)", _opt(ta and ta.count), _opt(tb and tb.count), "count")
-        add("runtime", f"{label} (time)", ta and ta.total_s, tb and tb.total_s, "s")
+        add(
+            "runtime",
+            f"{label} (count)",
+            _opt(ta.count if ta else None),
+            _opt(tb.count if tb else None),
+            "count",
+        )
+        add(
+            "runtime",
+            f"{label} (time)",
+            ta.total_s if ta else None,
+            tb.total_s if tb else None,
+            "s",
+        )
     fa = {f.op: f.count for f in a.fallbacks}
     fb = {f.op: f.count for f in b.fallbacks}
     for op in list(fa) + [op for op in fb if op not in fa]:
