@@ -170,7 +170,7 @@ def _build(
         run_dir=str(path),
         host=host_file.name[: -len(".xplane.pb")] if host_file else "",
         status=meta.status,
-        error=None if meta.error is None else f"{meta.error.type}: {meta.error.message}",
+        error=_error_text(meta.error),
         cell=meta.cell or "",
         start=meta.start,
         wall_s=meta.wall_s,
@@ -193,6 +193,12 @@ def _build(
         compile_ops=top_ops(facts.compile_ops if facts else {}, "compile"),
         events=facts.events if facts else 0,
     )
+
+
+def _error_text(error: _metadata.RunError | None) -> str | None:
+    if error is None:
+        return None
+    return f"{error.type}: {error.message}" if error.message else error.type
 
 
 def _timed(timers: Mapping[str, MetricTotal], name: str, bytes_name: str = "") -> Timed | None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from xprof_magic._analysis.model import CompareRow, LabelRow, OpRow, StepStats, Summary, Timed
 from xprof_magic._backends import get_vocabulary
-from xprof_magic._units import data_size, percent, seconds
+from xprof_magic._units import NONE, data_size, percent, seconds
 
 __all__ = [
     "compare_cell",
@@ -33,7 +33,7 @@ _KIND_TAG = {"trace": " [xp.Trace]", "step": " [step]", "label": ""}
 
 def _timed(t: Timed | None) -> str:
     if t is None:
-        return "–"
+        return NONE
     text = f"{t.count} × {seconds(t.total_s)}"
     return f"{text}, {data_size(t.bytes)}" if t.bytes is not None else text
 
@@ -178,7 +178,7 @@ def op_sections(s: Summary) -> list[tuple[str, tuple[OpRow, ...]]]:
 def compare_cell(value: float | str | None, unit: str) -> str:
     """One run's value in a comparison."""
     if value is None:
-        return "–"
+        return NONE
     if isinstance(value, str):
         return value
     if unit == "s":
