@@ -107,8 +107,8 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
         if len(xplanes) > 1:
             others = ", ".join(p.name for p in xplanes if p != host_file)
             missing.append(f"only host {host_file.name} is summarized; also captured: {others}")
-    summary = _build(path, meta, facts, host_file, tuple(missing), pending)
     words = get_vocabulary(meta.backend)
+    summary = _build(path, meta, words, facts, host_file, tuple(missing), pending)
     return replace(summary, notes=(*notes_for(summary, words), *warnings))
 
 
@@ -144,12 +144,12 @@ def _pick_host(xplanes: list[Path], host: str) -> Path | None:
 def _build(
     path: Path,
     meta: RunMetadata,
+    words: Vocabulary,
     facts: TraceFacts | None,
     host_file: Path | None,
     missing: tuple[str, ...],
     pending: bool,
 ) -> Summary:
-    words = get_vocabulary(meta.backend)
     names = words.metrics
     counters, timers = meta.metrics.counters, meta.metrics.metrics
     compiled: blocks.RunsByRow = {}
