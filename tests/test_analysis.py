@@ -8,7 +8,6 @@ backend's vocabulary proves that the analysis takes every backend-specific word 
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import shutil
@@ -645,58 +644,10 @@ def test_the_torch_xla_vocabulary_names_what_the_timeline_reader_reads() -> None
 
 
 # --- the analysis stays light ---------------------------------------------------------------
+# (tests/test_architecture.py checks cycles and IPython for every module; this checks that
+# the summary subprocess does not pay for a profiler.)
 
-_PACKAGE = Path(__file__).resolve().parents[1] / "xprof_magic"
-
-
-_FRONT_ENDS = {"IPython", "ipywidgets", "torch", "torch_xla", "jax"}
-
-
-def _imports(path: Path, known: set[str]) -> set[str]:
-    """Every module ``path`` imports, at the top or inside functions.
-
-    ``from package import module`` counts as importing the module, not the package.
-    """
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0 and node.module, "the package uses absolute imports"
-            for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                found.add(sub if sub in known else node.module)
-    return found
-
-
-def test_the_analysis_imports_no_front_end_and_has_no_cycles() -> None:
-    files = {
-        f"xprof_magic.{p.relative_to(_PACKAGE).with_suffix('').as_posix().replace('/', '.')}": p
-        for p in _PACKAGE.rglob("*.py")
-    }
-    modules = {name.removesuffix(".__init__"): path for name, path in files.items()}
-    known = set(modules)
-    graph = {
-        name: {m for m in _imports(path, known) if m in modules and m != name}
-        for name, path in modules.items()
-    }
-    light = [m for m in modules if m.startswith("xprof_magic._analysis")]
-    light += ["xprof_magic._backends", "xprof_magic._backends.torch_xla_vocabulary"]
-    for name in light:
-        heavy = {m for m in _imports(modules[name], known) if m.split(".")[0] in _FRONT_ENDS}
-        assert not heavy, (name, heavy)
-
-    def reach(start: str) -> set[str]:
-        seen, todo = set(), [start]
-        while todo:
-            for nxt in graph[todo.pop()]:
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        return seen
-
-    for name in light:
-        assert name not in reach(name), f"{name} imports itself through a cycle"
+_PROFILERS = {"torch", "torch_xla", "jax"}
 
 
 def test_reading_a_vocabulary_loads_no_profiler() -> None:
@@ -705,7 +656,7 @@ def test_reading_a_vocabulary_loads_no_profiler() -> None:
         "from xprof_magic import _analysis\n"
         "from xprof_magic._backends import get_vocabulary\n"
         "assert get_vocabulary('torch_xla').backend == 'torch_xla'\n"
-        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(_FRONT_ENDS)!r})))\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(_PROFILERS)!r})))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
