@@ -60,7 +60,7 @@ def _get(viewer: Viewer, path: str) -> tuple[int, bytes]:
 
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _viewer._pid_alive(pid):
+    while _launch.pid_alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -75,7 +75,7 @@ def _server_pids_using(directory: Path) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        is_viewer = any(marker in cmdline for marker in _viewer._SERVER_MARKERS)
+        is_viewer = any(marker in cmdline for marker in _launch.SERVER_MARKERS)
         if is_viewer and str(directory).encode() in cmdline:
             state = (entry / "stat").read_text().rpartition(")")[2].split()[:1]
             if state != ["Z"]:
@@ -94,7 +94,7 @@ def viewer_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     finally:
         for viewer in list_viewers():
             stop_viewer(viewer)
-        for child in list(_viewer._children.values()):
+        for child in list(_launch._children.values()):
             if child.poll() is None:
                 child.kill()
                 child.wait(5)
@@ -367,7 +367,7 @@ def test_a_viewer_outlives_the_kernel_that_started_it(viewer_dir: Path, fresh_lo
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     )
     pid = int(result.stdout)
-    assert pid not in _viewer._children
+    assert pid not in _launch._children
     found = find_viewer(fresh_logdir)
     assert found is not None
     assert found.pid == pid

@@ -1,10 +1,11 @@
-"""Starting a viewer's server process, and saying why it did not come up.
+"""A viewer's server as an OS process: starting it, telling it from a recycled pid, ending it.
 
-The viewer folder (:func:`viewer_dir`) holds the servers' info files and logs. The server is
-``_viewer/server.py`` run by path in a fresh Python (see :data:`_BOOTSTRAP`),
-in its own session so that it outlives the kernel, with its output in a 0600 log file in the
-viewer folder and its secret written to its stdin. Deciding whether to start one at all
-(reuse, join a start under way) is :mod:`xprof_magic._viewer.manager`'s job. No IPython here.
+The server is ``_viewer/server.py`` run by path in a fresh Python (see :data:`_BOOTSTRAP`), in
+its own session so that it outlives the kernel, with its secret written to its stdin and its
+output in a 0600 log file in the viewer folder (:func:`viewer_dir`), next to the info files.
+Before a pid is signalled its command line must name a server script (:data:`SERVER_MARKERS`),
+so that a pid recycled by another program is never touched. Whether to start, reuse or stop a
+viewer is :mod:`xprof_magic._viewer.manager`'s decision. No IPython here.
 """
 
 from __future__ import annotations
@@ -12,22 +13,28 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from xprof_magic._viewer.client import ViewerError, label
+from xprof_magic._viewer.client import Viewer, ViewerError, answers, label
 from xprof_magic._viewer.server import EXIT_MISSING_DEPENDENCY, EXIT_PORT_IN_USE
 
 __all__ = [
+    "SERVER_MARKERS",
     "VIEWER_DIR_ENV",
     "LaunchError",
     "exit_message",
+    "forget",
+    "is_viewer_process",
+    "pid_alive",
     "port_busy_message",
     "port_free",
     "spawn",
+    "terminate",
     "viewer_dir",
 ]
 
@@ -43,6 +50,11 @@ _BOOTSTRAP = (
     "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
     "runpy.run_path(sys.argv.pop(1), run_name='__main__')"
 )
+# What a viewer's command line holds: this layout's server script, and the earlier layout's
+# (``xprof_magic/_viewer_server.py``), so that viewers it started can still be stopped.
+SERVER_MARKERS = (b"_viewer/server.py", b"_viewer_server")
+# Our own server processes, so that their exit is reaped and a zombie is not taken for alive.
+_children: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class LaunchError(ViewerError):
@@ -156,12 +168,66 @@ def spawn(
         raise LaunchError(message, str(log_path)) from error
     finally:
         os.close(log_fd)
+    _children[process.pid] = process
     assert process.stdin is not None
     with contextlib.suppress(BrokenPipeError):
         process.stdin.write(secret.encode() + b"\n")
     with contextlib.suppress(BrokenPipeError):
         process.stdin.close()
     return process, log_path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether the process runs; a zombie does not, and our own children are reaped."""
+    child = _children.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def is_viewer_process(viewer: Viewer) -> bool:
+    """Guards signals against a recycled pid: the command line must be our server's."""
+    try:
+        cmdline = Path(f"/proc/{viewer.pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return pid_alive(viewer.pid) and answers(viewer)
+    except OSError:
+        return False
+    return any(marker in cmdline for marker in SERVER_MARKERS)
+
+
+def terminate(pid: int, timeout: float) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; check :func:`is_viewer_process` first."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not _wait_exit(pid, timeout):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _wait_exit(pid, 2.0)
+
+
+def forget(pid: int) -> None:
+    """Drop a stopped server from our children."""
+    _children.pop(pid, None)
+
+
+def _wait_exit(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def exit_message(kind: str, code: int, port: int | None, log_path: Path | None) -> str:

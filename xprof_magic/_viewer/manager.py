@@ -21,7 +21,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -31,9 +30,13 @@ from xprof_magic._viewer.client import KINDS, Viewer, ViewerError, ViewerKind, a
 from xprof_magic._viewer.launch import (
     LaunchError,
     exit_message,
+    forget,
+    is_viewer_process,
+    pid_alive,
     port_busy_message,
     port_free,
     spawn,
+    terminate,
     viewer_dir,
 )
 from xprof_magic._viewer.server import INFO_FORMAT, INFO_PREFIX, INFO_SUFFIX, info_path
@@ -54,11 +57,6 @@ __all__ = [
 ]
 
 DEFAULT_IDLE_TIMEOUT = 3600.0
-# What a viewer's command line holds: this layout's server script, and the earlier layout's.
-_SERVER_MARKERS = (b"_viewer/server.py", b"_viewer_server")
-
-# Our own server processes, so that their exit is reaped and a zombie is not taken for alive.
-_children: dict[int, subprocess.Popen[bytes]] = {}
 # Starts not yet concluded, by (logdir, kind): after a timed-out wait, the next cell joins the
 # server already on its way up instead of starting a second one.
 _starting: dict[tuple[str, str], ViewerStart] = {}
@@ -144,38 +142,10 @@ def _records(directory: Path) -> list[tuple[Path, Viewer]]:
     return found
 
 
-def _pid_alive(pid: int) -> bool:
-    child = _children.get(pid)
-    if child is not None:
-        return child.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
-def _is_viewer_process(viewer: Viewer) -> bool:
-    """Guards signals against a recycled pid: the command line must be our server's."""
-    try:
-        cmdline = Path(f"/proc/{viewer.pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        return _pid_alive(viewer.pid) and answers(viewer)
-    except OSError:
-        return False
-    return any(marker in cmdline for marker in _SERVER_MARKERS)
-
-
 def _problem(viewer: Viewer) -> str | None:
     """None if the viewer is alive and answers, else what is wrong with it."""
     name = label(viewer.kind)
-    if not _pid_alive(viewer.pid):
+    if not pid_alive(viewer.pid):
         return f"the previous {name} (pid {viewer.pid}) is no longer running"
     if not answers(viewer):
         return f"the previous {name} (pid {viewer.pid}, port {viewer.port}) stopped answering"
@@ -239,28 +209,13 @@ def stop_viewer(viewer: Viewer, timeout: float = 5.0) -> bool:
     Works for viewers started by an earlier kernel too. A pid that now belongs to another
     program is never signalled; only the stale info file goes.
     """
-    running = _pid_alive(viewer.pid) and _is_viewer_process(viewer)
+    running = pid_alive(viewer.pid) and is_viewer_process(viewer)
     if running:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(viewer.pid, signal.SIGTERM)
-        if not _wait_exit(viewer.pid, timeout):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(viewer.pid, signal.SIGKILL)
-            _wait_exit(viewer.pid, 2.0)
+        terminate(viewer.pid, timeout)
     with contextlib.suppress(ViewerError):
-        server_info = Path(info_path(str(viewer_dir()), viewer.pid))
-        server_info.unlink(missing_ok=True)
-    _children.pop(viewer.pid, None)
+        Path(info_path(str(viewer_dir()), viewer.pid)).unlink(missing_ok=True)
+    forget(viewer.pid)
     return running
-
-
-def _wait_exit(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 class ViewerStart:
@@ -399,7 +354,6 @@ def begin_viewer(
         process, log_path = spawn(directory, resolved, kind, port, idle_timeout)
     except LaunchError as error:
         return ViewerStart(kind, outcome=Failed(str(error), error.log_path))
-    _children[process.pid] = process
     start = ViewerStart(
         kind,
         process=process,
