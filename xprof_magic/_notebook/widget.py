@@ -65,6 +65,7 @@ TOOL_NAMES = {
     "megascale_stats": "Megascale stats",
     "inference_profile": "Inference profile",
 }
+
 ToolLister = Callable[[Viewer, str], list[str]]
 
 

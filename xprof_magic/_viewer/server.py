@@ -1,20 +1,21 @@
 """The viewer's own process: XProf (or TensorBoard) serving one log directory on loopback.
 
-:mod:`xprof_magic._viewer.manager` starts it as
-``python -c "import runpy, sys; ..." <this file> --logdir ...``: ``runpy.run_path`` runs this
-file as ``__main__``, after putting the kernel's package root first on ``sys.path`` so that
-the guard and the store it imports are the kernel's own copies. Running the file by path keeps
-it on the command line, where :func:`xprof_magic._viewer.manager.stop_viewer` looks for it
-before signalling a pid. A separate process survives kernel crashes and restarts, so the next
-kernel can reuse it, and keeps the per-request logs XProf writes to stderr out of the notebook.
+:mod:`xprof_magic._viewer.launch` starts it as
+``python -c "import runpy, sys; ..." <package root> <this file> --logdir ...``: the kernel's
+package root goes first on ``sys.path``, so that the guard and the store imported here are the
+kernel's own copies whatever xprof_magic is installed, and ``runpy.run_path`` runs this file as
+``__main__``. Run by path, the file stays on the command line, which is what
+:func:`xprof_magic._viewer.manager.stop_viewer` checks before it signals a pid. A separate
+process survives kernel crashes and restarts, so the next kernel can reuse it, and keeps the
+per-request logs XProf writes to stderr out of the notebook.
 
 The secret arrives on stdin (a command line is readable by every user) and is written only to
-a 0600 info file, together with the port, pid and ``format``
-(:data:`INFO_FORMAT`). Every request goes through :func:`xprof_magic._viewer.guard.guard`, and
-the process exits after an idle timeout so that no viewer outlives its use.
+a 0600 info file, with the pid, port and :data:`INFO_FORMAT`. Every request goes through
+:func:`xprof_magic._viewer.guard.guard`, and the process exits after an idle timeout so that
+no viewer outlives its use.
 
-Only the standard library and the guard are imported at the top: the kernel imports this
-module for the info-file names and exit codes, and must not pay for XProf or TensorBoard.
+XProf and TensorBoard are imported in :func:`main` only: the kernel imports this module for
+the info-file names and the exit codes, and must not pay for them.
 """
 
 from __future__ import annotations
