@@ -17,7 +17,6 @@ import xprof_magic
 from xprof_magic import _viewer
 from xprof_magic._notebook import context as _context
 from xprof_magic._notebook import widget as _widget
-from xprof_magic._viewer import manager as _viewer
 
 
 class Frames(HTMLParser):
