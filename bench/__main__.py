@@ -152,7 +152,7 @@ def bench_time_to_view(reps: int, logdir: Path) -> dict[str, Any]:
     conversion of the timeline, which grows with the capture, so sizes are reported too.
     """
     import xprof_magic
-    from xprof_magic._viewer import manager as _viewer
+    from xprof_magic import _viewer
 
     def capture(name: str, seconds: float) -> Any:
         with xprof_magic.capture(logdir=logdir, name=name, server=False) as cap:

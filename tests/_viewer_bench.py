@@ -16,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from xprof_magic._viewer import manager as _viewer
+from xprof_magic import _store, _viewer
+from xprof_magic._viewer.launch import VIEWER_DIR_ENV
 
 __all__ = ["main"]
 
@@ -44,9 +45,9 @@ def _report(name: str, seconds: list[float]) -> None:
 
 
 def main(capture: Path, repeats: int) -> None:
-    host = next(capture.glob("*.xplane.pb")).name.removesuffix(".xplane.pb")
+    host = _store.hosts(capture)[0]
     work = Path(tempfile.mkdtemp(prefix="viewer-bench-"))
-    os.environ[_viewer.VIEWER_DIR_ENV] = str(work / "viewers")
+    os.environ[VIEWER_DIR_ENV] = str(work / "viewers")
     kinds: tuple[_viewer.ViewerKind, ...] = ("xprof", "tensorboard")
     for kind in kinds:
         cold, answered = [], []

@@ -179,7 +179,7 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     import os
     import signal
 
-    from xprof_magic._viewer import manager as _viewer
+    from xprof_magic import _viewer
 
     cell = f"%%xprof --logdir {tmp_path} --name first\nx = 1"
     content, outputs = kernel.run(cell)

@@ -7,6 +7,7 @@ which then checks that none is left.
 
 from __future__ import annotations
 
+import ast
 import http.client
 import json
 import os
@@ -22,19 +23,21 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import pytest
 
+from xprof_magic._viewer import client as _client
+from xprof_magic._viewer import guard as _guard
+from xprof_magic._viewer import launch as _launch
 from xprof_magic._viewer import manager as _viewer
 from xprof_magic._viewer import server as _viewer_server
+from xprof_magic._viewer.client import Viewer, fetch_json
+from xprof_magic._viewer.launch import VIEWER_DIR_ENV
 from xprof_magic._viewer.manager import (
-    VIEWER_DIR_ENV,
     Failed,
     Launched,
     Restarted,
     Reused,
-    Viewer,
     ViewerOutcome,
     begin_viewer,
     ensure_viewer,
-    fetch_json,
     find_viewer,
     list_viewers,
     stop_viewer,
@@ -52,12 +55,12 @@ def _launched(outcome: ViewerOutcome) -> Viewer:
 
 def _get(viewer: Viewer, path: str) -> tuple[int, bytes]:
     """GET as a browser would: the fragment stays in the browser."""
-    return _viewer._get(viewer.port, path.partition("#")[0], timeout=30)
+    return _client.http_get(viewer.port, path.partition("#")[0], timeout=30)
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _viewer._pid_alive(pid):
+    while _launch.pid_alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -72,7 +75,8 @@ def _server_pids_using(directory: Path) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"_viewer_server" in cmdline and str(directory).encode() in cmdline:
+        is_viewer = any(marker in cmdline for marker in _launch.SERVER_MARKERS)
+        if is_viewer and str(directory).encode() in cmdline:
             state = (entry / "stat").read_text().rpartition(")")[2].split()[:1]
             if state != ["Z"]:
                 pids.append(int(entry.name))
@@ -90,7 +94,7 @@ def viewer_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     finally:
         for viewer in list_viewers():
             stop_viewer(viewer)
-        for child in list(_viewer._children.values()):
+        for child in list(_launch._children.values()):
             if child.poll() is None:
                 child.kill()
                 child.wait(5)
@@ -174,7 +178,7 @@ def fresh_logdir(tmp_path: Path) -> Path:
 def test_refusal(tmp_path: Path, path: str, query: list[tuple[str, str]], refused: bool) -> None:
     log = str(tmp_path)
     query = [(k, v.replace("/LOG", log)) for k, v in query]
-    assert (_viewer_server.refusal(path, query, log) is not None) == refused
+    assert (_guard.refusal(path, query, log) is not None) == refused
 
 
 def test_refusal_follows_symlinks_out_of_the_logdir(tmp_path: Path) -> None:
@@ -184,8 +188,8 @@ def test_refusal_follows_symlinks_out_of_the_logdir(tmp_path: Path) -> None:
     (log / "plugins" / "profile").mkdir(parents=True)
     (log / "plugins" / "profile" / "link").symlink_to(outside)
     link = str(log / "plugins" / "profile" / "link")
-    assert _viewer_server.refusal("/x", [("run", "link")], str(log)) is not None
-    assert _viewer_server.refusal("/x", [("session_path", link)], str(log)) is not None
+    assert _guard.refusal("/x", [("run", "link")], str(log)) is not None
+    assert _guard.refusal("/x", [("session_path", link)], str(log)) is not None
 
 
 def test_paths_carry_secret_and_proxy_prefix() -> None:
@@ -329,14 +333,16 @@ def test_info_file_is_private(viewer: Viewer, viewer_dir: Path) -> None:
     info = Path(_viewer_server.info_path(str(viewer_dir), viewer.pid))
     assert info.stat().st_mode & 0o777 == 0o600
     assert viewer_dir.stat().st_mode & 0o777 == 0o700
-    assert json.loads(info.read_text())["secret"] == viewer.secret
+    record = json.loads(info.read_text())
+    assert record["secret"] == viewer.secret
+    assert record["format"] == _viewer_server.INFO_FORMAT == 2
 
 
 def test_a_new_kernel_finds_and_reuses_the_viewer(viewer: Viewer, logdir: Path) -> None:
     script = textwrap.dedent(
         f"""
         import json
-        from xprof_magic._viewer.manager import ensure_viewer, fetch_json, find_viewer
+        from xprof_magic._viewer import ensure_viewer, fetch_json, find_viewer
         RUN = {RUN!r}
         found = find_viewer({str(logdir)!r})
         outcome = ensure_viewer({str(logdir)!r})
@@ -353,7 +359,7 @@ def test_a_new_kernel_finds_and_reuses_the_viewer(viewer: Viewer, logdir: Path) 
 def test_a_viewer_outlives_the_kernel_that_started_it(viewer_dir: Path, fresh_logdir: Path) -> None:
     script = textwrap.dedent(
         f"""
-        from xprof_magic._viewer.manager import ensure_viewer
+        from xprof_magic._viewer import ensure_viewer
         print(ensure_viewer({str(fresh_logdir)!r}).viewer.pid)
         """
     )
@@ -361,7 +367,7 @@ def test_a_viewer_outlives_the_kernel_that_started_it(viewer_dir: Path, fresh_lo
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     )
     pid = int(result.stdout)
-    assert pid not in _viewer._children
+    assert pid not in _launch._children
     found = find_viewer(fresh_logdir)
     assert found is not None
     assert found.pid == pid
@@ -456,7 +462,7 @@ def test_port_taken_during_startup_fails_naming_the_port(
     viewer_dir: Path, fresh_logdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The port can be taken between the kernel's check and the server's bind."""
-    monkeypatch.setattr(_viewer, "_port_free", lambda port: True)
+    monkeypatch.setattr(_viewer, "port_free", lambda port: True)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -478,7 +484,7 @@ def test_server_that_dies_at_startup_fails_with_its_log(
 ) -> None:
     stub = tmp_path / "stub_server.py"
     stub.write_text("import sys\nprint('stub: cannot start, disk on fire', file=sys.stderr)\n")
-    monkeypatch.setattr(_viewer, "_SERVER_SCRIPT", str(stub))
+    monkeypatch.setattr(_launch, "_SERVER_SCRIPT", str(stub))
     outcome = ensure_viewer(fresh_logdir)
     assert isinstance(outcome, Failed), outcome
     assert "disk on fire" in outcome.message
@@ -490,7 +496,7 @@ def test_server_that_never_answers_times_out(
 ) -> None:
     stub = tmp_path / "stub_server.py"
     stub.write_text("import time\ntime.sleep(60)\n")
-    monkeypatch.setattr(_viewer, "_SERVER_SCRIPT", str(stub))
+    monkeypatch.setattr(_launch, "_SERVER_SCRIPT", str(stub))
     start = begin_viewer(fresh_logdir)
     outcome = start.wait(0.3)
     assert isinstance(outcome, Failed), outcome
@@ -518,3 +524,179 @@ def test_tensorboard_kind(viewer_dir: Path, logdir: Path) -> None:
     assert _listening_addresses(board.pid) == {("127.0.0.1", board.port)}
     assert find_viewer(logdir, kind="tensorboard") == board
     assert stop_viewer(board)
+
+
+# Viewers started by the earlier layout (``xprof_magic/_viewer_server.py``, info files without
+# "format"), and info files of a newer format.
+
+# What the earlier layout's server answers that the manager relies on: its health route under
+# the secret. Its file name puts ``_viewer_server`` on the command line, as the old one did.
+OLD_SERVER = """
+import http.server, json, os, sys
+secret, logdir = sys.argv[1], sys.argv[2]
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path != "/" + secret + "/xprof_magic/health":
+            self.send_error(404)
+            return
+        body = json.dumps({"pid": os.getpid(), "logdir": logdir}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+OLD_COMMAND = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
+
+
+def _old_record(
+    viewer_dir: Path, pid: int, port: int, logdir: Path, secret: str, **extra: object
+) -> Path:
+    """An info file as the earlier layout wrote it: ``"version": 1``, no ``"format"``."""
+    path = Path(_viewer_server.info_path(str(viewer_dir), pid))
+    info = {
+        "version": 1,
+        "pid": pid,
+        "port": port,
+        "logdir": str(logdir.resolve()),
+        "secret": secret,
+        "kind": "xprof",
+        "log_path": str(viewer_dir / "old.log"),
+        "started": time.time(),
+        "idle_timeout": 3600.0,
+        **extra,
+    }
+    path.write_text(json.dumps(info))
+    return path
+
+
+@pytest.fixture
+def old_server(tmp_path: Path, fresh_logdir: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A live process started the way the earlier layout started its server."""
+    script = tmp_path / "xprof_magic" / "_viewer_server.py"
+    script.parent.mkdir()
+    script.write_text(OLD_SERVER)
+    secret = "old-layout-secret-0123456789"
+    process = subprocess.Popen(
+        [sys.executable, "-c", OLD_COMMAND, str(script), secret, str(fresh_logdir.resolve())],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(5)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_viewer_of_the_earlier_layout_is_found_reused_and_stopped(
+    viewer_dir: Path, fresh_logdir: Path, old_server: tuple[subprocess.Popen[str], int]
+) -> None:
+    process, port = old_server
+    record = _old_record(
+        viewer_dir, process.pid, port, fresh_logdir, "old-layout-secret-0123456789"
+    )
+    assert b"_viewer_server" in Path(f"/proc/{process.pid}/cmdline").read_bytes()
+
+    assert process.pid in [v.pid for v in list_viewers()]
+    found = find_viewer(fresh_logdir)
+    assert found is not None and (found.pid, found.port) == (process.pid, port)
+    reused = ensure_viewer(fresh_logdir)
+    assert isinstance(reused, Reused) and reused.viewer == found
+
+    assert stop_viewer(found) is True
+    assert process.wait(5) == -signal.SIGTERM
+    assert not record.exists()
+    assert find_viewer(fresh_logdir) is None
+
+
+def test_an_old_record_of_an_unrelated_process_never_signals_it(
+    viewer_dir: Path, fresh_logdir: Path
+) -> None:
+    """The pid was recycled: the process lives, but its command line is not a viewer's."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        record = _old_record(viewer_dir, other.pid, _free_port(), fresh_logdir, "x" * 20)
+        stale = _viewer._read_info(record)
+        assert stale is not None and stale.pid == other.pid
+        assert stop_viewer(stale) is False
+        assert other.poll() is None
+        assert not record.exists()
+
+        record = _old_record(viewer_dir, other.pid, _free_port(), fresh_logdir, "x" * 20)
+        assert other.pid not in [v.pid for v in list_viewers()]
+        assert find_viewer(fresh_logdir) is None
+        assert other.poll() is None
+        assert not record.exists()
+    finally:
+        other.kill()
+        other.wait(5)
+
+
+def test_a_record_of_a_newer_format_is_left_alone(
+    viewer_dir: Path, fresh_logdir: Path, old_server: tuple[subprocess.Popen[str], int]
+) -> None:
+    process, port = old_server
+    secret = "old-layout-secret-0123456789"
+    record = _old_record(viewer_dir, process.pid, port, fresh_logdir, secret, format=99)
+    try:
+        assert process.pid not in [v.pid for v in list_viewers()]
+        assert find_viewer(fresh_logdir) is None
+        assert record.exists()
+        assert process.poll() is None
+    finally:
+        record.unlink()
+
+
+# The subpackage's shape.
+
+VIEWER_PACKAGE = Path(_viewer.__file__).resolve().parent
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module an ``import`` names in this file, those inside functions included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_viewer_modules_import_no_ipython_and_no_cycle() -> None:
+    modules = {
+        f"xprof_magic._viewer.{p.stem}" if p.stem != "__init__" else "xprof_magic._viewer": p
+        for p in VIEWER_PACKAGE.glob("*.py")
+    }
+    assert {"client", "guard", "launch", "manager", "server"} <= {p.stem for p in modules.values()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        imported = _imports(path)
+        assert not {m for m in imported if m.split(".")[0] in ("IPython", "ipywidgets")}, name
+        graph[name] = {m for m in imported if m in modules and m != name}
+        if name != "xprof_magic._viewer":
+            assert "xprof_magic._viewer" not in graph[name], f"{name} imports via the package"
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        ahead = graph[start] - seen
+        return goal in ahead or any(reaches(m, goal, seen | {m}) for m in ahead)
+
+    assert [name for name in graph if reaches(name, name, set())] == []

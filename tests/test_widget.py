@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -13,9 +14,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import xprof_magic
+from xprof_magic import _viewer
 from xprof_magic._notebook import context as _context
 from xprof_magic._notebook import widget as _widget
-from xprof_magic._viewer import manager as _viewer
 
 
 class Frames(HTMLParser):
@@ -78,6 +79,7 @@ def test_widget_lists_runs_newest_first_and_selects_this_cells_run(
     view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
     assert [value for _, value in view.runs.options] == ["newer", "older"]
     assert view.runs.value == "older"
+    assert view.wait_for_tools()
     assert view.tools.options[0] == ("Trace viewer", "trace_viewer@")
     assert {"overview_page", "op_profile"} <= {value for _, value in view.tools.options}
     assert view.hosts.layout.display == "none" and len(view.hosts.options) == 1
@@ -100,10 +102,55 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
     view.runs.value = "newer"
     data_url = parse_qs(urlsplit(view.urls()[0] or "").query)["trace_data_url"][0]
     assert parse_qs(urlsplit(data_url).query)["run"] == ["newer"]
+    assert view.wait_for_tools()
     view.tools.value = "overview_page"
     src, full = view.urls()
     assert src == full and src is not None
     assert "/data/plugin/profile/overview_page?" in src and "tag=overview_page" in src
+
+
+def test_tools_arrive_in_the_background_and_a_stale_answer_is_dropped(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    """The viewer's answer never holds up the dropdowns; one for a run left meanwhile is
+    kept for later, not shown."""
+    release = threading.Event()
+    asked: list[str] = []
+
+    def list_tools(_: _viewer.Viewer, run: str) -> list[str]:
+        asked.append(run)
+        if run == "older":
+            release.wait(60)
+            return ["overview_page", "trace_viewer@"]
+        return ["op_profile", "trace_viewer@"]
+
+    view = _widget.ViewerWidget(
+        viewer, _context.Context("jupyter"), logdir, run="older", list_tools=list_tools
+    )
+    assert not release.is_set()  # built while the viewer had not answered
+    assert [value for _, value in view.tools.options] == ["trace_viewer@"]
+    assert "trace_viewer_index.html" in (view.urls()[0] or "")
+    view.runs.value = "newer"
+    release.set()
+    assert view.wait_for_tools()
+    assert [value for _, value in view.tools.options] == ["trace_viewer@", "op_profile"]
+    view.runs.value = "older"
+    assert [value for _, value in view.tools.options] == ["trace_viewer@", "overview_page"]
+    assert asked == ["older", "newer"]
+
+
+def test_a_viewer_that_cannot_list_tools_leaves_the_trace_viewer_and_says_why(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    def list_tools(_: _viewer.Viewer, run: str) -> list[str]:
+        raise _viewer.ViewerError(f"the viewer did not answer for {run}; run the cell again")
+
+    view = _widget.ViewerWidget(
+        viewer, _context.Context("jupyter"), logdir, run="newer", list_tools=list_tools
+    )
+    assert view.wait_for_tools()
+    assert [value for _, value in view.tools.options] == ["trace_viewer@"]
+    assert "did not answer for newer; run the cell again" in view.status.value
 
 
 def test_a_new_capture_is_announced_to_shown_widgets(viewer: _viewer.Viewer, logdir: Path) -> None:
@@ -212,15 +259,15 @@ def test_the_wrapper_silences_xprofs_history_calls(viewer: _viewer.Viewer, logdi
 
 
 def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: Path) -> None:
-    from xprof_magic import _analysis
+    from xprof_magic import _analysis, _store
 
-    older = logdir / "plugins" / "profile" / "older"
+    older = _store.run_path(logdir, "older")
     _analysis.save_summary(_analysis.summarize(older, budget_s=None), older)
     view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
     assert "xprof summary — run older" in view.summary.value
     view.runs.value = "newer"
     assert "No summary of newer yet" in view.summary.value
-    newer = _analysis.summarize(logdir / "plugins" / "profile" / "newer", budget_s=None)
+    newer = _analysis.summarize(_store.run_path(logdir, "newer"), budget_s=None)
     view.show_summary(newer)
     assert "xprof summary — run newer" in view.summary.value
     view.show_summary(_analysis.load_summary(older))  # type: ignore[arg-type]

@@ -4,6 +4,11 @@ Core ipywidgets only, so that it renders in JupyterLab, Notebook 7, VS Code and 
 without a custom widget manager. The page is embedded through a ``srcdoc`` wrapper iframe:
 XProf's UI calls ``window.parent.history.pushState``, which in a same-origin frame (a
 Jupyter proxy) would rewrite the notebook page's own URL; the wrapper takes that call.
+
+The tools of a run come from the viewer (its ``run_tools`` route), which can take seconds
+while XProf reads a large run. So the answer is awaited in a short-lived thread, never in a
+dropdown's observer: the trace viewer, always there, is offered at once, and the full list
+replaces it when it comes, unless the user has picked another run meanwhile.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import html
+import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -20,13 +27,18 @@ import ipywidgets as widgets
 
 from xprof_magic import _analysis, _store
 from xprof_magic._notebook.context import Context
-from xprof_magic._viewer.manager import Viewer, ViewerError, fetch_json
+from xprof_magic._viewer.client import (
+    DEFAULT_HEIGHT,
+    TRACE_VIEWER_TOOL,
+    Viewer,
+    ViewerError,
+    fetch_json,
+)
 
 __all__ = ["TOOL_ORDER", "ViewerWidget", "announce", "embed_html", "order_tools"]
 
-TRACE_VIEWER = "trace_viewer@"
 TOOL_ORDER = (
-    TRACE_VIEWER,
+    TRACE_VIEWER_TOOL,
     "trace_viewer",
     "overview_page",
     "op_profile",
@@ -38,7 +50,7 @@ TOOL_ORDER = (
     "graph_viewer",
 )
 TOOL_NAMES = {
-    TRACE_VIEWER: "Trace viewer",
+    TRACE_VIEWER_TOOL: "Trace viewer",
     "trace_viewer": "Trace viewer",
     "overview_page": "Overview",
     "op_profile": "Op profile",
@@ -53,7 +65,6 @@ TOOL_NAMES = {
     "megascale_stats": "Megascale stats",
     "inference_profile": "Inference profile",
 }
-DEFAULT_HEIGHT = 600
 
 ToolLister = Callable[[Viewer, str], list[str]]
 
@@ -62,7 +73,7 @@ def order_tools(tools: Sequence[str]) -> list[str]:
     """The trace viewer first, then overview, op profile, memory, then the rest by name."""
     rank = {tool: i for i, tool in enumerate(TOOL_ORDER)}
     unique = list(dict.fromkeys(t for t in tools if t))
-    if TRACE_VIEWER in unique and "trace_viewer" in unique:
+    if TRACE_VIEWER_TOOL in unique and "trace_viewer" in unique:
         unique.remove("trace_viewer")
     return sorted(unique, key=lambda t: (rank.get(t, len(rank)), t))
 
@@ -125,7 +136,12 @@ class ViewerWidget:
         self.height = height
         self._list_tools = list_tools
         self._tools_cache: dict[str, list[str]] = {}
+        # Held while the dropdowns change, by the kernel's thread or a tools answer's thread.
+        self._lock = threading.RLock()
         self._updating = False
+        self._tools_asked = 0
+        self._tools_error = ""
+        self._tool_threads: list[threading.Thread] = []
         self.runs = widgets.Dropdown(description="Run", layout=widgets.Layout(width="auto"))
         self.tools = widgets.Dropdown(description="Tool", layout=widgets.Layout(width="auto"))
         self.hosts = widgets.Dropdown(description="Host", layout=widgets.Layout(width="auto"))
@@ -165,50 +181,91 @@ class ViewerWidget:
     def refresh_runs(self, select: str | None = None) -> None:
         """Re-list the runs, newest first, keeping (or moving to) the selected one."""
         found = _store.runs(self.logdir)
-        current = select or self.runs.value
-        options = [(_run_label(r), r.name) for r in found]
-        names = [name for _, name in options]
-        self._updating = True
-        try:
-            self.runs.options = options
-            self.runs.value = current if current in names else (names[0] if names else None)
-        finally:
-            self._updating = False
-        self._on_run()
+        with self._lock:
+            current = select or self.runs.value
+            options = [(_run_label(r), r.name) for r in found]
+            names = [name for _, name in options]
+            self._updating = True
+            try:
+                self.runs.options = options
+                self.runs.value = current if current in names else (names[0] if names else None)
+            finally:
+                self._updating = False
+            self._on_run()
 
     def _on_run(self, change: Any = None) -> None:
-        if self._updating:
-            return
-        run = self.runs.value
-        self._updating = True
-        try:
-            if run is None:
-                self.tools.options, self.hosts.options = [], []
-            else:
-                tools = self._tools(run)
-                keep = self.tools.value if self.tools.value in tools else None
-                self.tools.options = [(TOOL_NAMES.get(t, t), t) for t in tools]
-                self.tools.value = keep or (tools[0] if tools else None)
-                hosts = _hosts(self.logdir, run)
-                self.hosts.options = hosts
-                self.hosts.value = hosts[0] if hosts else None
-                self.hosts.layout.display = "" if len(hosts) > 1 else "none"
-        finally:
-            self._updating = False
-        self._show_saved_summary()
-        self._on_view()
-
-    def _tools(self, run: str) -> list[str]:
-        if run not in self._tools_cache:
+        with self._lock:
+            if self._updating:
+                return
+            run = self.runs.value
+            self._updating = True
             try:
-                tools = order_tools(self._list_tools(self.viewer, run))
-            except ViewerError as error:
-                self.status.value = f"<span style='color:#b00'>{html.escape(str(error))}</span>"
-                return [TRACE_VIEWER]
+                if run is None:
+                    self.tools.options, self.hosts.options = [], []
+                else:
+                    known = self._tools_cache.get(run)
+                    self._offer_tools(known or order_tools([TRACE_VIEWER_TOOL, self.tools.value]))
+                    hosts = list(_store.hosts(_store.run_path(self.logdir, run)))
+                    self.hosts.options = hosts
+                    self.hosts.value = hosts[0] if hosts else None
+                    self.hosts.layout.display = "" if len(hosts) > 1 else "none"
+            finally:
+                self._updating = False
+            if run is not None and run not in self._tools_cache:
+                self._ask_tools(run)
+            self._show_saved_summary()
+            self._on_view()
+
+    def _offer_tools(self, tools: list[str]) -> None:
+        """Set the tool options, keeping the selected tool where the run has it."""
+        keep = self.tools.value if self.tools.value in tools else None
+        self.tools.options = [(TOOL_NAMES.get(t, t), t) for t in tools]
+        self.tools.value = keep or (tools[0] if tools else None)
+
+    def _ask_tools(self, run: str) -> None:
+        """Ask the viewer for the run's tools in a thread; the answer updates the dropdown."""
+        self._tools_asked += 1
+        ticket = self._tools_asked
+        thread = threading.Thread(
+            target=self._take_tools, args=(run, ticket), name="xprof-widget-tools", daemon=True
+        )
+        self._tool_threads = [t for t in self._tool_threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _take_tools(self, run: str, ticket: int) -> None:
+        try:
+            tools = order_tools(self._list_tools(self.viewer, run))
+            problem = ""
+        except ViewerError as error:
+            tools, problem = [], str(error)
+        with self._lock:
             if tools:
                 self._tools_cache[run] = tools
-            return tools or [TRACE_VIEWER]
-        return self._tools_cache[run]
+            if ticket != self._tools_asked or run != self.runs.value:
+                return  # The user moved on; the cache keeps the answer for a return to this run.
+            if problem:
+                self._tools_error = f"<span style='color:#b00'>{html.escape(problem)}</span>"
+                self.status.value = self._tools_error
+            if not tools:
+                return  # The trace viewer offered meanwhile stays, and the next visit asks again.
+            if self._tools_error and self.status.value == self._tools_error:
+                self.status.value = ""
+            before = self.tools.value
+            self._updating = True
+            try:
+                self._offer_tools(tools)
+            finally:
+                self._updating = False
+            if self.tools.value != before:
+                self._on_view()
+
+    def wait_for_tools(self, timeout: float = 30.0) -> bool:
+        """Block until the tool lists asked for so far have arrived (scripts, tests); False if
+        one is still pending after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._tool_threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._tool_threads)
 
     def show_summary(self, summary: _analysis.Summary) -> None:
         """Show a run's summary, if that run is the one selected."""
@@ -220,7 +277,7 @@ class ViewerWidget:
         if run is None:
             self.summary.value = ""
             return
-        saved = _analysis.load_summary(self.logdir / "plugins" / "profile" / run)
+        saved = _analysis.load_summary(_store.run_path(self.logdir, run))
         self.summary.value = (
             _analysis.render_html(saved)
             if saved is not None
@@ -234,18 +291,19 @@ class ViewerWidget:
         return bundle
 
     def _on_view(self, change: Any = None) -> None:
-        if self._updating:
-            return
-        src, full = self.urls()
-        if src is None:
-            self.frame.value = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
-            self.link.value = ""
-            return
-        self.frame.value = embed_html(src, self.height)
-        self.link.value = (
-            f'<a class="xprof-open" href="{html.escape(full or src, quote=True)}" '
-            'target="_blank" rel="noopener">open in new tab ↗</a>'
-        )
+        with self._lock:
+            if self._updating:
+                return
+            src, full = self.urls()
+            if src is None:
+                self.frame.value = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
+                self.link.value = ""
+                return
+            self.frame.value = embed_html(src, self.height)
+            self.link.value = (
+                f'<a class="xprof-open" href="{html.escape(full or src, quote=True)}" '
+                'target="_blank" rel="noopener">open in new tab ↗</a>'
+            )
 
     def urls(self) -> tuple[str | None, str | None]:
         """The embedded page's URL and the full UI's URL for the selection, as the browser
@@ -253,10 +311,10 @@ class ViewerWidget:
         run, tool, host = self.runs.value, self.tools.value, self.hosts.value
         if run is None:
             return None, None
-        tool = tool or TRACE_VIEWER
+        tool = tool or TRACE_VIEWER_TOOL
         origin, prefix = self.context.locate(self.viewer.port)
         full = origin + self.viewer.tool_path(run, tool, host, prefix=prefix)
-        if tool == TRACE_VIEWER and host and self.viewer.kind == "xprof":
+        if tool == TRACE_VIEWER_TOOL and host and self.viewer.kind == "xprof":
             return origin + self.viewer.trace_viewer_path(run, host, prefix=prefix), full
         return full, full
 
@@ -275,11 +333,6 @@ class ViewerWidget:
         bundle: dict[str, Any] = self.box._repr_mimebundle_(**kwargs) or {}
         bundle["text/plain"] = self.text()
         return bundle
-
-
-def _hosts(logdir: Path, run: str) -> list[str]:
-    run_dir = logdir / _store.PROFILE_DIR[0] / _store.PROFILE_DIR[1] / run
-    return sorted(p.name[: -len(".xplane.pb")] for p in run_dir.glob("*.xplane.pb"))
 
 
 def _run_label(run: _store.RunInfo) -> str:

@@ -1,17 +1,21 @@
 """The viewer's own process: XProf (or TensorBoard) serving one log directory on loopback.
 
-Run by :mod:`xprof_magic._viewer.manager` as ``python -m xprof_magic._viewer.server``. A separate
+:mod:`xprof_magic._viewer.launch` starts it as
+``python -c "import runpy, sys; ..." <package root> <this file> --logdir ...``: the kernel's
+package root goes first on ``sys.path``, so that the guard and the store imported here are the
+kernel's own copies whatever xprof_magic is installed, and ``runpy.run_path`` runs this file as
+``__main__``. Run by path, the file stays on the command line, which is what
+:func:`xprof_magic._viewer.manager.stop_viewer` checks before it signals a pid. A separate
 process survives kernel crashes and restarts, so the next kernel can reuse it, and keeps the
 per-request logs XProf writes to stderr out of the notebook.
 
-Loopback is shared by every user of a JupyterHub host, so the server answers only under
-``/<secret>``; the secret arrives on stdin (a command line is readable by every user) and is
-written only to a 0600 info file. Inside the prefix, requests that could read or write
-outside the log directory are refused, and the process exits after an idle timeout so that
+The secret arrives on stdin (a command line is readable by every user) and is written only to
+a 0600 info file, with the pid, port and :data:`INFO_FORMAT`. Every request goes through
+:func:`xprof_magic._viewer.guard.guard`, and the process exits after an idle timeout so that
 no viewer outlives its use.
 
-This module imports only the standard library at the top: the kernel imports it for the
-shared constants, and must not pay for XProf or TensorBoard.
+XProf and TensorBoard are imported in :func:`main` only: the kernel imports this module for
+the info-file names and the exit codes, and must not pay for them.
 """
 
 from __future__ import annotations
@@ -19,52 +23,42 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import hmac
 import json
 import os
-import posixpath
 import re
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
+
+from xprof_magic._viewer.client import KINDS
+from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard
 
 __all__ = [
     "EXIT_BAD_CONFIG",
     "EXIT_MISSING_DEPENDENCY",
     "EXIT_PORT_IN_USE",
-    "HEALTH_ROUTE",
+    "INFO_FORMAT",
     "INFO_PREFIX",
     "INFO_SUFFIX",
-    "KINDS",
-    "PROFILE_ROUTE",
     "SECRET_PATTERN",
     "Activity",
-    "guard",
     "info_path",
     "main",
-    "refusal",
 ]
 
-KINDS = ("xprof", "tensorboard")
-PROFILE_ROUTE = "/data/plugin/profile"
-HEALTH_ROUTE = "/xprof_magic/health"
 INFO_PREFIX = "viewer-"
 INFO_SUFFIX = ".json"
+# 2: this layout. Info files without "format" were written by the earlier layout
+# (``_viewer_server.py``, ``"version": 1``) and hold the same fields.
+INFO_FORMAT = 2
 SECRET_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 EXIT_BAD_CONFIG = 2
 EXIT_PORT_IN_USE = 3
 EXIT_MISSING_DEPENDENCY = 4
-
-_PATH_PARAMS = ("session_path", "run_path")
-_NAME_PARAMS = ("host", "hosts", "module_name", "tag")
-_REFUSED_ROUTES = ("capture_profile",)
-
-StartResponse = Callable[..., Any]
-WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 def info_path(info_dir: str, pid: int) -> str:
@@ -96,116 +90,13 @@ class Activity:
             return 0.0 if self._busy else time.monotonic() - self._last
 
 
-def _inside(path: str, root: str) -> bool:
-    """Whether ``path``, symlinks resolved, is ``root`` or below it."""
-    real = os.path.realpath(path)
-    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+def _counted(app: WSGIApp, activity: Activity) -> WSGIApp:
+    """``app`` with each request, its body streamed to the end, recorded in ``activity``."""
 
-
-def _run_dir(run: str, logdir: str) -> str:
-    """The folder XProf opens for a run name (``[<tb run>/]<session>``), as it computes it."""
-    tb_run, session = posixpath.split(run.rstrip("/"))
-    base = logdir if tb_run in ("", ".") else os.path.join(logdir, tb_run)
-    return os.path.join(base, "plugins", "profile", session)
-
-
-def refusal(path: str, query: Iterable[tuple[str, str]], logdir: str) -> str | None:
-    """Why a request (path below the secret prefix, decoded query) must not be served, if so.
-
-    XProf opens any folder named by ``session_path`` or ``run_path``, joins ``run`` to the log
-    directory without checking it, and ``capture_profile`` connects to any address and writes
-    into the log directory. ``logdir`` is the resolved log directory.
-    """
-    segments = [s for s in path.split("/") if s]
-    if segments and segments[-1] in _REFUSED_ROUTES:
-        return f"the {segments[-1]} route is disabled in this viewer"
-    for key, value in query:
-        if "\x00" in value:
-            return f"{key} contains a NUL byte"
-        if key in _PATH_PARAMS and value:
-            if not os.path.isabs(value) or "://" in value or "::" in value:
-                return f"{key} must be an absolute path inside the log directory"
-            if not _inside(value, logdir):
-                return f"{key} is outside the log directory"
-        elif key == "run" and value:
-            parts = value.replace("\\", "/").split("/")
-            if value.startswith(("/", "\\")) or ".." in parts or "://" in value:
-                return "run must be a run name relative to the log directory"
-            if not _inside(_run_dir(value, logdir), logdir):
-                return "run resolves outside the log directory"
-        elif key in _NAME_PARAMS and ("/" in value or "\\" in value or value == ".."):
-            return f"{key} must be a plain name"
-    return None
-
-
-def _respond(
-    start_response: StartResponse,
-    status: str,
-    body: bytes,
-    content_type: str = "text/plain; charset=utf-8",
-    headers: tuple[tuple[str, str], ...] = (),
-) -> list[bytes]:
-    start_response(
-        status,
-        [
-            ("Content-Type", content_type),
-            ("Content-Length", str(len(body))),
-            ("Cache-Control", "no-store"),
-            *headers,
-        ],
-    )
-    return [body]
-
-
-def guard(
-    app: WSGIApp,
-    *,
-    secret: str,
-    logdir: str,
-    kind: str,
-    activity: Activity,
-    health: dict[str, Any],
-) -> WSGIApp:
-    """Wrap ``app`` so that it answers only under ``/<secret>`` and only inside ``logdir``.
-
-    For ``kind="xprof"`` the prefix moves from ``PATH_INFO`` to ``SCRIPT_NAME`` (XProf routes
-    on ``/data/plugin/profile``; its front end keeps whatever precedes that as its base).
-    TensorBoard strips its own ``--path_prefix``, so its paths pass through unchanged.
-    """
-    prefix = "/" + secret
-    secret_bytes = secret.encode("ascii")
-    health_body = json.dumps(health).encode()
-    ui_below = PROFILE_ROUTE[1:] + "/" if kind == "xprof" else ""
-
-    def dispatch(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        path: str = environ.get("PATH_INFO", "")
-        head, _, rest_tail = path[1:].partition("/")
-        given = head.encode("latin-1", "replace")
-        if not path.startswith("/") or not hmac.compare_digest(given, secret_bytes):
-            return _respond(start_response, "404 Not Found", b"Not Found")
-        rest = "/" + rest_tail if path.startswith(prefix + "/") else ""
-        if rest == HEALTH_ROUTE:
-            return _respond(start_response, "200 OK", health_body, "application/json")
-        if rest == "" or (kind == "xprof" and rest == "/"):
-            # Relative, so that a proxy's path prefix in front of ours survives the redirect.
-            target = f"{secret}/{ui_below}" if rest == "" else ui_below
-            return _respond(start_response, "302 Found", b"", headers=(("Location", target),))
-        from werkzeug.wrappers import Request
-
-        query = Request(environ).args.items(multi=True)
-        reason = refusal(rest, query, logdir)
-        if reason is not None:
-            message = f"Forbidden: {reason}."
-            return _respond(start_response, "403 Forbidden", message.encode())
-        if kind == "xprof":
-            environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + prefix
-            environ["PATH_INFO"] = rest
-        return app(environ, start_response)
-
-    def guarded(environ: dict[str, Any], start_response: StartResponse) -> Iterator[bytes]:
+    def counted(environ: dict[str, Any], start_response: StartResponse) -> Iterator[bytes]:
         activity.begin()
         try:
-            body = dispatch(environ, start_response)
+            body = app(environ, start_response)
             try:
                 yield from body
             finally:
@@ -215,7 +106,7 @@ def guard(
         finally:
             activity.end()
 
-    return guarded
+    return counted
 
 
 def _xprof_app(logdir: str) -> WSGIApp:
@@ -292,8 +183,11 @@ def _log(message: str) -> None:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m xprof_magic._viewer.server",
-        description="Serve a log directory with XProf on 127.0.0.1; the secret is read from stdin.",
+        prog="xprof_magic/_viewer/server.py",
+        description=(
+            "Serve a log directory with XProf on 127.0.0.1; the secret is read from stdin. "
+            "Started by xprof_magic._viewer.manager, not by hand."
+        ),
     )
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--kind", choices=KINDS, default="xprof")
@@ -309,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     secret = sys.stdin.readline().strip()
     if not SECRET_PATTERN.fullmatch(secret):
-        _log("no valid secret on stdin; this module is started by xprof_magic._viewer.manager")
+        _log("no valid secret on stdin; this server is started by xprof_magic._viewer.manager")
         return EXIT_BAD_CONFIG
     logdir = os.path.realpath(args.logdir)
     if not os.path.isdir(logdir):
@@ -329,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     pid = os.getpid()
     started = time.time()
     health = {"pid": pid, "kind": args.kind, "logdir": logdir, "started": started}
-    guarded = guard(
-        app, secret=secret, logdir=logdir, kind=args.kind, activity=activity, health=health
+    guarded = _counted(
+        guard(app, secret=secret, logdir=logdir, kind=args.kind, health=health), activity
     )
     server = wsgi.Server(("127.0.0.1", args.port), guarded, numthreads=8)
     server.shutdown_timeout = 2
@@ -358,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     serving.start()
     record = info_path(args.info_dir, pid)
     info = {
-        "version": 1,
+        "format": INFO_FORMAT,
         "pid": pid,
         "port": port,
         "logdir": logdir,

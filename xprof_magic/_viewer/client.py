@@ -1,0 +1,187 @@
+"""Talking to a running viewer: the :class:`Viewer` record, its URLs, and its JSON routes.
+
+A viewer records itself in an info file (see :mod:`xprof_magic._viewer.manager`); the record
+gives everything the kernel needs to build the browser's URLs (the full XProf UI, one tool of
+one run, the trace viewer alone for the view under a cell) and to ask the server for data over
+loopback HTTP. Nothing here starts, finds or stops a process, and nothing imports IPython.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote, urlencode
+
+from xprof_magic._viewer.guard import HEALTH_ROUTE, PROFILE_ROUTE
+
+__all__ = [
+    "DEFAULT_HEIGHT",
+    "KINDS",
+    "TRACE_VIEWER_TOOL",
+    "Viewer",
+    "ViewerError",
+    "ViewerKind",
+    "ViewerRequestError",
+    "answers",
+    "fetch_json",
+    "http_get",
+    "label",
+]
+
+ViewerKind = Literal["xprof", "tensorboard"]
+KINDS: tuple[ViewerKind, ...] = ("xprof", "tensorboard")
+# The tool name XProf's ``run_tools`` gives the streaming trace viewer.
+TRACE_VIEWER_TOOL = "trace_viewer@"
+# Pixels: the height of the page embedded under a cell.
+DEFAULT_HEIGHT = 600
+_LABELS = {"xprof": "XProf viewer", "tensorboard": "TensorBoard viewer"}
+
+
+class ViewerError(Exception):
+    """The viewer cannot be used; the message names the problem and the next step."""
+
+
+class ViewerRequestError(ViewerError):
+    """A request to a running viewer failed."""
+
+
+def label(kind: str) -> str:
+    """What the user calls a viewer of this kind: "XProf viewer", "TensorBoard viewer"."""
+    return _LABELS.get(kind, "viewer")
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """A running viewer, as recorded in its info file.
+
+    Paths are server-relative and start with the secret prefix; ``prefix`` arguments prepend
+    whatever the browser needs in front (a proxy's ``/proxy/<port>``). The secret stays out of
+    ``repr`` so that printing a viewer in a notebook does not publish it.
+    """
+
+    pid: int
+    port: int
+    logdir: str
+    secret: str = field(repr=False)
+    kind: ViewerKind
+    log_path: str
+    started: float
+
+    @property
+    def base_path(self) -> str:
+        """``/<secret>``: the only path prefix this server answers under."""
+        return f"/{self.secret}"
+
+    @property
+    def origin(self) -> str:
+        """Where the kernel (not necessarily the browser) reaches the server."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def url(self, path: str) -> str:
+        """A kernel-side URL for a path returned by the methods below."""
+        return self.origin + path
+
+    def ui_path(self, *, prefix: str = "") -> str:
+        """The full UI with its own sidebar of runs, tools and hosts."""
+        if self.kind == "tensorboard":
+            return f"{prefix}{self.base_path}/#profile"
+        return f"{prefix}{self.base_path}{PROFILE_ROUTE}/"
+
+    def tool_path(self, run: str, tool: str, host: str | None = None, *, prefix: str = "") -> str:
+        """The full UI opened on one tool of one run (``tool`` as ``run_tools`` lists it)."""
+        if self.kind == "tensorboard":
+            query = _query(run=run, tool=tool, host=host)
+            return f"{prefix}{self.base_path}/?{query}#profile"
+        query = _query(run=run, tag=tool, host=host)
+        return f"{prefix}{self.base_path}{PROFILE_ROUTE}/{quote(tool, safe='@')}?{query}"
+
+    def trace_viewer_path(
+        self,
+        run: str,
+        host: str,
+        *,
+        prefix: str = "",
+        view_start: float | None = None,
+        view_end: float | None = None,
+    ) -> str:
+        """The timeline alone, without XProf's sidebar: the compact view under a cell.
+
+        The page fetches ``trace_data_url`` from ``location.origin`` + that value, so the value
+        is an absolute path that must carry ``prefix`` too.
+        """
+        data = self.data_path("data", prefix=prefix, run=run, tag=TRACE_VIEWER_TOOL, host=host)
+        params: dict[str, str | float | None] = {
+            "is_streaming": "true",
+            "is_oss": "true",
+            "trace_data_url": data,
+        }
+        if view_start is not None and view_end is not None:
+            params.update(view_start=view_start, view_end=view_end)
+        page = f"{prefix}{self.base_path}{PROFILE_ROUTE}/trace_viewer_index.html"
+        return f"{page}?{_query(**params)}"
+
+    def data_path(self, route: str, *, prefix: str = "", **params: str | float | None) -> str:
+        """A data route of the profile plugin: ``runs``, ``run_tools``, ``hosts``, ``data``."""
+        return self._route_path(route, prefix, params)
+
+    def _route_path(self, route: str, prefix: str, params: Mapping[str, str | float | None]) -> str:
+        path = f"{prefix}{self.base_path}{PROFILE_ROUTE}/{route}"
+        query = _query(**params)
+        return f"{path}?{query}" if query else path
+
+
+def _query(**params: str | float | None) -> str:
+    return urlencode({k: v for k, v in params.items() if v is not None})
+
+
+def http_get(port: int, path: str, timeout: float) -> tuple[int, bytes]:
+    """GET on loopback, gzip decoded; http.client ignores ``http_proxy``, which must not apply."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("GET", path, headers={"Accept-Encoding": "gzip"})
+        response = connection.getresponse()
+        body = response.read()
+        if response.getheader("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        return response.status, body
+    finally:
+        connection.close()
+
+
+def answers(viewer: Viewer, timeout: float = 2.0) -> bool:
+    """Whether this exact server answers: the secret is right and it reports the same pid."""
+    try:
+        status, body = http_get(viewer.port, viewer.base_path + HEALTH_ROUTE, timeout)
+        answer = json.loads(body) if status == 200 else {}
+    except (OSError, ValueError, http.client.HTTPException):
+        return False
+    return bool(answer.get("pid") == viewer.pid and answer.get("logdir") == viewer.logdir)
+
+
+def fetch_json(
+    viewer: Viewer, route: str, *, timeout: float = 60.0, **params: str | float | None
+) -> Any:
+    """GET a profile data route (``runs``, ``run_tools``, ``hosts``, ``data``) as JSON."""
+    name = label(viewer.kind)
+    try:
+        status, body = http_get(viewer.port, viewer._route_path(route, "", params), timeout)
+    except (OSError, http.client.HTTPException) as error:
+        raise ViewerRequestError(
+            f"The {name} on port {viewer.port} did not answer ({error}). "
+            "It may have exited; run the cell again to restart it."
+        ) from error
+    if status != 200:
+        detail = body[:300].decode("utf-8", "replace").strip()
+        raise ViewerRequestError(
+            f"The {name} answered {status} for {route}: {detail}. See its log: {viewer.log_path}"
+        )
+    try:
+        return json.loads(body)
+    except ValueError as error:
+        raise ViewerRequestError(
+            f"The {name} sent something other than JSON for {route}: {error}."
+        ) from error
