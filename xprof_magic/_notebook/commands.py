@@ -15,8 +15,7 @@ from IPython.core.error import UsageError
 from IPython.display import display
 
 from xprof_magic import _store
-
-DEFAULT_HEIGHT = 600  # merge: from xprof_magic._viewer.client
+from xprof_magic._viewer.client import DEFAULT_HEIGHT
 
 __all__ = ["SUBCOMMANDS", "Session", "run_command"]
 

@@ -16,7 +16,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from xprof_magic import _capture, _store
 from xprof_magic._backends import BACKENDS, TraceAlreadyRunning
 from xprof_magic._notebook import commands, execute, show
-from xprof_magic._notebook.commands import DEFAULT_HEIGHT
+from xprof_magic._viewer.client import DEFAULT_HEIGHT
 
 __all__ = ["XprofMagics"]
 
