@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import socket
 import sys
 import time
@@ -32,6 +33,7 @@ __all__ = [
     "Plan",
     "capture",
     "last",
+    "parse_steps",
 ]
 
 DEFAULT_PORT = 9012
@@ -66,6 +68,42 @@ def size_warning(xplane_bytes: int) -> str | None:
     return None
 
 
+_WINDOW = re.compile(r"\s*(?P<start>-?\d*)\s*:\s*(?P<stop>-?\d*)\s*")
+
+
+def parse_steps(value: bool | str | None) -> tuple[bool, _labels.StepWindow | None]:
+    """``--steps`` as given: absent/False, plain (True or ``""``), or a window ``A:B``.
+
+    Returns whether to mark steps, and the window to trace. Raises ``ValueError`` with a
+    one-line reason for anything else.
+    """
+    if value is None or value is False:
+        return False, None
+    if value is True or (isinstance(value, str) and not value.strip()):
+        return True, None
+    if not isinstance(value, str):
+        raise ValueError(f"steps={value!r}: give True or a window 'A:B', e.g. '10:13'")
+    match = _WINDOW.fullmatch(value)
+    if match is None:
+        raise ValueError(
+            f"{value!r} is not a step window; write A:B for steps A to B-1 (numbered from 0 "
+            "in the cell), A: or :B, e.g. 10:13"
+        )
+    start_text, stop_text = match["start"], match["stop"]
+    if start_text.startswith("-") or stop_text.startswith("-"):
+        raise ValueError(
+            f"{value}: steps are numbered from 0 in the cell, so a window cannot hold negative "
+            "numbers; e.g. 10:13 traces steps 10, 11 and 12"
+        )
+    start = int(start_text) if start_text else 0
+    stop = int(stop_text) if stop_text else None
+    if stop is not None and stop <= start:
+        raise ValueError(
+            f"{value} holds no step: B must be greater than A (A:B traces steps A to B-1)"
+        )
+    return True, _labels.StepWindow(start, stop)
+
+
 def server_by_default() -> bool:
     """Whether the profiler server starts unless asked not to (``XPROF_MAGIC_NO_SERVER=1``)."""
     return os.environ.get(NO_SERVER_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
@@ -79,6 +117,7 @@ class Plan:
     name: str | None = None
     labels: bool = True
     steps: bool = False
+    step_window: _labels.StepWindow | None = None
     sync: bool = False
     server: bool = field(default_factory=server_by_default)
     port: int = DEFAULT_PORT
@@ -128,8 +167,9 @@ class CaptureResult:
             f"xprof: run {self.run} ({outcome}) — {_seconds(self.wall_s)} on {self.device}",
             f"  stored in {self.run_dir}",
         ]
-        if self.steps:
-            lines.append(f"  {len(self.steps)} steps")
+        steps = _steps_line(self.metadata, len(self.steps))
+        if steps:
+            lines.append(f"  {steps}")
         rows = _label_rows(self.labels)
         if rows:
             lines.append("  labelled blocks, host time, largest first:")
@@ -145,6 +185,22 @@ class CaptureResult:
 
     def __repr__(self) -> str:
         return self.text()
+
+
+def _steps_line(meta: _metadata.RunMetadata, count: int) -> str:
+    """Which steps the run holds and how they were found, e.g.
+    ``3 steps (100 to 102 of the cell; a step ends at each sync)``."""
+    if not count:
+        return ""
+    how = _labels.STEP_RULES.get(meta.step_rule or "", "")
+    first = meta.steps_first
+    if meta.step_window is None or first is None:
+        span = "" if not how else f" ({how})"
+        return f"{count} steps{span}"
+    noun = "step" if count == 1 else "steps"
+    which = f"{first}" if count == 1 else f"{first} to {first + count - 1}"
+    rule = f"; {how}" if how else ""
+    return f"{count} {noun} ({which} of the cell, --steps {meta.step_window}{rule})"
 
 
 def _seconds(value: float) -> str:
@@ -208,13 +264,19 @@ class Capture:
         self._start_ns = 0
         self._t0 = 0.0
         self._messages: list[str] = []
+        self._tracing = False
+        self._hooks: Any = None
+        self._trace_ns: list[int] = []
 
     def __enter__(self) -> Capture:
         staging = _store.begin(self.plan.logdir)
+        windowed = self.plan.step_window is not None
         try:
             backend = get_backend(self.plan.backend)
             self._before = backend.metrics()
-            backend.start_trace(str(staging.path))
+            if not windowed:
+                backend.start_trace(str(staging.path))
+                self._tracing = True
         except BaseException:
             _store.discard(staging)
             raise
@@ -225,11 +287,70 @@ class Capture:
         except BaseException:
             self._abandon()
             raise
-        self.recorder = _labels.Recorder(backend.event)
+        tracker = _labels.StepTracker(
+            backend.event,
+            watch_syncs=self.plan.steps,
+            window=self.plan.step_window,
+            start_trace=self._start_window,
+            stop_trace=self._stop_window,
+        )
+        self.recorder = _labels.Recorder(backend.event, tracker)
+        self.recorder.tracing = not windowed
         self._recording = _labels.recording(self.recorder)
         self._recording.__enter__()
+        if self.plan.steps:
+            try:
+                self._hooks = backend.step_hooks(tracker.synced, tracker.user_step)
+                self._hooks.__enter__()
+            except BaseException:
+                self._recording.__exit__(None, None, None)
+                self._abandon()
+                raise
         self.restart_clock()
+        tracker.arm()
         return self
+
+    def _start_window(self) -> bool:
+        """Start the trace where the window's first step starts; never raise into the cell."""
+        backend, staging, recorder = self._backend, self._staging, self.recorder
+        assert backend is not None and staging is not None and recorder is not None
+        try:
+            backend.start_trace(str(staging.path))
+        except Exception as error:
+            self._messages.append(
+                f"the trace could not start at step {recorder.tracker.window}: {error}; "
+                "stop the trace that runs (torch_xla.debug.profiler.stop_trace()) and run "
+                "the cell again"
+            )
+            return False
+        self._tracing = True
+        self._trace_ns.append(time.time_ns())
+        recorder.tracing = True
+        return True
+
+    def _stop_window(self) -> None:
+        """Stop the trace where the window's last step ends, the device done with it.
+
+        The cell waits here: for the device to finish the steps already launched, then for
+        the profiler to write the capture.
+        """
+        backend, recorder = self._backend, self.recorder
+        assert backend is not None and recorder is not None
+        t0 = time.perf_counter()
+        recorder.tracing = False
+        try:
+            if backend.runtime_started():
+                backend.wait_for_device()
+            backend.stop_trace()
+        except Exception as error:
+            self._messages.append(f"stopping the trace after the window failed: {error}")
+        self._tracing = False
+        self._trace_ns.append(time.time_ns())
+        recorder.tracker.release()
+        self._messages.append(
+            f"the trace stopped after step {recorder.tracker.last}; the cell went on "
+            f"untraced (it paused {_seconds(time.perf_counter() - t0)} to stop)"
+        )
 
     def restart_clock(self) -> None:
         """Start the cell's wall time now (after the caller's own set-up)."""
@@ -245,7 +366,8 @@ class Capture:
 
     def _abandon(self) -> None:
         """Stop the trace and drop the staged capture (a start that failed half-way)."""
-        if self._backend is not None:
+        if self._backend is not None and self._tracing:
+            self._tracing = False
             with contextlib.suppress(Exception):
                 self._backend.stop_trace()
         if self._staging is not None:
@@ -262,11 +384,36 @@ class Capture:
         backend, staging, recorder = self._backend, self._staging, self.recorder
         assert backend is not None and staging is not None and recorder is not None
         self._recording.__exit__(None, None, None)
+        tracker = recorder.tracker
+        tracker.finish()
+        if self._hooks is not None:
+            with contextlib.suppress(Exception):
+                self._hooks.__exit__(None, None, None)
+        if tracker.window is not None and tracker.state == "inside":
+            cut = f"{tracker.first} to {tracker.last}" if tracker.last is not None else "none"
+            self._messages.append(
+                f"the cell ended inside the window --steps {tracker.window}: the run holds "
+                f"steps {cut}"
+            )
+        if not self._tracing and tracker.state in ("before", "failed"):
+            _store.discard(staging)
+            if tracker.state == "before":
+                self.notify(_never_started(tracker))
+            for message in self._messages:
+                self.notify(f"xprof: {message}")
+            return
+        if self.plan.steps and not recorder.steps() and tracker.window is None:
+            self._messages.append(
+                "--steps found no step to mark: the cell neither synced (torch_xla.sync(), "
+                "xm.mark_step(), MpDeviceLoader) nor ran a loop; mark steps yourself with "
+                "xprof_magic.step() or torch_xla.debug.profiler.StepTrace"
+            )
         interrupted: BaseException | None = None
         try:
-            if exc is None and self.plan.sync:
-                backend.sync()
-            backend.wait_for_device()
+            if self._tracing:
+                if exc is None and self.plan.sync:
+                    backend.sync()
+                backend.wait_for_device()
         except Exception as error:
             self._messages.append(f"waiting for the device failed: {error}")
         except BaseException as error:  # KeyboardInterrupt: stop the trace all the same
@@ -287,7 +434,12 @@ class Capture:
         wall_s: float,
     ) -> None:
         try:
-            backend.stop_trace()
+            if self._tracing:
+                self._tracing = False
+                try:
+                    backend.stop_trace()
+                finally:
+                    recorder.tracker.release()
             end_ns = time.time_ns()
             metadata = self._metadata(backend, recorder, exc, wall_s, end_ns)
             assert self.plan.name is not None
@@ -340,16 +492,21 @@ class Capture:
 
         error = None if exc is None else _metadata.RunError(type(exc).__name__, _message(exc))
         delta = metrics_delta(self._before, backend.metrics())
+        tracker = recorder.tracker
+        start_ns = self._trace_ns[0] if self._trace_ns else self._start_ns
+        if len(self._trace_ns) > 1:
+            end_ns = self._trace_ns[1]
+        steps = tuple(recorder.steps())
         return _metadata.RunMetadata(
             run=self.plan.name or "",
             cell=self.plan.cell,
             cell_number=self.plan.cell_number,
             labels=tuple(recorder.labels()),
-            steps=tuple(recorder.steps()),
+            steps=steps,
             options=self.plan.options,
-            start=_iso(self._start_ns),
+            start=_iso(start_ns),
             end=_iso(end_ns),
-            start_ns=self._start_ns,
+            start_ns=start_ns,
             end_ns=end_ns,
             wall_s=wall_s,
             status="ok" if exc is None else "error",
@@ -360,7 +517,25 @@ class Capture:
             pid=os.getpid(),
             versions={**backend.versions(), "xprof_magic": __version__},
             metrics=delta,
+            step_rule=tracker.rule if steps else None,
+            step_window=None if tracker.window is None else str(tracker.window),
+            steps_first=tracker.first if steps else None,
         )
+
+
+def _never_started(tracker: _labels.StepTracker) -> str:
+    window = tracker.window
+    ran = "no step" if not tracker.ended else f"{tracker.ended} steps"
+    if tracker.ended == 1:
+        ran = "1 step"
+    hint = (
+        f"choose a window within steps 0 to {tracker.ended - 1}"
+        if tracker.ended
+        else "the cell neither synced nor ran a loop; run plain --steps to see its steps"
+    )
+    return (
+        f"xprof: the cell ran {ran}; --steps {window} never started, so nothing was stored; {hint}"
+    )
 
 
 def _message(exc: BaseException) -> str:
@@ -378,7 +553,7 @@ def capture(
     logdir: str | os.PathLike[str] | None = None,
     name: str | None = None,
     *,
-    steps: bool = False,
+    steps: bool | str = False,
     sync: bool = False,
     server: bool | None = None,
     port: int = DEFAULT_PORT,
@@ -388,13 +563,17 @@ def capture(
 
     ``with xprof_magic.capture(logdir="logs", name="train") as cap: ...`` then
     ``cap.result`` (also :func:`xprof_magic.last`) describes the run. Label blocks by hand
-    with :func:`xprof_magic.label`; ``steps``/``sync`` mean what ``--steps``/``--sync`` do.
+    with :func:`xprof_magic.label`; ``steps``/``sync`` mean what ``--steps``/``--sync`` do:
+    ``steps=True`` marks steps, ``steps="100:103"`` traces only steps 100 to 102 (raises
+    ``ValueError`` for a window that is not one).
     """
+    marks, window = parse_steps(steps)
     plan = Plan(
         logdir=Path(logdir) if logdir is not None else _store.default_logdir(),
         name=name,
         labels=False,
-        steps=steps,
+        steps=marks,
+        step_window=window,
         sync=sync,
         server=server_by_default() if server is None else server,
         port=port,

@@ -5,8 +5,10 @@ Imported only when a capture first needs it: ``import torch_xla`` takes seconds.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from importlib import metadata
 from typing import Any
@@ -115,6 +117,61 @@ class TorchXlaBackend:
     def wait_for_device(self) -> None:
         xm.wait_device_ops()
 
+    def runtime_started(self) -> bool:
+        return bool(_XLAC._xla_runtime_is_initialized())
+
+    @contextlib.contextmanager
+    def step_hooks(
+        self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
+    ) -> Iterator[None]:
+        """Wrap what every sync runs after its launch, and the user's step markers.
+
+        ``torch_xla.sync()`` (also behind ``xm.mark_step()``, ``optimizer_step(...,
+        barrier=True)``, MpDeviceLoader and ``StepTrace``) calls
+        ``xm._run_step_closures()`` once, after launching the graph. The public
+        ``xm.add_step_closure`` would do, but it starts the runtime (it looks up the
+        default device), and a closure must be re-added before each sync, including the
+        user's first, which is what starts the runtime. A sync launched work when a graph
+        was looked up for launch since the last one. The user's markers are ``xp.Trace`` with ``_r``
+        (``xp.StepTrace`` is one), seen where they are made and where they exit.
+        """
+        run_closures = xm._run_step_closures
+        trace_init, trace_exit = xp.Trace.__init__, xp.Trace.__exit__
+        launched = [_executions()]
+
+        def run_step_closures() -> Any:
+            devctx = run_closures()
+            count = _executions()
+            ran, launched[0] = count != launched[0], count
+            with contextlib.suppress(Exception):
+                on_sync(ran)
+            return devctx
+
+        def init(trace: Any, name: str, **kwargs: Any) -> None:
+            if kwargs.get("_r"):
+                trace.__dict__["_xprof_magic_step"] = True
+                with contextlib.suppress(Exception):
+                    on_user_step(True)
+            trace_init(trace, name, **kwargs)
+
+        def exit_(trace: Any, *exc: Any) -> Any:
+            try:
+                return trace_exit(trace, *exc)
+            finally:
+                if trace.__dict__.pop("_xprof_magic_step", False):
+                    with contextlib.suppress(Exception):
+                        on_user_step(False)
+
+        xm._run_step_closures = run_step_closures
+        xp.Trace.__init__ = init  # type: ignore[method-assign,assignment]
+        xp.Trace.__exit__ = exit_  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            xm._run_step_closures = run_closures
+            xp.Trace.__init__ = trace_init  # type: ignore[method-assign]
+            xp.Trace.__exit__ = trace_exit  # type: ignore[method-assign]
+
     def sync(self) -> None:
         torch_xla.sync()
 
@@ -140,6 +197,12 @@ class TorchXlaBackend:
             except metadata.PackageNotFoundError:
                 continue
         return found
+
+
+def _executions() -> int:
+    """Graphs looked up for launch so far: counted in the launching call, where the
+    ``ExecuteComputation`` counter moves later, on the thread that runs the graph."""
+    return sum(int(met.counter_value(name) or 0) for name in ("CachedCompile", "UncachedCompile"))
 
 
 def create() -> TorchXlaBackend:

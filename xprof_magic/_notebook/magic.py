@@ -55,8 +55,15 @@ class XprofMagics(Magics):
     )
     @argument(
         "--steps",
-        action="store_true",
-        help="Mark each iteration of a top-level for loop as a step for XProf's step tools.",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="A:B",
+        help="Mark steps for XProf's step tools: a step ends at each sync (torch_xla.sync(), "
+        "xm.mark_step(), MpDeviceLoader, at any depth); when nothing syncs, a step is one "
+        "iteration of the cell's loop (the innermost when nested); your own StepTrace "
+        "markers win. --steps A:B traces only steps A to B-1, numbered from 0 in the cell "
+        "(A: and :B too); the cell still runs whole.",
     )
     @argument(
         "--sync",
@@ -185,13 +192,18 @@ class XprofMagics(Magics):
             )
         if not 100 <= args.height <= 10000:
             raise UsageError(f"--height {args.height} is out of range; use 100 to 10000 pixels")
+        try:
+            steps, window = _capture.parse_steps(args.steps)
+        except ValueError as error:
+            raise UsageError(f"--steps {error}") from None
         logdir = Path(args.logdir).expanduser() if args.logdir else _store.default_logdir()
         options = {key: value for key, value in vars(args).items() if value not in (None, False)}
         plan = _capture.Plan(
             logdir=logdir,
             name=args.name,
             labels=not args.no_labels,
-            steps=args.steps,
+            steps=steps,
+            step_window=window,
             sync=args.sync,
             server=_capture.server_by_default() and not args.no_server,
             port=args.port,
