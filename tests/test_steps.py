@@ -91,11 +91,16 @@ def test_the_users_markers_win_and_ours_are_dropped() -> None:
 
 def test_a_window_starts_and_stops_the_trace_at_its_steps() -> None:
     calls: list[tuple[str, int]] = []
+
+    def start() -> bool:
+        calls.append(("start", tracker.ended))
+        return True
+
     tracker = _labels.StepTracker(
         FakeEvent,
         watch_syncs=True,
         window=_labels.StepWindow(2, 4),
-        start_trace=lambda: calls.append(("start", tracker.ended)) is None,
+        start_trace=start,
         stop_trace=lambda: calls.append(("stop", tracker.ended)),
     )
     tracker.arm()
@@ -232,6 +237,7 @@ def test_a_window_on_a_top_level_loop_holds_just_its_steps(
     steps = sorted((e for e in events if e.name == "step"), key=lambda e: e.start_ns)
     work = [e for e in events if e.name == "work"]
     assert len(work) == 5
+    assert sum(str(dict(e.stats).get("continued")) == "1" for e in work) == 2
     for event in work:
         assert any(
             s.start_ns <= event.start_ns

@@ -102,7 +102,8 @@ class StepTracker:
     A step that ends at a sync ends inside whatever label block holds the sync. XProf finds
     steps only when events nest on a timeline row (verified: with a label around the sync,
     the overview found no steps), so the blocks the step opened and that are still open
-    are closed at the step's end and reopened, under the same names, in the next step.
+    are closed at the step's end and reopened, under the same names, in the next step; a
+    reopened piece carries ``continued=1``, for readers that count entries.
 
     With a window, ``start_trace`` is called where step ``window.start`` starts and
     ``stop_trace`` where step ``window.stop - 1`` ends; counting goes on to the cell's end.
@@ -340,7 +341,7 @@ class Recorder:
                 self._opened += 1
                 self._open[self._opened] = block
                 block.number = self._opened
-            block.open_event()
+            block.open_event(continued=1)
 
     def clip(self) -> None:
         """The trace stops now: the open blocks it holds count up to here, and no further."""
@@ -448,9 +449,9 @@ class _Block:
             self._live = False
             self._recorder.add(self._path, time.perf_counter_ns() - self._start)
 
-    def open_event(self) -> None:
+    def open_event(self, **stats: Any) -> None:
         try:
-            self._event = self._recorder.make_event(self._name)
+            self._event = self._recorder.make_event(self._name, **stats)
             self._event.__enter__()
         except Exception:
             self._event = None
