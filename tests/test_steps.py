@@ -294,7 +294,14 @@ def test_plain_steps_mark_every_sync_of_a_loop_inside_a_function(ip: Any, logdir
         "train(5)\n"
     )
     assert run(ip, logdir, body, "--steps").success
-    assert step_numbers(only_run(logdir).path) == [0, 1, 2, 3, 4]
+    run_dir = only_run(logdir).path
+    assert step_numbers(run_dir) == [0, 1, 2, 3, 4]
+    # the first step starts inside the statement that runs the loop, so that it holds them
+    events = host_events(run_dir)
+    (call,) = [e for e in events if e.name == "train(5)"]
+    for step in (e for e in events if e.name == "step"):
+        assert call.start_ns <= step.start_ns
+        assert step.start_ns + step.duration_ns <= call.start_ns + call.duration_ns
 
 
 MP_LOADER = """
