@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 
 import xprof_magic
-from xprof_magic import _labels, _metadata, _store
+from xprof_magic import _labels, _metadata, _steps, _store
 from xprof_magic._capture import parse_steps
 from xprof_magic._rewrite import rewrite
 
@@ -48,7 +48,7 @@ def fresh_log() -> None:
 
 
 def test_syncs_end_steps_and_syncs_without_work_end_none() -> None:
-    tracker = _labels.StepTracker(FakeEvent, watch_syncs=True)
+    tracker = _steps.StepTracker(FakeEvent, watch_syncs=True)
     tracker.arm()
     tracker.synced(False)  # MpDeviceLoader's first next(): nothing ran yet
     tracker.iteration_started()
@@ -64,7 +64,7 @@ def test_syncs_end_steps_and_syncs_without_work_end_none() -> None:
 
 
 def test_without_syncs_each_iteration_is_a_step_and_the_sync_candidate_is_dropped() -> None:
-    tracker = _labels.StepTracker(FakeEvent, watch_syncs=True)
+    tracker = _steps.StepTracker(FakeEvent, watch_syncs=True)
     tracker.arm()
     for _ in range(3):
         tracker.iteration_started()
@@ -76,7 +76,7 @@ def test_without_syncs_each_iteration_is_a_step_and_the_sync_candidate_is_droppe
 
 
 def test_the_users_markers_win_and_ours_are_dropped() -> None:
-    tracker = _labels.StepTracker(FakeEvent, watch_syncs=True)
+    tracker = _steps.StepTracker(FakeEvent, watch_syncs=True)
     tracker.arm()
     tracker.iteration_started()
     tracker.user_step(True)
@@ -96,10 +96,10 @@ def test_a_window_starts_and_stops_the_trace_at_its_steps() -> None:
         calls.append(("start", tracker.ended))
         return True
 
-    tracker = _labels.StepTracker(
+    tracker = _steps.StepTracker(
         FakeEvent,
         watch_syncs=True,
-        window=_labels.StepWindow(2, 4),
+        window=_steps.StepWindow(2, 4),
         start_trace=start,
         stop_trace=lambda: calls.append(("stop", tracker.ended)),
     )
@@ -118,9 +118,9 @@ def test_a_window_starts_and_stops_the_trace_at_its_steps() -> None:
         (None, (False, None)),
         (True, (True, None)),
         ("", (True, None)),
-        ("100:103", (True, _labels.StepWindow(100, 103))),
-        ("5:", (True, _labels.StepWindow(5, None))),
-        (":3", (True, _labels.StepWindow(0, 3))),
+        ("100:103", (True, _steps.StepWindow(100, 103))),
+        ("5:", (True, _steps.StepWindow(5, None))),
+        (":3", (True, _steps.StepWindow(0, 3))),
     ],
 )
 def test_step_options_parse(given: Any, expected: Any) -> None:
@@ -169,7 +169,7 @@ def test_the_innermost_loops_are_the_iterations_and_functions_are_left_alone() -
 
 def test_nested_loops_without_syncs_give_one_step_per_inner_iteration() -> None:
     cell, _ = rewritten("for epoch in range(2):\n    for batch in range(3):\n        pass\n")
-    recorder = _labels.Recorder(FakeEvent, _labels.StepTracker(FakeEvent, watch_syncs=True))
+    recorder = _labels.Recorder(FakeEvent, _steps.StepTracker(FakeEvent, watch_syncs=True))
     with _labels.recording(recorder):
         recorder.tracker.arm()
         exec(compile(cell.tree, "<cell>", "exec"), {})

@@ -4,6 +4,9 @@ IPython-free: the magic and the script API (:func:`capture`) share this machiner
 :class:`Capture` never lets its own troubles replace the outcome of the user's code: if the
 code raised, that exception is what the caller sees; if storing the run fails, the code's
 result still stands and the problem is reported in one line.
+
+Long because a capture is one lifecycle (start, step window, stop, store, result) whose
+failure paths are only right when read together.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import socket
 import sys
 import time
@@ -24,6 +26,7 @@ from typing import Any
 
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._backends import Backend, MetricsSnapshot, get_backend, metrics_delta
+from xprof_magic._steps import StepTracker, StepWindow, end_messages, parse_steps, steps_line
 
 __all__ = [
     "DEFAULT_PORT",
@@ -68,42 +71,6 @@ def size_warning(xplane_bytes: int) -> str | None:
     return None
 
 
-_WINDOW = re.compile(r"\s*(?P<start>-?\d*)\s*:\s*(?P<stop>-?\d*)\s*")
-
-
-def parse_steps(value: bool | str | None) -> tuple[bool, _labels.StepWindow | None]:
-    """``--steps`` as given: absent/False, plain (True or ``""``), or a window ``A:B``.
-
-    Returns whether to mark steps, and the window to trace. Raises ``ValueError`` with a
-    one-line reason for anything else.
-    """
-    if value is None or value is False:
-        return False, None
-    if value is True or (isinstance(value, str) and not value.strip()):
-        return True, None
-    if not isinstance(value, str):
-        raise ValueError(f"steps={value!r}: give True or a window 'A:B', e.g. '10:13'")
-    match = _WINDOW.fullmatch(value)
-    if match is None:
-        raise ValueError(
-            f"{value!r} is not a step window; write A:B for steps A to B-1 (numbered from 0 "
-            "in the cell), A: or :B, e.g. 10:13"
-        )
-    start_text, stop_text = match["start"], match["stop"]
-    if start_text.startswith("-") or stop_text.startswith("-"):
-        raise ValueError(
-            f"{value}: steps are numbered from 0 in the cell, so a window cannot hold negative "
-            "numbers; e.g. 10:13 traces steps 10, 11 and 12"
-        )
-    start = int(start_text) if start_text else 0
-    stop = int(stop_text) if stop_text else None
-    if stop is not None and stop <= start:
-        raise ValueError(
-            f"{value} holds no step: B must be greater than A (A:B traces steps A to B-1)"
-        )
-    return True, _labels.StepWindow(start, stop)
-
-
 def server_by_default() -> bool:
     """Whether the profiler server starts unless asked not to (``XPROF_MAGIC_NO_SERVER=1``)."""
     return os.environ.get(NO_SERVER_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
@@ -117,7 +84,7 @@ class Plan:
     name: str | None = None
     labels: bool = True
     steps: bool = False
-    step_window: _labels.StepWindow | None = None
+    step_window: StepWindow | None = None
     sync: bool = False
     server: bool = field(default_factory=server_by_default)
     port: int = DEFAULT_PORT
@@ -167,7 +134,8 @@ class CaptureResult:
             f"xprof: run {self.run} ({outcome}) — {_seconds(self.wall_s)} on {self.device}",
             f"  stored in {self.run_dir}",
         ]
-        steps = _steps_line(self.metadata, len(self.steps))
+        meta = self.metadata
+        steps = steps_line(len(self.steps), meta.step_rule, meta.step_window, meta.steps_first)
         if steps:
             lines.append(f"  {steps}")
         rows = _label_rows(self.labels)
@@ -185,22 +153,6 @@ class CaptureResult:
 
     def __repr__(self) -> str:
         return self.text()
-
-
-def _steps_line(meta: _metadata.RunMetadata, count: int) -> str:
-    """Which steps the run holds and how they were found, e.g.
-    ``3 steps (100 to 102 of the cell; a step ends at each sync)``."""
-    if not count:
-        return ""
-    how = _labels.STEP_RULES.get(meta.step_rule or "", "")
-    first = meta.steps_first
-    if meta.step_window is None or first is None:
-        span = "" if not how else f" ({how})"
-        return f"{count} steps{span}"
-    noun = "step" if count == 1 else "steps"
-    which = f"{first}" if count == 1 else f"{first} to {first + count - 1}"
-    rule = f"; {how}" if how else ""
-    return f"{count} {noun} ({which} of the cell, --steps {meta.step_window}{rule})"
 
 
 def _seconds(value: float) -> str:
@@ -287,7 +239,7 @@ class Capture:
         except BaseException:
             self._abandon()
             raise
-        tracker = _labels.StepTracker(
+        tracker = StepTracker(
             backend.event,
             watch_syncs=self.plan.steps,
             window=self.plan.step_window,
@@ -317,11 +269,8 @@ class Capture:
         try:
             backend.start_trace(str(staging.path))
         except Exception as error:
-            self._messages.append(
-                f"the trace could not start at step {recorder.tracker.window}: {error}; "
-                "stop the trace that runs (torch_xla.debug.profiler.stop_trace()) and run "
-                "the cell again"
-            )
+            window = recorder.tracker.window
+            self._messages.append(f"--steps {window}: the trace could not start: {error}; {_RETRY}")
             return False
         self._tracing = True
         self._trace_ns.append(time.time_ns())
@@ -347,9 +296,10 @@ class Capture:
         self._tracing = False
         self._trace_ns.append(time.time_ns())
         recorder.tracker.release()
+        paused = _seconds(time.perf_counter() - t0)
         self._messages.append(
             f"the trace stopped after step {recorder.tracker.last}; the cell went on "
-            f"untraced (it paused {_seconds(time.perf_counter() - t0)} to stop)"
+            f"untraced (it paused {paused} to stop)"
         )
 
     def restart_clock(self) -> None:
@@ -389,25 +339,12 @@ class Capture:
         if self._hooks is not None:
             with contextlib.suppress(Exception):
                 self._hooks.__exit__(None, None, None)
-        if tracker.window is not None and tracker.state == "inside":
-            cut = f"{tracker.first} to {tracker.last}" if tracker.last is not None else "none"
-            self._messages.append(
-                f"the cell ended inside the window --steps {tracker.window}: the run holds "
-                f"steps {cut}"
-            )
+        self._messages.extend(end_messages(tracker, self.plan.steps))
         if not self._tracing and tracker.state in ("before", "failed"):
             _store.discard(staging)
-            if tracker.state == "before":
-                self.notify(_never_started(tracker))
             for message in self._messages:
                 self.notify(f"xprof: {message}")
             return
-        if self.plan.steps and not recorder.steps() and tracker.window is None:
-            self._messages.append(
-                "--steps found no step to mark: the cell neither synced (torch_xla.sync(), "
-                "xm.mark_step(), MpDeviceLoader) nor ran a loop; mark steps yourself with "
-                "xprof_magic.step() or torch_xla.debug.profiler.StepTrace"
-            )
         interrupted: BaseException | None = None
         try:
             if self._tracing:
@@ -523,19 +460,7 @@ class Capture:
         )
 
 
-def _never_started(tracker: _labels.StepTracker) -> str:
-    window = tracker.window
-    ran = "no step" if not tracker.ended else f"{tracker.ended} steps"
-    if tracker.ended == 1:
-        ran = "1 step"
-    hint = (
-        f"choose a window within steps 0 to {tracker.ended - 1}"
-        if tracker.ended
-        else "the cell neither synced nor ran a loop; run plain --steps to see its steps"
-    )
-    return (
-        f"xprof: the cell ran {ran}; --steps {window} never started, so nothing was stored; {hint}"
-    )
+_RETRY = "stop the trace that runs (torch_xla.debug.profiler.stop_trace()) and run the cell again"
 
 
 def _message(exc: BaseException) -> str:
