@@ -457,3 +457,18 @@ def test_the_step_hooks_do_not_start_the_runtime() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_a_window_over_iterations_when_nothing_syncs(ip: Any, logdir: Path) -> None:
+    body = (
+        "import torch, torch_xla\n"
+        "x = torch.ones(4, 4, device=torch_xla.device())\n"
+        "for i in range(6):\n"
+        "    x = (x @ x) / 4\n"
+        "x.sum().item()\n"
+    )
+    assert run(ip, logdir, body, "--steps 2:4").success
+    run_dir = only_run(logdir).path
+    assert step_numbers(run_dir) == [2, 3]
+    meta = _metadata.read(run_dir)
+    assert meta is not None and (meta.step_rule, meta.steps_first) == ("iteration", 2)
