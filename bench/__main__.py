@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._kernel import Kernel
+from xprof_magic import _store
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "BENCHMARKS.md"
@@ -188,7 +189,7 @@ def bench_time_to_view(reps: int, logdir: Path) -> dict[str, Any]:
             listed, total = served(viewer, result)
             listed_s.append(listed)
             served_s.append(total)
-            sizes.append(sum(p.stat().st_size for p in result.run_dir.glob("*.xplane.pb")))
+            sizes.append(_store.xplane_bytes(result.run_dir))
         by_size.append(
             {
                 "cell_s": seconds,
@@ -215,13 +216,13 @@ def bench_stop(reps: int, logdir: Path) -> list[dict[str, float]]:
         took, sizes = [], []
         for i in range(reps):
             cap = xprof_magic.capture(logdir=logdir, name=f"stop-{seconds}-{i}", server=False)
-            cap.__enter__()
-            busy_cell(seconds)
+            cap.start()
+            cap.run(lambda seconds=seconds: busy_cell(seconds))
             started = time.perf_counter()
-            cap.__exit__(None, None, None)
+            result = cap.stop()
             took.append(time.perf_counter() - started)
-            assert cap.result is not None
-            sizes.append(sum(p.stat().st_size for p in cap.result.run_dir.glob("*.xplane.pb")))
+            assert result is not None
+            sizes.append(_store.xplane_bytes(result.run_dir))
         rows.append({"cell_s": seconds, "xplane_kb": median(sizes) / 1e3, "stop_s": median(took)})
     return rows
 
@@ -461,7 +462,7 @@ def bench_summary(logdir: Path, quick: bool) -> list[dict[str, Any]]:
                     pass
         assert cap.result is not None
         run_dir = cap.result.run_dir
-        xplane = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb"))
+        xplane = _store.xplane_bytes(run_dir)
         # VmHWM, not ru_maxrss: the latter survives exec and would report the parent's peak.
         code = (
             "import sys, time\n"

@@ -18,15 +18,18 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._backends import Backend, MetricsSnapshot, get_backend, metrics_delta
-from xprof_magic._steps import StepTracker, StepWindow, end_messages, parse_steps, steps_line
+from xprof_magic._plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
+from xprof_magic._result import CaptureResult, size_warning
+from xprof_magic._steps import StepTracker, end_messages, parse_steps
+from xprof_magic._units import seconds
 
 __all__ = [
     "DEFAULT_PORT",
@@ -39,147 +42,6 @@ __all__ = [
     "parse_steps",
 ]
 
-DEFAULT_PORT = 9012
-NO_SERVER_ENV = "XPROF_MAGIC_NO_SERVER"
-_TEXT_LABEL_LINES = 12
-# XProf's trace viewer shows at most about a million events (jax-ml/jax 21295); an xplane
-# holds roughly 15 bytes an event (100k TraceMe events made 1.46 MB). Protobuf cannot read
-# a message over 2 GiB at all.
-TRACE_VIEWER_EVENT_CAP = 1_000_000
-BYTES_PER_EVENT = 15
-PROTOBUF_LIMIT_BYTES = 2 * 1024**3
-
-
-def size_warning(xplane_bytes: int) -> str | None:
-    """What a user should know about a capture this large, and how to shrink the next one."""
-    events = xplane_bytes // BYTES_PER_EVENT
-    shrink = (
-        "To shrink a capture, profile fewer steps (a shorter loop in the cell), or capture "
-        "on demand with torch_xla.debug.profiler.trace(..., host_tracer_level=1)."
-    )
-    if xplane_bytes >= PROTOBUF_LIMIT_BYTES // 2:
-        return (
-            f"this capture is {xplane_bytes / 2**20:.0f} MB: near or past protobuf's 2 GB "
-            f"limit, beyond which XProf cannot read it at all. {shrink}"
-        )
-    if events >= TRACE_VIEWER_EVENT_CAP:
-        return (
-            f"this capture holds about {events / 1e6:.1f} million events: XProf's trace "
-            "viewer shows about a million at a time, so zoom in or pick a window; the other "
-            f"tools read them all. {shrink}"
-        )
-    return None
-
-
-def server_by_default() -> bool:
-    """Whether the profiler server starts unless asked not to (``XPROF_MAGIC_NO_SERVER=1``)."""
-    return os.environ.get(NO_SERVER_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything a capture was asked to do, decided before any of it happens."""
-
-    logdir: Path = field(default_factory=_store.default_logdir)
-    name: str | None = None
-    labels: bool = True
-    steps: bool = False
-    step_window: StepWindow | None = None
-    sync: bool = False
-    server: bool = field(default_factory=server_by_default)
-    port: int = DEFAULT_PORT
-    backend: str = "torch_xla"
-    cell: str | None = None
-    cell_number: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def with_name(self) -> Plan:
-        """The plan with its run name made safe, or a default one that sorts by time."""
-        if self.name is None:
-            name = _store.default_run_name(datetime.now(), self.cell_number)
-        else:
-            name = _store.safe_run_name(self.name)
-        return replace(self, name=name)
-
-
-@dataclass
-class CaptureResult:
-    """One finished capture: what ran, how it went, and where the run is stored.
-
-    The viewer and the analysis attach to this object; ``value`` is the cell's result.
-    """
-
-    run: str
-    run_dir: Path
-    logdir: Path
-    wall_s: float
-    status: str
-    error: dict[str, str] | None
-    labels: list[_labels.LabelStat]
-    steps: list[float]
-    backend: str
-    device: str
-    metadata: _metadata.RunMetadata
-    messages: list[str] = field(default_factory=list)
-    value: Any = field(default=None, repr=False)
-
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        return _store.hosts(self.run_dir)
-
-    def text(self) -> str:
-        """The short plain-text summary printed under a cell."""
-        outcome = "ok" if self.error is None else f"failed: {self.error['type']}"
-        lines = [
-            f"xprof: run {self.run} ({outcome}) — {_seconds(self.wall_s)} on {self.device}",
-            f"  stored in {self.run_dir}",
-        ]
-        meta = self.metadata
-        steps = steps_line(len(self.steps), meta.step_rule, meta.step_window, meta.steps_first)
-        if steps:
-            lines.append(f"  {steps}")
-        rows = _label_rows(self.labels)
-        if rows:
-            lines.append("  labelled blocks, host time, largest first:")
-            for depth, stat in rows[:_TEXT_LABEL_LINES]:
-                count = f"  ×{stat.count}" if stat.count > 1 else ""
-                lines.append(
-                    f"    {_seconds(stat.total_s):>9}  {'  ' * depth}{stat.path[-1]}{count}"
-                )
-            if len(rows) > _TEXT_LABEL_LINES:
-                lines.append(f"    … {len(rows) - _TEXT_LABEL_LINES} more")
-        lines.extend(f"  {m}" for m in self.messages)
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-
-def _seconds(value: float) -> str:
-    if value >= 1:
-        return f"{value:.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.1f} ms"
-    return f"{value * 1e6:.0f} µs"
-
-
-def _label_rows(stats: list[_labels.LabelStat]) -> list[tuple[int, _labels.LabelStat]]:
-    """Labels as an indented tree, each level largest first."""
-    children: dict[tuple[str, ...], list[_labels.LabelStat]] = {}
-    for stat in stats:
-        children.setdefault(stat.path[:-1], []).append(stat)
-    rows: list[tuple[int, _labels.LabelStat]] = []
-
-    def walk(parent: tuple[str, ...], depth: int) -> None:
-        for stat in sorted(children.get(parent, []), key=lambda s: -s.total_s):
-            rows.append((depth, stat))
-            if stat.path and depth < 32:
-                walk(stat.path, depth + 1)
-
-    walk((), 0)
-    return rows
-
-
 _last: CaptureResult | None = None
 
 
@@ -189,6 +51,7 @@ def last() -> CaptureResult | None:
 
 
 Notify = Callable[[str], None]
+T = TypeVar("T")
 
 
 def _to_stderr(message: str) -> None:
@@ -196,12 +59,13 @@ def _to_stderr(message: str) -> None:
 
 
 class Capture:
-    """A context manager that traces its block into one run.
+    """One capture: :meth:`start`, :meth:`run` the code, :meth:`stop`; or a ``with`` block.
 
-    Entering checks the log directory, starts the profiler server (once per process) and
-    the trace; it raises :class:`~xprof_magic._store.LogdirError` or
-    :class:`~xprof_magic._backends.TraceAlreadyRunning` with nothing written. Leaving waits
-    for the device, stops the trace, and stores the run; ``result`` then holds it.
+    ``start`` checks the log directory, starts the profiler server (once per process) and
+    the trace, and refuses with nothing written; ``run`` times the code; ``stop`` waits for
+    the device, stops the trace and stores the run; ``result`` then holds it. The magic
+    uses the three steps, so that setting up its display between start and run is not
+    counted as the cell's time; scripts use ``with``.
     """
 
     def __init__(self, plan: Plan, notify: Notify = _to_stderr) -> None:
@@ -220,7 +84,12 @@ class Capture:
         self._hooks: Any = None
         self._trace_ns: list[int] = []
 
-    def __enter__(self) -> Capture:
+    def start(self) -> Capture:
+        """Check the log directory, start the server and the trace (or arm the window).
+
+        Raises :class:`~xprof_magic._store.LogdirError` or
+        :class:`~xprof_magic._backends.TraceAlreadyRunning` with nothing written.
+        """
         staging = _store.begin(self.plan.logdir)
         windowed = self.plan.step_window is not None
         try:
@@ -258,9 +127,41 @@ class Capture:
                 self._recording.__exit__(None, None, None)
                 self._abandon()
                 raise
-        self.restart_clock()
-        tracker.arm()
         return self
+
+    def run(self, code: Callable[[], T]) -> T:
+        """Run the traced code and return its value; the capture's wall time starts here."""
+        __tracebackhide__ = True
+        self._begin()
+        return code()
+
+    def stop(self, error: BaseException | None = None) -> CaptureResult | None:
+        """Wait for the device, stop the trace and store the run; ``error`` is how the code
+        ended. An interrupt while stopping is re-raised once the trace is stopped (unless
+        the code itself already failed). Returns :attr:`result` (None if nothing was stored).
+        """
+        self._stop(error)
+        return self.result
+
+    def __enter__(self) -> Capture:
+        self.start()
+        self._begin()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop(exc)
+
+    def _begin(self) -> None:
+        """The cell's wall time starts now, and steps are counted from here."""
+        self._start_ns = time.time_ns()
+        self._t0 = time.perf_counter()
+        assert self.recorder is not None
+        self.recorder.tracker.arm()
 
     def _start_window(self) -> bool:
         """Start the trace where the window's first step starts; never raise into the cell."""
@@ -296,16 +197,11 @@ class Capture:
         self._tracing = False
         self._trace_ns.append(time.time_ns())
         recorder.tracker.release()
-        paused = _seconds(time.perf_counter() - t0)
+        paused = seconds(time.perf_counter() - t0)
         self._messages.append(
             f"the trace stopped after step {recorder.tracker.last}; the cell went on "
             f"untraced (it paused {paused} to stop)"
         )
-
-    def restart_clock(self) -> None:
-        """Start the cell's wall time now (after the caller's own set-up)."""
-        self._start_ns = time.time_ns()
-        self._t0 = time.perf_counter()
 
     def _start_server(self, backend: Backend) -> None:
         status = backend.start_server(self.plan.port)
@@ -323,13 +219,7 @@ class Capture:
         if self._staging is not None:
             _store.discard(self._staging)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop and store; an interrupt here is re-raised once the trace is stopped."""
+    def _stop(self, exc: BaseException | None) -> None:
         wall_s = time.perf_counter() - self._t0
         backend, staging, recorder = self._backend, self._staging, self.recorder
         assert backend is not None and staging is not None and recorder is not None
