@@ -1,0 +1,231 @@
+"""Real training captures of a chosen size, and what reading them costs.
+
+``python -m bench summary`` (or ``python -m bench.captures``) builds, once, captures of a
+3-layer MLP training loop (batch 256, SGD with momentum, two labels and ``torch_xla.sync()``
+per step: about 14 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
+``bench/.captures/`` (ignored by git), then times, each in a fresh process, median of 3:
+
+- ``summary``: :func:`xprof_magic._analysis.summarize` with no budget (the new reader);
+- ``overview_page``: XProf's own converter on the same file;
+- ``parse``: a plain ``ParseFromString`` of the whole file with our schema (the floor).
+
+Synthetic TraceMe-only captures have about half the bytes per event of a real one, so they
+would overstate how many events a megabyte holds: only real training captures are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SIZES", "build_capture", "measure", "trace_viewer_costs"]
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "bench" / ".captures"
+SIZES = {"5MB": 240, "30MB": 1450, "100MB": 4800}
+
+
+def _train(steps: int) -> None:
+    import torch
+    import torch_xla
+
+    import xprof_magic
+
+    dev = torch_xla.device()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(512, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 10),
+    ).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    xs = [torch.randn(256, 512, device=dev) for _ in range(4)]
+    ys = [torch.randint(0, 10, (256,), device=dev) for _ in range(4)]
+    torch_xla.sync()
+    for i in range(steps):
+        with xprof_magic.step():
+            with xprof_magic.label("forward"):
+                loss = loss_fn(model(xs[i % 4]), ys[i % 4])
+            with xprof_magic.label("backward"):
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            torch_xla.sync()
+
+
+def build_capture(steps: int, logdir: Path, name: str) -> Path:
+    """Capture ``steps`` training steps into ``<logdir>/plugins/profile/<name>``; its folder."""
+    import torch_xla.core.xla_model as xm
+
+    import xprof_magic
+
+    with xprof_magic.capture(logdir=logdir, name=name, server=False, steps=False) as cap:
+        _train(steps)
+        xm.wait_device_ops()
+    assert cap.result is not None, "the capture was not stored"
+    return cap.result.run_dir
+
+
+def ensure_captures(names: list[str]) -> dict[str, Path]:
+    """The cached run folder of each size, building the missing ones in a child process."""
+    found: dict[str, Path] = {}
+    for name in names:
+        run_dir = CACHE / "plugins" / "profile" / name
+        if not any(run_dir.glob("*.xplane.pb")):
+            print(f"building the {name} capture ({SIZES[name]} steps)...", file=sys.stderr)
+            subprocess.run(
+                [sys.executable, "-m", "bench.captures", "--build", name],
+                check=True,
+                cwd=ROOT,
+                env=_env(),
+            )
+        found[name] = run_dir
+    return found
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PJRT_DEVICE", "CPU")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+_CHILD = """
+import json, resource, sys, time
+route, path = sys.argv[1], sys.argv[2]
+t = time.perf_counter()
+if route == "summary":
+    from xprof_magic._analysis import summarize
+    import pathlib
+    s = summarize(pathlib.Path(path).parent, budget_s=None)
+    assert not s.missing or all("only host" in m for m in s.missing), s.missing
+elif route == "overview_page":
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+    data, _ = xspace_to_tool_data([path], "overview_page", {})
+    assert data
+elif route == "parse":
+    from xprof_magic._analysis.xspace import XSpace
+    with open(path, "rb") as f:
+        raw = f.read()
+    XSpace().ParseFromString(raw)
+took = time.perf_counter() - t
+print(json.dumps({"s": took, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _child(route: str, xplane: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, route, str(xplane)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+    ).stdout
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def _clean_caches(run_dir: Path) -> None:
+    """Remove what XProf's converters write into a run, so every call starts cold."""
+    keep = {"xprof_magic.json"}
+    for p in run_dir.iterdir():
+        if p.name in keep or p.name.endswith((".xplane.pb", ".trace.json.gz")):
+            continue
+        if p.is_file():
+            p.unlink()
+
+
+def measure(names: list[str], routes: list[str], reps: int = 3) -> list[dict[str, Any]]:
+    """Each route on each capture, in fresh processes: median time and median peak RSS."""
+    rows = []
+    for name, run_dir in ensure_captures(names).items():
+        xplane = next(run_dir.glob("*.xplane.pb"))
+        row: dict[str, Any] = {"capture": name, "mb": xplane.stat().st_size / 1e6}
+        for route in routes:
+            runs = []
+            for _ in range(reps):
+                _clean_caches(run_dir)
+                runs.append(_child(route, xplane))
+            row[route] = {
+                "s": statistics.median(r["s"] for r in runs),
+                "rss_mb": statistics.median(r["rss_mb"] for r in runs),
+            }
+            print(f"{name} {route}: {row[route]}", file=sys.stderr)
+        _clean_caches(run_dir)
+        rows.append(row)
+    return rows
+
+
+_VIEWER_CHILD = """
+import json, sys, time
+from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+path, calls = sys.argv[1], json.loads(sys.argv[2])
+out = []
+for params in calls:
+    t = time.perf_counter()
+    data, _ = xspace_to_tool_data([path], "trace_viewer@", params)
+    out.append({"params": params, "s": time.perf_counter() - t, "bytes": len(data or b"")})
+print(json.dumps(out))
+"""
+
+
+def trace_viewer_costs(name: str = "30MB") -> list[dict[str, Any]]:
+    """XProf's timeline conversion: a first call, then windowed / lower-resolution calls."""
+    run_dir = ensure_captures([name])[name]
+    xplane = next(run_dir.glob("*.xplane.pb"))
+    calls: list[dict[str, Any]] = [
+        {},
+        {},
+        {"resolution": 1000},
+        {"resolution": 8000, "start_time_ms": 0, "end_time_ms": 1000},
+        {"resolution": 0, "start_time_ms": 0, "end_time_ms": 200},
+    ]
+    _clean_caches(run_dir)
+    out = subprocess.run(
+        [sys.executable, "-c", _VIEWER_CHILD, str(xplane), json.dumps(calls)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+    ).stdout
+    rows: list[dict[str, Any]] = json.loads(out.strip().splitlines()[-1])
+    _clean_caches(run_dir)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench summary")
+    parser.add_argument("--build", choices=sorted(SIZES), help="build one capture (child)")
+    parser.add_argument("--sizes", nargs="*", default=list(SIZES), choices=sorted(SIZES))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--routes", nargs="*", default=["summary", "overview_page", "parse"])
+    parser.add_argument("--viewer", action="store_true", help="also time trace_viewer@ calls")
+    args = parser.parse_args(argv)
+    if args.build:
+        started = time.perf_counter()
+        run_dir = build_capture(SIZES[args.build], CACHE, args.build)
+        size = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb")) / 1e6
+        print(f"{run_dir}: {size:.1f} MB in {time.perf_counter() - started:.0f} s")
+        return 0
+    result: dict[str, Any] = {"summary": measure(args.sizes, args.routes, args.reps)}
+    if args.viewer:
+        result["trace_viewer"] = trace_viewer_costs()
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
