@@ -952,3 +952,4 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(args[0], budget_s=None)
     save_summary(summary, args[0])
     return 0 if summary.complete else 1
+
