@@ -47,9 +47,8 @@ def _train(steps: int) -> None:
             x = torch.randn(batch, 64, device=dev)
             y = torch.randint(0, 10, (batch,), device=dev)
             with xprof_magic.step():
-                with xprof_magic.label("forward"):
-                    with xp.Trace("user_forward"):
-                        loss = loss_fn(model(x), y)
+                with xprof_magic.label("forward"), xp.Trace("user_forward"):
+                    loss = loss_fn(model(x), y)
                 with xprof_magic.label("backward"):
                     opt.zero_grad()
                     loss.backward()

@@ -139,8 +139,11 @@ class TraceFacts:
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
 StatLookup = Callable[[int, str], "str | None"]
+StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
 
 _EVENT_FIELDS = attrgetter("offset_ps", "duration_ps", "metadata_id")
+_STATS = attrgetter("stats")
+_METADATA_ID = attrgetter("metadata_id")
 _CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
 _LABEL, _TRACE, _STEP, _RUNTIME, _COMPILE, _XLA_OP = range(len(_CATEGORIES))
 
@@ -156,6 +159,8 @@ class Line:
     names: list[str]
     stat: StatLookup
     """``stat(i, key)``: the value of event ``i``'s last stat named ``key``, or None."""
+    has: StatCheck
+    """``has(events, key)``: whether each of those events has a stat named ``key``."""
 
 
 @dataclass
@@ -245,7 +250,7 @@ def _proto_line(line: Any, names: dict[int, str], stat_ids: dict[str, set[int]])
     n = len(events)
     fields = np.fromiter(chain.from_iterable(map(_EVENT_FIELDS, events)), np.int64, 3 * n)
     offset_ps, duration_ps, ids = fields.reshape(n, 3).T
-    unique, name_id = np.unique(ids, return_inverse=True)
+    unique, name_id = _dense(ids)
 
     def stat(index: int, key: str) -> str | None:
         wanted = stat_ids.get(key)
@@ -256,14 +261,46 @@ def _proto_line(line: Any, names: dict[int, str], stat_ids: dict[str, set[int]])
                     found = s
         return None if found is None else xspace.stat_value(found)
 
+    def has(index: Ints, key: str) -> NDArray[np.bool_]:
+        wanted = stat_ids.get(key)
+        if not wanted or not len(index):
+            return np.zeros(len(index), bool)
+        lists = list(map(_STATS, map(events.__getitem__, index.tolist())))
+        counts = np.fromiter(map(len, lists), np.int64, len(lists))
+        ids = np.fromiter(
+            map(_METADATA_ID, chain.from_iterable(lists)), np.int64, int(counts.sum())
+        )
+        owner = np.repeat(np.arange(len(lists)), counts)
+        hits = np.bincount(owner[np.isin(ids, list(wanted))], minlength=len(lists))
+        return np.asarray(hits > 0)
+
     return Line(
         name=line.name,
         start=line.timestamp_ns + offset_ps / 1000.0,
         dur=duration_ps / 1000.0,
-        name_id=name_id.reshape(-1).astype(np.int64),
-        names=[names.get(int(u), "") for u in unique],
+        name_id=name_id,
+        names=[names.get(u, "") for u in unique.tolist()],
         stat=stat,
+        has=has,
     )
+
+
+def _dense(ids: Ints) -> tuple[Ints, Ints]:
+    """The distinct ids, and each id's index among them (``np.unique``, without sorting)."""
+    if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
+        unique, inverse = np.unique(ids, return_inverse=True)
+        return unique, inverse.reshape(-1).astype(np.int64)
+    present = np.zeros(int(ids.max()) + 1, bool)
+    present[ids] = True
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
+
+
+def _time_order(start: Floats, dur: Floats) -> Ints:
+    """Events by start, longer first at equal starts, else as stored: the walk's order."""
+    step, longer = np.diff(start), np.diff(dur)
+    if np.all((step > 0) | ((step == 0) & (longer <= 0))):
+        return np.arange(len(start))
+    return np.lexsort((-dur, start))
 
 
 def _object_plane(plane: Any) -> Plane:
@@ -289,6 +326,10 @@ def _object_line(line: Any) -> Line:
                 found = str(value)
         return found
 
+    def has(index: Ints, key: str) -> NDArray[np.bool_]:
+        found = [any(k == key for k, _ in events[i].stats) for i in index.tolist()]
+        return np.array(found, bool)
+
     return Line(
         name=line.name,
         start=np.array([e.start_ns for e in events], np.float64),
@@ -296,6 +337,7 @@ def _object_line(line: Any) -> Line:
         name_id=name_id,
         names=list(index),
         stat=stat,
+        has=has,
     )
 
 
@@ -445,7 +487,7 @@ class _Reader:
             return
         if group in CPU_CLIENT_GROUPS:
             self.facts.has_cpu_client = True
-        order = np.lexsort((-line.dur, line.start))
+        order = _time_order(line.start, line.dur)
         start, dur, name_id = line.start[order], line.dur[order], line.name_id[order]
         end = start + dur
         names = line.names
@@ -504,9 +546,8 @@ class _Reader:
             elif group in CPU_CLIENT_GROUPS:
                 inside = parent_cat == _XLA_OP
                 mine[inside] = _XLA_OP
-                for j in np.flatnonzero(~inside & ~runtime & ~compile_).tolist():
-                    if line.stat(int(order[here[j]]), "hlo_op") is not None:
-                        mine[j] = _XLA_OP
+                maybe_op = np.flatnonzero(~inside & ~runtime & ~compile_)
+                mine[maybe_op[line.has(order[here[maybe_op]], "hlo_op")]] = _XLA_OP
             mine[compile_] = _COMPILE
             cat[here] = mine
         return cat
@@ -640,7 +681,7 @@ class _Reader:
 
     def _device_ops(self, line: Line) -> None:
         """Self time of a device's XLA ops (an op's nested ops are not its own time)."""
-        order = np.lexsort((-line.dur, line.start))
+        order = _time_order(line.start, line.dur)
         start, dur, name_id = line.start[order], line.dur[order], line.name_id[order]
         end = start + dur
         pushed = dur > 0
