@@ -2,7 +2,7 @@
 
 ``python -m bench summary`` (or ``python -m bench.captures``) builds, once, captures of a
 3-layer MLP training loop (batch 256, SGD with momentum, two labels and ``torch_xla.sync()``
-per step: about 14 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
+per step: about 12 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
 ``bench/.captures/`` (ignored by git), then times, each in a fresh process, median of 3:
 
 - ``summary``: :func:`xprof_magic._analysis.summarize` with no budget (the new reader);
@@ -11,8 +11,9 @@ per step: about 14 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
 
 The layers are 256 wide on purpose: with 1024-wide layers torch_xla's profiler holds about
 8 MB of memory per step until the trace stops (1.1 MB at 256), so a 100 MB capture would
-need some 40 GB. Synthetic TraceMe-only captures have about half the bytes per event of a real one, so they
-would overstate how many events a megabyte holds: only real training captures are used.
+need some 40 GB (this machine has 24). Synthetic TraceMe-only captures have about half the
+bytes per event of a real one, so they would overstate how many events a megabyte holds:
+only real training captures are used.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ __all__ = ["SIZES", "build_capture", "measure", "trace_viewer_costs"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".captures"
-SIZES = {"5MB": 370, "30MB": 2200, "100MB": 7300}
+SIZES = {"5MB": 400, "30MB": 2500, "100MB": 8400}
 
 
 def _train(steps: int) -> None:
@@ -184,28 +185,75 @@ print(json.dumps(out))
 
 
 def trace_viewer_costs(name: str = "30MB") -> list[dict[str, Any]]:
-    """XProf's timeline conversion: a first call, then windowed / lower-resolution calls."""
+    """XProf's timeline conversion: a first call, then windowed / lower-resolution calls.
+
+    The options are those the viewer route passes (``trace_viewer_options``). Two fresh
+    processes, each starting without caches in the run: one whose first call asks for the
+    whole timeline at the default resolution, then narrower calls; one whose first call
+    is already a window.
+    """
     run_dir = ensure_captures([name])[name]
     xplane = next(run_dir.glob("*.xplane.pb"))
-    calls: list[dict[str, Any]] = [
-        {},
-        {},
-        {"resolution": 1000},
-        {"resolution": 8000, "start_time_ms": 0, "end_time_ms": 1000},
-        {"resolution": 0, "start_time_ms": 0, "end_time_ms": 200},
+
+    def opts(**options: Any) -> dict[str, Any]:
+        return {"trace_viewer_options": options}
+
+    sequences = [
+        [
+            opts(resolution=8000),
+            opts(resolution=8000),
+            opts(resolution=1000),
+            opts(resolution=8000, start_time_ms=0, end_time_ms=1000),
+            opts(resolution=8000, start_time_ms=20000, end_time_ms=20100),
+            opts(resolution=8000, format="pb"),
+        ],
+        [opts(resolution=1000, start_time_ms=0, end_time_ms=1000)],
     ]
-    _clean_caches(run_dir)
-    out = subprocess.run(
-        [sys.executable, "-c", _VIEWER_CHILD, str(xplane), json.dumps(calls)],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=_env(),
-    ).stdout
-    rows: list[dict[str, Any]] = json.loads(out.strip().splitlines()[-1])
+    rows: list[dict[str, Any]] = []
+    for calls in sequences:
+        _clean_caches(run_dir)
+        out = subprocess.run(
+            [sys.executable, "-c", _VIEWER_CHILD, str(xplane), json.dumps(calls)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=_env(),
+        ).stdout
+        found: list[dict[str, Any]] = json.loads(out.strip().splitlines()[-1])
+        found[0]["first"] = True
+        rows.extend(found)
+        print(f"trace_viewer@: {found}", file=sys.stderr)
     _clean_caches(run_dir)
     return rows
+
+
+def report(result: dict[str, Any]) -> str:
+    """The figures as Markdown, for BENCHMARKS.md."""
+    lines = [
+        "| capture | xplane | summary | summary peak RSS | overview_page | overview peak RSS "
+        "| ParseFromString | summary / overview |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in result["summary"]:
+        cells = [row["capture"], f"{row['mb']:.1f} MB"]
+        for route in ("summary", "overview_page"):
+            got = row.get(route)
+            cells += [f"{got['s']:.2f} s", f"{got['rss_mb']:.0f} MB"] if got else ["", ""]
+        parse = row.get("parse")
+        cells.append(f"{parse['s']:.2f} s ({parse['rss_mb']:.0f} MB)" if parse else "")
+        if "summary" in row and "overview_page" in row:
+            cells.append(f"{row['summary']['s'] / row['overview_page']['s']:.2f}")
+        else:
+            cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    for call in result.get("trace_viewer", []):
+        first = "first call, " if call.get("first") else ""
+        lines.append(
+            f"- trace_viewer@ {first}{json.dumps(call['params'])}: {call['s']:.2f} s, "
+            f"{call['bytes'] / 1e6:.1f} MB of JSON"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"summary": measure(args.sizes, args.routes, args.reps)}
     if args.viewer:
         result["trace_viewer"] = trace_viewer_costs()
-    print(json.dumps(result, indent=1))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    (CACHE / "results.json").write_text(json.dumps(result, indent=1))
+    print(report(result))
     return 0
 
 
