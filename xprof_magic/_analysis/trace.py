@@ -35,8 +35,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +143,7 @@ StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
 
 _EVENT_FIELDS = attrgetter("offset_ps", "duration_ps", "metadata_id")
 _STATS = attrgetter("stats")
+_FIRST = itemgetter(0)
 _METADATA_ID = attrgetter("metadata_id")
 _CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
 _LABEL, _TRACE, _STEP, _RUNTIME, _COMPILE, _XLA_OP = range(len(_CATEGORIES))
@@ -240,7 +241,7 @@ def _proto_plane(plane: Any) -> Plane:
 
     def lines() -> Iterator[Line]:
         for raw in plane.lines:
-            yield _proto_line(xspace.parse_line(raw, stats=True), names, stat_ids)
+            yield _proto_line(xspace.parse_line(raw), names, stat_ids)
 
     return Plane(plane.name, stats, lines)
 
@@ -256,23 +257,27 @@ def _proto_line(line: Any, names: dict[int, str], stat_ids: dict[str, set[int]])
         wanted = stat_ids.get(key)
         found = None
         if wanted:
-            for s in events[index].stats:
+            for data in events[index].stats:
+                s = xspace.parse_stat(data)
                 if s.metadata_id in wanted:
                     found = s
         return None if found is None else xspace.stat_value(found)
 
     def has(index: Ints, key: str) -> NDArray[np.bool_]:
         wanted = stat_ids.get(key)
+        found = np.zeros(len(index), bool)
         if not wanted or not len(index):
-            return np.zeros(len(index), bool)
+            return found
         lists = list(map(_STATS, map(events.__getitem__, index.tolist())))
         counts = np.fromiter(map(len, lists), np.int64, len(lists))
-        ids = np.fromiter(
-            map(_METADATA_ID, chain.from_iterable(lists)), np.int64, int(counts.sum())
-        )
-        owner = np.repeat(np.arange(len(lists)), counts)
-        hits = np.bincount(owner[np.isin(ids, list(wanted))], minlength=len(lists))
-        return np.asarray(hits > 0)
+        # The stat sought usually comes first: look at first stats, then the others' rest.
+        some = counts > 0
+        firsts = map(xspace.parse_stat, map(_FIRST, compress(lists, some.tolist())))
+        ids = np.fromiter(map(_METADATA_ID, firsts), np.int64, int(some.sum()))
+        found[some] = np.isin(ids, list(wanted))
+        for i in np.flatnonzero(~found & (counts > 1)).tolist():
+            found[i] = any(xspace.parse_stat(s).metadata_id in wanted for s in lists[i])
+        return found
 
     return Line(
         name=line.name,
@@ -316,8 +321,8 @@ def _object_plane(plane: Any) -> Plane:
 
 def _object_line(line: Any) -> Line:
     events: Sequence[Any] = line.events
-    index: dict[str, int] = {}
-    name_id = np.fromiter((index.setdefault(e.name, len(index)) for e in events), np.int64)
+    seen: dict[str, int] = {}
+    name_id = np.fromiter((seen.setdefault(e.name, len(seen)) for e in events), np.int64)
 
     def stat(i: int, key: str) -> str | None:
         found = None
@@ -335,7 +340,7 @@ def _object_line(line: Any) -> Line:
         start=np.array([e.start_ns for e in events], np.float64),
         dur=np.array([e.duration_ns for e in events], np.float64),
         name_id=name_id,
-        names=list(index),
+        names=list(seen),
         stat=stat,
         has=has,
     )
@@ -494,8 +499,9 @@ class _Reader:
         flag = _name_flags(names, self.label_names)
         pushed = (dur > 0) & ~flag["end"][name_id]
         nest = _nest(start, end, pushed)
-        cat = self._categories(line, group, order, name_id, nest, pushed, flag)
-        blocks = self._blocks(line, order, start, end, nest, cat)
+        steps: dict[int, int | None] = {}
+        cat = self._categories(line, group, order, name_id, nest, pushed, flag, steps)
+        blocks = self._blocks(line, order, start, end, nest, cat, steps)
         is_compile = pushed & (cat == _COMPILE) & flag["compile"][name_id]
         has_parent = nest.parent >= 0
         parent_cat = np.where(has_parent, cat[nest.parent], -1)
@@ -522,8 +528,12 @@ class _Reader:
         nest: _Nesting,
         pushed: NDArray[np.bool_],
         flag: dict[str, NDArray[np.bool_]],
+        steps: dict[int, int | None],
     ) -> NDArray[np.int8]:
-        """Each pushed event's category, level by level (a child's depends on its parent's)."""
+        """Each pushed event's category, level by level (a child's depends on its parent's).
+
+        Fills ``steps`` with the ``step_num`` of each block, by position in the line.
+        """
         cat = np.full(len(name_id), -1, np.int8)
         python = group == "python"
         for level in range(int(nest.depth.max(initial=0)) + 1):
@@ -540,7 +550,12 @@ class _Reader:
                 open_ = ~np.isin(parent_cat, (_RUNTIME, _XLA_OP))
                 maybe_block = open_ & ~(runtime & ~flag["label"][ids]) & ~compile_
                 for j in np.flatnonzero(maybe_block).tolist():
-                    mine[j] = self._block_kind(line, int(order[here[j]]), ids[j], flag)
+                    at = int(here[j])
+                    steps[at] = step_num = _step_num(line, int(order[at]))
+                    if step_num is not None:
+                        mine[j] = _STEP
+                    else:
+                        mine[j] = _LABEL if flag["label"][ids[j]] else _TRACE
             elif group.startswith("tf_xla-cpu-codegen"):
                 mine[:] = _COMPILE
             elif group in CPU_CLIENT_GROUPS:
@@ -552,13 +567,6 @@ class _Reader:
             cat[here] = mine
         return cat
 
-    def _block_kind(
-        self, line: Line, event: int, name: int, flag: dict[str, NDArray[np.bool_]]
-    ) -> int:
-        if _step_num(line, event) is not None:
-            return _STEP
-        return _LABEL if flag["label"][name] else _TRACE
-
     def _blocks(
         self,
         line: Line,
@@ -567,6 +575,7 @@ class _Reader:
         end: Floats,
         nest: _Nesting,
         cat: NDArray[np.int8],
+        steps: dict[int, int | None],
     ) -> dict[int, int]:
         """Append the line's blocks in time order; their index by position in the line."""
         blocks = self.facts.blocks
@@ -583,7 +592,7 @@ class _Reader:
                     float(end[i]),
                     found.get(parent, -1),
                     line.name,
-                    _step_num(line, int(order[i])),
+                    steps[i],
                 )
             )
             found[i] = len(blocks) - 1

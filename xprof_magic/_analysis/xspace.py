@@ -11,11 +11,12 @@ that generated it, and the same source works on every protobuf runtime from 4.21
 Two shapes of the same bytes:
 
 * :data:`XSpace` declares planes → lines → events → stats in full (as the ``.proto`` does).
-* :data:`LazyXSpace` declares a plane's ``lines`` as ``bytes`` (the wire format of a
-  sub-message and of ``bytes`` is the same), so parsing the file keeps each line as its
-  serialized bytes; :func:`parse_line` then parses one line at a time, with or without its
-  events' stats. Only one line is ever held as messages, which keeps memory near the size
-  of the file, and lines whose stats are never read skip them.
+* :data:`LazyXSpace` declares a plane's ``lines`` as ``bytes`` (on the wire a sub-message
+  and ``bytes`` are the same), so parsing the file keeps each line serialized;
+  :func:`parse_line` then parses one line at a time, and keeps each event's stats
+  serialized too: the reader needs the stats of few events, and building every stat as a
+  message would double the parse. Only one line is ever held as messages, which keeps
+  memory near the size of the file.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 __all__ = [
-    "BareXLine",
+    "LazyXLine",
     "LazyXSpace",
     "XLine",
     "XPlane",
     "XSpace",
     "XStat",
     "parse_line",
+    "parse_stat",
     "stat_value",
 ]
 
@@ -82,9 +84,9 @@ _MESSAGES: dict[str, list[_Field]] = {
         ("stats", 5, _MESSAGE, True, "XStat"),
     ],
     "XEvent": [*_EVENT, ("stats", 4, _MESSAGE, True, "XStat")],
-    "BareXEvent": _EVENT,
+    "LazyXEvent": [*_EVENT, ("stats", 4, _BYTES, True, None)],
     "XLine": [*_LINE, ("events", 4, _MESSAGE, True, "XEvent")],
-    "BareXLine": [*_LINE, ("events", 4, _MESSAGE, True, "BareXEvent")],
+    "LazyXLine": [*_LINE, ("events", 4, _MESSAGE, True, "LazyXEvent")],
     "XPlane": [*_PLANE, ("lines", 3, _MESSAGE, True, "XLine")],
     "LazyXPlane": [*_PLANE, ("lines", 3, _BYTES, True, None)],
     "XSpace": [("planes", 1, _MESSAGE, True, "XPlane")],
@@ -149,17 +151,24 @@ def _classes() -> dict[str, Any]:
 _CLASSES = _classes()
 XStat: Any = _CLASSES["XStat"]
 XLine: Any = _CLASSES["XLine"]
-BareXLine: Any = _CLASSES["BareXLine"]
+LazyXLine: Any = _CLASSES["LazyXLine"]
 XPlane: Any = _CLASSES["XPlane"]
 XSpace: Any = _CLASSES["XSpace"]
 LazyXSpace: Any = _CLASSES["LazyXSpace"]
 
 
-def parse_line(data: bytes, *, stats: bool) -> Any:
-    """One serialized ``XLine``; its events' stats are parsed only when ``stats`` is true."""
-    line = (XLine if stats else BareXLine)()
+def parse_line(data: bytes) -> Any:
+    """One serialized ``XLine``, its events' stats left serialized (see :func:`parse_stat`)."""
+    line = LazyXLine()
     line.ParseFromString(data)
     return line
+
+
+def parse_stat(data: bytes) -> Any:
+    """One serialized ``XStat`` of a :data:`LazyXLine` event."""
+    stat = XStat()
+    stat.ParseFromString(data)
+    return stat
 
 
 def stat_value(stat: Any) -> str:
