@@ -240,8 +240,8 @@ def _proto_plane(plane: Any) -> Plane:
     stats = [(stat_names.get(s.metadata_id, ""), xspace.stat_value(s)) for s in plane.stats]
 
     def lines() -> Iterator[Line]:
-        for raw in plane.lines:
-            yield _proto_line(xspace.parse_line(raw), names, stat_ids)
+        for i in range(len(plane.lines)):
+            yield _proto_line(xspace.parse_line(plane.lines[i]), names, stat_ids)
 
     return Plane(plane.name, stats, lines)
 
@@ -300,12 +300,15 @@ def _dense(ids: Ints) -> tuple[Ints, Ints]:
     return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
 
 
-def _time_order(start: Floats, dur: Floats) -> Ints:
-    """Events by start, longer first at equal starts, else as stored: the walk's order."""
+def _time_order(line: Line) -> tuple[Ints, Floats, Floats, Ints]:
+    """The walk's order (by start, longer first at equal starts, else as stored) and the
+    line's start, duration and name in that order; no copies when already in order."""
+    start, dur = line.start, line.dur
     step, longer = np.diff(start), np.diff(dur)
     if np.all((step > 0) | ((step == 0) & (longer <= 0))):
-        return np.arange(len(start))
-    return np.lexsort((-dur, start))
+        return np.arange(len(start)), start, dur, line.name_id
+    order = np.lexsort((-dur, start))
+    return order, start[order], dur[order], line.name_id[order]
 
 
 def _object_plane(plane: Any) -> Plane:
@@ -373,6 +376,7 @@ def _read(
         if plane.name.startswith("/host:") and plane.name != "/host:metadata":
             for line in plane.lines():
                 reader.host_line(line)
+                del line  # before the next line is parsed: one line in memory at a time
         elif plane.name.startswith("/device:"):
             reader.device_plane(plane)
         reader.check()
@@ -492,8 +496,7 @@ class _Reader:
             return
         if group in CPU_CLIENT_GROUPS:
             self.facts.has_cpu_client = True
-        order = _time_order(line.start, line.dur)
-        start, dur, name_id = line.start[order], line.dur[order], line.name_id[order]
+        order, start, dur, name_id = _time_order(line)
         end = start + dur
         names = line.names
         flag = _name_flags(names, self.label_names)
@@ -690,8 +693,7 @@ class _Reader:
 
     def _device_ops(self, line: Line) -> None:
         """Self time of a device's XLA ops (an op's nested ops are not its own time)."""
-        order = _time_order(line.start, line.dur)
-        start, dur, name_id = line.start[order], line.dur[order], line.name_id[order]
+        _, start, dur, name_id = _time_order(line)
         end = start + dur
         pushed = dur > 0
         nest = _nest(start, end, pushed)
