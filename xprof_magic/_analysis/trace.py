@@ -240,13 +240,29 @@ def _proto_plane(plane: Any) -> Plane:
     stats = [(stat_names.get(s.metadata_id, ""), xspace.stat_value(s)) for s in plane.stats]
 
     def lines() -> Iterator[Line]:
+        stat_id = _StatIds()
         for i in range(len(plane.lines)):
-            yield _proto_line(xspace.parse_line(plane.lines[i]), names, stat_ids)
+            yield _proto_line(xspace.parse_line(plane.lines[i]), names, stat_ids, stat_id)
 
     return Plane(plane.name, stats, lines)
 
 
-def _proto_line(line: Any, names: dict[int, str], stat_ids: dict[str, set[int]]) -> Line:
+class _StatIds(dict[bytes, int]):
+    """A serialized stat's metadata id, parsed once per distinct serialization.
+
+    The stat sought for many events is the same few stats (a ``hlo_op`` refers to its op's
+    name), so most lookups find bytes already seen.
+    """
+
+    def __missing__(self, data: bytes) -> int:
+        found: int = xspace.parse_stat(data).metadata_id
+        self[data] = found
+        return found
+
+
+def _proto_line(
+    line: Any, names: dict[int, str], stat_ids: dict[str, set[int]], stat_id: _StatIds
+) -> Line:
     events = line.events
     n = len(events)
     fields = np.fromiter(chain.from_iterable(map(_EVENT_FIELDS, events)), np.int64, 3 * n)
@@ -272,11 +288,11 @@ def _proto_line(line: Any, names: dict[int, str], stat_ids: dict[str, set[int]])
         counts = np.fromiter(map(len, lists), np.int64, len(lists))
         # The stat sought usually comes first: look at first stats, then the others' rest.
         some = counts > 0
-        firsts = map(xspace.parse_stat, map(_FIRST, compress(lists, some.tolist())))
-        ids = np.fromiter(map(_METADATA_ID, firsts), np.int64, int(some.sum()))
+        firsts = map(_FIRST, compress(lists, some.tolist()))
+        ids = np.fromiter(map(stat_id.__getitem__, firsts), np.int64, int(some.sum()))
         found[some] = np.isin(ids, list(wanted))
         for i in np.flatnonzero(~found & (counts > 1)).tolist():
-            found[i] = any(xspace.parse_stat(s).metadata_id in wanted for s in lists[i])
+            found[i] = any(stat_id[s] in wanted for s in lists[i])
         return found
 
     return Line(
@@ -583,16 +599,23 @@ class _Reader:
         """Append the line's blocks in time order; their index by position in the line."""
         blocks = self.facts.blocks
         found: dict[int, int] = {}
-        for i in np.flatnonzero(cat <= _STEP).tolist():
-            if cat[i] < 0:
-                continue
-            parent = int(nest.parent[i])
+        at = np.flatnonzero((cat >= 0) & (cat <= _STEP))
+        rows = zip(
+            at.tolist(),
+            line.name_id[order[at]].tolist(),
+            cat[at].tolist(),
+            start[at].tolist(),
+            end[at].tolist(),
+            nest.parent[at].tolist(),
+            strict=True,
+        )
+        for i, name, kind, begin, finish, parent in rows:
             blocks.append(
                 Block(
-                    line.names[int(line.name_id[order[i]])],
-                    _CATEGORIES[cat[i]],
-                    float(start[i]),
-                    float(end[i]),
+                    line.names[name],
+                    _CATEGORIES[kind],
+                    begin,
+                    finish,
                     found.get(parent, -1),
                     line.name,
                     steps[i],
