@@ -451,7 +451,7 @@ def _nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> _Nesting:
     n = len(start)
     is_pushed = pushed.astype(np.int64)
     before = np.cumsum(is_pushed) - is_pushed
-    ended = np.searchsorted(np.sort(end[pushed]), start, side="right")
+    ended = np.searchsorted(np.sort(end[pushed], kind="stable"), start, side="right")
     depth = before - ended
     parent = np.full(n, -1, np.int64)
     positions = np.flatnonzero(pushed)
