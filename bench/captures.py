@@ -256,7 +256,7 @@ def report(result: dict[str, Any]) -> str:
         first = "first call, " if call.get("first") else ""
         lines.append(
             f"- trace_viewer@ {first}{json.dumps(call['params'])}: {call['s']:.2f} s, "
-            f"{call['bytes'] / 1e6:.1f} MB of JSON"
+            f"{call['bytes'] / 1e6:.2f} MB reply"
         )
     return "\n".join(lines)
 
