@@ -254,3 +254,24 @@ def test_device_planes_and_windows_read_as_before() -> None:
     assert facts.window == (10 * ms, 60 * ms)
     assert facts.device_ops["fusion.1"][0] == 2
     _both(planes[:2])
+
+
+def test_the_full_schema_and_the_lazy_one_read_the_same_events(run_dir: Path) -> None:
+    from xprof_magic._analysis import xspace
+
+    data = _xplane(run_dir).read_bytes()
+    full, lazy = xspace.XSpace.FromString(data), xspace.LazyXSpace.FromString(data)
+    assert [p.name for p in full.planes] == [p.name for p in lazy.planes]
+    for whole, part in zip(full.planes, lazy.planes, strict=True):
+        for line, raw in zip(whole.lines, part.lines, strict=True):
+            other = xspace.parse_line(raw)
+            assert (line.name, line.timestamp_ns) == (other.name, other.timestamp_ns)
+            assert [(e.metadata_id, e.offset_ps, e.duration_ps) for e in line.events] == [
+                (e.metadata_id, e.offset_ps, e.duration_ps) for e in other.events
+            ]
+            for event, lazy_event in zip(line.events, other.events, strict=True):
+                assert list(event.stats) == [xspace.parse_stat(s) for s in lazy_event.stats]
+    assert (
+        sum(len(line.events) for p in full.planes for line in p.lines)
+        == read_trace(_xplane(run_dir)).events
+    )

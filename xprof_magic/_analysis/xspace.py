@@ -59,13 +59,10 @@ _EVENT: list[_Field] = [
     ("duration_ps", 3, _INT64, False, None),
 ]
 _LINE: list[_Field] = [
-    ("id", 1, _INT64, False, None),
     ("name", 2, _STRING, False, None),
     ("timestamp_ns", 3, _INT64, False, None),
-    ("display_name", 11, _STRING, False, None),
 ]
 _PLANE: list[_Field] = [
-    ("id", 1, _INT64, False, None),
     ("name", 2, _STRING, False, None),
     ("event_metadata", 4, _MESSAGE, True, "XPlane.EventMetadataEntry"),
     ("stat_metadata", 5, _MESSAGE, True, "XPlane.StatMetadataEntry"),
@@ -73,16 +70,8 @@ _PLANE: list[_Field] = [
 ]
 _MESSAGES: dict[str, list[_Field]] = {
     "XStat": _XSTAT,
-    "XStatMetadata": [
-        ("id", 1, _INT64, False, None),
-        ("name", 2, _STRING, False, None),
-    ],
-    "XEventMetadata": [
-        ("id", 1, _INT64, False, None),
-        ("name", 2, _STRING, False, None),
-        ("display_name", 4, _STRING, False, None),
-        ("stats", 5, _MESSAGE, True, "XStat"),
-    ],
+    "XStatMetadata": [("name", 2, _STRING, False, None)],
+    "XEventMetadata": [("name", 2, _STRING, False, None)],
     "XEvent": [*_EVENT, ("stats", 4, _MESSAGE, True, "XStat")],
     "LazyXEvent": [*_EVENT, ("stats", 4, _BYTES, True, None)],
     "XLine": [*_LINE, ("events", 4, _MESSAGE, True, "XEvent")],
