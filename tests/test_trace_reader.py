@@ -17,7 +17,7 @@ import pytest
 
 from tests import _oracle_trace as oracle
 from xprof_magic import _analysis
-from xprof_magic._analysis import trace
+from xprof_magic._analysis import nesting
 from xprof_magic._analysis.trace import TraceFacts, read_planes, read_trace
 
 
@@ -135,7 +135,7 @@ def test_array_nesting_equals_the_stack_walk(
 ) -> None:
     args = _args(run_dir)
     fast = read_trace(_xplane(run_dir), **args)
-    monkeypatch.setattr(trace, "_nest", trace._walk)
+    monkeypatch.setattr(nesting, "nest", nesting.walk)
     _same(read_trace(_xplane(run_dir), **args), fast)
 
 

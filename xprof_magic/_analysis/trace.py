@@ -28,15 +28,19 @@ What the pass relies on (verified on torch_xla 2.9.0 captures):
 * On a TPU, each ``/device:TPU:N`` plane has ``XLA Modules`` and ``XLA Ops`` lines.
 * Events on a line nest: a child ends inside its parent. A line where one does not is
   walked with an explicit stack instead, with the same result.
+
+The file becomes arrays in :mod:`~xprof_magic._analysis.lines`, and nesting by time is
+:mod:`~xprof_magic._analysis.nesting`. Long because the pass itself is one piece: each
+line's categories, blocks, compile charges and per-name tables are steps over the same
+arrays, in an order the former reader's results depend on, and the facts type they fill
+is what the rest of the analysis imports from here.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain, compress
-from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +48,8 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from numpy.typing import NDArray
 
-from xprof_magic._analysis import xspace
+from xprof_magic._analysis import nesting, xspace
+from xprof_magic._analysis.lines import Floats, Ints, Line, Plane, object_planes, xspace_planes
 
 __all__ = [
     "COMPILE_EVENTS",
@@ -136,41 +141,8 @@ class TraceFacts:
     planes: list[str] = field(default_factory=list)
 
 
-Floats = NDArray[np.float64]
-Ints = NDArray[np.int64]
-StatLookup = Callable[[int, str], "str | None"]
-StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
-
-_EVENT_FIELDS = attrgetter("offset_ps", "duration_ps", "metadata_id")
-_STATS = attrgetter("stats")
-_FIRST = itemgetter(0)
-_METADATA_ID = attrgetter("metadata_id")
 _CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
 _LABEL, _TRACE, _STEP, _RUNTIME, _COMPILE, _XLA_OP = range(len(_CATEGORIES))
-
-
-@dataclass
-class Line:
-    """One timeline line as arrays, in the order its events are stored."""
-
-    name: str
-    start: Floats
-    dur: Floats
-    name_id: Ints
-    names: list[str]
-    stat: StatLookup
-    """``stat(i, key)``: the value of event ``i``'s last stat named ``key``, or None."""
-    has: StatCheck
-    """``has(events, key)``: whether each of those events has a stat named ``key``."""
-
-
-@dataclass
-class Plane:
-    """One plane: its name, its stats as text, and its lines, read one at a time."""
-
-    name: str
-    stats: list[tuple[str, str]]
-    lines: Callable[[], Iterator[Line]]
 
 
 def read_trace(
@@ -200,7 +172,7 @@ def read_trace(
         ) from None
     del data
     return _read(
-        [_proto_plane(plane) for plane in space.planes],
+        xspace_planes(space),
         host=Path(path).name[: -len(".xplane.pb")],
         label_names=label_names,
         cell_ns=cell_ns,
@@ -223,145 +195,11 @@ def read_planes(
     timeline by hand, and for XProf's own ``ProfileData``.
     """
     return _read(
-        [_object_plane(plane) for plane in planes],
+        object_planes(planes),
         host=host,
         label_names=label_names,
         cell_ns=cell_ns,
         deadline=deadline,
-    )
-
-
-def _proto_plane(plane: Any) -> Plane:
-    names = {key: meta.name for key, meta in plane.event_metadata.items()}
-    stat_ids: dict[str, set[int]] = {}
-    for key, meta in plane.stat_metadata.items():
-        stat_ids.setdefault(meta.name, set()).add(key)
-    stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-    stats = [(stat_names.get(s.metadata_id, ""), xspace.stat_value(s)) for s in plane.stats]
-
-    def lines() -> Iterator[Line]:
-        stat_id = _StatIds()
-        for i in range(len(plane.lines)):
-            yield _proto_line(xspace.parse_line(plane.lines[i]), names, stat_ids, stat_id)
-
-    return Plane(plane.name, stats, lines)
-
-
-class _StatIds(dict[bytes, int]):
-    """A serialized stat's metadata id, parsed once per distinct serialization.
-
-    The stat sought for many events is the same few stats (a ``hlo_op`` refers to its op's
-    name), so most lookups find bytes already seen.
-    """
-
-    def __missing__(self, data: bytes) -> int:
-        found: int = xspace.parse_stat(data).metadata_id
-        self[data] = found
-        return found
-
-
-def _proto_line(
-    line: Any, names: dict[int, str], stat_ids: dict[str, set[int]], stat_id: _StatIds
-) -> Line:
-    events = line.events
-    n = len(events)
-    fields = np.fromiter(chain.from_iterable(map(_EVENT_FIELDS, events)), np.int64, 3 * n)
-    offset_ps, duration_ps, ids = fields.reshape(n, 3).T
-    unique, name_id = _dense(ids)
-
-    def stat(index: int, key: str) -> str | None:
-        wanted = stat_ids.get(key)
-        found = None
-        if wanted:
-            for data in events[index].stats:
-                s = xspace.parse_stat(data)
-                if s.metadata_id in wanted:
-                    found = s
-        return None if found is None else xspace.stat_value(found)
-
-    def has(index: Ints, key: str) -> NDArray[np.bool_]:
-        wanted = stat_ids.get(key)
-        found = np.zeros(len(index), bool)
-        if not wanted or not len(index):
-            return found
-        lists = list(map(_STATS, map(events.__getitem__, index.tolist())))
-        counts = np.fromiter(map(len, lists), np.int64, len(lists))
-        # The stat sought usually comes first: look at first stats, then the others' rest.
-        some = counts > 0
-        firsts = map(_FIRST, compress(lists, some.tolist()))
-        ids = np.fromiter(map(stat_id.__getitem__, firsts), np.int64, int(some.sum()))
-        found[some] = np.isin(ids, list(wanted))
-        for i in np.flatnonzero(~found & (counts > 1)).tolist():
-            found[i] = any(stat_id[s] in wanted for s in lists[i])
-        return found
-
-    return Line(
-        name=line.name,
-        start=line.timestamp_ns + offset_ps / 1000.0,
-        dur=duration_ps / 1000.0,
-        name_id=name_id,
-        names=[names.get(u, "") for u in unique.tolist()],
-        stat=stat,
-        has=has,
-    )
-
-
-def _dense(ids: Ints) -> tuple[Ints, Ints]:
-    """The distinct ids, and each id's index among them (``np.unique``, without sorting)."""
-    if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
-        unique, inverse = np.unique(ids, return_inverse=True)
-        return unique, inverse.reshape(-1).astype(np.int64)
-    present = np.zeros(int(ids.max()) + 1, bool)
-    present[ids] = True
-    return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
-
-
-def _time_order(line: Line) -> tuple[Ints, Floats, Floats, Ints]:
-    """The walk's order (by start, longer first at equal starts, else as stored) and the
-    line's start, duration and name in that order; no copies when already in order."""
-    start, dur = line.start, line.dur
-    step, longer = np.diff(start), np.diff(dur)
-    if np.all((step > 0) | ((step == 0) & (longer <= 0))):
-        return np.arange(len(start)), start, dur, line.name_id
-    order = np.lexsort((-dur, start))
-    return order, start[order], dur[order], line.name_id[order]
-
-
-def _object_plane(plane: Any) -> Plane:
-    def lines() -> Iterator[Line]:
-        for line in plane.lines:
-            yield _object_line(line)
-            close = getattr(line, "close", None)
-            if close is not None:
-                close()
-
-    return Plane(plane.name, list(plane.stats), lines)
-
-
-def _object_line(line: Any) -> Line:
-    events: Sequence[Any] = line.events
-    seen: dict[str, int] = {}
-    name_id = np.fromiter((seen.setdefault(e.name, len(seen)) for e in events), np.int64)
-
-    def stat(i: int, key: str) -> str | None:
-        found = None
-        for k, value in events[i].stats:
-            if k == key:
-                found = str(value)
-        return found
-
-    def has(index: Ints, key: str) -> NDArray[np.bool_]:
-        found = [any(k == key for k, _ in events[i].stats) for i in index.tolist()]
-        return np.array(found, bool)
-
-    return Line(
-        name=line.name,
-        start=np.array([e.start_ns for e in events], np.float64),
-        dur=np.array([e.duration_ns for e in events], np.float64),
-        name_id=name_id,
-        names=list(seen),
-        stat=stat,
-        has=has,
     )
 
 
@@ -410,85 +248,6 @@ def _runtime_name(name: str) -> bool:
     return "::" in name or name in RUNTIME_NAMES or name.startswith(RUNTIME_PREFIXES)
 
 
-def _union_ns(lo: Floats, hi: Floats, window: tuple[float, float] | None) -> float:
-    """Total length covered by the spans ``lo[i]..hi[i]`` (clipped to ``window``), once.
-
-    Walks the spans as the former reader did, from a running span ``(0, -1)``, so a span
-    starting before 0 (no window) counts from 0 as it did there.
-    """
-    if window is not None:
-        lo, hi = np.maximum(lo, window[0]), np.minimum(hi, window[1])
-    keep = hi > lo
-    lo, hi = lo[keep], hi[keep]
-    order = np.lexsort((hi, lo))
-    lo = np.concatenate(([0.0], lo[order]))
-    hi = np.concatenate(([-1.0], hi[order]))
-    reach = np.maximum.accumulate(hi)
-    first = np.flatnonzero(np.concatenate(([True], lo[1:] > reach[:-1])))
-    last = np.concatenate((first[1:] - 1, [len(lo) - 1]))
-    return float(np.maximum(0.0, reach[last] - lo[first]).sum())
-
-
-@dataclass
-class _Nesting:
-    """Where each event of a sorted line sits: parent (-1: none), depth, closing order."""
-
-    parent: Ints
-    depth: Ints
-    closed: Ints
-    """Positions of the pushed events in the order they close (children before parents)."""
-
-
-def _nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> _Nesting:
-    """Parents by time, as a stack walk in (start, -duration) order finds them.
-
-    The walk pops every open event that ends at or before the next start, then pushes the
-    next event if it is ``pushed``. When every child ends inside its parent, the open events
-    at an event are exactly the pushed ones before it that end after its start, so the depth
-    is a count and the parent is the last pushed event one level up: array operations.
-    A line where a child outlasts its parent gets the walk itself.
-    """
-    n = len(start)
-    is_pushed = pushed.astype(np.int64)
-    before = np.cumsum(is_pushed) - is_pushed
-    ended = np.searchsorted(np.sort(end[pushed], kind="stable"), start, side="right")
-    depth = before - ended
-    parent = np.full(n, -1, np.int64)
-    positions = np.flatnonzero(pushed)
-    for level in range(1, int(depth.max(initial=0)) + 1):
-        above = positions[depth[positions] == level - 1]
-        here = np.flatnonzero(depth == level)
-        at = np.searchsorted(above, here) - 1
-        if not len(above) or at.min() < 0:
-            return _walk(start, end, pushed)
-        parent[here] = above[at]
-    kids = positions[parent[positions] >= 0]
-    if np.any(end[kids] > end[parent[kids]]):
-        return _walk(start, end, pushed)
-    close_at = np.searchsorted(start, end[positions], side="left")
-    closed = positions[np.lexsort((-depth[positions], close_at))]
-    return _Nesting(parent, depth, closed)
-
-
-def _walk(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> _Nesting:
-    n = len(start)
-    parent = np.full(n, -1, np.int64)
-    depth = np.zeros(n, np.int64)
-    closed: list[int] = []
-    stack: list[int] = []
-    ends = end.tolist()
-    for i, (begin, push) in enumerate(zip(start.tolist(), pushed.tolist(), strict=True)):
-        while stack and begin >= ends[stack[-1]]:
-            closed.append(stack.pop())
-        if stack:
-            parent[i] = stack[-1]
-        depth[i] = len(stack)
-        if push:
-            stack.append(i)
-    closed.extend(reversed(stack))
-    return _Nesting(parent, depth, np.array(closed, np.int64))
-
-
 class _Reader:
     """The pass: per line, nesting by time gives parents, self time and blocks."""
 
@@ -512,12 +271,12 @@ class _Reader:
             return
         if group in CPU_CLIENT_GROUPS:
             self.facts.has_cpu_client = True
-        order, start, dur, name_id = _time_order(line)
+        order, start, dur, name_id = nesting.time_order(line)
         end = start + dur
         names = line.names
         flag = _name_flags(names, self.label_names)
         pushed = (dur > 0) & ~flag["end"][name_id]
-        nest = _nest(start, end, pushed)
+        nest = nesting.nest(start, end, pushed)
         steps: dict[int, int | None] = {}
         cat = self._categories(line, group, order, name_id, nest, pushed, flag, steps)
         blocks = self._blocks(line, order, start, end, nest, cat, steps)
@@ -532,7 +291,7 @@ class _Reader:
         facts = self.facts
         group_facts = facts.groups.setdefault(group, GroupFacts())
         group_facts.threads += 1
-        group_facts.busy_ns += _union_ns(start[busy], end[busy], facts.window)
+        group_facts.busy_ns += nesting.union_ns(start[busy], end[busy], facts.window)
         ops = pushed & (cat == _XLA_OP) & (parent_cat != _XLA_OP)
         if ops.any():
             self.cpu_op_spans.append((start[ops], end[ops]))
@@ -544,7 +303,7 @@ class _Reader:
         group: str,
         order: Ints,
         name_id: Ints,
-        nest: _Nesting,
+        nest: nesting.Nesting,
         pushed: NDArray[np.bool_],
         flag: dict[str, NDArray[np.bool_]],
         steps: dict[int, int | None],
@@ -592,7 +351,7 @@ class _Reader:
         order: Ints,
         start: Floats,
         end: Floats,
-        nest: _Nesting,
+        nest: nesting.Nesting,
         cat: NDArray[np.int8],
         steps: dict[int, int | None],
     ) -> dict[int, int]:
@@ -664,7 +423,7 @@ class _Reader:
         dur: Floats,
         name_id: Ints,
         names: list[str],
-        nest: _Nesting,
+        nest: nesting.Nesting,
         cat: NDArray[np.int8],
     ) -> None:
         """Self time (a child's time is not its parent's) summed per name and category.
@@ -709,17 +468,17 @@ class _Reader:
             self.facts.events += len(line.start)
             self.check()
             if line is busy_line:
-                busy = _union_ns(line.start, line.start + line.dur, self.facts.window)
+                busy = nesting.union_ns(line.start, line.start + line.dur, self.facts.window)
             if name == "XLA Ops":
                 self._device_ops(line)
         self.facts.devices.append((plane.name, busy))
 
     def _device_ops(self, line: Line) -> None:
         """Self time of a device's XLA ops (an op's nested ops are not its own time)."""
-        _, start, dur, name_id = _time_order(line)
+        _, start, dur, name_id = nesting.time_order(line)
         end = start + dur
         pushed = dur > 0
-        nest = _nest(start, end, pushed)
+        nest = nesting.nest(start, end, pushed)
         cat = np.where(pushed, _XLA_OP, -1).astype(np.int8)
         self._tables(start, end, dur, name_id, line.names, nest, cat)
 
@@ -729,7 +488,7 @@ class _Reader:
         if self.cpu_op_spans:
             lo = np.concatenate([lo for lo, _ in self.cpu_op_spans])
             hi = np.concatenate([hi for _, hi in self.cpu_op_spans])
-            facts.cpu_xla_busy_ns = _union_ns(lo, hi, facts.window)
+            facts.cpu_xla_busy_ns = nesting.union_ns(lo, hi, facts.window)
         for start, dur in self.orphan_compiles:
             holders = [i for i, b in enumerate(facts.blocks) if b.start <= start < b.end]
             if not holders:
