@@ -1,5 +1,8 @@
 """``python -m bench [--quick]``: measure xprof_magic against the raw torch_xla API.
 
+``python -m bench summary`` runs the timeline reader's benchmark alone (see
+:mod:`bench.captures`): real training captures of 5, 30 and 100 MB.
+
 Every number in one run, written to BENCHMARKS.md with the machine and the command:
 
 - overhead: one training cell, plain / hand-written start_trace+labels / ``%%xprof`` with a
@@ -400,6 +403,10 @@ def write_report(results: dict[str, Any], command: str) -> str:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["summary"]:
+        from bench import captures
+
+        return captures.main(sys.argv[2:])
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--only", nargs="*", default=None, help="run these parts only")
