@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import xprof_magic
 from xprof_magic import _metadata
 from xprof_magic._analysis import (
     SUMMARY_FILE,
@@ -662,3 +663,20 @@ def test_reading_a_vocabulary_loads_no_profiler() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_the_public_summarize_reads_a_run_by_result_folder_or_name(tmp_path: Path) -> None:
+    with (
+        xprof_magic.capture(logdir=tmp_path, name="public", server=False) as cap,
+        xprof_magic.label("work"),
+    ):
+        pass
+    assert cap.result is not None
+    by_result = xprof_magic.summarize(cap.result)
+    by_folder = xprof_magic.summarize(str(cap.result.run_dir))
+    by_name = xprof_magic.summarize("public", logdir=tmp_path)
+    assert by_result.run == by_folder.run == by_name.run == "public"
+    assert [row.path for row in by_name.labels] == [("work",)]
+    assert "work" in xprof_magic.summary_text(by_name)
+    missing = xprof_magic.summarize("nothing-here", logdir=tmp_path)
+    assert missing.missing and not missing.complete
