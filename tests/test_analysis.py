@@ -680,3 +680,25 @@ def test_the_public_summarize_reads_a_run_by_result_folder_or_name(tmp_path: Pat
     assert "work" in xprof_magic.summary_text(by_name)
     missing = xprof_magic.summarize("nothing-here", logdir=tmp_path)
     assert missing.missing and not missing.complete
+
+
+def test_a_label_cut_by_a_step_boundary_counts_once_per_entry(ip: Any, tmp_path: Path) -> None:
+    """A sync inside a label ends a step there: the label's two pieces are one entry, and
+    the magic's step markers stay out of the labels' paths."""
+    cell = (
+        f"%%xprof --logdir {tmp_path} --name cut --no-display --steps\n"
+        "import torch, torch_xla\n"
+        "x = torch.ones(4, 4, device=torch_xla.device())\n"
+        "for _ in range(4):\n"
+        "    # xprof: work\n"
+        "    x = (x @ x) / 4\n"
+        "    torch_xla.sync()\n"
+        "    x = x + 1\n"
+    )
+    assert ip.run_cell(cell).success
+    summary = xprof_magic.summarize("cut", logdir=tmp_path)
+    assert summary.label_source == "trace"
+    rows = {row.path: row.count for row in summary.labels}
+    assert rows[("for _ in range(4)", "work")] == 4
+    assert not [path for path in rows if "step" in path]
+    assert summary.steps is not None and summary.steps.count == 4

@@ -39,12 +39,15 @@ def label_names(meta: RunMetadata) -> frozenset[str]:
 
 
 def labels_from_trace(
-    facts: TraceFacts, wall_s: float | None
+    facts: TraceFacts, wall_s: float | None, own_steps: frozenset[str] = frozenset()
 ) -> tuple[tuple[LabelRow, ...], RunsByRow]:
     """Blocks summed by their path of names; also which runs of each held a compilation.
 
     Blocks on the thread that holds most of the block time are the cell's own (``thread``
-    is ""); blocks on other threads keep their thread's name.
+    is ""); blocks on other threads keep their thread's name. Step markers named in
+    ``own_steps`` (the magic's, which start and end at syncs, across labels) are left out of
+    the paths: the steps section shows them, and a label keeps one path whichever step it
+    ran in.
     """
     blocks = facts.blocks
     compiled: RunsByRow = {}
@@ -58,7 +61,15 @@ def labels_from_trace(
     paths: list[tuple[str, ...]] = []
     groups: dict[RowKey, _Agg] = {}
     for b in blocks:
-        p = (paths[b.parent] if b.parent >= 0 else ()) + (b.name,)
+        parent = b.parent
+        if b.continued and parent >= 0 and blocks[parent].end <= b.start:
+            # The piece before it, ended at the same instant, is its sibling, not its parent.
+            parent = blocks[parent].parent
+        p = paths[parent] if parent >= 0 else ()
+        if b.kind == STEP and b.name in own_steps:
+            paths.append(p)
+            continue
+        p += (b.name,)
         paths.append(p)
         key = ("" if b.line == main_line else b.line, p)
         agg = groups.get(key)
@@ -115,9 +126,11 @@ class _Agg:
         self.compiled_runs: list[int] = []
 
     def add(self, b: Block) -> None:
-        if b.compiles:
-            self.compiled_runs.append(self.count)
-        self.count += 1
+        """Add one run; a piece continued after a step boundary adds to the run before it."""
+        if not b.continued or not self.count:
+            self.count += 1
+        if b.compiles and self.count - 1 not in self.compiled_runs[-1:]:
+            self.compiled_runs.append(self.count - 1)
         self.total_ns += b.end - b.start
         self.compiles += b.compiles
         self.compile_ns += b.compile_ns

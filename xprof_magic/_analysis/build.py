@@ -32,6 +32,7 @@ from xprof_magic._analysis.notes import notes_for
 from xprof_magic._analysis.trace import ReadAborted, TraceFacts, read_trace
 from xprof_magic._backends import Vocabulary, get_vocabulary
 from xprof_magic._metadata import MetricTotal, RunMetadata
+from xprof_magic._steps import STEP_EVENT
 from xprof_magic._store import METADATA_FILE
 
 __all__ = ["DEFAULT_BUDGET_S", "summarize"]
@@ -154,7 +155,10 @@ def _build(
     counters, timers = meta.metrics.counters, meta.metrics.metrics
     compiled: blocks.RunsByRow = {}
     if facts is not None:
-        labels, compiled = blocks.labels_from_trace(facts, meta.wall_s)
+        own_steps = (
+            frozenset({STEP_EVENT}) if meta.step_rule in ("sync", "iteration") else frozenset()
+        )
+        labels, compiled = blocks.labels_from_trace(facts, meta.wall_s, own_steps)
         label_source = "trace"
         steps = blocks.steps_from_trace(facts) or blocks.steps_from_metadata(meta)
     else:

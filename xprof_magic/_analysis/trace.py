@@ -111,6 +111,8 @@ class Block:
     compiles: int = 0
     compile_ns: float = 0.0
     holds_compile: bool = False
+    continued: bool = False
+    """A label block reopened after a step boundary cut it (``continued=1``): the same entry."""
 
 
 @dataclass
@@ -378,6 +380,7 @@ class _Reader:
                     found.get(parent, -1),
                     line.name,
                     steps[i],
+                    continued=kind == _LABEL and line.stat(int(order[i]), "continued") == "1",
                 )
             )
             found[i] = len(blocks) - 1
