@@ -347,6 +347,7 @@ def test_work_left_pending_before_the_loop_is_step_0_not_a_step_of_its_own(
     # and the cell's own setup leaves another; the loader's first next() launches both
     earlier = "import torch, torch_xla\nleft = torch.ones(3, device=torch_xla.device()) * 2\n"
     assert ip.run_cell(earlier + "left.sum().item()").success
+    ip.run_cell("import torch_xla.debug.profiler as xp\nxp.set_tracer_marked_step(False)")
     setup = "\nunread = torch.ones(8, device=dev) * 3\nfor x, y in loader:"
     cell = MP_LOADER.format(barrier=barrier).replace("\nfor x, y in loader:", setup)
     assert "unread" in cell
@@ -363,6 +364,23 @@ def test_work_left_pending_before_the_loop_is_step_0_not_a_step_of_its_own(
         and first.start_ns <= e.start_ns < first.start_ns + first.duration_ns
     ]
     assert len(in_first) >= 2
+
+
+def test_a_step_trace_in_an_earlier_cell_leaves_the_loader_steps_as_they_were(
+    ip: Any, logdir: Path
+) -> None:
+    # a StepTrace sets torch_xla's "a step just synced" flag, which only the loader clears:
+    # its first next() then skips its sync, and no sync comes before the first batch ends
+    earlier = (
+        "import torch, torch_xla\nimport torch_xla.debug.profiler as xp\n"
+        "with xp.StepTrace('warm_up', step_num=0):\n"
+        "    warm = torch.ones(3, device=torch_xla.device()) * 2\n"
+    )
+    assert ip.run_cell(earlier).success
+    assert ip.user_ns["xp"].get_tracer_marked_step()
+    assert run(ip, logdir, MP_LOADER.format(barrier=""), "--steps").success
+    assert not ip.user_ns["xp"].get_tracer_marked_step()
+    assert_one_step_per_batch_tiling_the_loop(only_run(logdir).path)
 
 
 def test_a_sync_before_the_loops_first_iteration_ends_no_step() -> None:

@@ -140,13 +140,24 @@ class TorchXlaBackend:
         work when graphs were looked up for launch inside its own ``_xla_step_marker``
         call: the counters are process-wide, so they are read around that call, on the
         cell's thread, rather than from one sync to the next, which would also count the
-        graphs of ``.item()`` and of other threads in between. The user's markers are
-        ``xp.Trace`` with ``_r`` (``xp.StepTrace`` is one), seen where they are made and
-        where they exit.
+        graphs of ``.item()`` and of other threads in between.
+
+        MpDeviceLoader's ``next()`` skips its sync when ``xp.get_tracer_marked_step()`` says
+        a ``StepTrace`` just synced; nothing clears that flag but the loader, so a
+        ``StepTrace`` run earlier in the process (another cell) makes the loader's first
+        ``next()`` skip its sync. That skipped sync is reported as a sync that launched
+        nothing: without it no sync would come before the first batch's work ended, and
+        the loop's steps would be its iterations, leaving the graph's launch and compile,
+        in the next ``next()``, outside every step. The flag itself is left as it is, so
+        the user's graphs are cut where they would be without the capture.
+
+        The user's markers are ``xp.Trace`` with ``_r`` (``xp.StepTrace`` is one), seen
+        where they are made and where they exit.
         """
         owner = threading.get_ident()
         step_marker = _XLAC._xla_step_marker
         run_closures = xm._run_step_closures
+        marked_step = xp.get_tracer_marked_step
         trace_init, trace_exit = xp.Trace.__init__, xp.Trace.__exit__
         since_last = [_executions()]
         in_marker: list[bool | None] = [None]
@@ -173,6 +184,13 @@ class TorchXlaBackend:
                 on_sync(ran)
             return devctx
 
+        def get_marked_step() -> bool:
+            marked = bool(marked_step())
+            if marked and threading.get_ident() == owner:
+                with contextlib.suppress(Exception):
+                    on_sync(False)
+            return marked
+
         def init(trace: Any, name: str, **kwargs: Any) -> None:
             if kwargs.get("_r"):
                 trace.__dict__["_xprof_magic_step"] = True
@@ -190,6 +208,7 @@ class TorchXlaBackend:
 
         _XLAC._xla_step_marker = mark_step
         xm._run_step_closures = run_step_closures
+        xp.get_tracer_marked_step = get_marked_step
         xp.Trace.__init__ = init  # type: ignore[method-assign,assignment]
         xp.Trace.__exit__ = exit_  # type: ignore[method-assign]
         try:
@@ -197,6 +216,7 @@ class TorchXlaBackend:
         finally:
             _XLAC._xla_step_marker = step_marker
             xm._run_step_closures = run_closures
+            xp.get_tracer_marked_step = marked_step
             xp.Trace.__init__ = trace_init  # type: ignore[method-assign]
             xp.Trace.__exit__ = trace_exit  # type: ignore[method-assign]
 
