@@ -321,12 +321,8 @@ for x, y in loader:
 """
 
 
-@pytest.mark.parametrize("barrier", ["", ", barrier=True"])
-def test_mp_device_loader_steps_tile_the_loop(ip: Any, logdir: Path, barrier: str) -> None:
-    assert run(ip, logdir, MP_LOADER.format(barrier=barrier), "--steps").success
-    run_dir = only_run(logdir).path
+def assert_one_step_per_batch_tiling_the_loop(run_dir: Path) -> None:
     events = host_events(run_dir)
-    # one step per batch: the loader's first sync, before any work, makes no empty step
     assert step_numbers(run_dir) == list(range(8))
     (loop,) = [e for e in events if e.name == "for x, y in loader"]
     steps = [e for e in events if e.name == "step"]
@@ -334,6 +330,97 @@ def test_mp_device_loader_steps_tile_the_loop(ip: Any, logdir: Path, barrier: st
     assert sum(e.duration_ns for e in steps) >= 0.8 * loop.duration_ns
     meta = _metadata.read(run_dir)
     assert meta is not None and meta.step_rule == "sync"
+
+
+@pytest.mark.parametrize("barrier", ["", ", barrier=True"])
+def test_mp_device_loader_steps_tile_the_loop(ip: Any, logdir: Path, barrier: str) -> None:
+    assert run(ip, logdir, MP_LOADER.format(barrier=barrier), "--steps").success
+    # one step per batch: the loader's first sync, before any work, makes no empty step
+    assert_one_step_per_batch_tiling_the_loop(only_run(logdir).path)
+
+
+@pytest.mark.parametrize("barrier", ["", ", barrier=True"])
+def test_work_left_pending_before_the_loop_is_step_0_not_a_step_of_its_own(
+    ip: Any, logdir: Path, barrier: str
+) -> None:
+    # as in a notebook: an earlier cell started the runtime and left a tensor never read,
+    # and the cell's own setup leaves another; the loader's first next() launches both
+    earlier = "import torch, torch_xla\nleft = torch.ones(3, device=torch_xla.device()) * 2\n"
+    assert ip.run_cell(earlier + "left.sum().item()").success
+    ip.run_cell("import torch_xla.debug.profiler as xp\nxp.set_tracer_marked_step(False)")
+    setup = "\nunread = torch.ones(8, device=dev) * 3\nfor x, y in loader:"
+    cell = MP_LOADER.format(barrier=barrier).replace("\nfor x, y in loader:", setup)
+    assert "unread" in cell
+    assert run(ip, logdir, cell, "--steps").success
+    run_dir = only_run(logdir).path
+    assert_one_step_per_batch_tiling_the_loop(run_dir)
+    # the pending graphs were launched inside step 0, before the first batch's graph
+    events = host_events(run_dir)
+    first = min((e for e in events if e.name == "step"), key=lambda e: e.start_ns)
+    in_first = [
+        e
+        for e in events
+        if e.name == "SyncTensorsGraph"
+        and first.start_ns <= e.start_ns < first.start_ns + first.duration_ns
+    ]
+    assert len(in_first) >= 2
+
+
+def test_a_step_trace_in_an_earlier_cell_leaves_the_loader_steps_as_they_were(
+    ip: Any, logdir: Path
+) -> None:
+    # a StepTrace sets torch_xla's "a step just synced" flag, which only the loader clears:
+    # its first next() then skips its sync, and no sync comes before the first batch ends
+    earlier = (
+        "import torch, torch_xla\nimport torch_xla.debug.profiler as xp\n"
+        "with xp.StepTrace('warm_up', step_num=0):\n"
+        "    warm = torch.ones(3, device=torch_xla.device()) * 2\n"
+    )
+    assert ip.run_cell(earlier).success
+    assert ip.user_ns["xp"].get_tracer_marked_step()
+    assert run(ip, logdir, MP_LOADER.format(barrier=""), "--steps").success
+    assert not ip.user_ns["xp"].get_tracer_marked_step()
+    assert_one_step_per_batch_tiling_the_loop(only_run(logdir).path)
+
+
+def test_a_sync_before_the_loops_first_iteration_ends_no_step() -> None:
+    tracker = _steps.StepTracker(FakeEvent, watch_syncs=True)
+    tracker.disarm()
+    tracker.synced(True)  # the cell's setup syncs: before the loop, no step yet
+    tracker.arm(by_loop=True)
+    tracker.synced(True)  # MpDeviceLoader's first next() launches what setup left pending
+    for _ in range(2):
+        tracker.iteration_started()
+        tracker.synced(True)
+        tracker.iteration_ended()
+    tracker.finish()
+    assert tracker.rule == "sync"
+    assert recorded_steps() == [0, 1]
+    assert [s["step_num"] for k, n, s in FakeEvent.log if k == "open"] == [0, 1, 2]
+
+
+def test_only_the_cells_syncs_count_and_only_for_the_work_they_launch() -> None:
+    import threading
+
+    import torch
+    import torch_xla
+
+    from xprof_magic._backends import get_backend
+
+    dev = torch_xla.device()
+    torch_xla.sync()
+    seen: list[bool] = []
+    with get_backend().step_hooks(seen.append, lambda begin: None):
+        (torch.ones(2, device=dev) * 3).sum().item()  # a graph launched by no sync
+        torch_xla.sync()
+        pending = torch.ones(2, device=dev) * 5
+        other = threading.Thread(target=torch_xla.sync)  # launches `pending`, not the cell
+        other.start()
+        other.join()
+        torch_xla.sync()
+        pending = pending * 7
+        torch_xla.sync()
+    assert seen == [False, False, True]
 
 
 def test_nested_epochs_give_one_step_per_batch(ip: Any, logdir: Path) -> None:

@@ -83,9 +83,17 @@ class StepTracker:
     - the user's markers win, whenever they appear: from then on no marker of ours;
     - a sync, once the cell's loop (without one: the cell) has started and before its first
       iteration has ended, makes a step end at each sync that launched work, the next
-      starting there: steps tile the loop. A sync that launched nothing (MpDeviceLoader's
-      first ``next()``, or the loader's sync right after ``optimizer_step(barrier=True)``)
-      ends no step, so there is no empty step;
+      starting there: steps tile the loop. A sync that launched nothing (the loader's sync
+      right after ``optimizer_step(barrier=True)``) ends no step, so there is no empty step;
+    - before the cell's loop has begun its first iteration, no sync ends a step: step 0
+      starts where the loop starts and ends at the first sync that launched work after it
+      began. MpDeviceLoader's first ``next()`` syncs before it yields the first batch, and
+      what that sync launches is whatever the cell's setup, or an earlier cell, left
+      pending (tensors computed on the device and never read): that work is the loop's
+      start, so it belongs to step 0, and there is one step per batch however much was
+      pending and whether or not the runtime had started before. A cell without a
+      loop of its own (a loop inside ``train()``) has no such boundary: its first sync
+      that launched work ends step 0;
     - otherwise each iteration is a step.
 
     A profiler event takes its start time when it opens, so a step's marker opens where the
@@ -127,6 +135,7 @@ class StepTracker:
         self._lock = threading.RLock()
         self._armed = False
         self._by_loop = False
+        self._iterated = False
         self._sync: _Open | None = None
         self._iter: _Open | None = None
         self._user: _Open | None = None
@@ -180,6 +189,8 @@ class StepTracker:
             current = self._sync
             if self.rule != "sync" or not launched or current is None:
                 return
+            if self._by_loop and not self._iterated:
+                return
             recorder = self.recorder
             pieces = [] if recorder is None else recorder.split(current.labels_before)
             self._end(current)
@@ -189,6 +200,7 @@ class StepTracker:
 
     def iteration_started(self) -> None:
         with self._lock:
+            self._iterated = True
             if self.rule not in (None, "iteration") or self._iter is not None:
                 return
             if not self._armed:
