@@ -1,5 +1,8 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
 # Both install into .venv first; the install is redone only when pyproject.toml changes.
+# `make test` also builds .venv-colab, Colab's TPU runtime stack (Python 3.13, IPython 7.34,
+# ipywidgets 7.7, Notebook 6.5), redone only when tests/colab-constraints.txt or
+# pyproject.toml changes, and runs the kernel and Colab tests there too.
 
 PYTHON ?= python3
 VENV := .venv
@@ -7,11 +10,21 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 PJRT_DEVICE ?= $(shell ls /dev/accel* /dev/vfio/[0-9]* >/dev/null 2>&1 && echo TPU || echo CPU)
 export PJRT_DEVICE
+COLAB_PYTHON ?= $(HOME)/.pyenv/versions/3.13.0/bin/python3
+COLAB_VENV := .venv-colab
+COLAB_BIN := $(COLAB_VENV)/bin
+COLAB_CONSTRAINTS := tests/colab-constraints.txt
+COLAB_STAMP := $(COLAB_VENV)/.installed-$(shell cat $(COLAB_CONSTRAINTS) pyproject.toml | md5sum | cut -c1-12)
+# XProf requires newer ones than Colab has; the README's Colab section names both.
+COLAB_UNPINNED := absl-py|urllib3
+COLAB_STACK := ipython ipykernel traitlets ipywidgets jupyter_client jupyter_core tornado pyzmq \
+  notebook widgetsnbextension jupyterlab_widgets protobuf matplotlib-inline torch torch_xla
+COLAB_TEST_DEPS := pytest pytest-timeout nbclient nbformat playwright
 export PYTHONUNBUFFERED := 1
 # TensorFlow/XLA C++ logging would otherwise fill the outputs.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo test lint typecheck pytest browser-deps bench clean
+.PHONY: install colab-env demo test lint typecheck pytest browser-deps bench clean
 
 install: $(STAMP)
 
@@ -20,6 +33,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[torch-xla,tensorboard,dev]'
 	rm -f $(VENV)/.installed-*
+	touch $@
+
+colab-env: $(COLAB_STAMP)
+
+# Every Colab pin but the two XProf forces, so the environment is Colab's after
+# `pip install xprof_magic`.
+$(COLAB_STAMP): pyproject.toml $(COLAB_CONSTRAINTS)
+	@test -x $(COLAB_PYTHON) || { echo "Colab's stack needs Python 3.13: none at $(COLAB_PYTHON);" \
+	  "install it (pyenv install 3.13) or set COLAB_PYTHON=/path/to/python3.13"; exit 1; }
+	test -x $(COLAB_BIN)/python || $(COLAB_PYTHON) -m venv $(COLAB_VENV)
+	grep -vE '^($(COLAB_UNPINNED))==' $(COLAB_CONSTRAINTS) > $(COLAB_VENV)/constraints.txt
+	$(COLAB_BIN)/python -m pip install -q -c $(COLAB_VENV)/constraints.txt -e . \
+	  $(COLAB_STACK) $(COLAB_TEST_DEPS)
+	rm -f $(COLAB_VENV)/.installed-*
 	touch $@
 
 browser-deps:
@@ -36,9 +63,14 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-pytest: install browser-deps
-	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+# The newest stack runs everything but the tests of Colab's pinned stack; the pinned stack
+# runs the kernel tests again, and the Colab ones.
+pytest: install colab-env browser-deps
+	$(BIN)/python -m pytest -q -ra -m "not pinned" $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; \
+	  $(COLAB_BIN)/python -m pytest -q -ra -m "kernel or colab or pinned" $(PYTEST_ARGS); rc2=$$?; \
+	  if [ $$rc2 -eq 5 ]; then echo "pytest collected no tests on Colab's stack"; exit 1; fi; \
+	  [ $$rc -eq 0 ] && [ $$rc2 -eq 0 ]
 
 test: lint typecheck pytest
 
@@ -46,4 +78,4 @@ bench: install
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) xprof_logs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(COLAB_VENV) xprof_logs .pytest_cache .mypy_cache .ruff_cache

@@ -20,6 +20,27 @@ os.environ["XPROF_MAGIC_NO_SERVER"] = "1"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
+def on_colab_stack() -> bool:
+    """Whether this is Colab's pinned notebook stack (ipywidgets 7, classic Notebook 6), as
+    in .venv-colab."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ipywidgets").startswith("7.") and version("notebook").startswith("6.")
+    except PackageNotFoundError:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``pinned`` run on Colab's stack only; elsewhere they say where they run."""
+    if on_colab_stack():
+        return
+    skip = pytest.mark.skip(reason="needs Colab's pinned stack: `make test` runs it in .venv-colab")
+    for item in items:
+        if "pinned" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_viewers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Viewers started by the tests record themselves in a private folder, and are all
