@@ -26,6 +26,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from xprof_magic import _analysis, _store
+from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._viewer.client import (
     DEFAULT_HEIGHT,
@@ -286,7 +287,7 @@ class ViewerWidget:
 
     def widget_bundle(self) -> dict[str, Any]:
         """The widget part of a MIME bundle (the caller adds text and HTML)."""
-        bundle: dict[str, Any] = self.box._repr_mimebundle_() or {}
+        bundle = compat.widget_bundle(self.box)
         bundle.pop("text/plain", None)
         return bundle
 
@@ -295,6 +296,12 @@ class ViewerWidget:
             if self._updating:
                 return
             src, full = self.urls()
+            if self.context.kind == "colab":
+                from xprof_magic._notebook import colab
+
+                colab.show_frame(self, src)
+                if src is not None:
+                    return
             if src is None:
                 self.frame.value = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
                 self.link.value = ""
@@ -330,7 +337,7 @@ class ViewerWidget:
         return f"XProf: {src}"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        bundle: dict[str, Any] = self.box._repr_mimebundle_(**kwargs) or {}
+        bundle = compat.widget_bundle(self.box, **kwargs)
         bundle["text/plain"] = self.text()
         return bundle
 
