@@ -39,6 +39,7 @@ __all__ = [
     "isolated",
     "leftover_processes",
     "machine_environment",
+    "start_classic_notebook",
     "start_jupyterlab",
     "stop_viewers",
     "wait_until",
@@ -307,6 +308,55 @@ def start_jupyterlab(
             raise RuntimeError(f"JupyterLab did not start; its log:\n{lab.log_tail()}")
         time.sleep(0.3)
     return lab
+
+
+def start_classic_notebook(
+    home: Path,
+    *,
+    kernels: Mapping[str, Mapping[str, Any]] = {},
+    python: str = sys.executable,
+    timeout: float = 120.0,
+) -> JupyterLab:
+    """Classic Notebook (6.x, the ipywidgets 7 frontend closest to Colab's) on a free loopback
+    port serving ``home/notebooks``, all its state in ``home``, with extra ``kernels``
+    (kernelspecs by name). Its REST API is JupyterLab's, so the same handle serves."""
+    root = home / "notebooks"
+    root.mkdir(parents=True)
+    env = isolated(home, machine_environment())
+    for name, spec in kernels.items():
+        _write_json(Path(env["JUPYTER_PATH"]) / "kernels" / name / "kernel.json", spec)
+    port = free_port()
+    log_path = home / "notebook.log"
+    command = [
+        python,
+        "-m",
+        "notebook",
+        "--no-browser",
+        "--allow-root",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--NotebookApp.port_retries=0",
+        f"--NotebookApp.token={TOKEN}",
+        f"--NotebookApp.notebook_dir={root}",
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=root,
+            env=env,
+            start_new_session=True,
+        )
+    server = JupyterLab(process, port, home, root, env, log_path)
+    deadline = time.monotonic() + timeout
+    while not server.answers():
+        if process.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"Notebook did not start; its log:\n{server.log_tail()}")
+        time.sleep(0.3)
+    return server
 
 
 def stop_viewers(env: Mapping[str, str], python: str = sys.executable) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import types
 from collections.abc import Iterator
@@ -177,37 +176,6 @@ def test_proxy_template_puts_the_prefix_into_the_page_and_its_data_url(
     assert src is not None and src.startswith(prefix + "/data/plugin/profile/")
     data_url = parse_qs(urlsplit(src).query)["trace_data_url"][0]
     assert data_url.startswith(prefix + "/data/plugin/profile/data?")
-
-
-def test_colab_uses_the_kernel_port_proxy(
-    viewer: _viewer.Viewer, logdir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    asked: list[str] = []
-    output = types.ModuleType("google.colab.output")
-
-    def eval_js(script: str) -> str:
-        asked.append(script)
-        return "https://8123-abc-colab.googleusercontent.com/"
-
-    output.eval_js = eval_js  # type: ignore[attr-defined]
-    colab = types.ModuleType("google.colab")
-    colab.output = output  # type: ignore[attr-defined]
-    google = types.ModuleType("google")
-    google.colab = colab  # type: ignore[attr-defined]
-    for name, module in (
-        ("google", google),
-        ("google.colab", colab),
-        ("google.colab.output", output),
-    ):
-        monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(_context, "_colab_urls", {})
-    context = _context.detect(shell=types.SimpleNamespace(kernel=object()))
-    assert context.kind == "colab"
-    view = _widget.ViewerWidget(viewer, context, logdir, run="newer")
-    src, _ = view.urls()
-    assert src is not None
-    assert src.startswith(f"https://8123-abc-colab.googleusercontent.com/{viewer.secret}/")
-    assert asked == [f"google.colab.kernel.proxyPort({viewer.port}, {{'cache': false}})"]
 
 
 @pytest.mark.parametrize(

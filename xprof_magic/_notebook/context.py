@@ -3,7 +3,8 @@
 The kernel does not know the URL the browser sees. The viewer listens on a loopback port of
 the kernel's machine; each context reaches it differently:
 
-- Colab: through its kernel-port proxy (``google.colab.kernel.proxyPort``);
+- Colab: through its kernel-port proxy (``google.colab.kernel.proxyPort``), whose URL only
+  the browser learns (:mod:`xprof_magic._notebook.colab`);
 - Binder, JupyterHub or a remote Jupyter: through jupyter-server-proxy, or a template with
   ``%PORT%`` from ``XPROF_MAGIC_PROXY_URL`` (or TensorBoard's ``TENSORBOARD_PROXY_URL``);
 - JupyterLab, Notebook 7 or VS Code on the same machine: the loopback port itself;
@@ -28,8 +29,6 @@ PROXY_ENV = "XPROF_MAGIC_PROXY_URL"
 TENSORBOARD_PROXY_ENV = "TENSORBOARD_PROXY_URL"
 ContextKind = Literal["colab", "proxy", "vscode", "jupyter", "terminal"]
 
-_colab_urls: dict[int, str] = {}
-
 
 @dataclass(frozen=True)
 class Context:
@@ -48,7 +47,9 @@ class Context:
         ``origin + prefix + path``; a path that the page itself puts after
         ``location.origin`` needs the prefix only."""
         if self.kind == "colab":
-            return _colab_origin(port), ""
+            # The origin exists only in the browser: the page's JavaScript asks Colab's
+            # proxy for it (see _notebook/colab.py), so paths are all the kernel builds.
+            return "", ""
         if self.kind == "proxy" and self.proxy_template:
             prefix = self.proxy_template.replace("%PORT%", str(port)).rstrip("/")
             if "://" in prefix:
@@ -66,15 +67,6 @@ class Context:
             "jupyter": "Jupyter, on this machine",
             "terminal": "a terminal (no widgets)",
         }[self.kind]
-
-
-def _colab_origin(port: int) -> str:
-    if port not in _colab_urls:
-        from google.colab import output
-
-        url = output.eval_js(f"google.colab.kernel.proxyPort({port}, {{'cache': false}})")
-        _colab_urls[port] = str(url).rstrip("/")
-    return _colab_urls[port]
 
 
 def _proxy_template(environ: Mapping[str, str]) -> str | None:

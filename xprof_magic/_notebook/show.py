@@ -137,6 +137,10 @@ class CellDisplay:
 
     def show(self) -> None:
         self.handle = display(self.bundle(), raw=True, display_id=True)
+        if self.widgets and self.view.context.kind == "colab":
+            from xprof_magic._notebook import colab
+
+            colab.display_frame(self.view)
 
     def update(self, summary: Summary) -> None:
         self.summary = summary

@@ -1,0 +1,334 @@
+"""Acceptance on Colab's stack: ``%%xprof`` in classic Notebook 6.5 with ipywidgets 7, the
+kernel seeing a ``google.colab`` module and the page a ``google.colab.kernel.proxyPort``.
+
+Only what cannot exist here is faked, and honestly: the kernel imports a stub
+``google.colab`` (tests/colab_stub; its ``output.eval_js`` never returns, as with no browser
+attached, so a kernel that called it would hang the cell), and an init script gives the page
+``google.colab.kernel.proxyPort``, which maps a kernel port to another origin than the
+notebook's (``http://localhost:PORT/`` for a notebook on 127.0.0.1), as Colab's proxy does.
+A second variant maps every port to a server that answers 403, as Colab's proxy does when
+the browser blocks third-party cookies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from tests._browser import (
+    CHROMIUM_ARGS,
+    TOKEN,
+    DataFetches,
+    JupyterLab,
+    find_chromium,
+    free_port,
+    leftover_processes,
+    start_classic_notebook,
+    stop_viewers,
+    wait_until,
+    write_notebook,
+)
+from tests.conftest import ARTIFACTS
+from xprof_magic._notebook import colab
+
+pytestmark = [pytest.mark.browser, pytest.mark.pinned]
+
+STUB = Path(__file__).resolve().parent / "colab_stub"
+KERNEL = "python3-colab"
+RUN_TIMEOUT_S = 300.0
+LOAD_TIMEOUT_S = 90.0
+
+# ``target`` null: a port maps to the same port on localhost; a number: every port maps there.
+FAKE_PROXY = """
+(() => {
+  const target = %s;
+  window.xprofProxyCalls = [];
+  window.google = window.google || {};
+  window.google.colab = window.google.colab || {};
+  window.google.colab.kernel = {
+    proxyPort: async (port, options) => {
+      window.xprofProxyCalls.push({port, options});
+      return `http://localhost:${target === null ? port : target}/`;
+    },
+  };
+})();
+"""
+
+SETUP = "%load_ext xprof_magic\nimport torch, torch_xla\ndevice = torch_xla.device()"
+TRAIN = (
+    "%%xprof --name colab-train\n"
+    "x = torch.randn(64, 64, device=device)\n"
+    "# xprof: forward\n"
+    "y = (x @ x).relu().sum()\n"
+    "torch_xla.sync()\n"
+    "y.item()"
+)
+EVALUATE = (
+    "%%xprof --name colab-eval\n# xprof: evaluate\nz = (x * 2).sum()\ntorch_xla.sync()\nz.item()"
+)
+
+
+def colab_kernel() -> dict[str, Any]:
+    """This Python with the stub first on its path, imported at start as Colab's kernel
+    imports ``google.colab``."""
+    path = os.pathsep.join(p for p in (str(STUB), os.environ.get("PYTHONPATH", "")) if p)
+    return {
+        "argv": [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            "--IPKernelApp.exec_lines=['import google.colab']",
+        ],
+        "display_name": "Python 3 (fake Colab)",
+        "language": "python",
+        "env": {"PYTHONPATH": path},
+    }
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
+    home = tmp_path_factory.mktemp("notebook6")
+    started = start_classic_notebook(home, kernels={KERNEL: colab_kernel()})
+    try:
+        yield started
+    finally:
+        started.stop()
+        stopped = stop_viewers(started.env)
+        left = leftover_processes(home)
+        for line in left:
+            os.kill(int(line.split(":", 1)[0]), 9)
+        assert not left, f"still running after teardown ({stopped}):\n" + "\n".join(left)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        home = tmp_path_factory.mktemp("chromium-home")
+        launched = playwright.chromium.launch(
+            executable_path=chromium, args=CHROMIUM_ARGS, env={**os.environ, "HOME": str(home)}
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def forbidden() -> Iterator[int]:
+    """A server answering 403 to everything: Colab's proxy when third-party cookies are
+    blocked."""
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"Forbidden"
+            self.send_response(403)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    port = free_port()
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Refuse)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield port
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class ClassicNotebook:
+    """One notebook open in classic Notebook, and what its page fetched."""
+
+    def __init__(self, page: Any, server: JupyterLab, name: str) -> None:
+        self.page = page
+        self.server = server
+        self.name = name
+        self.data = DataFetches()
+        self.errors: list[str] = []
+        page.on("response", self.data.on_response)
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+    def pause(self, seconds: float) -> None:
+        self.page.wait_for_timeout(seconds * 1000)
+
+    def open(self) -> None:
+        url = f"{self.server.origin}/notebooks/{self.name}?token={TOKEN}"
+        self.page.goto(url, timeout=LOAD_TIMEOUT_S * 1000)
+        self.page.wait_for_function(
+            "() => window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel"
+            " && Jupyter.notebook.kernel.is_connected()",
+            timeout=LOAD_TIMEOUT_S * 1000,
+        )
+
+    def prompts(self) -> list[Any]:
+        found: list[Any] = self.page.evaluate(
+            "() => Jupyter.notebook.get_cells().map(c => c.input_prompt_number ?? null)"
+        )
+        return found
+
+    def outputs(self) -> str:
+        texts: list[str] = self.page.locator(".output_area").all_inner_texts()
+        return "\n---\n".join(texts)
+
+    def kernel_idle(self) -> bool:
+        sessions = self.server.api("GET", "/api/sessions")
+        return bool(sessions) and all(s["kernel"]["execution_state"] == "idle" for s in sessions)
+
+    def run_all(self) -> None:
+        self.page.evaluate("() => Jupyter.notebook.execute_all_cells()")
+        wait_until(
+            lambda: all(isinstance(p, int) for p in self.prompts()) and self.kernel_idle(),
+            RUN_TIMEOUT_S,
+            lambda: f"cells still running: {self.prompts()}\n{self.outputs()}",
+            self.pause,
+        )
+
+    def frame(self, box: Any, previous: Any = None) -> Any:
+        """The XProf page's frame in an ``.xprof-colab`` output, once not ``previous``."""
+
+        def find() -> Any:
+            handle = box.locator("iframe.xprof-inner").element_handle(timeout=1000)
+            found = handle.content_frame() if handle else None
+            return found if found is not None and found != previous else None
+
+        return wait_until(find, LOAD_TIMEOUT_S, "the output's XProf frame", self.pause)
+
+    def wait_for_data(self, frame: Any, run: str, label: str) -> None:
+        wait_until(
+            lambda: self.data.find(run, "trace_viewer", frame, label),
+            LOAD_TIMEOUT_S,
+            lambda: f"no trace of {run!r} with {label!r} fetched\n{self.data.describe()}",
+            self.pause,
+        )
+
+    def screenshot(self, name: str) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"browser-colab-{name}.png"), full_page=True)
+
+
+def select_run(widget: Any, run: str) -> None:
+    """Choose ``run`` in the widget's runs dropdown (its labels carry a time too)."""
+    dropdown = widget.locator(".xprof-runs select")
+    labels: list[str] = dropdown.evaluate("s => Array.from(s.options).map(o => o.textContent)")
+    chosen = [t for t in labels if t.replace("\xa0", " ").split(" ")[0] == run]
+    assert chosen, f"run {run!r} is not in the runs dropdown: {labels}"
+    dropdown.select_option(label=chosen[0])
+
+
+def run_of(frame: Any) -> str:
+    found = re.search(r"[?&]run=([^&]+)", unquote(unquote(frame.url)))
+    return found.group(1) if found else ""
+
+
+def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
+    server: JupyterLab, browser: Any
+) -> None:
+    name = "colab.ipynb"
+    write_notebook(server.root / name, [SETUP, TRAIN, EVALUATE], kernel=KERNEL)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(FAKE_PROXY % "null")
+    page = context.new_page()
+    notebook = ClassicNotebook(page, server, name)
+    try:
+        notebook.open()
+        notebook.run_all()
+        outputs = notebook.outputs()
+        assert "Traceback" not in outputs and "showing it failed" not in outputs, outputs
+        for run in ("colab-train", "colab-eval"):
+            assert f"xprof: run {run} (ok)" in outputs, outputs
+        widgets = page.locator(".xprof-viewer")
+        boxes = page.locator(".xprof-colab")
+        assert widgets.count() == 2 and boxes.count() == 2, outputs
+        assert page.locator("a.xprof-open").count() == 0, "Colab gets no new-tab link"
+
+        # The frame comes from another origin than the notebook's, through proxyPort.
+        first = boxes.nth(0)
+        frame = notebook.frame(first)
+        parts = urlsplit(frame.url)
+        assert parts.hostname == "localhost" and parts.port != server.port, frame.url
+        calls = page.evaluate("() => window.xprofProxyCalls")
+        assert calls and all(c["options"] == {"cache": False} for c in calls), calls
+        notebook.wait_for_data(frame, "colab-train", "forward")
+        first.scroll_into_view_if_needed()
+        frame.get_by_text("/host:CPU").filter(visible=True).first.wait_for(
+            timeout=LOAD_TIMEOUT_S * 1000
+        )
+        assert first.locator(".xprof-colab-hint").is_hidden()
+        notebook.screenshot("trace-viewer")
+
+        # The runs dropdown replaces the same output's frame, in place.
+        select_run(widgets.nth(0), "colab-eval")
+        frame = notebook.frame(first, previous=frame)
+        assert run_of(frame) == "colab-eval", frame.url
+        notebook.wait_for_data(frame, "colab-eval", "evaluate")
+        assert boxes.count() == 2 and first.locator("iframe").count() == 1
+        assert first.locator(".xprof-colab-hint").is_hidden()
+
+        # XProf's full UI reads window.parent; cross-origin it must still render.
+        widgets.nth(0).locator(".xprof-tools select").select_option(label="Overview")
+        frame = notebook.frame(first, previous=frame)
+        assert urlsplit(frame.url).path.endswith("/overview_page"), frame.url
+        first.scroll_into_view_if_needed()
+        frame.get_by_text("Performance Summary").filter(visible=True).first.wait_for(
+            timeout=LOAD_TIMEOUT_S * 1000
+        )
+        notebook.screenshot("overview")
+        assert notebook.errors == [], notebook.errors
+    except BaseException:
+        with contextlib.suppress(Exception):
+            notebook.screenshot("failure")
+        print(f"Notebook's log, last lines:\n{server.log_tail()}")
+        raise
+    finally:
+        context.close()
+        server.shutdown_kernels()
+
+
+def test_a_refusing_proxy_shows_the_one_line_hint(
+    server: JupyterLab, browser: Any, forbidden: int
+) -> None:
+    name = "colab-403.ipynb"
+    write_notebook(server.root / name, [SETUP, TRAIN], kernel=KERNEL)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(FAKE_PROXY % json.dumps(forbidden))
+    page = context.new_page()
+    notebook = ClassicNotebook(page, server, name)
+    try:
+        notebook.open()
+        notebook.run_all()
+        box = page.locator(".xprof-colab")
+        assert box.count() == 1, notebook.outputs()
+        hint = box.locator(".xprof-colab-hint")
+        hint.wait_for(state="visible", timeout=LOAD_TIMEOUT_S * 1000)
+        assert hint.inner_text().strip() == colab.BLOCKED_HINT
+        assert box.locator("iframe").count() == 0
+        notebook.screenshot("403")
+    except BaseException:
+        with contextlib.suppress(Exception):
+            notebook.screenshot("403-failure")
+        print(f"Notebook's log, last lines:\n{server.log_tail()}")
+        raise
+    finally:
+        context.close()
+        server.shutdown_kernels()

@@ -1,0 +1,142 @@
+"""The viewer under a cell in Colab: an iframe that JavaScript in the output frame makes.
+
+The kernel does not know the URL under which Colab's browser reaches a kernel port, and must
+never wait for a browser to tell it (``google.colab.output.eval_js`` waits forever when no
+browser is attached). So, as TensorBoard's ``%tensorboard`` does (tensorboard/notebook.py,
+``_display_colab``), the kernel displays JavaScript that awaits
+``google.colab.kernel.proxyPort(port, ...)`` in the output frame and makes the iframe there.
+A new selection in the widget's dropdowns replaces that output in place through its display
+handle (``update_display_data``), as ``%tensorboard`` replaces its own output.
+
+An iframe's ``load`` event fires on an error page too, so whether the proxy lets the frame
+in (it answers 403 when the browser blocks third-party cookies) is asked separately: a
+``<link rel=preload>`` of a small script of XProf's through the same proxied origin, whose
+``error`` event fires on a 403. Only then is the one-line hint shown. Colab gets no "open in
+new tab" link: proxied URLs answer 403 outside the output frame.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from IPython.display import DisplayHandle, display
+
+__all__ = ["BLOCKED_HINT", "ColabFrame", "display_frame", "script", "show_frame"]
+
+BLOCKED_HINT = (
+    "xprof: Colab's proxy refused the viewer's frame (HTTP 403), which happens when the browser "
+    "blocks third-party cookies: allow them for colab.research.google.com (or for "
+    "[*.]googleusercontent.com), reload the page and re-run the cell."
+)
+UNREACHABLE_HINT = (
+    "xprof: Colab's proxy gave no URL for the viewer's port {port}: re-run the cell, "
+    "or %xprof viewer stop first if the viewer had stopped."
+)
+# 76 bytes of XProf's static files: fetched to learn whether the proxy lets the frame in.
+PROBE_PATH = "/data/plugin/profile/index.js"
+MIME = "application/javascript"
+
+
+def script(port: int, path: str, probe: str, height: int, frame_id: str) -> str:
+    """JavaScript for the output frame: the iframe on ``path`` (an absolute path on the
+    viewer, secret included) under the proxied origin of ``port``, replacing any earlier one
+    with the same ``frame_id``, and the hint if the proxy refuses ``probe``."""
+    args = json.dumps(
+        {
+            "port": int(port),
+            "path": path,
+            "probe": probe,
+            "height": int(height),
+            "id": frame_id,
+            "blocked": BLOCKED_HINT,
+            "unreachable": UNREACHABLE_HINT.format(port=int(port)),
+        }
+    )
+    return (
+        "(async (a) => {\n"
+        "  const host = (typeof element !== 'undefined' && element && element.get)\n"
+        "    ? element.get(0) : document.body;\n"
+        "  for (const old of document.querySelectorAll('[data-xprof-frame]')) {\n"
+        "    if (old.dataset.xprofFrame === a.id) old.remove();\n"
+        "  }\n"
+        "  const box = document.createElement('div');\n"
+        "  box.dataset.xprofFrame = a.id;\n"
+        "  box.className = 'xprof-colab';\n"
+        "  const hint = document.createElement('div');\n"
+        "  hint.className = 'xprof-colab-hint';\n"
+        "  hint.style.cssText = 'color:#b00;font-family:monospace;margin:4px 0';\n"
+        "  hint.hidden = true;\n"
+        "  box.appendChild(hint);\n"
+        "  host.appendChild(box);\n"
+        "  let base;\n"
+        "  try {\n"
+        "    base = String(await google.colab.kernel.proxyPort(a.port, {cache: false}));\n"
+        "  } catch (e) {\n"
+        "    hint.textContent = a.unreachable; hint.hidden = false; return;\n"
+        "  }\n"
+        "  base = base.replace(/\\/+$/, '');\n"
+        "  const frame = document.createElement('iframe');\n"
+        "  frame.className = 'xprof-inner';\n"
+        "  frame.src = base + a.path;\n"
+        "  frame.allow = 'clipboard-write; fullscreen';\n"
+        "  frame.style.cssText = 'width:100%;border:1px solid #ccc;border-radius:2px';\n"
+        "  frame.height = String(a.height);\n"
+        "  box.appendChild(frame);\n"
+        "  const probe = document.createElement('link');\n"
+        "  probe.rel = 'preload'; probe.as = 'script'; probe.href = base + a.probe;\n"
+        "  probe.onload = () => probe.remove();\n"
+        "  probe.onerror = () => {\n"
+        "    probe.remove(); frame.remove(); hint.textContent = a.blocked; hint.hidden = false;\n"
+        "  };\n"
+        "  document.head.appendChild(probe);\n"
+        f"}})({args});\n"
+    )
+
+
+class ColabFrame:
+    """One output holding the viewer's iframe, updated in place as the selection changes."""
+
+    def __init__(self, port: int, secret_prefix: str, height: int) -> None:
+        self.port = port
+        self.probe = secret_prefix + PROBE_PATH
+        self.height = height
+        self.frame_id = uuid.uuid4().hex[:12]
+        self.source = ""
+        self.handle: DisplayHandle | None = None
+
+    def bundle(self) -> dict[str, str]:
+        return {MIME: self.source, "text/plain": ""}
+
+    def show(self, path: str | None) -> None:
+        """Point the frame at ``path`` (None: no run, no frame), in place once displayed."""
+        self.source = (
+            script(self.port, path, self.probe, self.height, self.frame_id) if path else ""
+        )
+        if self.handle is not None:
+            self.handle.update(self.bundle(), raw=True)
+
+    def display(self) -> None:
+        """Display the output, under the widget; later selections update it."""
+        if self.handle is None:
+            self.handle = display(self.bundle(), raw=True, display_id=True)
+
+
+def show_frame(view: Any, path: str | None) -> None:
+    """The widget's hook in Colab: no HTML iframe and no link in the widget, the frame in an
+    output of its own (made on first use, displayed by :func:`display_frame`)."""
+    frame: ColabFrame | None = getattr(view, "colab_frame", None)
+    if frame is None:
+        frame = ColabFrame(view.viewer.port, view.viewer.base_path, view.height)
+        view.colab_frame = frame
+    view.frame.value = "" if path else view.frame.value
+    view.link.value = ""
+    frame.show(path)
+
+
+def display_frame(view: Any) -> None:
+    """Display the frame's output right after the widget (the cell display's hook)."""
+    frame: ColabFrame | None = getattr(view, "colab_frame", None)
+    if frame is not None:
+        frame.display()
