@@ -111,9 +111,10 @@ class ColabFrame:
 
     def show(self, path: str | None) -> None:
         """Point the frame at ``path`` (None: no run, no frame), in place once displayed."""
-        self.source = (
-            script(self.port, path, self.probe, self.height, self.frame_id) if path else ""
-        )
+        source = script(self.port, path, self.probe, self.height, self.frame_id) if path else ""
+        if source == self.source:
+            return
+        self.source = source
         if self.handle is not None:
             self.handle.update(self.bundle(), raw=True)
 
