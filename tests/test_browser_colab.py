@@ -187,9 +187,15 @@ class ClassicNotebook:
         self.data = DataFetches()
         self.errors: list[str] = []
         page.on("response", self.data.on_response)
+        self.comm_info = False
+        page.on("websocket", lambda ws: ws.on("framereceived", self._received))
         page.on("pageerror", lambda error: self.errors.append(str(error)))
         self.console: list[str] = []
         page.on("console", lambda m: self.console.append(f"{m.type}: {m.text} ({m.location})"))
+
+    def _received(self, payload: str | bytes) -> None:
+        text = payload if isinstance(payload, str) else payload.decode(errors="replace")
+        self.comm_info = self.comm_info or '"comm_info_reply"' in text
 
     def pause(self, seconds: float) -> None:
         self.page.wait_for_timeout(seconds * 1000)
@@ -218,6 +224,17 @@ class ClassicNotebook:
         return bool(sessions) and all(s["kernel"]["execution_state"] == "idle" for s in sessions)
 
     def run_all(self) -> None:
+        """Run every cell once the widget manager has restored the kernel's widgets.
+
+        Notebook 6's manager (ipywidgets 7) asks the kernel for its comms when it connects;
+        a widget created before that answer can be left unrendered, which a user who opens
+        a notebook and then runs it never meets."""
+        wait_until(
+            lambda: self.comm_info,
+            LOAD_TIMEOUT_S,
+            "the widget manager's comm_info_reply",
+            self.pause,
+        )
         self.page.evaluate("() => Jupyter.notebook.execute_all_cells()")
         wait_until(
             lambda: all(isinstance(p, int) for p in self.prompts()) and self.kernel_idle(),
