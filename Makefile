@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 PJRT_DEVICE ?= $(shell ls /dev/accel* /dev/vfio/[0-9]* >/dev/null 2>&1 && echo TPU || echo CPU)
 export PJRT_DEVICE
-COLAB_PYTHON ?= $(HOME)/.pyenv/versions/3.13.0/bin/python3
+COLAB_PYTHON ?= $(or $(wildcard $(HOME)/.pyenv/versions/3.13.0/bin/python3),$(shell command -v python3.13),python3.13)
 COLAB_VENV := .venv-colab
 COLAB_BIN := $(COLAB_VENV)/bin
 COLAB_CONSTRAINTS := tests/colab-constraints.txt
@@ -40,7 +40,7 @@ colab-env: $(COLAB_STAMP)
 # Every Colab pin but the two XProf forces, so the environment is Colab's after
 # `pip install xprof_magic`.
 $(COLAB_STAMP): pyproject.toml $(COLAB_CONSTRAINTS)
-	@test -x $(COLAB_PYTHON) || { echo "Colab's stack needs Python 3.13: none at $(COLAB_PYTHON);" \
+	@command -v $(COLAB_PYTHON) >/dev/null || { echo "Colab's stack needs Python 3.13: none at $(COLAB_PYTHON);" \
 	  "install it (pyenv install 3.13) or set COLAB_PYTHON=/path/to/python3.13"; exit 1; }
 	test -x $(COLAB_BIN)/python || $(COLAB_PYTHON) -m venv $(COLAB_VENV)
 	grep -vE '^($(COLAB_UNPINNED))==' $(COLAB_CONSTRAINTS) > $(COLAB_VENV)/constraints.txt

@@ -346,6 +346,7 @@ def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
         # XProf's pages read window.parent (gtag, TENSORBOARD_ENV), which throws
         # cross-origin: what matters is that they render, as checked above.
         assert not [e for e in notebook.errors if "localStorage" in e], notebook.errors
+        print("Page errors (XProf's, cross-origin):", *notebook.errors, sep="\n")
     except BaseException:
         with contextlib.suppress(Exception):
             notebook.screenshot("failure")
