@@ -362,7 +362,7 @@ def start_classic_notebook(
 def stop_viewers(env: Mapping[str, str], python: str = sys.executable) -> str:
     """Stop every XProf viewer recorded in ``env``'s viewer folder (viewers outlive kernels)."""
     code = (
-        "from xprof_magic._viewer import manager as _viewer\n"
+        "from xprof_magic import _viewer\n"
         "print([_viewer.stop_viewer(v) for v in _viewer.list_viewers()])"
     )
     done = subprocess.run(

@@ -18,12 +18,13 @@ new tab" link: proxied URLs answer 403 outside the output frame.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from typing import Any
 
 from IPython.display import DisplayHandle, display
 
-__all__ = ["BLOCKED_HINT", "ColabFrame", "display_frame", "script", "show_frame"]
+__all__ = ["BLOCKED_HINT", "ColabFrame", "display_frame", "frame_of", "script", "show_frame"]
 
 BLOCKED_HINT = (
     "xprof: Colab's proxy refused the viewer's frame (HTTP 403), which happens when the browser "
@@ -105,39 +106,47 @@ class ColabFrame:
         self.frame_id = uuid.uuid4().hex[:12]
         self.source = ""
         self.handle: DisplayHandle | None = None
+        self._lock = threading.Lock()
 
     def bundle(self) -> dict[str, str]:
         return {MIME: self.source, "text/plain": ""}
 
     def show(self, path: str | None) -> None:
-        """Point the frame at ``path`` (None: no run, no frame), in place once displayed."""
+        """Point the frame at ``path`` (None: no run, no frame), in place once displayed.
+        Called from the widget's observers and from its tools thread."""
         source = script(self.port, path, self.probe, self.height, self.frame_id) if path else ""
-        if source == self.source:
-            return
-        self.source = source
-        if self.handle is not None:
-            self.handle.update(self.bundle(), raw=True)
+        with self._lock:
+            if source == self.source:
+                return
+            self.source = source
+            if self.handle is not None:
+                self.handle.update(self.bundle(), raw=True)
 
     def display(self) -> None:
         """Display the output, under the widget; later selections update it."""
-        if self.handle is None:
-            self.handle = display(self.bundle(), raw=True, display_id=True)
+        with self._lock:
+            if self.handle is None:
+                self.handle = display(self.bundle(), raw=True, display_id=True)
 
 
-def show_frame(view: Any, path: str | None) -> None:
-    """The widget's hook in Colab: no HTML iframe and no link in the widget, the frame in an
-    output of its own (made on first use, displayed by :func:`display_frame`)."""
+def frame_of(view: Any) -> ColabFrame:
+    """The Colab frame of a viewer widget, made on first use."""
     frame: ColabFrame | None = getattr(view, "colab_frame", None)
     if frame is None:
         frame = ColabFrame(view.viewer.port, view.viewer.base_path, view.height)
         view.colab_frame = frame
-    view.frame.value = "" if path else view.frame.value
+    return frame
+
+
+def show_frame(view: Any, path: str | None) -> None:
+    """The widget's hook in Colab: no HTML iframe and no link in the widget, the frame in an
+    output of its own (displayed by :func:`display_frame`)."""
+    if path:
+        view.frame.value = ""
     view.link.value = ""
-    frame.show(path)
+    frame_of(view).show(path)
 
 
 def display_frame(view: Any) -> None:
     """Display the frame's output right after the widget (the cell display's hook)."""
-    frame: ColabFrame | None = getattr(view, "colab_frame", None)
-    if frame is not None:
-        frame.display()
+    frame_of(view).display()
