@@ -14,6 +14,9 @@ from xprof_magic._analysis.trace import STEP, Block, TraceFacts
 from xprof_magic._metadata import RunMetadata
 
 __all__ = [
+    "INPUT",
+    "INPUT_PIPELINE",
+    "INPUT_PIPELINE_TRACES",
     "MAX_LABEL_ROWS",
     "MAX_STEP_DURATIONS",
     "RunsByRow",
@@ -26,6 +29,13 @@ __all__ = [
 ]
 
 MAX_LABEL_ROWS = 300
+INPUT = "input"
+INPUT_PIPELINE = "input pipeline (loader threads)"
+INPUT_PIPELINE_TRACES = frozenset(
+    {"cpu_loader.next", "get_batch_from_cpu_queue", "cpu_data_to_xla_device"}
+)
+"""The data loader's own trace names (torch_xla's MpDeviceLoader): not the cell's blocks, but
+its input pipeline, shown as one row of kind :data:`INPUT` with these inside."""
 MAX_STEP_DURATIONS = 10_000
 
 RowKey = tuple[str, tuple[str, ...]]
@@ -52,15 +62,27 @@ def labels_from_trace(
         return (), compiled
     time_by_line: dict[str, float] = {}
     for b in blocks:
-        if b.parent < 0:
+        if b.parent < 0 and b.name not in INPUT_PIPELINE_TRACES:
             time_by_line[b.line] = time_by_line.get(b.line, 0.0) + b.end - b.start
     main_line = max(time_by_line, key=lambda k: time_by_line[k]) if time_by_line else ""
     paths: list[tuple[str, ...]] = []
     groups: dict[RowKey, _Agg] = {}
+    pipeline_key: RowKey = ("", (INPUT_PIPELINE,))
     for b in blocks:
-        p = (paths[b.parent] if b.parent >= 0 else ()) + (b.name,)
+        if b.parent >= 0:
+            p = (*paths[b.parent], b.name)
+        elif b.name in INPUT_PIPELINE_TRACES:
+            p = (INPUT_PIPELINE, b.name)
+            pipeline = groups.get(pipeline_key)
+            if pipeline is None:
+                pipeline = groups[pipeline_key] = _Agg(INPUT, b.start)
+            pipeline.count += 1
+            pipeline.total_ns += b.end - b.start
+            pipeline.first = min(pipeline.first, b.start)
+        else:
+            p = (b.name,)
         paths.append(p)
-        key = ("" if b.line == main_line else b.line, p)
+        key = ("" if b.line == main_line or p[0] == INPUT_PIPELINE else b.line, p)
         agg = groups.get(key)
         if agg is None:
             agg = groups[key] = _Agg(b.kind, b.start)

@@ -29,7 +29,7 @@ from xprof_magic._analysis.model import (
     Timed,
 )
 from xprof_magic._analysis.notes import notes_for
-from xprof_magic._analysis.trace import ReadAborted, TraceFacts, read_trace
+from xprof_magic._analysis.trace import STEP, ReadAborted, TraceFacts, read_trace
 from xprof_magic._backends import Vocabulary, get_vocabulary
 from xprof_magic._metadata import MetricTotal, RunMetadata
 from xprof_magic._store import METADATA_FILE
@@ -99,10 +99,14 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
                 missing.append(f"the timeline {host_file.name} could not be read ({error})")
         if pending:
             size_mb = sum(p.stat().st_size for p in xplanes) / 1e6
+            why = (
+                f"reading it takes longer than the {budget_s:g} s budget"
+                if budget_s
+                else "it was left for the full summary"
+            )
             missing.append(
-                f"the timeline ({size_mb:.1f} MB) was not read: it takes longer than the "
-                f"{budget_s:g} s budget, so labels and steps come from the magic's timers and "
-                "compile sites, ops and busy time are absent"
+                f"the timeline ({size_mb:.1f} MB) was not read: {why}, so labels and steps "
+                "come from the magic's timers and compile sites, ops and busy time are absent"
             )
         if len(xplanes) > 1:
             others = ", ".join(p.name for p in xplanes if p != host_file)
@@ -222,6 +226,7 @@ def _compiles(
     compile_time = _timed(timers, names.compile_time)
     hits = counters.get(names.compile_cache_hits) if names.compile_cache_hits else None
     sites: list[CompileSite] = []
+    step_counts = {(r.thread, r.path): r.count for r in labels if r.kind == STEP}
     for row in labels:
         if not row.compiles:
             continue
@@ -239,6 +244,10 @@ def _compiles(
                 first_runs=runs[:8],
                 recompiled=recompiled,
                 warm_up=recompiled and compiled_runs >= 2 and all(i < 2 for i in runs),
+                in_steps=any(
+                    step_counts.get((row.thread, row.path[:n])) == row.count
+                    for n in range(1, len(row.path) + 1)
+                ),
             )
         )
     # A metrics delta leaves out what did not change: no compile metric means none compiled.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from xprof_magic._analysis.model import Note, Summary
+from xprof_magic._analysis.model import CompileSite, Note, Summary
 from xprof_magic._backends import NEUTRAL, Vocabulary
 from xprof_magic._units import seconds
 
@@ -54,9 +54,8 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
         elif site.compiled_runs >= 2:
             yield Note(
                 "warning",
-                f"Recompiled: '{site.path[-1]}' (in {where}) compiled again in "
-                f"{site.compiled_runs} of its {site.runs} runs, {seconds(site.total_s)} in all. "
-                f"{words.advice.recompile}",
+                f"Recompiled: '{site.path[-1]}' (in {where}) compiled again "
+                f"{_again(site)}, {seconds(site.total_s)} in all. {words.advice.recompile}",
             )
         else:
             yield Note(
@@ -64,6 +63,25 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
                 f"Recompiled: the loop '{site.path[-1]}' compiled {site.compiles} times in one "
                 f"run ({seconds(site.total_s)}): its iterations build different graphs.",
             )
+
+
+def _again(site: CompileSite) -> str:
+    """Which later runs (or steps) compiled again: "in run 4 of its 6 (first compiled in run
+    1)"; steps are numbered from 0, as the profiler numbers them."""
+    noun = "step" if site.in_steps else "run"
+    shift = 0 if site.in_steps else 1
+    first, later = site.first_runs[0], site.first_runs[1:]
+    again = site.compiled_runs - 1
+    named = [str(i + shift) for i in later]
+    if again > len(named):
+        listed = ", ".join(named) + ", …"
+    elif len(named) == 1:
+        listed = named[0]
+    else:
+        listed = ", ".join(named[:-1]) + " and " + named[-1]
+    where = f"in {noun} {listed}" if again == 1 else f"{again} times, in {noun}s {listed}"
+    of = "" if site.in_steps else f" of its {site.runs}"
+    return f"{where}{of} (first compiled in {noun} {first + shift})"
 
 
 def compiled_somewhere(s: Summary, words: Vocabulary) -> Iterator[Note]:

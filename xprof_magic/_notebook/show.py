@@ -81,8 +81,6 @@ def summary_now(run_dir: Path, budget_s: float | None = None) -> Summary:
     size = too_big(run_dir)
     if size is not None:
         return metadata_only(run_dir, size)
-    if _analysis.estimate_read_s(run_dir) > budget_s:
-        return _analysis.summarize(run_dir, budget_s=0.0)
     summary = _analysis.summarize(run_dir, budget_s=budget_s)
     if summary.complete:
         with contextlib.suppress(OSError):
