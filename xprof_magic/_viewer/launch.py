@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from xprof_magic._viewer.client import Viewer, ViewerError, answers, label
-from xprof_magic._viewer.server import EXIT_MISSING_DEPENDENCY, EXIT_PORT_IN_USE
+from xprof_magic._viewer.server import DEFAULT_GRACE_S, EXIT_MISSING_DEPENDENCY, EXIT_PORT_IN_USE
 
 __all__ = [
     "SERVER_MARKERS",
@@ -116,9 +116,15 @@ def port_busy_message(port: int, kind: str) -> str:
 
 
 def spawn(
-    directory: Path, logdir: str, kind: str, port: int | None, idle_timeout: float
+    directory: Path,
+    logdir: str,
+    kind: str,
+    port: int | None,
+    idle_timeout: float,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start a server for ``logdir`` (resolved) recording itself in ``directory``.
+    """Start a server for ``logdir`` (resolved) recording itself in ``directory``, with this
+    process registered as its first client (it exits ``grace_s`` after its clients are gone).
 
     Returns the process and its log file without waiting; raises :class:`LaunchError` when
     the log cannot be written or Python cannot be started.
@@ -141,6 +147,10 @@ def spawn(
         str(port or 0),
         "--idle-timeout",
         repr(float(idle_timeout)),
+        "--client-pid",
+        str(os.getpid()),
+        "--grace",
+        repr(float(grace_s)),
         "--info-dir",
         str(directory),
         "--log-path",
