@@ -758,3 +758,38 @@ def test_the_data_loaders_traces_are_one_input_pipeline_row(
     pipeline = next(row for row in summary.labels if row.path == (INPUT_PIPELINE,))
     assert pipeline.kind == "input" and pipeline.thread == ""
     assert INPUT_PIPELINE in render_text(summary)
+
+
+def test_one_call_that_compiles_many_graphs_is_flagged(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    import torch
+    import torch_xla
+
+    import xprof_magic
+
+    dev = torch_xla.device()
+
+    def generate(steps: int) -> torch.Tensor:
+        """Like ``model.generate``: every new length is a new graph."""
+        x = torch.ones(1, 4, device=dev)
+        for _ in range(steps):
+            x = torch.cat([x, x[:, -1:] * 2], dim=1)
+            torch_xla.sync()
+        return x
+
+    statement = "out = generate(8)"
+    with (
+        xprof_magic.capture(logdir=tmp_path, name="generate", server=False) as cap,
+        xprof_magic.label(statement),
+    ):
+        out = generate(8)
+    assert out.shape == (1, 12)
+    assert cap.result is not None
+    summary = summarize(cap.result.run_dir, budget_s=None)
+    (site,) = [s for s in summary.compiles.sites if s.path == (statement,)]
+    assert site.runs == 1 and site.compiles >= 8 and site.recompiled
+    notes = [n.text for n in summary.notes if n.level == "warning"]
+    assert any(
+        f"'{statement}' (in {statement}) compiled {site.compiles} graphs" in t for t in notes
+    )

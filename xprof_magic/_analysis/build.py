@@ -37,6 +37,11 @@ from xprof_magic._store import METADATA_FILE
 __all__ = ["DEFAULT_BUDGET_S", "summarize"]
 
 DEFAULT_BUDGET_S = 2.0
+MANY_COMPILES_IN_A_LOOP = 3
+MANY_COMPILES_IN_A_CALL = 6
+"""Compilations in one run of a block that mean the same code built new graphs: a loop's
+iterations, or one call (``model.generate``, whose every new length is a new graph). A call
+is allowed more, since one training step may compile forward, backward and optimizer."""
 
 
 def summarize(
@@ -233,7 +238,8 @@ def _compiles(
         runs = compiled.get((row.thread, row.path), ())
         compiled_runs = row.compiled_runs or 0
         loop = row.path[-1].lstrip().startswith(("for ", "while ", "async for "))
-        recompiled = compiled_runs >= 2 or (loop and row.count == 1 and row.compiles >= 3)
+        many = MANY_COMPILES_IN_A_LOOP if loop else MANY_COMPILES_IN_A_CALL
+        recompiled = compiled_runs >= 2 or (row.count == 1 and row.compiles >= many)
         sites.append(
             CompileSite(
                 path=row.path,

@@ -57,11 +57,18 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
                 f"Recompiled: '{site.path[-1]}' (in {where}) compiled again "
                 f"{_again(site)}, {seconds(site.total_s)} in all. {words.advice.recompile}",
             )
-        else:
+        elif site.path[-1].lstrip().startswith(("for ", "while ", "async for ")):
             yield Note(
                 "warning",
                 f"Recompiled: the loop '{site.path[-1]}' compiled {site.compiles} times in one "
                 f"run ({seconds(site.total_s)}): its iterations build different graphs.",
+            )
+        else:
+            yield Note(
+                "warning",
+                f"Recompiled: '{site.path[-1]}' (in {where}) compiled {site.compiles} graphs "
+                f"in one run ({seconds(site.total_s)}): it builds a new graph on each inner "
+                f"call, e.g. for a growing length. {words.advice.recompile}",
             )
 
 

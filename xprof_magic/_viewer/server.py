@@ -115,6 +115,7 @@ class Clients:
         for pid in first:
             _touch(os.path.join(folder, str(pid)))
         self._last_alive = time.monotonic()
+        self._registered = bool(first)
 
     def pids(self) -> list[int]:
         try:
@@ -127,7 +128,8 @@ class Clients:
         """Seconds since a registered kernel was last seen alive; None if none ever
         registered (a server started by hand), 0 while one lives. Dead ones are dropped."""
         pids = self.pids()
-        if not pids:
+        self._registered = self._registered or bool(pids)
+        if not self._registered:
             return None
         alive = False
         for pid in pids:
