@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,12 +22,20 @@ import time
 from pathlib import Path
 
 from xprof_magic._viewer.client import Viewer, ViewerError, answers, label
-from xprof_magic._viewer.server import DEFAULT_GRACE_S, EXIT_MISSING_DEPENDENCY, EXIT_PORT_IN_USE
+from xprof_magic._viewer.server import (
+    DEFAULT_GRACE_S,
+    EXIT_MISSING_DEPENDENCY,
+    EXIT_PORT_IN_USE,
+    INFO_PREFIX,
+    INFO_SUFFIX,
+    clients_path,
+)
 
 __all__ = [
     "SERVER_MARKERS",
     "VIEWER_DIR_ENV",
     "LaunchError",
+    "drop_record",
     "exit_message",
     "forget",
     "is_viewer_process",
@@ -286,3 +295,11 @@ def _child_environment() -> dict[str, str]:
     for inherited in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
         env.pop(inherited, None)
     return env
+
+
+def drop_record(path: Path) -> None:
+    """Remove a viewer's info file and its clients folder (left behind by a killed server)."""
+    path.unlink(missing_ok=True)
+    pid = path.name[len(INFO_PREFIX) : -len(INFO_SUFFIX)]
+    if pid.isdigit():
+        shutil.rmtree(clients_path(str(path.parent), int(pid)), ignore_errors=True)

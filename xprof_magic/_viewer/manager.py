@@ -21,7 +21,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 from xprof_magic._viewer.client import KINDS, Viewer, ViewerError, ViewerKind, answers, label
 from xprof_magic._viewer.launch import (
     LaunchError,
+    drop_record,
     exit_message,
     forget,
     is_viewer_process,
@@ -45,7 +45,6 @@ from xprof_magic._viewer.server import (
     INFO_FORMAT,
     INFO_PREFIX,
     INFO_SUFFIX,
-    clients_path,
     info_path,
     register_client,
 )
@@ -182,7 +181,7 @@ def _scan(directory: Path, logdir: str, kind: str) -> tuple[Viewer | None, str |
             if live is None or viewer.started > live.started:
                 live = viewer
         else:
-            _drop_record(path)
+            drop_record(path)
             dropped = problem
     return live, dropped
 
@@ -209,16 +208,8 @@ def list_viewers(kind: ViewerKind | None = None) -> list[Viewer]:
         if _problem(viewer) is None:
             live.append(viewer)
         else:
-            _drop_record(path)
+            drop_record(path)
     return sorted(live, key=lambda v: v.started)
-
-
-def _drop_record(path: Path) -> None:
-    """Remove a viewer's info file and its clients folder (left behind by a killed server)."""
-    path.unlink(missing_ok=True)
-    pid = path.name[len(INFO_PREFIX) : -len(INFO_SUFFIX)]
-    if pid.isdigit():
-        shutil.rmtree(clients_path(str(path.parent), int(pid)), ignore_errors=True)
 
 
 def stop_viewer(viewer: Viewer, timeout: float = 5.0) -> bool:
@@ -231,7 +222,7 @@ def stop_viewer(viewer: Viewer, timeout: float = 5.0) -> bool:
     if running:
         terminate(viewer.pid, timeout)
     with contextlib.suppress(ViewerError):
-        _drop_record(Path(info_path(str(viewer_dir()), viewer.pid)))
+        drop_record(Path(info_path(str(viewer_dir()), viewer.pid)))
     forget(viewer.pid)
     return running
 
