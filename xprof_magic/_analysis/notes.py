@@ -75,6 +75,8 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
 def _again(site: CompileSite) -> str:
     """Which later runs (or steps) compiled again: "in run 4 of its 6 (first compiled in run
     1)"; steps are numbered from 0, as the profiler numbers them."""
+    if not site.first_runs:
+        return f"in {site.compiled_runs - 1} later runs of its {site.runs}"
     noun = "step" if site.in_steps else "run"
     shift = 0 if site.in_steps else 1
     first, later = site.first_runs[0], site.first_runs[1:]
