@@ -1,5 +1,8 @@
 """``python -m bench [--quick]``: measure xprof_magic against the raw torch_xla API.
 
+``python -m bench summary`` runs the timeline reader's benchmark alone (see
+:mod:`bench.captures`): real training captures of 5, 30 and 100 MB.
+
 Every number in one run, written to BENCHMARKS.md with the machine and the command:
 
 - overhead: one training cell, plain / hand-written start_trace+labels / ``%%xprof`` with a
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._kernel import Kernel
+from xprof_magic import _store
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "BENCHMARKS.md"
@@ -188,7 +192,7 @@ def bench_time_to_view(reps: int, logdir: Path) -> dict[str, Any]:
             listed, total = served(viewer, result)
             listed_s.append(listed)
             served_s.append(total)
-            sizes.append(sum(p.stat().st_size for p in result.run_dir.glob("*.xplane.pb")))
+            sizes.append(_store.xplane_bytes(result.run_dir))
         by_size.append(
             {
                 "cell_s": seconds,
@@ -215,13 +219,13 @@ def bench_stop(reps: int, logdir: Path) -> list[dict[str, float]]:
         took, sizes = [], []
         for i in range(reps):
             cap = xprof_magic.capture(logdir=logdir, name=f"stop-{seconds}-{i}", server=False)
-            cap.__enter__()
-            busy_cell(seconds)
+            cap.start()
+            cap.run(lambda seconds=seconds: busy_cell(seconds))
             started = time.perf_counter()
-            cap.__exit__(None, None, None)
+            result = cap.stop()
             took.append(time.perf_counter() - started)
-            assert cap.result is not None
-            sizes.append(sum(p.stat().st_size for p in cap.result.run_dir.glob("*.xplane.pb")))
+            assert result is not None
+            sizes.append(_store.xplane_bytes(result.run_dir))
         rows.append({"cell_s": seconds, "xplane_kb": median(sizes) / 1e3, "stop_s": median(took)})
     return rows
 
@@ -399,6 +403,10 @@ def write_report(results: dict[str, Any], command: str) -> str:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["summary"]:
+        from bench import captures
+
+        return captures.main(sys.argv[2:])
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--only", nargs="*", default=None, help="run these parts only")
@@ -461,7 +469,7 @@ def bench_summary(logdir: Path, quick: bool) -> list[dict[str, Any]]:
                     pass
         assert cap.result is not None
         run_dir = cap.result.run_dir
-        xplane = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb"))
+        xplane = _store.xplane_bytes(run_dir)
         # VmHWM, not ru_maxrss: the latter survives exec and would report the parent's peak.
         code = (
             "import sys, time\n"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import xprof_magic
 from xprof_magic import _metadata
 from xprof_magic._analysis import (
     SUMMARY_FILE,
@@ -692,7 +693,9 @@ def test_the_step_chart_colours_only_steps_that_compiled(shapes: Summary) -> Non
     assert chart_svg(again) == chart_svg(shapes)
 
 
-def _site(first_runs: tuple[int, ...], compiled: int, runs: int, in_steps: bool) -> Summary:
+def _site(
+    first_runs: tuple[int, ...], compiled: int, runs: int, steps: tuple[int, ...] = ()
+) -> Summary:
     site = CompileSite(
         path=("loop", "forward"),
         runs=runs,
@@ -702,7 +705,7 @@ def _site(first_runs: tuple[int, ...], compiled: int, runs: int, in_steps: bool)
         first_runs=first_runs,
         recompiled=True,
         warm_up=False,
-        in_steps=in_steps,
+        first_steps=steps,
     )
     return replace(Summary(run="r", run_dir="/nowhere"), compiles=Compiles(sites=(site,)))
 
@@ -712,12 +715,12 @@ def _recompile_note(summary: Summary) -> str:
 
 
 def test_a_recompile_note_names_the_runs_or_steps_that_compiled_again() -> None:
-    once = _recompile_note(_site((0, 3), 2, 6, in_steps=False))
+    once = _recompile_note(_site((0, 3), 2, 6))
     assert "compiled again in run 4 of its 6 (first compiled in run 1)" in once
     assert "2 of its 6" not in once
-    steps = _recompile_note(_site((0, 2, 5), 3, 8, in_steps=True))
-    assert "compiled again 2 times, in steps 2 and 5 (first compiled in step 0)" in steps
-    many = _recompile_note(_site(tuple(range(8)), 12, 12, in_steps=False))
+    steps = _recompile_note(_site((0, 2, 5), 3, 8, steps=(10, 12, 15)))
+    assert "compiled again 2 times, in steps 12 and 15 (first compiled in step 10)" in steps
+    many = _recompile_note(_site(tuple(range(8)), 12, 12))
     assert "compiled again 11 times, in runs 2, 3, 4, 5, 6, 7, 8, … of its 12" in many
 
 
@@ -793,3 +796,42 @@ def test_one_call_that_compiles_many_graphs_is_flagged(
     assert any(
         f"'{statement}' (in {statement}) compiled {site.compiles} graphs" in t for t in notes
     )
+
+
+def test_the_public_summarize_reads_a_run_by_result_folder_or_name(tmp_path: Path) -> None:
+    with (
+        xprof_magic.capture(logdir=tmp_path, name="public", server=False) as cap,
+        xprof_magic.label("work"),
+    ):
+        pass
+    assert cap.result is not None
+    by_result = xprof_magic.summarize(cap.result)
+    by_folder = xprof_magic.summarize(str(cap.result.run_dir))
+    by_name = xprof_magic.summarize("public", logdir=tmp_path)
+    assert by_result.run == by_folder.run == by_name.run == "public"
+    assert [row.path for row in by_name.labels] == [("work",)]
+    assert "work" in xprof_magic.summary_text(by_name)
+    missing = xprof_magic.summarize("nothing-here", logdir=tmp_path)
+    assert missing.missing and not missing.complete
+
+
+def test_a_label_cut_by_a_step_boundary_counts_once_per_entry(ip: Any, tmp_path: Path) -> None:
+    """A sync inside a label ends a step there: the label's two pieces are one entry, and
+    the magic's step markers stay out of the labels' paths."""
+    cell = (
+        f"%%xprof --logdir {tmp_path} --name cut --no-display --steps\n"
+        "import torch, torch_xla\n"
+        "x = torch.ones(4, 4, device=torch_xla.device())\n"
+        "for _ in range(4):\n"
+        "    # xprof: work\n"
+        "    x = (x @ x) / 4\n"
+        "    torch_xla.sync()\n"
+        "    x = x + 1\n"
+    )
+    assert ip.run_cell(cell).success
+    summary = xprof_magic.summarize("cut", logdir=tmp_path)
+    assert summary.label_source == "trace"
+    rows = {row.path: row.count for row in summary.labels}
+    assert rows[("for _ in range(4)", "work")] == 4
+    assert not [path for path in rows if "step" in path]
+    assert summary.steps is not None and summary.steps.count == 4

@@ -148,17 +148,17 @@ def test_run_names_from_users_never_escape_the_log_directory(ip: Any, tmp_path: 
 def test_huge_traces_are_explained_with_a_lowered_threshold(
     ip: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from xprof_magic import _capture
+    from xprof_magic import _result
 
     logdir = tmp_path / "logs"
     ip.run_cell(f"%%xprof --logdir {logdir} --no-display --name normal\nx = 1")
     assert "warning" not in capsys.readouterr().out
-    monkeypatch.setattr(_capture, "TRACE_VIEWER_EVENT_CAP", 1)
+    monkeypatch.setattr(_result, "TRACE_VIEWER_EVENT_CAP", 1)
     ip.run_cell(f"%%xprof --logdir {logdir} --no-display --name many\nx = 1")
     out = capsys.readouterr().out
     assert "million events" in out and "trace viewer shows about a million" in out
     assert "host_tracer_level=1" in out
-    monkeypatch.setattr(_capture, "PROTOBUF_LIMIT_BYTES", 64)
+    monkeypatch.setattr(_result, "PROTOBUF_LIMIT_BYTES", 64)
     ip.run_cell(f"%%xprof --logdir {logdir} --no-display --name huge\nx = 1")
     assert "protobuf's 2 GB limit" in capsys.readouterr().out
     assert {r.name for r in _store.runs(logdir)} == {"normal", "many", "huge"}

@@ -7,12 +7,17 @@ only when a capture first needs it. Scripts use :func:`capture`, :func:`last` an
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import os
+from typing import TYPE_CHECKING, Any
 
 from xprof_magic._capture import Capture, CaptureResult, capture, last
 from xprof_magic._labels import label, step
 from xprof_magic._store import RunInfo, runs
 from xprof_magic._version import __version__
+
+if TYPE_CHECKING:
+    from xprof_magic._analysis import Summary
 
 __all__ = [
     "Capture",
@@ -25,8 +30,47 @@ __all__ = [
     "load_ipython_extension",
     "runs",
     "step",
+    "summarize",
+    "summary_text",
     "unload_ipython_extension",
 ]
+
+
+def summarize(
+    run: str | os.PathLike[str] | CaptureResult, logdir: str | os.PathLike[str] | None = None
+) -> Summary:
+    """The summary of a run: a :class:`CaptureResult`, a run folder, or a run's name in
+    ``logdir`` (default ``$XPROF_MAGIC_LOGDIR``, else ``./xprof_logs``).
+
+    Reads the whole timeline (seconds for a 100 MB capture) and saves the summary beside
+    the run. Its fields (``notes``, ``labels``, ``steps``, ``compiles``, ``device`` …) are
+    plain values; :func:`summary_text` renders it as the magic prints it. Never raises for
+    a damaged run: ``missing`` says what is absent.
+    """
+    from pathlib import Path
+
+    from xprof_magic import _analysis, _store
+
+    if isinstance(run, CaptureResult):
+        folder = run.run_dir
+    else:
+        folder = Path(run)
+        if not folder.is_dir() and os.sep not in str(run):
+            folder = _store.run_path(
+                logdir if logdir is not None else _store.default_logdir(), str(run)
+            )
+    summary = _analysis.summarize(folder, budget_s=None)
+    if summary.complete:
+        with contextlib.suppress(OSError):
+            _analysis.save_summary(summary, folder)
+    return summary
+
+
+def summary_text(summary: Summary) -> str:
+    """A summary as plain text, as ``%xprof summary`` shows it in a terminal."""
+    from xprof_magic import _analysis
+
+    return _analysis.render_text(summary)
 
 
 def load_ipython_extension(ipython: Any) -> None:

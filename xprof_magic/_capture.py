@@ -4,6 +4,9 @@ IPython-free: the magic and the script API (:func:`capture`) share this machiner
 :class:`Capture` never lets its own troubles replace the outcome of the user's code: if the
 code raised, that exception is what the caller sees; if storing the run fails, the code's
 result still stands and the problem is reported in one line.
+
+Long because a capture is one lifecycle (start, step window, stop, store, result) whose
+failure paths are only right when read together.
 """
 
 from __future__ import annotations
@@ -15,14 +18,18 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._backends import Backend, MetricsSnapshot, get_backend, metrics_delta
+from xprof_magic._plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
+from xprof_magic._result import CaptureResult, size_warning
+from xprof_magic._steps import StepTracker, end_messages, parse_steps
+from xprof_magic._units import seconds
 
 __all__ = [
     "DEFAULT_PORT",
@@ -32,145 +39,8 @@ __all__ = [
     "Plan",
     "capture",
     "last",
+    "parse_steps",
 ]
-
-DEFAULT_PORT = 9012
-NO_SERVER_ENV = "XPROF_MAGIC_NO_SERVER"
-_TEXT_LABEL_LINES = 12
-# XProf's trace viewer shows at most about a million events (jax-ml/jax 21295); an xplane
-# holds roughly 15 bytes an event (100k TraceMe events made 1.46 MB). Protobuf cannot read
-# a message over 2 GiB at all.
-TRACE_VIEWER_EVENT_CAP = 1_000_000
-BYTES_PER_EVENT = 15
-PROTOBUF_LIMIT_BYTES = 2 * 1024**3
-
-
-def size_warning(xplane_bytes: int) -> str | None:
-    """What a user should know about a capture this large, and how to shrink the next one."""
-    events = xplane_bytes // BYTES_PER_EVENT
-    shrink = (
-        "To shrink a capture, profile fewer steps (a shorter loop in the cell), or capture "
-        "on demand with torch_xla.debug.profiler.trace(..., host_tracer_level=1)."
-    )
-    if xplane_bytes >= PROTOBUF_LIMIT_BYTES // 2:
-        return (
-            f"this capture is {xplane_bytes / 2**20:.0f} MB: near or past protobuf's 2 GB "
-            f"limit, beyond which XProf cannot read it at all. {shrink}"
-        )
-    if events >= TRACE_VIEWER_EVENT_CAP:
-        return (
-            f"this capture holds about {events / 1e6:.1f} million events: XProf's trace "
-            "viewer shows about a million at a time, so zoom in or pick a window; the other "
-            f"tools read them all. {shrink}"
-        )
-    return None
-
-
-def server_by_default() -> bool:
-    """Whether the profiler server starts unless asked not to (``XPROF_MAGIC_NO_SERVER=1``)."""
-    return os.environ.get(NO_SERVER_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything a capture was asked to do, decided before any of it happens."""
-
-    logdir: Path = field(default_factory=_store.default_logdir)
-    name: str | None = None
-    labels: bool = True
-    steps: bool = False
-    sync: bool = False
-    server: bool = field(default_factory=server_by_default)
-    port: int = DEFAULT_PORT
-    backend: str = "torch_xla"
-    cell: str | None = None
-    cell_number: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def with_name(self) -> Plan:
-        """The plan with its run name made safe, or a default one that sorts by time."""
-        if self.name is None:
-            name = _store.default_run_name(datetime.now(), self.cell_number)
-        else:
-            name = _store.safe_run_name(self.name)
-        return replace(self, name=name)
-
-
-@dataclass
-class CaptureResult:
-    """One finished capture: what ran, how it went, and where the run is stored.
-
-    The viewer and the analysis attach to this object; ``value`` is the cell's result.
-    """
-
-    run: str
-    run_dir: Path
-    logdir: Path
-    wall_s: float
-    status: str
-    error: dict[str, str] | None
-    labels: list[_labels.LabelStat]
-    steps: list[float]
-    backend: str
-    device: str
-    metadata: _metadata.RunMetadata
-    messages: list[str] = field(default_factory=list)
-    value: Any = field(default=None, repr=False)
-
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        return _store.hosts(self.run_dir)
-
-    def text(self) -> str:
-        """The short plain-text summary printed under a cell."""
-        outcome = "ok" if self.error is None else f"failed: {self.error['type']}"
-        lines = [
-            f"xprof: run {self.run} ({outcome}) — {_seconds(self.wall_s)} on {self.device}",
-            f"  stored in {self.run_dir}",
-        ]
-        if self.steps:
-            lines.append(f"  {len(self.steps)} steps")
-        rows = _label_rows(self.labels)
-        if rows:
-            lines.append("  labelled blocks, host time, largest first:")
-            for depth, stat in rows[:_TEXT_LABEL_LINES]:
-                count = f"  ×{stat.count}" if stat.count > 1 else ""
-                lines.append(
-                    f"    {_seconds(stat.total_s):>9}  {'  ' * depth}{stat.path[-1]}{count}"
-                )
-            if len(rows) > _TEXT_LABEL_LINES:
-                lines.append(f"    … {len(rows) - _TEXT_LABEL_LINES} more")
-        lines.extend(f"  {m}" for m in self.messages)
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-
-def _seconds(value: float) -> str:
-    if value >= 1:
-        return f"{value:.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.1f} ms"
-    return f"{value * 1e6:.0f} µs"
-
-
-def _label_rows(stats: list[_labels.LabelStat]) -> list[tuple[int, _labels.LabelStat]]:
-    """Labels as an indented tree, each level largest first."""
-    children: dict[tuple[str, ...], list[_labels.LabelStat]] = {}
-    for stat in stats:
-        children.setdefault(stat.path[:-1], []).append(stat)
-    rows: list[tuple[int, _labels.LabelStat]] = []
-
-    def walk(parent: tuple[str, ...], depth: int) -> None:
-        for stat in sorted(children.get(parent, []), key=lambda s: -s.total_s):
-            rows.append((depth, stat))
-            if stat.path and depth < 32:
-                walk(stat.path, depth + 1)
-
-    walk((), 0)
-    return rows
-
 
 _last: CaptureResult | None = None
 
@@ -181,6 +51,7 @@ def last() -> CaptureResult | None:
 
 
 Notify = Callable[[str], None]
+T = TypeVar("T")
 
 
 def _to_stderr(message: str) -> None:
@@ -188,12 +59,13 @@ def _to_stderr(message: str) -> None:
 
 
 class Capture:
-    """A context manager that traces its block into one run.
+    """One capture: :meth:`start`, :meth:`run` the code, :meth:`stop`; or a ``with`` block.
 
-    Entering checks the log directory, starts the profiler server (once per process) and
-    the trace; it raises :class:`~xprof_magic._store.LogdirError` or
-    :class:`~xprof_magic._backends.TraceAlreadyRunning` with nothing written. Leaving waits
-    for the device, stops the trace, and stores the run; ``result`` then holds it.
+    ``start`` checks the log directory, starts the profiler server (once per process) and
+    the trace, and refuses with nothing written; ``run`` times the code; ``stop`` waits for
+    the device, stops the trace and stores the run; ``result`` then holds it. The magic
+    uses the three steps, so that setting up its display between start and run is not
+    counted as the cell's time; scripts use ``with``.
     """
 
     def __init__(self, plan: Plan, notify: Notify = _to_stderr) -> None:
@@ -208,13 +80,24 @@ class Capture:
         self._start_ns = 0
         self._t0 = 0.0
         self._messages: list[str] = []
+        self._tracing = False
+        self._hooks: Any = None
+        self._trace_ns: list[int] = []
 
-    def __enter__(self) -> Capture:
+    def start(self) -> Capture:
+        """Check the log directory, start the server and the trace (or arm the window).
+
+        Raises :class:`~xprof_magic._store.LogdirError` or
+        :class:`~xprof_magic._backends.TraceAlreadyRunning` with nothing written.
+        """
         staging = _store.begin(self.plan.logdir)
+        windowed = self.plan.step_window is not None
         try:
             backend = get_backend(self.plan.backend)
             self._before = backend.metrics()
-            backend.start_trace(str(staging.path))
+            if not windowed:
+                backend.start_trace(str(staging.path))
+                self._tracing = True
         except BaseException:
             _store.discard(staging)
             raise
@@ -225,16 +108,100 @@ class Capture:
         except BaseException:
             self._abandon()
             raise
-        self.recorder = _labels.Recorder(backend.event)
+        tracker = StepTracker(
+            backend.event,
+            watch_syncs=self.plan.steps,
+            window=self.plan.step_window,
+            start_trace=self._start_window,
+            stop_trace=self._stop_window,
+        )
+        self.recorder = _labels.Recorder(backend.event, tracker)
+        self.recorder.tracing = not windowed
         self._recording = _labels.recording(self.recorder)
         self._recording.__enter__()
-        self.restart_clock()
+        if self.plan.steps:
+            try:
+                self._hooks = backend.step_hooks(tracker.synced, tracker.user_step)
+                self._hooks.__enter__()
+            except BaseException:
+                self._recording.__exit__(None, None, None)
+                self._abandon()
+                raise
         return self
 
-    def restart_clock(self) -> None:
-        """Start the cell's wall time now (after the caller's own set-up)."""
+    def run(self, code: Callable[[], T]) -> T:
+        """Run the traced code and return its value; the capture's wall time starts here."""
+        __tracebackhide__ = True
+        self._begin()
+        return code()
+
+    def stop(self, error: BaseException | None = None) -> CaptureResult | None:
+        """Wait for the device, stop the trace and store the run; ``error`` is how the code
+        ended. An interrupt while stopping is re-raised once the trace is stopped (unless
+        the code itself already failed). Returns :attr:`result` (None if nothing was stored).
+        """
+        self._stop(error)
+        return self.result
+
+    def __enter__(self) -> Capture:
+        self.start()
+        self._begin()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop(exc)
+
+    def _begin(self) -> None:
+        """The cell's wall time starts now, and steps are counted from here."""
         self._start_ns = time.time_ns()
         self._t0 = time.perf_counter()
+        assert self.recorder is not None
+        self.recorder.tracker.arm()
+
+    def _start_window(self) -> bool:
+        """Start the trace where the window's first step starts; never raise into the cell."""
+        backend, staging, recorder = self._backend, self._staging, self.recorder
+        assert backend is not None and staging is not None and recorder is not None
+        try:
+            backend.start_trace(str(staging.path))
+        except Exception as error:
+            window = recorder.tracker.window
+            self._messages.append(f"--steps {window}: the trace could not start: {error}; {_RETRY}")
+            return False
+        self._tracing = True
+        self._trace_ns.append(time.time_ns())
+        recorder.tracing = True
+        return True
+
+    def _stop_window(self) -> None:
+        """Stop the trace where the window's last step ends, the device done with it.
+
+        The cell waits here: for the device to finish the steps already launched, then for
+        the profiler to write the capture.
+        """
+        backend, recorder = self._backend, self.recorder
+        assert backend is not None and recorder is not None
+        t0 = time.perf_counter()
+        recorder.tracing = False
+        try:
+            if backend.runtime_started():
+                backend.wait_for_device()
+            backend.stop_trace()
+        except Exception as error:
+            self._messages.append(f"stopping the trace after the window failed: {error}")
+        self._tracing = False
+        self._trace_ns.append(time.time_ns())
+        recorder.tracker.release()
+        paused = seconds(time.perf_counter() - t0)
+        self._messages.append(
+            f"the trace stopped after step {recorder.tracker.last}; the cell went on "
+            f"untraced (it paused {paused} to stop)"
+        )
 
     def _start_server(self, backend: Backend) -> None:
         status = backend.start_server(self.plan.port)
@@ -245,28 +212,35 @@ class Capture:
 
     def _abandon(self) -> None:
         """Stop the trace and drop the staged capture (a start that failed half-way)."""
-        if self._backend is not None:
+        if self._backend is not None and self._tracing:
+            self._tracing = False
             with contextlib.suppress(Exception):
                 self._backend.stop_trace()
         if self._staging is not None:
             _store.discard(self._staging)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop and store; an interrupt here is re-raised once the trace is stopped."""
+    def _stop(self, exc: BaseException | None) -> None:
         wall_s = time.perf_counter() - self._t0
         backend, staging, recorder = self._backend, self._staging, self.recorder
         assert backend is not None and staging is not None and recorder is not None
         self._recording.__exit__(None, None, None)
+        tracker = recorder.tracker
+        tracker.finish()
+        if self._hooks is not None:
+            with contextlib.suppress(Exception):
+                self._hooks.__exit__(None, None, None)
+        self._messages.extend(end_messages(tracker, self.plan.steps))
+        if not self._tracing and tracker.state in ("before", "failed"):
+            _store.discard(staging)
+            for message in self._messages:
+                self.notify(f"xprof: {message}")
+            return
         interrupted: BaseException | None = None
         try:
-            if exc is None and self.plan.sync:
-                backend.sync()
-            backend.wait_for_device()
+            if self._tracing:
+                if exc is None and self.plan.sync:
+                    backend.sync()
+                backend.wait_for_device()
         except Exception as error:
             self._messages.append(f"waiting for the device failed: {error}")
         except BaseException as error:  # KeyboardInterrupt: stop the trace all the same
@@ -287,7 +261,12 @@ class Capture:
         wall_s: float,
     ) -> None:
         try:
-            backend.stop_trace()
+            if self._tracing:
+                self._tracing = False
+                try:
+                    backend.stop_trace()
+                finally:
+                    recorder.tracker.release()
             end_ns = time.time_ns()
             metadata = self._metadata(backend, recorder, exc, wall_s, end_ns)
             assert self.plan.name is not None
@@ -340,16 +319,21 @@ class Capture:
 
         error = None if exc is None else _metadata.RunError(type(exc).__name__, _message(exc))
         delta = metrics_delta(self._before, backend.metrics())
+        tracker = recorder.tracker
+        start_ns = self._trace_ns[0] if self._trace_ns else self._start_ns
+        if len(self._trace_ns) > 1:
+            end_ns = self._trace_ns[1]
+        steps = tuple(recorder.steps())
         return _metadata.RunMetadata(
             run=self.plan.name or "",
             cell=self.plan.cell,
             cell_number=self.plan.cell_number,
             labels=tuple(recorder.labels()),
-            steps=tuple(recorder.steps()),
+            steps=steps,
             options=self.plan.options,
-            start=_iso(self._start_ns),
+            start=_iso(start_ns),
             end=_iso(end_ns),
-            start_ns=self._start_ns,
+            start_ns=start_ns,
             end_ns=end_ns,
             wall_s=wall_s,
             status="ok" if exc is None else "error",
@@ -360,7 +344,13 @@ class Capture:
             pid=os.getpid(),
             versions={**backend.versions(), "xprof_magic": __version__},
             metrics=delta,
+            step_rule=tracker.rule if steps else None,
+            step_window=None if tracker.window is None else str(tracker.window),
+            steps_first=tracker.first if steps else None,
         )
+
+
+_RETRY = "stop the trace that runs (torch_xla.debug.profiler.stop_trace()) and run the cell again"
 
 
 def _message(exc: BaseException) -> str:
@@ -378,7 +368,7 @@ def capture(
     logdir: str | os.PathLike[str] | None = None,
     name: str | None = None,
     *,
-    steps: bool = False,
+    steps: bool | str = False,
     sync: bool = False,
     server: bool | None = None,
     port: int = DEFAULT_PORT,
@@ -388,13 +378,17 @@ def capture(
 
     ``with xprof_magic.capture(logdir="logs", name="train") as cap: ...`` then
     ``cap.result`` (also :func:`xprof_magic.last`) describes the run. Label blocks by hand
-    with :func:`xprof_magic.label`; ``steps``/``sync`` mean what ``--steps``/``--sync`` do.
+    with :func:`xprof_magic.label`; ``steps``/``sync`` mean what ``--steps``/``--sync`` do:
+    ``steps=True`` marks steps, ``steps="100:103"`` traces only steps 100 to 102 (raises
+    ``ValueError`` for a window that is not one).
     """
+    marks, window = parse_steps(steps)
     plan = Plan(
         logdir=Path(logdir) if logdir is not None else _store.default_logdir(),
         name=name,
         labels=False,
-        steps=steps,
+        steps=marks,
+        step_window=window,
         sync=sync,
         server=server_by_default() if server is None else server,
         port=port,

@@ -18,9 +18,19 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-__all__ = ["LabelStat", "Recorder", "keep", "label", "recording", "step"]
+__all__ = [
+    "LabelStat",
+    "Recorder",
+    "iteration",
+    "keep",
+    "label",
+    "loop",
+    "loops_ahead",
+    "recording",
+    "step",
+]
 
-EventFactory = Callable[..., AbstractContextManager[Any]]
+from xprof_magic._steps import EventFactory, StepTracker
 
 
 @dataclass(frozen=True)
@@ -36,14 +46,17 @@ class LabelStat:
 
 
 class Recorder:
-    """Collects one capture's label times, step times and final value."""
+    """Collects one capture's label times, steps and final value."""
 
-    def __init__(self, make_event: EventFactory) -> None:
+    def __init__(self, make_event: EventFactory, tracker: StepTracker | None = None) -> None:
         self.make_event = make_event
+        self.tracker = tracker if tracker is not None else StepTracker(make_event)
+        self.tracker.recorder = self
+        self.tracing = True
         self._lock = threading.Lock()
         self._totals: dict[tuple[str, ...], list[int]] = {}
-        self._step_ns: list[int] = []
-        self._next_step = 0
+        self._opened = 0
+        self._open: dict[int, _Block] = {}
         self.value: Any = None
         self.has_value = False
 
@@ -53,15 +66,48 @@ class Recorder:
             entry[0] += 1
             entry[1] += elapsed_ns
 
-    def take_step(self) -> int:
+    def opened(self, block: _Block) -> int:
+        """Number a traced block as it opens (1, 2, ...)."""
         with self._lock:
-            number = self._next_step
-            self._next_step += 1
-            return number
+            self._opened += 1
+            self._open[self._opened] = block
+            return self._opened
 
-    def add_step(self, elapsed_ns: int) -> None:
+    def closed(self, number: int) -> None:
         with self._lock:
-            self._step_ns.append(elapsed_ns)
+            self._open.pop(number, None)
+
+    def opened_count(self) -> int:
+        with self._lock:
+            return self._opened
+
+    def split(self, after: int) -> list[_Block]:
+        """Close the events of this thread's open blocks numbered above ``after``, innermost
+        first; return them, outermost first, for :meth:`resume`."""
+        me = threading.get_ident()
+        with self._lock:
+            blocks = [b for n, b in sorted(self._open.items()) if n > after and b.thread == me]
+        for block in reversed(blocks):
+            block.close_event()
+        return blocks
+
+    def resume(self, blocks: list[_Block]) -> None:
+        """Reopen the events of split blocks, outermost first, as blocks opened now."""
+        for block in blocks:
+            with self._lock:
+                self._open.pop(block.number, None)
+                self._opened += 1
+                self._open[self._opened] = block
+                block.number = self._opened
+            block.open_event(continued=1)
+
+    def clip(self) -> None:
+        """The trace stops now: the open blocks it holds count up to here, and no further."""
+        with self._lock:
+            blocks = list(self._open.values())
+            self._open.clear()
+        for block in blocks:
+            block.clip()
 
     def labels(self) -> list[LabelStat]:
         """Label totals, in the order the blocks were first entered."""
@@ -69,8 +115,8 @@ class Recorder:
             return [LabelStat(p, c, t / 1e9) for p, (c, t) in self._totals.items()]
 
     def steps(self) -> list[float]:
-        with self._lock:
-            return [ns / 1e9 for ns in self._step_ns]
+        """Host time of each step the trace holds, in seconds."""
+        return self.tracker.durations()
 
 
 _active: Recorder | None = None
@@ -99,28 +145,45 @@ class _Block:
     The enclosing labels live in a context variable, so each asyncio task and each thread
     nests its own blocks; a generator suspended inside a block and resumed elsewhere cannot
     corrupt later blocks beyond its own statement; and a block never raises into user code.
+    Its time counts only when the trace ran from its entry to its exit, so that a step
+    window's summary holds the blocks its timeline holds.
     """
 
-    __slots__ = ("_event", "_name", "_path", "_recorder", "_start", "_stats", "_token")
+    __slots__ = (
+        "_event",
+        "_live",
+        "_name",
+        "_path",
+        "_recorder",
+        "_start",
+        "_token",
+        "number",
+        "thread",
+    )
 
-    def __init__(self, recorder: Recorder, name: str, stats: dict[str, Any]) -> None:
+    def __init__(self, recorder: Recorder, name: str) -> None:
         self._recorder = recorder
         self._name = name
-        self._stats = stats
         self._event: AbstractContextManager[Any] | None = None
         self._token: contextvars.Token[tuple[str, ...]] | None = None
         self._path: tuple[str, ...] = (name,)
         self._start = 0
+        self._live = False
+        self.number = 0
+        self.thread = 0
 
     def __enter__(self) -> None:
-        try:
-            self._event = self._recorder.make_event(self._name, **self._stats)
-            self._event.__enter__()
-        except Exception:
-            self._event = None
-        if not self._stats:
-            self._path = (*_path.get(), self._name)
-            self._token = _path.set(self._path)
+        self.open_event()
+        outer = not _path.get()
+        self._path = (*_path.get(), self._name)
+        self._token = _path.set(self._path)
+        self._live = self._recorder.tracing
+        if self._live:
+            self.thread = threading.get_ident()
+            self.number = self._recorder.opened(self)
+        if outer:
+            with contextlib.suppress(Exception):
+                self._recorder.tracker.outer_label()
         self._start = time.perf_counter_ns()
 
     def __exit__(
@@ -130,16 +193,37 @@ class _Block:
         tb: TracebackType | None,
     ) -> None:
         elapsed = time.perf_counter_ns() - self._start
-        if self._stats:
-            self._recorder.add_step(elapsed)
-        else:
+        if self._live and self._recorder.tracing:
             self._recorder.add(self._path, elapsed)
-            if self._token is not None:
-                with contextlib.suppress(ValueError, RuntimeError):
-                    _path.reset(self._token)
-        if self._event is not None:
+        if self._token is not None:
+            with contextlib.suppress(ValueError, RuntimeError):
+                _path.reset(self._token)
+        if self._live:
+            self._recorder.closed(self.number)
+        self.close_event(exc_type, exc, tb)
+
+    def clip(self) -> None:
+        if self._live:
+            self._live = False
+            self._recorder.add(self._path, time.perf_counter_ns() - self._start)
+
+    def open_event(self, **stats: Any) -> None:
+        try:
+            self._event = self._recorder.make_event(self._name, **stats)
+            self._event.__enter__()
+        except Exception:
+            self._event = None
+
+    def close_event(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> None:
+        event, self._event = self._event, None
+        if event is not None:
             with contextlib.suppress(Exception):
-                self._event.__exit__(exc_type, exc, tb)
+                event.__exit__(exc_type, exc, tb)
 
 
 class _Nothing:
@@ -155,20 +239,72 @@ class _Nothing:
 _NOTHING = _Nothing()
 
 
+class _Hook:
+    """Calls ``enter`` and ``exit`` around a block; never raises into user code."""
+
+    __slots__ = ("_enter", "_exit")
+
+    def __init__(self, enter: Callable[[], None], exit: Callable[[], None]) -> None:
+        self._enter, self._exit = enter, exit
+
+    def __enter__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._enter()
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            self._exit()
+
+
+def _nothing() -> None:
+    return None
+
+
 def label(name: str) -> _Block | _Nothing:
     """A labelled block: a profiler event plus its host time."""
     recorder = _active
     if recorder is None:
         return _NOTHING
-    return _Block(recorder, name, {})
+    return _Block(recorder, name)
 
 
-def step() -> _Block | _Nothing:
-    """One loop iteration as a step, carrying the markers XProf's step tools look for."""
+def step() -> _Hook | _Nothing:
+    """One step, marked by the caller: an XProf step marker around the block.
+
+    Explicit steps are the user's own markers: while a capture sees them, it marks no
+    steps of its own.
+    """
     recorder = _active
     if recorder is None:
         return _NOTHING
-    return _Block(recorder, "step", {"_r": 1, "step_num": recorder.take_step()})
+    tracker = recorder.tracker
+    return _Hook(lambda: tracker.user_step(True, mark=True), lambda: tracker.user_step(False))
+
+
+def iteration() -> _Hook | _Nothing:
+    """One iteration of a loop the rewriter chose: a step when nothing syncs."""
+    recorder = _active
+    if recorder is None:
+        return _NOTHING
+    tracker = recorder.tracker
+    return _Hook(tracker.iteration_started, tracker.iteration_ended)
+
+
+def loops_ahead() -> None:
+    """The cell has loops for steps: the first step starts at the first one, not here."""
+    recorder = _active
+    if recorder is not None:
+        with contextlib.suppress(Exception):
+            recorder.tracker.disarm()
+
+
+def loop() -> _Hook | _Nothing:
+    """The cell's loop: its first entry is where the first step starts."""
+    recorder = _active
+    if recorder is None:
+        return _NOTHING
+    tracker = recorder.tracker
+    return _Hook(lambda: tracker.arm(by_loop=True), _nothing)
 
 
 def keep(value: Any) -> Any:

@@ -66,7 +66,12 @@ class RunMetrics:
 
 @dataclass(frozen=True)
 class RunMetadata:
-    """Everything the magic knows about a run that the timeline does not say."""
+    """Everything the magic knows about a run that the timeline does not say.
+
+    ``step_rule`` says how steps were found (``sync``, ``iteration`` or ``user``; None when
+    none were); ``step_window`` is ``--steps A:B`` as asked, and ``steps_first`` the cell's
+    number of the first step the run holds (its ``steps`` are that one and the next ones).
+    """
 
     run: str = ""
     cell: str | None = None
@@ -87,6 +92,9 @@ class RunMetadata:
     pid: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
     metrics: RunMetrics = field(default_factory=RunMetrics)
+    step_rule: str | None = None
+    step_window: str | None = None
+    steps_first: int | None = None
     schema: int = SCHEMA
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -121,6 +129,9 @@ class RunMetadata:
             "pid": self.pid,
             "versions": dict(self.versions),
             "metrics": self.metrics.to_json(),
+            "step_rule": self.step_rule,
+            "step_window": self.step_window,
+            "steps_first": self.steps_first,
         }
 
     @classmethod
@@ -150,6 +161,9 @@ class RunMetadata:
             pid=reader.integer("pid"),
             versions={str(k): str(v) for k, v in reader.mapping("versions").items()},
             metrics=reader.metrics(),
+            step_rule=reader.text("step_rule") or None,
+            step_window=reader.text("step_window") or None,
+            steps_first=reader.integer("steps_first"),
         )
         if reader.bad:
             fields = ", ".join(sorted(reader.bad))

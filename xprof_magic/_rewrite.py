@@ -99,7 +99,10 @@ def rewrite(
     - Each top-level statement becomes a block named after its first source line.
     - A marker comment starts a block of that name holding the statements after it in the
       same body, up to the next marker or the end of the body, at any depth.
-    - With ``steps``, each iteration of a top-level ``for`` loop is a step.
+    - With ``steps``, the cell's loops (``for`` and ``while`` outside functions and
+      classes) report to the step tracker: the outermost ones where they start, the
+      innermost ones each iteration. Whether iterations or syncs make the steps is decided
+      at run time (:class:`xprof_magic._labels.StepTracker`).
     - With ``keep_value``, a final expression's value is handed to the runtime, which is
       how the cell's result (Out[n]) survives the wrapping.
 
@@ -118,18 +121,70 @@ def rewrite(
             _label_nested(stmt, markers, source_lines, names)
     step_loops = 0
     if steps:
-        for stmt in body:
-            if isinstance(stmt, ast.For | ast.AsyncFor):
-                stmt.body = [_with(_runtime_call("step", []), stmt.body, stmt.body[0])]
-                step_loops += 1
+        body, step_loops = _mark_loops(body, in_loop=False)
     if labels:
         body = _label_body(body, markers, source_lines, names, bounds=(0, _END))
+    if step_loops:
+        at = 0
+        while at < len(body) and _must_stay_bare(body[at]):
+            at += 1
+        call = ast.Expr(value=_runtime_call("loops_ahead", []))
+        body.insert(at, _located(call, body[min(at, len(body) - 1)]))
     new_tree = ast.Module(body=body, type_ignores=tree.type_ignores)
     ast.fix_missing_locations(new_tree)
     return RewrittenCell(new_tree, tuple(dict.fromkeys(names)), keeps, step_loops)
 
 
 _END = 1 << 62
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt], int]:
+    """Wrap each outermost loop in ``loop()`` and each innermost loop's body in
+    ``iteration()``; return the new body and the number of innermost loops.
+
+    Code in functions and classes is left alone: it may run outside the cell, and syncs
+    find the steps of loops hidden there.
+    """
+    out: list[ast.stmt] = []
+    innermost = 0
+    for stmt in body:
+        if isinstance(stmt, _SCOPES):
+            out.append(stmt)
+            continue
+        is_loop = isinstance(stmt, _LOOPS)
+        inside = 0
+        for owner, field in _bodies(stmt):
+            value = getattr(owner, field)
+            deeper = in_loop or (is_loop and owner is stmt and field == "body")
+            new, count = _mark_loops(value, in_loop=deeper)
+            setattr(owner, field, new)
+            if not is_loop or field == "body":
+                inside += count
+        if is_loop:
+            assert isinstance(stmt, ast.For | ast.AsyncFor | ast.While)
+            if not inside:
+                stmt.body = [_with(_runtime_call("iteration", []), stmt.body, stmt.body[0])]
+                inside = 1
+            if not in_loop:
+                stmt = _with(_runtime_call("loop", []), [stmt], stmt)
+        innermost += inside
+        out.append(stmt)
+    return out, innermost
+
+
+def _bodies(stmt: ast.stmt) -> list[tuple[ast.AST, str]]:
+    """The statement lists directly inside ``stmt``, as (owner, field) pairs."""
+    found: list[tuple[ast.AST, str]] = []
+    for field in ("body", "orelse", "finalbody"):
+        value = getattr(stmt, field, None)
+        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            found.append((stmt, field))
+    for part in [*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())]:
+        if part.body:
+            found.append((part, "body"))
+    return found
 
 
 def _label_body(

@@ -7,6 +7,7 @@ timers in the run's metadata (labels and step times, no compilations).
 
 from __future__ import annotations
 
+import bisect
 import statistics
 
 from xprof_magic._analysis.model import LabelRow, StepStats
@@ -49,17 +50,21 @@ def label_names(meta: RunMetadata) -> frozenset[str]:
 
 
 def labels_from_trace(
-    facts: TraceFacts, wall_s: float | None
-) -> tuple[tuple[LabelRow, ...], RunsByRow]:
-    """Blocks summed by their path of names; also which runs of each held a compilation.
+    facts: TraceFacts, wall_s: float | None, own_steps: frozenset[str] = frozenset()
+) -> tuple[tuple[LabelRow, ...], RunsByRow, RunsByRow]:
+    """Blocks summed by their path of names; also which runs of each held a compilation, and
+    the numbers of the steps those runs began in (rows whose compiling runs all began in one).
 
     Blocks on the thread that holds most of the block time are the cell's own (``thread``
-    is ""); blocks on other threads keep their thread's name.
+    is ""); blocks on other threads keep their thread's name. Step markers named in
+    ``own_steps`` (the magic's, which start and end at syncs, across labels) are left out of
+    the paths: the steps section shows them, and a label keeps one path whichever step it
+    ran in.
     """
     blocks = facts.blocks
     compiled: RunsByRow = {}
     if not blocks:
-        return (), compiled
+        return (), compiled, {}
     time_by_line: dict[str, float] = {}
     for b in blocks:
         if b.parent < 0 and b.name not in INPUT_PIPELINE_TRACES:
@@ -69,18 +74,23 @@ def labels_from_trace(
     groups: dict[RowKey, _Agg] = {}
     pipeline_key: RowKey = ("", (INPUT_PIPELINE,))
     for b in blocks:
-        if b.parent >= 0:
-            p = (*paths[b.parent], b.name)
-        elif b.name in INPUT_PIPELINE_TRACES:
-            p = (INPUT_PIPELINE, b.name)
+        parent = b.parent
+        if b.continued and parent >= 0 and blocks[parent].end <= b.start:
+            # The piece before it, ended at the same instant, is its sibling, not its parent.
+            parent = blocks[parent].parent
+        p = paths[parent] if parent >= 0 else ()
+        if b.kind == STEP and b.name in own_steps:
+            paths.append(p)
+            continue
+        if not p and b.name in INPUT_PIPELINE_TRACES:
+            p = (INPUT_PIPELINE,)
             pipeline = groups.get(pipeline_key)
             if pipeline is None:
                 pipeline = groups[pipeline_key] = _Agg(INPUT, b.start)
             pipeline.count += 1
             pipeline.total_ns += b.end - b.start
             pipeline.first = min(pipeline.first, b.start)
-        else:
-            p = (b.name,)
+        p += (b.name,)
         paths.append(p)
         key = ("" if b.line == main_line or p[0] == INPUT_PIPELINE else b.line, p)
         agg = groups.get(key)
@@ -115,17 +125,39 @@ def labels_from_trace(
                 )
             )
             compiled[key] = tuple(agg.compiled_runs)
+            numbers = [_step_at(spans, t) for t in agg.compiled_at]
+            if numbers and None not in numbers:
+                in_steps[key] = tuple(n for n in numbers if n is not None)
             walk(key)
 
+    spans = sorted(
+        (b.start, b.end, b.step_num) for b in blocks if b.kind == STEP and b.step_num is not None
+    )
+    in_steps: RunsByRow = {}
     for thread in sorted({k[0] for k in groups}):
         walk((thread, ()))
-    return tuple(ordered), compiled
+    return tuple(ordered), compiled, in_steps
+
+
+def _step_at(spans: list[tuple[float, float, int]], t: float) -> int | None:
+    """The number of the step whose span holds instant ``t``, if one does."""
+    i = bisect.bisect_right(spans, (t, float("inf"), 0)) - 1
+    return spans[i][2] if i >= 0 and t <= spans[i][1] else None
 
 
 class _Agg:
     """The runs of one block path, added up."""
 
-    __slots__ = ("compile_ns", "compiled_runs", "compiles", "count", "first", "kind", "total_ns")
+    __slots__ = (
+        "compile_ns",
+        "compiled_at",
+        "compiled_runs",
+        "compiles",
+        "count",
+        "first",
+        "kind",
+        "total_ns",
+    )
 
     def __init__(self, kind: str, first: float) -> None:
         self.kind = kind
@@ -135,11 +167,15 @@ class _Agg:
         self.compiles = 0
         self.compile_ns = 0.0
         self.compiled_runs: list[int] = []
+        self.compiled_at: list[float] = []
 
     def add(self, b: Block) -> None:
-        if b.compiles:
-            self.compiled_runs.append(self.count)
-        self.count += 1
+        """Add one run; a piece continued after a step boundary adds to the run before it."""
+        if not b.continued or not self.count:
+            self.count += 1
+        if b.compiles and self.count - 1 not in self.compiled_runs[-1:]:
+            self.compiled_runs.append(self.count - 1)
+            self.compiled_at.append(b.start)
         self.total_ns += b.end - b.start
         self.compiles += b.compiles
         self.compile_ns += b.compile_ns

@@ -29,9 +29,10 @@ from xprof_magic._analysis.model import (
     Timed,
 )
 from xprof_magic._analysis.notes import notes_for
-from xprof_magic._analysis.trace import STEP, ReadAborted, TraceFacts, read_trace
+from xprof_magic._analysis.trace import ReadAborted, TraceFacts, read_trace
 from xprof_magic._backends import Vocabulary, get_vocabulary
 from xprof_magic._metadata import MetricTotal, RunMetadata
+from xprof_magic._steps import STEP_EVENT
 from xprof_magic._store import METADATA_FILE
 
 __all__ = ["DEFAULT_BUDGET_S", "summarize"]
@@ -162,8 +163,12 @@ def _build(
     names = words.metrics
     counters, timers = meta.metrics.counters, meta.metrics.metrics
     compiled: blocks.RunsByRow = {}
+    in_steps: blocks.RunsByRow = {}
     if facts is not None:
-        labels, compiled = blocks.labels_from_trace(facts, meta.wall_s)
+        own_steps = (
+            frozenset({STEP_EVENT}) if meta.step_rule in ("sync", "iteration") else frozenset()
+        )
+        labels, compiled, in_steps = blocks.labels_from_trace(facts, meta.wall_s, own_steps)
         label_source = "trace"
         steps = blocks.steps_from_trace(facts) or blocks.steps_from_metadata(meta)
     else:
@@ -192,7 +197,7 @@ def _build(
         labels=labels,
         label_source=label_source,
         steps=steps,
-        compiles=_compiles(timers, counters, words, facts, labels, compiled),
+        compiles=_compiles(timers, counters, words, facts, labels, compiled, in_steps),
         executions=_timed(timers, names.execute_time),
         to_device=_timed(timers, names.to_device_time, names.to_device_bytes),
         from_device=_timed(timers, names.from_device_time, names.from_device_bytes),
@@ -226,12 +231,12 @@ def _compiles(
     facts: TraceFacts | None,
     labels: tuple[LabelRow, ...],
     compiled: blocks.RunsByRow,
+    in_steps: blocks.RunsByRow,
 ) -> Compiles:
     names = words.metrics
     compile_time = _timed(timers, names.compile_time)
     hits = counters.get(names.compile_cache_hits) if names.compile_cache_hits else None
     sites: list[CompileSite] = []
-    step_counts = {(r.thread, r.path): r.count for r in labels if r.kind == STEP}
     for row in labels:
         if not row.compiles:
             continue
@@ -248,12 +253,9 @@ def _compiles(
                 compiles=row.compiles,
                 total_s=row.compile_s or 0.0,
                 first_runs=runs[:8],
+                first_steps=in_steps.get((row.thread, row.path), ())[:8],
                 recompiled=recompiled,
                 warm_up=recompiled and compiled_runs >= 2 and all(i < 2 for i in runs),
-                in_steps=any(
-                    step_counts.get((row.thread, row.path[:n])) == row.count
-                    for n in range(1, len(row.path) + 1)
-                ),
             )
         )
     # A metrics delta leaves out what did not change: no compile metric means none compiled.

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from xprof_magic import _store
 from xprof_magic._analysis.model import Summary
 from xprof_magic._store import write_json
 
@@ -29,18 +30,15 @@ __all__ = [
 ]
 
 SUMMARY_FILE = "xprof_magic_summary.json"
-# Measured on a 2-core VM: 2.6 MB of xplane.pb per second idle (about 10 µs an event),
-# 1.1 MB/s when shared; the reader's deadline catches an estimate that was too hopeful.
-READ_BYTES_PER_S = 1.5e6
+# The protobuf + numpy reader on a 2-core VM: about 30 MB of xplane.pb per CPU-second,
+# about 20 MB/s wall when shared (make bench); the reader's deadline catches an estimate
+# that was too hopeful.
+READ_BYTES_PER_S = 20e6
 
 
 def estimate_read_s(run_dir: str | os.PathLike[str]) -> float:
     """Seconds a full summary is expected to need, from the size of the timeline files."""
-    try:
-        size = sum(p.stat().st_size for p in Path(run_dir).glob("*.xplane.pb"))
-    except OSError:
-        return 0.0
-    return size / READ_BYTES_PER_S
+    return _store.xplane_bytes(run_dir) / READ_BYTES_PER_S
 
 
 def save_summary(summary: Summary, run_dir: str | os.PathLike[str] | None = None) -> Path:

@@ -133,8 +133,8 @@ class StepStats:
 class CompileSite:
     """A block that held compilations; ``recompiled`` when the same code compiled again.
 
-    ``first_runs`` are the indices (from 0) of the first 8 runs that compiled. ``in_steps``:
-    the block runs once per step, so a run's index is its step's number.
+    ``first_runs`` are the indices (from 0) of the first 8 runs that compiled;
+    ``first_steps`` the numbers of the steps those runs began in, when each began in one.
     """
 
     path: tuple[str, ...]
@@ -145,7 +145,7 @@ class CompileSite:
     first_runs: tuple[int, ...]
     recompiled: bool
     warm_up: bool
-    in_steps: bool = False
+    first_steps: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

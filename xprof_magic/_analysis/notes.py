@@ -74,14 +74,15 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
 
 def _again(site: CompileSite) -> str:
     """Which later runs (or steps) compiled again: "in run 4 of its 6 (first compiled in run
-    1)"; steps are numbered from 0, as the profiler numbers them."""
-    if not site.first_runs:
+    1)", or by the numbers of the steps they ran in, as the profiler numbers them."""
+    in_steps = len(site.first_steps) == len(site.first_runs) > 0
+    numbers = site.first_steps if in_steps else tuple(i + 1 for i in site.first_runs)
+    if not numbers:
         return f"in {site.compiled_runs - 1} later runs of its {site.runs}"
-    noun = "step" if site.in_steps else "run"
-    shift = 0 if site.in_steps else 1
-    first, later = site.first_runs[0], site.first_runs[1:]
+    noun = "step" if in_steps else "run"
+    first, later = numbers[0], numbers[1:]
     again = site.compiled_runs - 1
-    named = [str(i + shift) for i in later]
+    named = [str(n) for n in later]
     if again > len(named):
         listed = ", ".join(named) + ", …"
     elif len(named) == 1:
@@ -89,8 +90,8 @@ def _again(site: CompileSite) -> str:
     else:
         listed = ", ".join(named[:-1]) + " and " + named[-1]
     where = f"in {noun} {listed}" if again == 1 else f"{again} times, in {noun}s {listed}"
-    of = "" if site.in_steps else f" of its {site.runs}"
-    return f"{where}{of} (first compiled in {noun} {first + shift})"
+    of = "" if in_steps else f" of its {site.runs}"
+    return f"{where}{of} (first compiled in {noun} {first})"
 
 
 def compiled_somewhere(s: Summary, words: Vocabulary) -> Iterator[Note]:

@@ -1,12 +1,19 @@
-"""Read one capture's timeline into plain facts, through XProf's own ``ProfileData`` API.
+"""Read one capture's timeline into plain facts: protobuf for the file, numpy for the sums.
 
-Why ``ProfileData`` and not XProf's tool converters: on a CPU capture ``hlo_stats`` and
+Why the timeline and not XProf's tool converters: on a CPU capture ``hlo_stats`` and
 ``op_profile`` are empty and ``framework_op_stats`` lists only the outermost label; the
 ``overview_page`` finds the same step times (a test checks it) but drops the first and last
 step; and every converter call is a full pass of its own that writes cache files into the
-run. Labels, steps, compile events, XLA ops and thread activity are all timeline events:
-one pass, one line (thread) at a time, gives every number the summary needs at about 10 µs
-an event, and each line's memory is released as soon as it is read.
+run. Labels, steps, compile events, XLA ops and thread activity are all timeline events.
+
+Why not XProf's ``ProfileData`` API, which the first reader used: it costs about 10 µs an
+event (43 s and 3 GB for a 100 MB capture). Here the file is parsed by the protobuf runtime
+with a schema of our own (:mod:`xprof_magic._analysis.xspace`), one line (thread) at a
+time; each line becomes arrays of start, duration and name, and nesting, self time and
+per-name totals are array operations. Python touches single events only where a stat
+decides: whether an event is a step (``step_num``) or an XLA op (``hlo_op``), and each
+compilation. The numbers are those of the former event-by-event pass, which the tests
+keep as an oracle.
 
 What the pass relies on (verified on torch_xla 2.9.0 captures):
 
@@ -19,6 +26,14 @@ What the pass relies on (verified on torch_xla 2.9.0 captures):
 * On the CPU, XLA ops run on ``tf_XLAPjRtCpuClient/*`` and ``tf_XLAEigen/*`` threads as
   events with an ``hlo_op`` stat; compilation passes run on ``tf_xla-cpu-codegen/*``.
 * On a TPU, each ``/device:TPU:N`` plane has ``XLA Modules`` and ``XLA Ops`` lines.
+* Events on a line nest: a child ends inside its parent. A line where one does not is
+  walked with an explicit stack instead, with the same result.
+
+The file becomes arrays in :mod:`~xprof_magic._analysis.lines`, and nesting by time is
+:mod:`~xprof_magic._analysis.nesting`. Long because the pass itself is one piece: each
+line's categories, blocks, compile charges and per-name tables are steps over the same
+arrays, in an order the former reader's results depend on, and the facts type they fill
+is what the rest of the analysis imports from here.
 """
 
 from __future__ import annotations
@@ -28,6 +43,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from numpy.typing import NDArray
+
+from xprof_magic._analysis import nesting, xspace
+from xprof_magic._analysis.lines import Floats, Ints, Line, Plane, object_planes, xspace_planes
 
 __all__ = [
     "COMPILE_EVENTS",
@@ -69,7 +91,6 @@ GROUP_ROLES = {
     "tf_pytorchxla": "torch_xla runtime: launches executions",
 }
 CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
-_CHECK_EVERY = 1 << 15
 
 
 class ReadAborted(Exception):
@@ -90,6 +111,8 @@ class Block:
     compiles: int = 0
     compile_ns: float = 0.0
     holds_compile: bool = False
+    continued: bool = False
+    """A label block reopened after a step boundary cut it (``continued=1``): the same entry."""
 
 
 @dataclass
@@ -120,6 +143,10 @@ class TraceFacts:
     planes: list[str] = field(default_factory=list)
 
 
+_CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
+_LABEL, _TRACE, _STEP, _RUNTIME, _COMPILE, _XLA_OP = range(len(_CATEGORIES))
+
+
 def read_trace(
     path: Path,
     *,
@@ -133,16 +160,26 @@ def read_trace(
     even where their text looks like a runtime name. ``cell_ns`` (wall-clock ns) narrows
     the window that busy time is measured against to the cell.
     """
-    from xprof.profile_data import ProfileData
-
-    with ProfileData.from_file(path) as data:
-        return read_planes(
-            data.planes,
-            host=path.name[: -len(".xplane.pb")],
-            label_names=label_names,
-            cell_ns=cell_ns,
-            deadline=deadline,
-        )
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    space = xspace.LazyXSpace()
+    try:
+        space.ParseFromString(data)
+    except DecodeError as error:
+        raise ValueError(
+            f"{Path(path).name} is not a profiler timeline (an XSpace protobuf): {error}; "
+            "capture again, or check that the file was copied whole"
+        ) from None
+    del data
+    return _read(
+        xspace_planes(space),
+        host=Path(path).name[: -len(".xplane.pb")],
+        label_names=label_names,
+        cell_ns=cell_ns,
+        deadline=deadline,
+    )
 
 
 def read_planes(
@@ -153,7 +190,29 @@ def read_planes(
     cell_ns: tuple[int, int] | None = None,
     deadline: float | None = None,
 ) -> TraceFacts:
-    """The pass itself, over ``ProfileData`` planes (or objects shaped like them)."""
+    """The same pass over ``ProfileData``-shaped planes (``name``, ``stats``, ``lines``).
+
+    Each line has ``name`` and ``events``; each event ``name``, ``start_ns``,
+    ``duration_ns`` and ``stats`` as ``(key, value)`` text pairs. For tests that build a
+    timeline by hand, and for XProf's own ``ProfileData``.
+    """
+    return _read(
+        object_planes(planes),
+        host=host,
+        label_names=label_names,
+        cell_ns=cell_ns,
+        deadline=deadline,
+    )
+
+
+def _read(
+    planes: list[Plane],
+    *,
+    host: str,
+    label_names: frozenset[str],
+    cell_ns: tuple[int, int] | None,
+    deadline: float | None,
+) -> TraceFacts:
     facts = TraceFacts(host=host)
     reader = _Reader(facts, label_names, deadline)
     facts.planes = [plane.name for plane in planes]
@@ -171,9 +230,9 @@ def read_planes(
             facts.window = (float(lo), float(hi))
     for plane in planes:
         if plane.name.startswith("/host:") and plane.name != "/host:metadata":
-            for line in plane.lines:
+            for line in plane.lines():
                 reader.host_line(line)
-                line.close()
+                del line  # before the next line is parsed: one line in memory at a time
         elif plane.name.startswith("/device:"):
             reader.device_plane(plane)
         reader.check()
@@ -191,151 +250,165 @@ def _runtime_name(name: str) -> bool:
     return "::" in name or name in RUNTIME_NAMES or name.startswith(RUNTIME_PREFIXES)
 
 
-def _union_ns(spans: list[tuple[float, float]], window: tuple[float, float] | None) -> float:
-    """Total length covered by ``spans`` (clipped to ``window``), overlaps counted once."""
-    total, cur_lo, cur_hi = 0.0, 0.0, -1.0
-    for lo, hi in sorted(spans):
-        if window is not None:
-            lo, hi = max(lo, window[0]), min(hi, window[1])
-        if hi <= lo:
-            continue
-        if lo > cur_hi:
-            total += max(0.0, cur_hi - cur_lo)
-            cur_lo, cur_hi = lo, hi
-        else:
-            cur_hi = max(cur_hi, hi)
-    return total + max(0.0, cur_hi - cur_lo)
-
-
-class _Open:
-    """An event whose end is still ahead while its line is walked in time order."""
-
-    __slots__ = ("block", "category", "child_ns", "dur", "end", "name")
-
-    def __init__(self, end: float, category: str, name: str, dur: float, block: int) -> None:
-        self.end = end
-        self.category = category
-        self.name = name
-        self.dur = dur
-        self.block = block
-        self.child_ns = 0.0
-
-    def adopt(self, start: float, dur: float) -> None:
-        """Take a child's time out of this event's self time (clipped to this event)."""
-        self.child_ns += min(start + dur, self.end) - start
-
-
 class _Reader:
-    """The single pass: per line, nesting by time gives parents, self time and blocks."""
+    """The pass: per line, nesting by time gives parents, self time and blocks."""
 
     def __init__(self, facts: TraceFacts, label_names: frozenset[str], deadline: float | None):
         self.facts = facts
         self.label_names = label_names
         self.deadline = deadline
-        self.cpu_op_spans: list[tuple[float, float]] = []
+        self.cpu_op_spans: list[tuple[Floats, Floats]] = []
         self.orphan_compiles: list[tuple[float, float]] = []
 
     def check(self) -> None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             raise ReadAborted
 
-    def host_line(self, line: Any) -> None:
+    def host_line(self, line: Line) -> None:
         group = _group(line.name)
-        events: Sequence[Any] = line.events
+        n = len(line.start)
         self.check()
-        self.facts.events += len(events)
-        if not events:
+        self.facts.events += n
+        if not n:
             return
         if group in CPU_CLIENT_GROUPS:
             self.facts.has_cpu_client = True
-        items = sorted(
-            ((e.start_ns, e.duration_ns, i) for i, e in enumerate(events)),
-            key=lambda item: (item[0], -item[1]),
-        )
-        python = group == "python"
-        stack: list[_Open] = []
-        busy: list[tuple[float, float]] = []
-        for count, (start, dur, index) in enumerate(items):
-            if count % _CHECK_EVERY == _CHECK_EVERY - 1:
-                self.check()
-            while stack and start >= stack[-1].end:
-                self._close(stack.pop())
-            if dur <= 0:
-                continue
-            event = events[index]
-            name: str = event.name
-            if name.startswith("end: "):
-                continue
-            parent = stack[-1] if stack else None
-            block = -1
-            if parent is not None and parent.category == COMPILE:
-                category = COMPILE
-            elif name in COMPILE_EVENTS:
-                category = COMPILE
-                self._compile(start, dur, stack, python)
-            elif python:
-                category, block = self._python_category(event, name, parent, start, dur, line)
-            elif group.startswith("tf_xla-cpu-codegen"):
-                category = COMPILE
-            elif group in CPU_CLIENT_GROUPS:
-                category = self._client_category(event, name, parent)
-            else:
-                category = RUNTIME
-            if parent is None and "wait" not in name.lower():
-                busy.append((start, start + dur))
-            if category == XLA_OP and (parent is None or parent.category != XLA_OP):
-                self.cpu_op_spans.append((start, start + dur))
-            if parent is not None:
-                parent.adopt(start, dur)
-            stack.append(_Open(start + dur, category, name, dur, block))
-        while stack:
-            self._close(stack.pop())
+        order, start, dur, name_id = nesting.time_order(line)
+        end = start + dur
+        names = line.names
+        flag = _name_flags(names, self.label_names)
+        pushed = (dur > 0) & ~flag["end"][name_id]
+        nest = nesting.nest(start, end, pushed)
+        steps: dict[int, int | None] = {}
+        cat = self._categories(line, group, order, name_id, nest, pushed, flag, steps)
+        blocks = self._blocks(line, order, start, end, nest, cat, steps)
+        is_compile = pushed & (cat == _COMPILE) & flag["compile"][name_id]
+        has_parent = nest.parent >= 0
+        parent_cat = np.where(has_parent, cat[nest.parent], -1)
+        is_compile &= parent_cat != _COMPILE
+        for i in np.flatnonzero(is_compile).tolist():
+            self._compile(float(start[i]), float(dur[i]), i, nest.parent, blocks, group)
+        top = pushed & ~has_parent
+        busy = top & ~flag["wait"][name_id]
         facts = self.facts
-        g = facts.groups.setdefault(group, GroupFacts())
-        g.threads += 1
-        g.busy_ns += _union_ns(busy, facts.window)
+        group_facts = facts.groups.setdefault(group, GroupFacts())
+        group_facts.threads += 1
+        group_facts.busy_ns += nesting.union_ns(start[busy], end[busy], facts.window)
+        ops = pushed & (cat == _XLA_OP) & (parent_cat != _XLA_OP)
+        if ops.any():
+            self.cpu_op_spans.append((start[ops], end[ops]))
+        self._tables(start, end, dur, name_id, names, nest, cat)
 
-    def _python_category(
+    def _categories(
         self,
-        event: Any,
-        name: str,
-        parent: _Open | None,
+        line: Line,
+        group: str,
+        order: Ints,
+        name_id: Ints,
+        nest: nesting.Nesting,
+        pushed: NDArray[np.bool_],
+        flag: dict[str, NDArray[np.bool_]],
+        steps: dict[int, int | None],
+    ) -> NDArray[np.int8]:
+        """Each pushed event's category, level by level (a child's depends on its parent's).
+
+        Fills ``steps`` with the ``step_num`` of each block, by position in the line.
+        """
+        cat = np.full(len(name_id), -1, np.int8)
+        python = group == "python"
+        for level in range(int(nest.depth.max(initial=0)) + 1):
+            here = np.flatnonzero(pushed & (nest.depth == level))
+            if not len(here):
+                continue
+            parent = nest.parent[here]
+            parent_cat = np.where(parent >= 0, cat[parent], -1)
+            ids = name_id[here]
+            compile_ = (parent_cat == _COMPILE) | flag["compile"][ids]
+            runtime = flag["runtime"][ids]
+            mine = np.full(len(here), _RUNTIME, np.int8)
+            if python:
+                open_ = ~np.isin(parent_cat, (_RUNTIME, _XLA_OP))
+                maybe_block = open_ & ~(runtime & ~flag["label"][ids]) & ~compile_
+                for j in np.flatnonzero(maybe_block).tolist():
+                    at = int(here[j])
+                    steps[at] = step_num = _step_num(line, int(order[at]))
+                    if step_num is not None:
+                        mine[j] = _STEP
+                    else:
+                        mine[j] = _LABEL if flag["label"][ids[j]] else _TRACE
+            elif group.startswith("tf_xla-cpu-codegen"):
+                mine[:] = _COMPILE
+            elif group in CPU_CLIENT_GROUPS:
+                inside = parent_cat == _XLA_OP
+                mine[inside] = _XLA_OP
+                maybe_op = np.flatnonzero(~inside & ~runtime & ~compile_)
+                mine[maybe_op[line.has(order[here[maybe_op]], "hlo_op")]] = _XLA_OP
+            mine[compile_] = _COMPILE
+            cat[here] = mine
+        return cat
+
+    def _blocks(
+        self,
+        line: Line,
+        order: Ints,
+        start: Floats,
+        end: Floats,
+        nest: nesting.Nesting,
+        cat: NDArray[np.int8],
+        steps: dict[int, int | None],
+    ) -> dict[int, int]:
+        """Append the line's blocks in time order; their index by position in the line."""
+        blocks = self.facts.blocks
+        found: dict[int, int] = {}
+        at = np.flatnonzero((cat >= 0) & (cat <= _STEP))
+        rows = zip(
+            at.tolist(),
+            line.name_id[order[at]].tolist(),
+            cat[at].tolist(),
+            start[at].tolist(),
+            end[at].tolist(),
+            nest.parent[at].tolist(),
+            strict=True,
+        )
+        for i, name, kind, begin, finish, parent in rows:
+            blocks.append(
+                Block(
+                    line.names[name],
+                    _CATEGORIES[kind],
+                    begin,
+                    finish,
+                    found.get(parent, -1),
+                    line.name,
+                    steps[i],
+                    continued=kind == _LABEL and line.stat(int(order[i]), "continued") == "1",
+                )
+            )
+            found[i] = len(blocks) - 1
+        return found
+
+    def _compile(
+        self,
         start: float,
         dur: float,
-        line: Any,
-    ) -> tuple[str, int]:
-        """Runtime event, or a block (label, user trace, step) and its index."""
-        if parent is not None and parent.category in (RUNTIME, XLA_OP):
-            return RUNTIME, -1
-        if name not in self.label_names and _runtime_name(name):
-            return RUNTIME, -1
-        step_num: int | None = None
-        for key, value in event.stats:
-            if key == "step_num":
-                try:
-                    step_num = int(value)
-                except ValueError:
-                    step_num = None
-        kind = STEP if step_num is not None else LABEL if name in self.label_names else TRACE
-        blocks = self.facts.blocks
-        parent_block = parent.block if parent is not None else -1
-        blocks.append(Block(name, kind, start, start + dur, parent_block, line.name, step_num))
-        return kind, len(blocks) - 1
-
-    def _compile(self, start: float, dur: float, stack: list[_Open], python: bool) -> None:
+        at: int,
+        parent: Ints,
+        blocks: dict[int, int],
+        group: str,
+    ) -> None:
         """Count one compilation and charge it to the blocks whose span holds it."""
         facts = self.facts
         facts.compile_count += 1
         facts.compile_ns += dur
-        if not python:
+        if group != "python":
             self.orphan_compiles.append((start, dur))
             return
         innermost = True
-        for entry in reversed(stack):
-            if entry.block < 0:
-                continue
-            self._charge(entry.block, dur, innermost)
-            innermost = False
+        up = int(parent[at])
+        while up >= 0:
+            if up in blocks:
+                self._charge(blocks[up], dur, innermost)
+                innermost = False
+            up = int(parent[up])
         if innermost:
             facts.compiles_outside += 1
 
@@ -346,65 +419,79 @@ class _Reader:
             block.compiles += 1
             block.compile_ns += dur
 
-    def _client_category(self, event: Any, name: str, parent: _Open | None) -> str:
-        if parent is not None and parent.category == XLA_OP:
-            return XLA_OP
-        if _runtime_name(name):
-            return RUNTIME
-        for key, _ in event.stats:
-            if key == "hlo_op":
-                return XLA_OP
-        return RUNTIME
+    def _tables(
+        self,
+        start: Floats,
+        end: Floats,
+        dur: Floats,
+        name_id: Ints,
+        names: list[str],
+        nest: nesting.Nesting,
+        cat: NDArray[np.int8],
+    ) -> None:
+        """Self time (a child's time is not its parent's) summed per name and category.
 
-    def _close(self, entry: _Open) -> None:
-        """Add the finished event's self time to the table of its category."""
+        Names enter the tables in the order their first event closes, as they did when
+        each event was added on closing.
+        """
+        n = len(start)
+        kids = np.flatnonzero(nest.parent >= 0)
+        kids = kids[cat[kids] >= 0]
+        parent = nest.parent[kids]
+        child_ns = np.bincount(
+            parent, weights=np.minimum(end[kids], end[parent]) - start[kids], minlength=n
+        )
+        self_ns = np.maximum(0.0, dur - child_ns)
+        closed = nest.closed
+        key = cat[closed].astype(np.int64) * len(names) + name_id[closed]
+        unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        counts = np.bincount(inverse, minlength=len(unique))
+        sums = np.bincount(inverse, weights=self_ns[closed], minlength=len(unique))
         facts = self.facts
-        if entry.category == XLA_OP:
-            table = facts.device_ops.setdefault(entry.name, [0, 0.0])
-        elif entry.category == COMPILE:
-            table = facts.compile_ops.setdefault(entry.name, [0, 0.0])
-        else:
-            table = facts.host_ops.setdefault((entry.name, entry.category), [0, 0.0])
-        table[0] += 1
-        table[1] += max(0.0, entry.dur - entry.child_ns)
+        for u in np.argsort(first, kind="stable").tolist():
+            category, name = (
+                _CATEGORIES[int(unique[u]) // len(names)],
+                names[int(unique[u]) % len(names)],
+            )
+            if category == XLA_OP:
+                table = facts.device_ops.setdefault(name, [0, 0.0])
+            elif category == COMPILE:
+                table = facts.compile_ops.setdefault(name, [0, 0.0])
+            else:
+                table = facts.host_ops.setdefault((name, category), [0, 0.0])
+            table[0] += int(counts[u])
+            table[1] += float(sums[u])
 
-    def device_plane(self, plane: Any) -> None:
-        lines = {line.name: line for line in plane.lines}
+    def device_plane(self, plane: Plane) -> None:
+        lines = {line.name: line for line in plane.lines()}
         busy_line = lines.get("XLA Modules") or lines.get("XLA Ops")
-        spans: list[tuple[float, float]] = []
+        busy = 0.0
         for name, line in lines.items():
-            events = line.events
-            self.facts.events += len(events)
+            self.facts.events += len(line.start)
             self.check()
             if line is busy_line:
-                spans = [(e.start_ns, e.start_ns + e.duration_ns) for e in events]
+                busy = nesting.union_ns(line.start, line.start + line.dur, self.facts.window)
             if name == "XLA Ops":
-                self._device_ops(events)
-            line.close()
-        self.facts.devices.append((plane.name, _union_ns(spans, self.facts.window)))
+                self._device_ops(line)
+        self.facts.devices.append((plane.name, busy))
 
-    def _device_ops(self, events: Sequence[Any]) -> None:
+    def _device_ops(self, line: Line) -> None:
         """Self time of a device's XLA ops (an op's nested ops are not its own time)."""
-        items = sorted(
-            ((e.start_ns, e.duration_ns, e.name) for e in events),
-            key=lambda item: (item[0], -item[1]),
-        )
-        stack: list[_Open] = []
-        for start, dur, name in items:
-            while stack and start >= stack[-1].end:
-                self._close(stack.pop())
-            if dur <= 0:
-                continue
-            if stack:
-                stack[-1].adopt(start, dur)
-            stack.append(_Open(start + dur, XLA_OP, name, dur, -1))
-        while stack:
-            self._close(stack.pop())
+        _, start, dur, name_id = nesting.time_order(line)
+        end = start + dur
+        pushed = dur > 0
+        nest = nesting.nest(start, end, pushed)
+        cat = np.where(pushed, _XLA_OP, -1).astype(np.int8)
+        self._tables(start, end, dur, name_id, line.names, nest, cat)
 
     def finish(self) -> None:
         """Union the CPU op spans; charge compilations seen off the Python threads by time."""
         facts = self.facts
-        facts.cpu_xla_busy_ns = _union_ns(self.cpu_op_spans, facts.window)
+        if self.cpu_op_spans:
+            lo = np.concatenate([lo for lo, _ in self.cpu_op_spans])
+            hi = np.concatenate([hi for _, hi in self.cpu_op_spans])
+            facts.cpu_xla_busy_ns = nesting.union_ns(lo, hi, facts.window)
         for start, dur in self.orphan_compiles:
             holders = [i for i, b in enumerate(facts.blocks) if b.start <= start < b.end]
             if not holders:
@@ -413,3 +500,24 @@ class _Reader:
                 self._charge(
                     i, dur, innermost=not any(facts.blocks[j].parent == i for j in holders)
                 )
+
+
+def _name_flags(names: list[str], label_names: frozenset[str]) -> dict[str, NDArray[np.bool_]]:
+    """Per distinct name: what the pass asks of it, computed once per line."""
+    return {
+        "end": np.array([n.startswith("end: ") for n in names], bool),
+        "compile": np.array([n in COMPILE_EVENTS for n in names], bool),
+        "runtime": np.array([_runtime_name(n) for n in names], bool),
+        "label": np.array([n in label_names for n in names], bool),
+        "wait": np.array(["wait" in n.lower() for n in names], bool),
+    }
+
+
+def _step_num(line: Line, event: int) -> int | None:
+    value = line.stat(event, "step_num")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None

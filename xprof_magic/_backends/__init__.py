@@ -13,7 +13,7 @@ module registered in :data:`VOCABULARIES`. This module imports neither a profile
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -83,6 +83,16 @@ class Backend(Protocol):
 
     def wait_for_device(self) -> None:
         """Block until device work already launched has finished."""
+
+    def runtime_started(self) -> bool:
+        """Whether the user's code has started the device runtime (never starts it)."""
+
+    def step_hooks(
+        self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
+    ) -> AbstractContextManager[None]:
+        """While open, report each sync, at any depth, after it launched the pending work
+        (``True`` when there was work to launch), and where the user's own step markers
+        begin (``True``) and end (``False``). Must not start the runtime."""
 
     def sync(self) -> None:
         """Cut and run the pending lazy graph (only when the user asked for it)."""

@@ -5,8 +5,11 @@ Imported only when a capture first needs it: ``import torch_xla`` takes seconds.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from importlib import metadata
 from typing import Any
@@ -115,6 +118,108 @@ class TorchXlaBackend:
     def wait_for_device(self) -> None:
         xm.wait_device_ops()
 
+    def runtime_started(self) -> bool:
+        return bool(_XLAC._xla_runtime_is_initialized())
+
+    @contextlib.contextmanager
+    def step_hooks(
+        self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
+    ) -> Iterator[None]:
+        """Wrap what every sync runs, and the user's step markers.
+
+        ``torch_xla.sync()`` (also behind ``xm.mark_step()``, ``optimizer_step(...,
+        barrier=True)``, MpDeviceLoader and ``StepTrace``) launches the pending graph with
+        ``_XLAC._xla_step_marker`` and then calls ``xm._run_step_closures()`` once; a sync
+        is reported there, so that the user's step closures run in the step that ends. The
+        public ``xm.add_step_closure`` would do, but it starts the runtime (it looks up the
+        default device), and a closure must be re-added before each sync, including the
+        user's first, which is what starts the runtime.
+
+        Only the syncs of the thread that opened the hooks (the cell's) are reported:
+        MpDeviceLoader's threads, or the user's, are not the cell's steps. A sync launched
+        work when graphs were looked up for launch inside its own ``_xla_step_marker``
+        call: the counters are process-wide, so they are read around that call, on the
+        cell's thread, rather than from one sync to the next, which would also count the
+        graphs of ``.item()`` and of other threads in between.
+
+        MpDeviceLoader's ``next()`` skips its sync when ``xp.get_tracer_marked_step()`` says
+        a ``StepTrace`` just synced; nothing clears that flag but the loader, so a
+        ``StepTrace`` run earlier in the process (another cell) makes the loader's first
+        ``next()`` skip its sync. That skipped sync is reported as a sync that launched
+        nothing: without it no sync would come before the first batch's work ended, and
+        the loop's steps would be its iterations, leaving the graph's launch and compile,
+        in the next ``next()``, outside every step. The flag itself is left as it is, so
+        the user's graphs are cut where they would be without the capture.
+
+        The user's markers are ``xp.Trace`` with ``_r`` (``xp.StepTrace`` is one), seen
+        where they are made and where they exit.
+        """
+        owner = threading.get_ident()
+        step_marker = _XLAC._xla_step_marker
+        run_closures = xm._run_step_closures
+        marked_step = xp.get_tracer_marked_step
+        trace_init, trace_exit = xp.Trace.__init__, xp.Trace.__exit__
+        since_last = [_executions()]
+        in_marker: list[bool | None] = [None]
+
+        def mark_step(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != owner:
+                return step_marker(*args, **kwargs)
+            before = _executions()
+            try:
+                return step_marker(*args, **kwargs)
+            finally:
+                in_marker[0] = _executions() != before
+
+        def run_step_closures() -> Any:
+            devctx = run_closures()
+            if threading.get_ident() != owner:
+                return devctx
+            count = _executions()
+            ran = in_marker[0]
+            if ran is None:
+                ran = count != since_last[0]
+            in_marker[0], since_last[0] = None, count
+            with contextlib.suppress(Exception):
+                on_sync(ran)
+            return devctx
+
+        def get_marked_step() -> bool:
+            marked = bool(marked_step())
+            if marked and threading.get_ident() == owner:
+                with contextlib.suppress(Exception):
+                    on_sync(False)
+            return marked
+
+        def init(trace: Any, name: str, **kwargs: Any) -> None:
+            if kwargs.get("_r"):
+                trace.__dict__["_xprof_magic_step"] = True
+                with contextlib.suppress(Exception):
+                    on_user_step(True)
+            trace_init(trace, name, **kwargs)
+
+        def exit_(trace: Any, *exc: Any) -> Any:
+            try:
+                return trace_exit(trace, *exc)
+            finally:
+                if trace.__dict__.pop("_xprof_magic_step", False):
+                    with contextlib.suppress(Exception):
+                        on_user_step(False)
+
+        _XLAC._xla_step_marker = mark_step
+        xm._run_step_closures = run_step_closures
+        xp.get_tracer_marked_step = get_marked_step
+        xp.Trace.__init__ = init  # type: ignore[method-assign,assignment]
+        xp.Trace.__exit__ = exit_  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            _XLAC._xla_step_marker = step_marker
+            xm._run_step_closures = run_closures
+            xp.get_tracer_marked_step = marked_step
+            xp.Trace.__init__ = trace_init  # type: ignore[method-assign]
+            xp.Trace.__exit__ = trace_exit  # type: ignore[method-assign]
+
     def sync(self) -> None:
         torch_xla.sync()
 
@@ -140,6 +245,12 @@ class TorchXlaBackend:
             except metadata.PackageNotFoundError:
                 continue
         return found
+
+
+def _executions() -> int:
+    """Graphs looked up for launch so far: counted in the launching call, where the
+    ``ExecuteComputation`` counter moves later, on the thread that runs the graph."""
+    return sum(int(met.counter_value(name) or 0) for name in ("CachedCompile", "UncachedCompile"))
 
 
 def create() -> TorchXlaBackend:

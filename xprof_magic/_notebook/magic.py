@@ -6,6 +6,7 @@ Thin on purpose: :mod:`.execute` runs the cell as IPython would, :mod:`.commands
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from xprof_magic import _capture, _store
+from xprof_magic import _capture, _plan, _store
 from xprof_magic._backends import BACKENDS, TraceAlreadyRunning
 from xprof_magic._notebook import commands, execute, show
+from xprof_magic._steps import parse_steps
 from xprof_magic._viewer.client import DEFAULT_HEIGHT
 
 __all__ = ["XprofMagics"]
@@ -38,7 +40,7 @@ class XprofMagics(Magics):
     @argument(
         "--port",
         type=int,
-        default=_capture.DEFAULT_PORT,
+        default=_plan.DEFAULT_PORT,
         help="Port of torch_xla's profiler server, for on-demand capture (default 9012). "
         "That server listens on ALL interfaces (torch_xla offers no choice).",
     )
@@ -55,8 +57,15 @@ class XprofMagics(Magics):
     )
     @argument(
         "--steps",
-        action="store_true",
-        help="Mark each iteration of a top-level for loop as a step for XProf's step tools.",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="A:B",
+        help="Mark steps for XProf's step tools: a step ends at each sync (torch_xla.sync(), "
+        "xm.mark_step(), MpDeviceLoader, at any depth); when nothing syncs, a step is one "
+        "iteration of the cell's loop (the innermost when nested); your own StepTrace "
+        "markers win. --steps A:B traces only steps A to B-1, numbered from 0 in the cell "
+        "(A: and :B too); the cell still runs whole.",
     )
     @argument(
         "--sync",
@@ -126,7 +135,8 @@ class XprofMagics(Magics):
             commands.run_command(self._session, self.shell, line)
             return None
         try:
-            args = parse_argstring(self.xprof, line)
+            # A window like -3:5 would read as an option; give it to --steps to refuse clearly.
+            args = parse_argstring(self.xprof, re.sub(r"(--steps)\s+(-\d)", r"\1=\2", line))
         except ValueError as error:  # shlex: an unclosed quote
             raise UsageError(f"%%xprof {line}: {error}; check the quotes") from None
         plan = self._plan(args, line, cell)
@@ -140,22 +150,24 @@ class XprofMagics(Magics):
             raise UsageError("the cell was not run: fix the syntax error above") from None
         capture = _capture.Capture(plan, notify=print)
         try:
-            capture.__enter__()
+            capture.start()
         except (_store.LogdirError, TraceAlreadyRunning) as error:
             raise UsageError(_refusal(error)) from None
         self._session.logdir = plan.logdir
         start = None
+        if not args.no_display:
+            try:
+                start = self._begin_viewer(plan.logdir, args)
+            except Exception as error:  # the cell runs all the same, with the text summary
+                print(f"xprof: the viewer could not start: {error!r}")
         outcome: BaseException | None = None
         value = None
         try:
-            if not args.no_display:
-                start = self._begin_viewer(plan.logdir, args)
-            capture.restart_clock()
-            value = execute.execute(self.shell, code)
+            value = capture.run(lambda: execute.execute(self.shell, code))
         except BaseException as error:
             outcome = error
         try:
-            capture.__exit__(type(outcome) if outcome is not None else None, outcome, None)
+            capture.stop(outcome)
         except BaseException as error:  # interrupted while stopping: the trace is stopped
             outcome = error
         show.report(self.shell, capture.result, start, plan.logdir, args.height)
@@ -176,7 +188,7 @@ class XprofMagics(Magics):
         self._session.viewer_kind, self._session.viewer_port = args.viewer, args.viewer_port
         return manager.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)
 
-    def _plan(self, args: Any, line: str, cell: str) -> _capture.Plan:
+    def _plan(self, args: Any, line: str, cell: str) -> _plan.Plan:
         if not 0 < args.port < 65536:
             raise UsageError(f"--port {args.port} is not a port; use a number from 1 to 65535")
         if args.viewer_port is not None and not 0 < args.viewer_port < 65536:
@@ -185,15 +197,20 @@ class XprofMagics(Magics):
             )
         if not 100 <= args.height <= 10000:
             raise UsageError(f"--height {args.height} is out of range; use 100 to 10000 pixels")
+        try:
+            steps, window = parse_steps(args.steps)
+        except ValueError as error:
+            raise UsageError(f"--steps {error}") from None
         logdir = Path(args.logdir).expanduser() if args.logdir else _store.default_logdir()
         options = {key: value for key, value in vars(args).items() if value not in (None, False)}
-        plan = _capture.Plan(
+        plan = _plan.Plan(
             logdir=logdir,
             name=args.name,
             labels=not args.no_labels,
-            steps=args.steps,
+            steps=steps,
+            step_window=window,
             sync=args.sync,
-            server=_capture.server_by_default() and not args.no_server,
+            server=_plan.server_by_default() and not args.no_server,
             port=args.port,
             backend=args.backend,
             cell=cell,

@@ -1,0 +1,288 @@
+"""Real training captures of a chosen size, and what reading them costs.
+
+``python -m bench summary`` (or ``python -m bench.captures``) builds, once, captures of a
+3-layer MLP training loop (batch 256, SGD with momentum, two labels and ``torch_xla.sync()``
+per step: about 12 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
+``bench/.captures/`` (ignored by git), then times, each in a fresh process, median of 3:
+
+- ``summary``: :func:`xprof_magic._analysis.summarize` with no budget (the new reader);
+- ``overview_page``: XProf's own converter on the same file;
+- ``parse``: a plain ``ParseFromString`` of the whole file with our schema (the floor).
+
+Each time counts from before the imports the route needs to its end (Python's own start
+excluded); the CPU time beside it is the process's, which the other work on a shared
+machine disturbs less than the wall time.
+
+The layers are 256 wide on purpose: with 1024-wide layers torch_xla's profiler holds about
+8 MB of memory per step until the trace stops (1.1 MB at 256), so a 100 MB capture would
+need some 40 GB (this machine has 24). Synthetic TraceMe-only captures have about half the
+bytes per event of a real one, so they would overstate how many events a megabyte holds:
+only real training captures are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SIZES", "build_capture", "measure", "trace_viewer_costs"]
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "bench" / ".captures"
+SIZES = {"5MB": 400, "30MB": 2500, "100MB": 8400}
+
+
+def _train(steps: int) -> None:
+    import torch
+    import torch_xla
+
+    import xprof_magic
+
+    dev = torch_xla.device()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(512, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 10),
+    ).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    xs = [torch.randn(256, 512, device=dev) for _ in range(4)]
+    ys = [torch.randint(0, 10, (256,), device=dev) for _ in range(4)]
+    torch_xla.sync()
+    for i in range(steps):
+        with xprof_magic.step():
+            with xprof_magic.label("forward"):
+                loss = loss_fn(model(xs[i % 4]), ys[i % 4])
+            with xprof_magic.label("backward"):
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            torch_xla.sync()
+
+
+def build_capture(steps: int, logdir: Path, name: str) -> Path:
+    """Capture ``steps`` training steps into ``<logdir>/plugins/profile/<name>``; its folder."""
+    import torch_xla.core.xla_model as xm
+
+    import xprof_magic
+
+    with xprof_magic.capture(logdir=logdir, name=name, server=False, steps=False) as cap:
+        _train(steps)
+        xm.wait_device_ops()
+    assert cap.result is not None, "the capture was not stored"
+    return cap.result.run_dir
+
+
+def ensure_captures(names: list[str]) -> dict[str, Path]:
+    """The cached run folder of each size, building the missing ones in a child process."""
+    found: dict[str, Path] = {}
+    for name in names:
+        run_dir = CACHE / "plugins" / "profile" / name
+        if not any(run_dir.glob("*.xplane.pb")):
+            print(f"building the {name} capture ({SIZES[name]} steps)...", file=sys.stderr)
+            subprocess.run(
+                [sys.executable, "-m", "bench.captures", "--build", name],
+                check=True,
+                cwd=ROOT,
+                env=_env(),
+            )
+        found[name] = run_dir
+    return found
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PJRT_DEVICE", "CPU")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+_CHILD = """
+import json, resource, sys, time
+route, path = sys.argv[1], sys.argv[2]
+t, cpu = time.perf_counter(), time.process_time()
+if route == "summary":
+    from xprof_magic._analysis import summarize
+    import pathlib
+    s = summarize(pathlib.Path(path).parent, budget_s=None)
+    assert not s.missing or all("only host" in m for m in s.missing), s.missing
+elif route == "overview_page":
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+    data, _ = xspace_to_tool_data([path], "overview_page", {})
+    assert data
+elif route == "parse":
+    from xprof_magic._analysis.xspace import XSpace
+    with open(path, "rb") as f:
+        raw = f.read()
+    XSpace().ParseFromString(raw)
+took, cpu = time.perf_counter() - t, time.process_time() - cpu
+rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"s": took, "cpu_s": cpu, "rss_mb": rss_mb}))
+"""
+
+
+def _child(route: str, xplane: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, route, str(xplane)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+    ).stdout
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def _clean_caches(run_dir: Path) -> None:
+    """Remove what XProf's converters write into a run, so every call starts cold."""
+    keep = {"xprof_magic.json"}
+    for p in run_dir.iterdir():
+        if p.name in keep or p.name.endswith((".xplane.pb", ".trace.json.gz")):
+            continue
+        if p.is_file():
+            p.unlink()
+
+
+def measure(names: list[str], routes: list[str], reps: int = 3) -> list[dict[str, Any]]:
+    """Each route on each capture, in fresh processes: median time and median peak RSS."""
+    rows = []
+    for name, run_dir in ensure_captures(names).items():
+        xplane = next(run_dir.glob("*.xplane.pb"))
+        row: dict[str, Any] = {"capture": name, "mb": xplane.stat().st_size / 1e6}
+        for route in routes:
+            runs = []
+            for _ in range(reps):
+                _clean_caches(run_dir)
+                runs.append(_child(route, xplane))
+            row[route] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+            print(f"{name} {route}: {row[route]}", file=sys.stderr)
+        _clean_caches(run_dir)
+        rows.append(row)
+    return rows
+
+
+_VIEWER_CHILD = """
+import json, sys, time
+from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+path, calls = sys.argv[1], json.loads(sys.argv[2])
+out = []
+for params in calls:
+    t = time.perf_counter()
+    data, _ = xspace_to_tool_data([path], "trace_viewer@", params)
+    out.append({"params": params, "s": time.perf_counter() - t, "bytes": len(data or b"")})
+print(json.dumps(out))
+"""
+
+
+def trace_viewer_costs(name: str = "30MB") -> list[dict[str, Any]]:
+    """XProf's timeline conversion: a first call, then windowed / lower-resolution calls.
+
+    The options are those the viewer route passes (``trace_viewer_options``). Two fresh
+    processes, each starting without caches in the run: one whose first call asks for the
+    whole timeline at the default resolution, then narrower calls; one whose first call
+    is already a window.
+    """
+    run_dir = ensure_captures([name])[name]
+    xplane = next(run_dir.glob("*.xplane.pb"))
+
+    def opts(**options: Any) -> dict[str, Any]:
+        return {"trace_viewer_options": options}
+
+    sequences = [
+        [
+            opts(resolution=8000),
+            opts(resolution=8000),
+            opts(resolution=1000),
+            opts(resolution=8000, start_time_ms=0, end_time_ms=1000),
+            opts(resolution=8000, start_time_ms=20000, end_time_ms=20100),
+            opts(resolution=8000, format="pb"),
+        ],
+        [opts(resolution=1000, start_time_ms=0, end_time_ms=1000)],
+    ]
+    rows: list[dict[str, Any]] = []
+    for calls in sequences:
+        _clean_caches(run_dir)
+        out = subprocess.run(
+            [sys.executable, "-c", _VIEWER_CHILD, str(xplane), json.dumps(calls)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=_env(),
+        ).stdout
+        found: list[dict[str, Any]] = json.loads(out.strip().splitlines()[-1])
+        found[0]["first"] = True
+        rows.extend(found)
+        print(f"trace_viewer@: {found}", file=sys.stderr)
+    _clean_caches(run_dir)
+    return rows
+
+
+def report(result: dict[str, Any]) -> str:
+    """The figures as Markdown, for BENCHMARKS.md."""
+    lines = [
+        "| capture | xplane | summary (CPU) | summary peak RSS | overview_page (CPU) "
+        "| overview peak RSS | ParseFromString (peak RSS) | summary / overview |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in result["summary"]:
+        cells = [row["capture"], f"{row['mb']:.1f} MB"]
+        for route in ("summary", "overview_page"):
+            got = row.get(route)
+            if got:
+                cells += [f"{got['s']:.2f} s ({got['cpu_s']:.2f} s)", f"{got['rss_mb']:.0f} MB"]
+            else:
+                cells += ["", ""]
+        parse = row.get("parse")
+        cells.append(f"{parse['s']:.2f} s ({parse['rss_mb']:.0f} MB)" if parse else "")
+        if "summary" in row and "overview_page" in row:
+            cells.append(f"{row['summary']['s'] / row['overview_page']['s']:.2f}")
+        else:
+            cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    for call in result.get("trace_viewer", []):
+        first = "first call, " if call.get("first") else ""
+        lines.append(
+            f"- trace_viewer@ {first}{json.dumps(call['params'])}: {call['s']:.2f} s, "
+            f"{call['bytes'] / 1e6:.2f} MB reply"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench summary")
+    parser.add_argument("--build", choices=sorted(SIZES), help="build one capture (child)")
+    parser.add_argument("--sizes", nargs="*", default=list(SIZES), choices=sorted(SIZES))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--routes", nargs="*", default=["summary", "overview_page", "parse"])
+    parser.add_argument("--viewer", action="store_true", help="also time trace_viewer@ calls")
+    args = parser.parse_args(argv)
+    if args.build:
+        started = time.perf_counter()
+        run_dir = build_capture(SIZES[args.build], CACHE, args.build)
+        size = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb")) / 1e6
+        print(f"{run_dir}: {size:.1f} MB in {time.perf_counter() - started:.0f} s")
+        return 0
+    result: dict[str, Any] = {"summary": measure(args.sizes, args.routes, args.reps)}
+    if args.viewer:
+        result["trace_viewer"] = trace_viewer_costs()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    (CACHE / "results.json").write_text(json.dumps(result, indent=1))
+    print(report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

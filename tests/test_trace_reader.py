@@ -1,0 +1,283 @@
+"""The protobuf + numpy timeline reader gives what the former ``ProfileData`` reader gave.
+
+Real captures of a small training loop on the CPU, made through ``xprof_magic.capture()``,
+read by both readers: every field of :class:`TraceFacts` and the whole summary must agree.
+The former reader lives on in ``tests/_oracle_trace.py`` as the oracle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import _oracle_trace as oracle
+from xprof_magic._analysis import nesting, render_text, summarize
+from xprof_magic._analysis.trace import TraceFacts, read_planes, read_trace
+
+
+def _train(steps: int) -> None:
+    """A small MLP with labels, a step per iteration, a user trace, a CPU fallback and a
+    batch whose shape changes once (a second compilation mid-loop)."""
+    import torch
+    import torch_xla
+    import torch_xla.debug.profiler as xp
+
+    import xprof_magic
+
+    dev = torch_xla.device()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128),
+        torch.nn.ReLU(),
+        torch.nn.Linear(128, 128),
+        torch.nn.ReLU(),
+        torch.nn.Linear(128, 10),
+    ).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    with xprof_magic.label("for i in range(steps):"):
+        for i in range(steps):
+            batch = 32 if i != steps // 2 else 16
+            x = torch.randn(batch, 64, device=dev)
+            y = torch.randint(0, 10, (batch,), device=dev)
+            with xprof_magic.step():
+                with xprof_magic.label("forward"), xp.Trace("user_forward"):
+                    loss = loss_fn(model(x), y)
+                with xprof_magic.label("backward"):
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                if i == 1:
+                    with xprof_magic.label("ns::looks_like_runtime"):
+                        torch.nonzero(x > 0)
+                with xprof_magic.label("torch_xla.sync()"):
+                    torch_xla.sync()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    pytest.importorskip("torch_xla")
+    import torch_xla.core.xla_model as xm
+
+    import xprof_magic
+
+    logdir = tmp_path_factory.mktemp("reader")
+    with xprof_magic.capture(logdir=logdir, name="mlp", server=False) as cap:
+        _train(24)
+        xm.wait_device_ops()
+    assert cap.result is not None
+    return cap.result.run_dir
+
+
+def _xplane(run_dir: Path) -> Path:
+    (path,) = run_dir.glob("*.xplane.pb")
+    return path
+
+
+def _args(run_dir: Path) -> dict[str, Any]:
+    """What the summary passes the reader: the labels' names and the cell's clock times."""
+    meta = json.loads((run_dir / "xprof_magic.json").read_text(encoding="utf-8"))
+    return {
+        "label_names": frozenset(label["path"][-1] for label in meta["labels"]),
+        "cell_ns": (meta["start_ns"], meta["end_ns"]),
+    }
+
+
+def _same(new: Any, old: Any, where: str = "") -> None:
+    """Equal field by field, recursively; floats to a relative 1e-12 (sums may reorder)."""
+    if dataclasses.is_dataclass(new) and not isinstance(new, type):
+        assert type(new) is type(old), where
+        for f in dataclasses.fields(new):
+            _same(getattr(new, f.name), getattr(old, f.name), f"{where}.{f.name}")
+    elif isinstance(new, dict):
+        assert isinstance(old, dict), where
+        assert list(new) == list(old), f"{where}: keys or their order differ"
+        for key in new:
+            _same(new[key], old[key], f"{where}[{key!r}]")
+    elif isinstance(new, (list, tuple)):
+        assert isinstance(old, type(new)) and len(new) == len(old), where
+        for i, (a, b) in enumerate(zip(new, old, strict=True)):
+            _same(a, b, f"{where}[{i}]")
+    elif isinstance(new, float) or isinstance(old, float):
+        assert math.isclose(new, old, rel_tol=1e-12, abs_tol=1e-6), f"{where}: {new} != {old}"
+    else:
+        assert new == old, f"{where}: {new!r} != {old!r}"
+
+
+def test_facts_equal_the_former_readers(run_dir: Path) -> None:
+    args = _args(run_dir)
+    new = read_trace(_xplane(run_dir), **args)
+    old = oracle.read_trace(_xplane(run_dir), **args)
+    _same(new, old)
+    # The capture exercises what the figures come from, so equality is not vacuous.
+    kinds = {b.kind for b in new.blocks}
+    assert kinds == {"label", "step", "trace"}, kinds
+    assert sum(b.kind == "step" for b in new.blocks) == 24
+    assert "ns::looks_like_runtime" in {b.name for b in new.blocks}
+    assert new.compile_count >= 2 and any(b.compiles for b in new.blocks)
+    assert new.device_ops and new.host_ops and new.compile_ops and new.has_cpu_client
+    assert new.cpu_xla_busy_ns > 0 and new.window is not None
+    assert {"python", "tf_XLAPjRtCpuClient"} <= set(new.groups)
+
+
+def test_the_whole_timeline_without_a_cell_window(run_dir: Path) -> None:
+    new = read_trace(_xplane(run_dir))
+    old = oracle.read_trace(_xplane(run_dir))
+    _same(new, old)
+    assert {b.kind for b in new.blocks} == {"trace", "step"}, "no label names: traces"
+
+
+def test_array_nesting_equals_the_stack_walk(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = _args(run_dir)
+    fast = read_trace(_xplane(run_dir), **args)
+    monkeypatch.setattr(nesting, "nest", nesting.walk)
+    _same(read_trace(_xplane(run_dir), **args), fast)
+
+
+def test_the_summary_is_the_same_with_either_reader(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    new = summarize(run_dir, budget_s=None)
+    # Wherever summarize lives, it reads the timeline through its module's read_trace.
+    monkeypatch.setattr(sys.modules[summarize.__module__], "read_trace", oracle.read_trace)
+    old = summarize(run_dir, budget_s=None)
+    assert new.complete and new.labels and new.steps is not None and new.device_ops
+    new, old = dataclasses.replace(new, read_s=0.0), dataclasses.replace(old, read_s=0.0)
+    _same(new, old)
+    assert render_text(new) == render_text(old)
+
+
+def test_a_file_that_is_not_a_timeline_is_a_value_error(tmp_path: Path) -> None:
+    bad = tmp_path / "host.xplane.pb"
+    bad.write_text("hello, this is not a profile\n")
+    with pytest.raises(ValueError, match="not a profiler timeline"):
+        read_trace(bad)
+    with pytest.raises(ValueError):
+        oracle.read_trace(bad)
+
+
+def test_a_truncated_timeline_is_a_value_error(run_dir: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "host.xplane.pb"
+    cut.write_bytes(_xplane(run_dir).read_bytes()[:5000])
+    with pytest.raises(ValueError):
+        read_trace(cut)
+
+
+# --- planes shaped like XProf's, for what real captures do not show -------------------------
+
+
+class _Event:
+    def __init__(self, name: str, start: float, dur: float, stats: tuple[Any, ...] = ()):
+        self.name, self.start_ns, self.duration_ns, self.stats = name, start, dur, stats
+
+
+class _Line:
+    def __init__(self, name: str, events: list[_Event]):
+        self.name, self.events = name, tuple(events)
+
+    def close(self) -> None:
+        pass
+
+
+class _Plane:
+    def __init__(self, name: str, lines: list[_Line], stats: tuple[Any, ...] = ()):
+        self.name, self.lines, self.stats = name, tuple(lines), stats
+
+
+def _both(planes: list[_Plane], **kwargs: Any) -> TraceFacts:
+    new = read_planes(planes, **kwargs)
+    _same(new, oracle.read_planes(planes, **kwargs))
+    return new
+
+
+def test_a_child_that_outlasts_its_parent_is_read_as_before() -> None:
+    python = _Line(
+        "python",
+        [
+            _Event("outer", 0, 100),
+            _Event("inner", 10, 150),
+            _Event("XLAGraphExecutor::Compile", 20, 30),
+            _Event("after", 120, 50, (("step_num", "3"),)),
+            _Event("late", 160, 20),
+            _Event("instant", 165, 0),
+            _Event("end: late", 170, 5),
+        ],
+    )
+    client = _Line(
+        "tf_XLAPjRtCpuClient/1",
+        [
+            _Event("fusion", 0, 50, (("hlo_op", "7"),)),
+            _Event("dot", 40, 30, (("hlo_op", "8"),)),
+            _Event("ThreadpoolListener::Record", 45, 1),
+            _Event("copy", 90, 5),
+        ],
+    )
+    env = _Plane(
+        "Task Environment", [], (("profile_start_time", "5"), ("profile_stop_time", "205"))
+    )
+    facts = _both([_Plane("/host:CPU", [python, client]), env], label_names=frozenset({"outer"}))
+    assert [b.name for b in facts.blocks] == ["outer", "inner", "after", "late"]
+    assert facts.blocks[2].kind == "step" and facts.blocks[1].compiles == 1
+    assert facts.blocks[1].parent == 0 and facts.blocks[3].parent == 2
+    assert set(facts.device_ops) == {"fusion", "dot", "ThreadpoolListener::Record"}
+
+
+def test_device_planes_and_windows_read_as_before() -> None:
+    ms = 1e6
+    device = _Plane(
+        "/device:TPU:0",
+        [
+            _Line("XLA Modules", [_Event("jit", 40 * ms, 10 * ms), _Event("jit", 70 * ms, 10)]),
+            _Line(
+                "XLA Ops",
+                [
+                    _Event("fusion.1", 40 * ms, 6 * ms),
+                    _Event("dot.2", 41 * ms, 2 * ms),
+                    _Event("dot.3", 45 * ms, 3 * ms),
+                    _Event("fusion.1", 70 * ms, 6 * ms),
+                ],
+            ),
+        ],
+    )
+    python = _Line("python", [_Event("train", -5 * ms, 90 * ms), _Event("x", 95 * ms, 9 * ms)])
+    env = _Plane(
+        "Task Environment",
+        [],
+        (("profile_start_time", "1000"), ("profile_stop_time", str(int(1000 + 100 * ms)))),
+    )
+    planes = [_Plane("/host:CPU", [python]), device, env]
+    facts = _both(planes, cell_ns=(1000 + int(10 * ms), 1000 + int(60 * ms)))
+    assert facts.window == (10 * ms, 60 * ms)
+    assert facts.device_ops["fusion.1"][0] == 2
+    _both(planes[:2])
+
+
+def test_the_full_schema_and_the_lazy_one_read_the_same_events(run_dir: Path) -> None:
+    from xprof_magic._analysis import xspace
+
+    data = _xplane(run_dir).read_bytes()
+    full, lazy = xspace.XSpace.FromString(data), xspace.LazyXSpace.FromString(data)
+    assert [p.name for p in full.planes] == [p.name for p in lazy.planes]
+    for whole, part in zip(full.planes, lazy.planes, strict=True):
+        for line, raw in zip(whole.lines, part.lines, strict=True):
+            other = xspace.parse_line(raw)
+            assert (line.name, line.timestamp_ns) == (other.name, other.timestamp_ns)
+            assert [(e.metadata_id, e.offset_ps, e.duration_ps) for e in line.events] == [
+                (e.metadata_id, e.offset_ps, e.duration_ps) for e in other.events
+            ]
+            for event, lazy_event in zip(line.events, other.events, strict=True):
+                assert list(event.stats) == [xspace.parse_stat(s) for s in lazy_event.stats]
+    assert (
+        sum(len(line.events) for p in full.planes for line in p.lines)
+        == read_trace(_xplane(run_dir)).events
+    )

@@ -1,0 +1,172 @@
+"""XSpace, the profiler's ``<host>.xplane.pb``, read through the real protobuf runtime.
+
+No wheel we depend on ships ``xplane_pb2`` (not xprof, torch_xla or tensorboard), and XProf's
+own ``ProfileData`` API costs about 10 µs an event. The schema is public
+(``xla/tsl/profiler/protobuf/xplane.proto`` in openxla/xla), so this module declares the part
+of it the timeline reader uses, with the same field numbers, and builds the classes at import
+time from a ``FileDescriptorProto``: no generated code, so no tie to the ``protoc`` version
+that generated it, and the same source works on every protobuf runtime from 4.21 to 7.x
+(upb, C++ or pure Python). Undeclared fields are skipped by the runtime.
+
+Two shapes of the same bytes:
+
+* :data:`XSpace` declares planes → lines → events → stats in full (as the ``.proto`` does).
+* :data:`LazyXSpace` declares a plane's ``lines`` as ``bytes`` (on the wire a sub-message
+  and ``bytes`` are the same), so parsing the file keeps each line serialized;
+  :func:`parse_line` then parses one line at a time, and keeps each event's stats
+  serialized too: the reader needs the stats of few events, and building every stat as a
+  message would double the parse. Only one line is ever held as messages, which keeps
+  memory near the size of the file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+__all__ = [
+    "LazyXLine",
+    "LazyXSpace",
+    "XLine",
+    "XPlane",
+    "XSpace",
+    "XStat",
+    "parse_line",
+    "parse_stat",
+    "stat_value",
+]
+
+_PACKAGE = "xprof_magic.xplane"
+_F = descriptor_pb2.FieldDescriptorProto
+_INT64, _UINT64, _DOUBLE = _F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_DOUBLE
+_STRING, _BYTES, _MESSAGE = _F.TYPE_STRING, _F.TYPE_BYTES, _F.TYPE_MESSAGE
+
+# (message, [(field, number, type, repeated, message type or None)]) as in xplane.proto.
+_Field = tuple[str, int, int, bool, "str | None"]
+_XSTAT: list[_Field] = [
+    ("metadata_id", 1, _INT64, False, None),
+    ("double_value", 2, _DOUBLE, False, None),
+    ("uint64_value", 3, _UINT64, False, None),
+    ("int64_value", 4, _INT64, False, None),
+    ("str_value", 5, _STRING, False, None),
+    ("bytes_value", 6, _BYTES, False, None),
+    ("ref_value", 7, _UINT64, False, None),
+]
+_EVENT: list[_Field] = [
+    ("metadata_id", 1, _INT64, False, None),
+    ("offset_ps", 2, _INT64, False, None),
+    ("duration_ps", 3, _INT64, False, None),
+]
+_LINE: list[_Field] = [
+    ("name", 2, _STRING, False, None),
+    ("timestamp_ns", 3, _INT64, False, None),
+]
+_PLANE: list[_Field] = [
+    ("name", 2, _STRING, False, None),
+    ("event_metadata", 4, _MESSAGE, True, "XPlane.EventMetadataEntry"),
+    ("stat_metadata", 5, _MESSAGE, True, "XPlane.StatMetadataEntry"),
+    ("stats", 6, _MESSAGE, True, "XStat"),
+]
+_MESSAGES: dict[str, list[_Field]] = {
+    "XStat": _XSTAT,
+    "XStatMetadata": [("name", 2, _STRING, False, None)],
+    "XEventMetadata": [("name", 2, _STRING, False, None)],
+    "XEvent": [*_EVENT, ("stats", 4, _MESSAGE, True, "XStat")],
+    "LazyXEvent": [*_EVENT, ("stats", 4, _BYTES, True, None)],
+    "XLine": [*_LINE, ("events", 4, _MESSAGE, True, "XEvent")],
+    "LazyXLine": [*_LINE, ("events", 4, _MESSAGE, True, "LazyXEvent")],
+    "XPlane": [*_PLANE, ("lines", 3, _MESSAGE, True, "XLine")],
+    "LazyXPlane": [*_PLANE, ("lines", 3, _BYTES, True, None)],
+    "XSpace": [("planes", 1, _MESSAGE, True, "XPlane")],
+    "LazyXSpace": [("planes", 1, _MESSAGE, True, "LazyXPlane")],
+}
+_MAPS = {"EventMetadataEntry": "XEventMetadata", "StatMetadataEntry": "XStatMetadata"}
+
+
+def _add_fields(
+    message: descriptor_pb2.DescriptorProto,
+    fields: list[_Field],
+) -> None:
+    for name, number, kind, repeated, type_name in fields:
+        field = message.field.add(name=name, number=number, type=kind)
+        field.label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
+        if type_name is not None:
+            field.type_name = f".{_PACKAGE}.{type_name}"
+
+
+def _file() -> descriptor_pb2.FileDescriptorProto:
+    file = descriptor_pb2.FileDescriptorProto(
+        name="xprof_magic/xplane_subset.proto", package=_PACKAGE, syntax="proto3"
+    )
+    for name, fields in _MESSAGES.items():
+        message = file.message_type.add(name=name)
+        _add_fields(message, fields)
+        if name == "XStat":
+            message.oneof_decl.add(name="value")
+            for field in message.field[1:]:
+                field.oneof_index = 0
+        if name in ("XPlane", "LazyXPlane"):
+            for entry, value in _MAPS.items():
+                nested = message.nested_type.add(name=entry)
+                nested.options.map_entry = True
+                _add_fields(
+                    nested,
+                    [
+                        ("key", 1, _INT64, False, None),
+                        ("value", 2, _MESSAGE, False, value),
+                    ],
+                )
+            for field in message.field:
+                if field.type_name.endswith("Entry"):
+                    field.type_name = f".{_PACKAGE}.{name}.{field.type_name.rsplit('.', 1)[1]}"
+    return file
+
+
+def _classes() -> dict[str, Any]:
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(_file())
+    found: dict[str, Any] = {}
+    for name in _MESSAGES:
+        descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.{name}")
+        get_class = getattr(message_factory, "GetMessageClass", None)
+        if get_class is not None:
+            found[name] = get_class(descriptor)
+        else:  # protobuf 4.21, before GetMessageClass
+            found[name] = message_factory.MessageFactory(pool).GetPrototype(descriptor)
+    return found
+
+
+_CLASSES = _classes()
+XStat: Any = _CLASSES["XStat"]
+XLine: Any = _CLASSES["XLine"]
+LazyXLine: Any = _CLASSES["LazyXLine"]
+XPlane: Any = _CLASSES["XPlane"]
+XSpace: Any = _CLASSES["XSpace"]
+LazyXSpace: Any = _CLASSES["LazyXSpace"]
+
+
+def parse_line(data: bytes) -> Any:
+    """One serialized ``XLine``, its events' stats left serialized (see :func:`parse_stat`)."""
+    line = LazyXLine()
+    line.ParseFromString(data)
+    return line
+
+
+def parse_stat(data: bytes) -> Any:
+    """One serialized ``XStat`` of a :data:`LazyXLine` event."""
+    stat = XStat()
+    stat.ParseFromString(data)
+    return stat
+
+
+def stat_value(stat: Any) -> str:
+    """A stat's value as text, as XProf's ``ProfileData`` gives it (a ref stays a number)."""
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return ""
+    if kind == "bytes_value":
+        return str(stat.bytes_value.decode("utf-8", "replace"))
+    if kind == "double_value":
+        return f"{stat.double_value:g}"
+    return str(getattr(stat, kind))

@@ -1,0 +1,53 @@
+"""What a capture is asked to do, decided before any of it happens.
+
+The magic turns ``%%xprof`` options into a :class:`Plan`, the script API turns
+:func:`xprof_magic.capture`'s arguments into one; :class:`~xprof_magic._capture.Capture`
+carries it out. IPython-free.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from xprof_magic import _store
+from xprof_magic._steps import StepWindow
+
+__all__ = ["DEFAULT_PORT", "NO_SERVER_ENV", "Plan", "server_by_default"]
+
+DEFAULT_PORT = 9012
+NO_SERVER_ENV = "XPROF_MAGIC_NO_SERVER"
+
+
+def server_by_default() -> bool:
+    """Whether the profiler server starts unless asked not to (``XPROF_MAGIC_NO_SERVER=1``)."""
+    return os.environ.get(NO_SERVER_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a capture was asked to do, decided before any of it happens."""
+
+    logdir: Path = field(default_factory=_store.default_logdir)
+    name: str | None = None
+    labels: bool = True
+    steps: bool = False
+    step_window: StepWindow | None = None
+    sync: bool = False
+    server: bool = field(default_factory=server_by_default)
+    port: int = DEFAULT_PORT
+    backend: str = "torch_xla"
+    cell: str | None = None
+    cell_number: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def with_name(self) -> Plan:
+        """The plan with its run name made safe, or a default one that sorts by time."""
+        if self.name is None:
+            name = _store.default_run_name(datetime.now(), self.cell_number)
+        else:
+            name = _store.safe_run_name(self.name)
+        return replace(self, name=name)

@@ -1,0 +1,378 @@
+"""Steps: where they begin and end in a cell, how they are marked, and step windows.
+
+IPython- and torch-free, like :mod:`xprof_magic._labels`, which feeds the tracker: the
+backend reports syncs and the user's own markers, the rewritten cell its loops, and the
+capture starts and stops the trace for a window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "STEP_EVENT",
+    "STEP_RULES",
+    "EventFactory",
+    "LabelBlocks",
+    "StepTracker",
+    "StepWindow",
+    "end_messages",
+    "never_started",
+    "parse_steps",
+    "steps_line",
+]
+
+EventFactory = Callable[..., AbstractContextManager[Any]]
+
+
+class LabelBlocks(Protocol):
+    """What the tracker needs of the label recorder: the label blocks open on the timeline."""
+
+    def opened_count(self) -> int: ...
+
+    def split(self, after: int) -> list[Any]: ...
+
+    def resume(self, blocks: list[Any]) -> None: ...
+
+    def clip(self) -> None: ...
+
+
+STEP_EVENT = "step"
+STEP_RULES = {
+    "sync": "a step ends at each sync",
+    "iteration": "a step is one iteration of the cell's loop",
+    "user": "the steps your code marks",
+}
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """Steps ``start`` to ``stop - 1`` of the cell, numbered from 0; no ``stop``: to the end."""
+
+    start: int = 0
+    stop: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.start}:{'' if self.stop is None else self.stop}"
+
+
+@dataclass
+class _Open:
+    """A step in progress: its number, its start, and its marker while the trace runs."""
+
+    number: int
+    start_ns: int
+    marker: AbstractContextManager[Any] | None
+    traced: bool
+    labels_before: int
+
+
+class StepTracker:
+    """Decides where one capture's steps begin and end, and marks them for XProf.
+
+    Three sources report: syncs (the backend's hook), iterations of the loops the rewriter
+    chose, and the user's own step markers. The rule is decided once per capture:
+
+    - the user's markers win, whenever they appear: from then on no marker of ours;
+    - a sync, once the cell's loop (without one: the cell) has started and before its first
+      iteration has ended, makes a step end at each sync that launched work, the next
+      starting there: steps tile the loop. A sync that launched nothing (the loader's sync
+      right after ``optimizer_step(barrier=True)``) ends no step, so there is no empty step;
+    - before the cell's loop has begun its first iteration, no sync ends a step: step 0
+      starts where the loop starts and ends at the first sync that launched work after it
+      began. MpDeviceLoader's first ``next()`` syncs before it yields the first batch, and
+      what that sync launches is whatever the cell's setup, or an earlier cell, left
+      pending (tensors computed on the device and never read): that work is the loop's
+      start, so it belongs to step 0, and there is one step per batch however much was
+      pending and whether or not the runtime had started before. A cell without a
+      loop of its own (a loop inside ``train()``) has no such boundary: its first sync
+      that launched work ends step 0;
+    - otherwise each iteration is a step.
+
+    A profiler event takes its start time when it opens, so a step's marker opens where the
+    step starts, and while the rule is undecided both candidates are open. An event is
+    recorded only when it closes while the trace runs: a candidate that lost, or the step
+    still open when the cell ends, is held open until the trace has stopped (``release``)
+    and never reaches the timeline.
+
+    A step that ends at a sync ends inside whatever label block holds the sync. XProf finds
+    steps only when events nest on a timeline row (verified: with a label around the sync,
+    the overview found no steps), so the blocks the step opened and that are still open
+    are closed at the step's end and reopened, under the same names, in the next step; a
+    reopened piece carries ``continued=1``, for readers that count entries.
+
+    With a window, ``start_trace`` is called where step ``window.start`` starts and
+    ``stop_trace`` where step ``window.stop - 1`` ends; counting goes on to the cell's end.
+    """
+
+    def __init__(
+        self,
+        make_event: EventFactory,
+        *,
+        watch_syncs: bool = False,
+        window: StepWindow | None = None,
+        start_trace: Callable[[], bool] | None = None,
+        stop_trace: Callable[[], None] | None = None,
+    ) -> None:
+        self._make_event = make_event
+        self.watch_syncs = watch_syncs
+        self.window = window
+        self._start_trace = start_trace
+        self._stop_trace = stop_trace
+        self.rule: str | None = None
+        self.state = "inside" if window is None else "before"
+        self.first: int | None = None
+        self.last: int | None = None
+        self.ended = 0
+        self.recorder: LabelBlocks | None = None
+        self._lock = threading.RLock()
+        self._armed = False
+        self._by_loop = False
+        self._iterated = False
+        self._sync: _Open | None = None
+        self._iter: _Open | None = None
+        self._user: _Open | None = None
+        self._user_depth = 0
+        self._kept: list[AbstractContextManager[Any]] = []
+        self._durations: list[int] = []
+
+    def durations(self) -> list[float]:
+        """Host time of each step in the trace, in seconds."""
+        with self._lock:
+            return [ns / 1e9 for ns in self._durations]
+
+    def arm(self, by_loop: bool = False) -> None:
+        """The first step starts now: at the cell's loop (``by_loop``), or the cell."""
+        with self._lock:
+            if self._armed or (self._by_loop and not by_loop):
+                return
+            self._armed = True
+            if self.rule is None and self.watch_syncs:
+                self._sync = self._begin(self.ended)
+
+    def disarm(self) -> None:
+        """The cell has loops: the first step starts at the first of them, not here."""
+        with self._lock:
+            if self._by_loop or self.rule is not None or self.ended:
+                return
+            self._by_loop = True
+            self._armed = False
+            self._drop(self._sync)
+            self._sync = None
+
+    def outer_label(self) -> None:
+        """A block opened at the cell's top level: while no step has ended, the first step
+        starts inside it, so that a block like ``train(60)`` holds the steps."""
+        with self._lock:
+            if self._by_loop or self.rule not in (None, "sync") or self.ended:
+                return
+            if self._sync is not None:
+                self._drop(self._sync)
+                self._sync = self._begin(self.ended)
+
+    def synced(self, launched: bool) -> None:
+        """A sync ran; ``launched``: it launched device work."""
+        with self._lock:
+            if not self.watch_syncs or not self._armed or self.rule == "user":
+                return
+            if self.rule is None:
+                self.rule = "sync"
+                self._drop(self._iter)
+                self._iter = None
+            current = self._sync
+            if self.rule != "sync" or not launched or current is None:
+                return
+            if self._by_loop and not self._iterated:
+                return
+            recorder = self.recorder
+            pieces = [] if recorder is None else recorder.split(current.labels_before)
+            self._end(current)
+            self._sync = self._begin(self.ended)
+            if recorder is not None:
+                recorder.resume(pieces)
+
+    def iteration_started(self) -> None:
+        with self._lock:
+            self._iterated = True
+            if self.rule not in (None, "iteration") or self._iter is not None:
+                return
+            if not self._armed:
+                self.arm(by_loop=self._by_loop)
+            self._iter = self._begin(self.ended)
+
+    def iteration_ended(self) -> None:
+        with self._lock:
+            current, self._iter = self._iter, None
+            if current is None:
+                return
+            if self.rule is None:
+                self.rule = "iteration"
+                self._drop(self._sync)
+                self._sync = None
+            self._end(current)
+
+    def user_step(self, begin: bool, mark: bool = False) -> None:
+        """The user's own step marker begins or ends; ``mark``: we draw it for them."""
+        with self._lock:
+            if not begin:
+                if self._user_depth == 0:
+                    return
+                self._user_depth -= 1
+                current = self._user
+                if self._user_depth == 0 and current is not None:
+                    self._user = None
+                    self._end(current)
+                return
+            self._user_depth += 1
+            if self._user_depth > 1:
+                return
+            if self.rule != "user":
+                self.rule = "user"
+                self._drop(self._sync)
+                self._drop(self._iter)
+                self._sync = self._iter = None
+            self._user = self._begin(self.ended, mark=mark)
+
+    def finish(self) -> None:
+        """The cell ended: a step still open is no step."""
+        with self._lock:
+            for current in (self._sync, self._iter, self._user):
+                self._drop(current)
+            self._sync = self._iter = self._user = None
+            self._armed = False
+
+    def release(self) -> None:
+        """The trace has stopped: the markers held open can go."""
+        with self._lock:
+            self._kept.clear()
+
+    def _begin(self, number: int, mark: bool = True) -> _Open:
+        window = self.window
+        if window is not None and self.state == "before" and number >= window.start:
+            started = self._start_trace() if self._start_trace is not None else True
+            self.state = "inside" if started else "failed"
+        traced = self.state == "inside"
+        marker: AbstractContextManager[Any] | None = None
+        if traced and mark:
+            try:
+                marker = self._make_event(STEP_EVENT, _r=1, step_num=number)
+                marker.__enter__()
+            except Exception:
+                marker = None
+        labels = 0 if self.recorder is None else self.recorder.opened_count()
+        return _Open(number, time.perf_counter_ns(), marker, traced, labels)
+
+    def _end(self, step: _Open) -> None:
+        elapsed = time.perf_counter_ns() - step.start_ns
+        if step.marker is not None:
+            with contextlib.suppress(Exception):
+                step.marker.__exit__(None, None, None)
+        self.ended = step.number + 1
+        if not step.traced or self.state != "inside":
+            return
+        self._durations.append(elapsed)
+        if self.first is None:
+            self.first = step.number
+        self.last = step.number
+        window = self.window
+        if window is not None and window.stop is not None and step.number >= window.stop - 1:
+            self.state = "after"
+            if self.recorder is not None:
+                self.recorder.clip()
+            if self._stop_trace is not None:
+                self._stop_trace()
+
+    def _drop(self, step: _Open | None) -> None:
+        if step is not None and step.marker is not None:
+            self._kept.append(step.marker)
+
+
+_WINDOW = re.compile(r"\s*(?P<start>-?\d*)\s*:\s*(?P<stop>-?\d*)\s*")
+
+
+def parse_steps(value: bool | str | None) -> tuple[bool, StepWindow | None]:
+    """``--steps`` as given: absent/False, plain (True or ``""``), or a window ``A:B``.
+
+    Returns whether to mark steps, and the window to trace. Raises ``ValueError`` with a
+    one-line reason for anything else.
+    """
+    if value is None or value is False:
+        return False, None
+    if value is True or (isinstance(value, str) and not value.strip()):
+        return True, None
+    if not isinstance(value, str):
+        raise ValueError(f"steps={value!r}: give True or a window 'A:B', e.g. '10:13'")
+    match = _WINDOW.fullmatch(value)
+    if match is None:
+        raise ValueError(
+            f"{value!r} is not a step window; write A:B for steps A to B-1 (numbered from 0 "
+            "in the cell), A: or :B, e.g. 10:13"
+        )
+    start_text, stop_text = match["start"], match["stop"]
+    if start_text.startswith("-") or stop_text.startswith("-"):
+        raise ValueError(
+            f"{value}: steps are numbered from 0 in the cell, so a window cannot hold negative "
+            "numbers; e.g. 10:13 traces steps 10, 11 and 12"
+        )
+    start = int(start_text) if start_text else 0
+    stop = int(stop_text) if stop_text else None
+    if stop is not None and stop <= start:
+        raise ValueError(
+            f"{value} holds no step: B must be greater than A (A:B traces steps A to B-1)"
+        )
+    return True, StepWindow(start, stop)
+
+
+def steps_line(count: int, rule: str | None, window: str | None, first: int | None) -> str:
+    """Which steps the run holds and how they were found, e.g.
+    ``3 steps (100 to 102 of the cell, --steps 100:103; a step ends at each sync)``."""
+    if not count:
+        return ""
+    how = STEP_RULES.get(rule or "", "")
+    if window is None or first is None:
+        span = "" if not how else f" ({how})"
+        return f"{count} steps{span}"
+    noun = "step" if count == 1 else "steps"
+    which = f"{first}" if count == 1 else f"{first} to {first + count - 1}"
+    how = f"; {how}" if how else ""
+    return f"{count} {noun} ({which} of the cell, --steps {window}{how})"
+
+
+def end_messages(tracker: StepTracker, marking: bool) -> list[str]:
+    """What the user should know about the steps when the cell has ended."""
+    window = tracker.window
+    if window is None:
+        if marking and not tracker.durations():
+            return [
+                "--steps found no step to mark: the cell neither synced (torch_xla.sync(), "
+                "xm.mark_step(), MpDeviceLoader) nor ran a loop; mark steps yourself with "
+                "xprof_magic.step() or torch_xla.debug.profiler.StepTrace"
+            ]
+        return []
+    if tracker.state == "before":
+        return [never_started(tracker)]
+    if tracker.state == "inside":
+        held = "none" if tracker.last is None else f"{tracker.first} to {tracker.last}"
+        return [f"the cell ended inside the window --steps {window}: the run holds steps {held}"]
+    return []
+
+
+def never_started(tracker: StepTracker) -> str:
+    """Why a step window left no run, and what to do."""
+    window = tracker.window
+    ran = "no step" if not tracker.ended else f"{tracker.ended} steps"
+    if tracker.ended == 1:
+        ran = "1 step"
+    hint = (
+        f"choose a window within steps 0 to {tracker.ended - 1}"
+        if tracker.ended
+        else "the cell neither synced nor ran a loop; run plain --steps to see its steps"
+    )
+    return f"the cell ran {ran}; --steps {window} never started, so nothing was stored; {hint}"
