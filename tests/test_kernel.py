@@ -195,12 +195,15 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     cell = f"%%xprof --logdir {tmp_path} --name first\nx = 1"
     content, outputs = kernel.run(cell)
     assert content["status"] == "ok", text(outputs)
+    # Two displays: the summary (its panel, static HTML, text), then the viewer widget.
     shown = [o for o in outputs if o["type"] == "display_data"]
-    assert len(shown) == 1
-    bundle = shown[0]["data"]
-    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert len(shown) == 2
+    bundle, viewer_bundle = shown[0]["data"], shown[1]["data"]
+    widget = "application/vnd.jupyter.widget-view+json"
+    assert widget in bundle and widget in viewer_bundle
+    assert bundle[widget]["model_id"] != viewer_bundle[widget]["model_id"]
     assert bundle["text/plain"].startswith("xprof summary — run first · ok")
-    assert "\nXProf viewer on 127.0.0.1:" in bundle["text/plain"]
+    assert viewer_bundle["text/plain"].startswith("XProf viewer on 127.0.0.1:")
     assert 'class="xprof-magic-summary"' in bundle["text/html"]
     assert "Started the XProf viewer" in text(outputs)
     viewer = _viewer.find_viewer(tmp_path)
@@ -219,7 +222,8 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     assert fresh is not None and fresh.pid != viewer.pid
 
     _, outputs = kernel.run("%xprof view first")
-    (again,) = [o for o in outputs if o["type"] == "display_data"]
+    summary, again = [o for o in outputs if o["type"] == "display_data"]
+    assert "run first" in summary["data"]["text/plain"]
     assert "first" in again["data"]["text/plain"]
     _, outputs = kernel.run("%xprof view missing")
     assert "no run 'missing'" in text(outputs)
