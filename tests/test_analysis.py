@@ -640,16 +640,6 @@ def test_an_unknown_backend_gets_neutral_words(runs: dict[str, Path], tmp_path: 
         assert word not in text and word not in page, word
 
 
-def test_the_torch_xla_vocabulary_names_what_the_timeline_reader_reads() -> None:
-    """Until the reader takes its names from the vocabulary, the two copies must agree."""
-    from xprof_magic._analysis import trace
-    from xprof_magic._backends import torch_xla_vocabulary as words
-
-    assert words.COMPILE_EVENTS == trace.COMPILE_EVENTS
-    assert words.RUNTIME_NAMES == trace.RUNTIME_NAMES
-    assert words.THREAD_ROLES == trace.GROUP_ROLES
-
-
 # --- the analysis stays light ---------------------------------------------------------------
 # (tests/test_architecture.py checks cycles and IPython for every module; this checks that
 # the summary subprocess does not pay for a profiler.)
