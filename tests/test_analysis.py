@@ -36,7 +36,7 @@ from xprof_magic._analysis import (
     summarize,
     summarize_in_subprocess,
 )
-from xprof_magic._analysis.blocks import INPUT_PIPELINE, INPUT_PIPELINE_TRACES
+from xprof_magic._analysis.blocks import INPUT_PIPELINE
 from xprof_magic._analysis.device import device_info
 from xprof_magic._analysis.model import Compiles, CompileSite
 from xprof_magic._analysis.notes import notes_for
@@ -50,6 +50,7 @@ from xprof_magic._backends import (
     Vocabulary,
     get_vocabulary,
 )
+from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 from xprof_magic._metadata import MetricTotal, RunError, RunMetrics
 from xprof_magic._units import seconds
 
@@ -741,7 +742,7 @@ def test_the_data_loaders_traces_are_one_input_pipeline_row(
     assert summary.complete, summary.missing
     top = [row.path[0] for row in summary.labels if len(row.path) == 1]
     assert INPUT_PIPELINE in top
-    assert not INPUT_PIPELINE_TRACES & set(top), top
+    assert not TORCH_XLA_WORDS.timeline.input_pipeline & set(top), top
     inside = {
         row.path[1]
         for row in summary.labels

@@ -17,7 +17,6 @@ from xprof_magic._metadata import RunMetadata
 __all__ = [
     "INPUT",
     "INPUT_PIPELINE",
-    "INPUT_PIPELINE_TRACES",
     "MAX_LABEL_ROWS",
     "MAX_STEP_DURATIONS",
     "RunsByRow",
@@ -32,11 +31,6 @@ __all__ = [
 MAX_LABEL_ROWS = 300
 INPUT = "input"
 INPUT_PIPELINE = "input pipeline (loader threads)"
-INPUT_PIPELINE_TRACES = frozenset(
-    {"cpu_loader.next", "get_batch_from_cpu_queue", "cpu_data_to_xla_device"}
-)
-"""The data loader's own trace names (torch_xla's MpDeviceLoader): not the cell's blocks, but
-its input pipeline, shown as one row of kind :data:`INPUT` with these inside."""
 MAX_STEP_DURATIONS = 10_000
 
 RowKey = tuple[str, tuple[str, ...]]
@@ -50,7 +44,10 @@ def label_names(meta: RunMetadata) -> frozenset[str]:
 
 
 def labels_from_trace(
-    facts: TraceFacts, wall_s: float | None, own_steps: frozenset[str] = frozenset()
+    facts: TraceFacts,
+    wall_s: float | None,
+    own_steps: frozenset[str] = frozenset(),
+    input_pipeline: frozenset[str] = frozenset(),
 ) -> tuple[tuple[LabelRow, ...], RunsByRow, RunsByRow]:
     """Blocks summed by their path of names; also which runs of each held a compilation, and
     the numbers of the steps those runs began in (rows whose compiling runs all began in one).
@@ -67,7 +64,7 @@ def labels_from_trace(
         return (), compiled, {}
     time_by_line: dict[str, float] = {}
     for b in blocks:
-        if b.parent < 0 and b.name not in INPUT_PIPELINE_TRACES:
+        if b.parent < 0 and b.name not in input_pipeline:
             time_by_line[b.line] = time_by_line.get(b.line, 0.0) + b.end - b.start
     main_line = max(time_by_line, key=lambda k: time_by_line[k]) if time_by_line else ""
     paths: list[tuple[str, ...]] = []
@@ -82,7 +79,7 @@ def labels_from_trace(
         if b.kind == STEP and b.name in own_steps:
             paths.append(p)
             continue
-        if not p and b.name in INPUT_PIPELINE_TRACES:
+        if not p and b.name in input_pipeline:
             p = (INPUT_PIPELINE,)
             pipeline = groups.get(pipeline_key)
             if pipeline is None:

@@ -168,7 +168,9 @@ def _build(
         own_steps = (
             frozenset({STEP_EVENT}) if meta.step_rule in ("sync", "iteration") else frozenset()
         )
-        labels, compiled, in_steps = blocks.labels_from_trace(facts, meta.wall_s, own_steps)
+        labels, compiled, in_steps = blocks.labels_from_trace(
+            facts, meta.wall_s, own_steps, words.timeline.input_pipeline
+        )
         label_source = "trace"
         steps = blocks.steps_from_trace(facts) or blocks.steps_from_metadata(meta)
     else:

@@ -133,6 +133,8 @@ class TimelineNames:
     compile_events: tuple[str, ...] = ()
     runtime_names: frozenset[str] = frozenset()
     thread_roles: Mapping[str, str] = field(default_factory=dict)
+    input_pipeline: frozenset[str] = frozenset()
+    """The data loader's own trace names: shown as one input-pipeline row, not as blocks."""
 
 
 @dataclass(frozen=True)

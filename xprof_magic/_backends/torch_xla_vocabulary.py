@@ -66,6 +66,10 @@ VOCABULARY = Vocabulary(
         compile_events=COMPILE_EVENTS,
         runtime_names=RUNTIME_NAMES,
         thread_roles=THREAD_ROLES,
+        # MpDeviceLoader's own xp.Trace names, on its loader threads.
+        input_pipeline=frozenset(
+            {"cpu_loader.next", "get_batch_from_cpu_queue", "cpu_data_to_xla_device"}
+        ),
     ),
     advice=Advice(
         fallback_hints={
