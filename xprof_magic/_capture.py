@@ -82,7 +82,10 @@ class Capture:
         self._messages: list[str] = []
         self._tracing = False
         self._hooks: Any = None
+        self._user_hooks: Any = None
         self._trace_ns: list[int] = []
+        self._partial = False
+        self._workers_said = False
 
     def start(self) -> Capture:
         """Check the log directory, start the server and the trace (or arm the window).
@@ -119,6 +122,16 @@ class Capture:
         self.recorder.tracing = not windowed
         self._recording = _labels.recording(self.recorder)
         self._recording.__enter__()
+        user_hooks = getattr(backend, "user_hooks", None)
+        if user_hooks is not None:
+            try:
+                self._user_hooks = user_hooks(self._user_trace, self._workers)
+                self._user_hooks.__enter__()
+            except BaseException:
+                self._user_hooks = None
+                self._recording.__exit__(None, None, None)
+                self._abandon()
+                raise
         if self.plan.steps:
             try:
                 self._hooks = backend.step_hooks(tracker.synced, tracker.user_step)
@@ -203,6 +216,49 @@ class Capture:
             f"untraced (it paused {paused} to stop)"
         )
 
+    def _user_trace(self, call: str) -> None:
+        """The user's code starts its own trace: stop the capture's, keep what it holds.
+
+        One profiling session per process, and the user's wins: their call goes ahead as it
+        would without the capture, and the run, cut here, is marked ``partial``.
+        """
+        backend, recorder = self._backend, self.recorder
+        assert backend is not None and recorder is not None
+        if not self._tracing:
+            return
+        recorder.tracing = False
+        try:
+            if backend.runtime_started():
+                backend.wait_for_device()
+            backend.stop_trace()
+        except Exception as error:
+            self._messages.append(f"stopping the trace for your {call}() failed: {error}")
+        self._tracing = False
+        self._partial = True
+        if not self._trace_ns:
+            self._trace_ns.append(self._start_ns)
+        self._trace_ns.append(time.time_ns())
+        recorder.tracker.release()
+        message = (
+            f"your own {call}() started a trace, so the magic stopped its own there (one "
+            "trace per process): this run is partial, and the rest of the cell is in yours"
+        )
+        self._messages.append(message)
+
+    def _workers(self, start_method: str) -> None:
+        """The code starts worker processes, whose timelines this process's trace lacks."""
+        if self._workers_said:
+            return
+        self._workers_said = True
+        message = (
+            f"the cell started worker processes (start method {start_method!r}); their own "
+            "timelines are not in this run, which holds this process only. To capture a "
+            "worker, start a server in it, xp.start_server(9500 + rank, only_on_master=False) "
+            "(keep the object), and capture it from here with "
+            "xp.trace('localhost:<port>', logdir, duration_ms=...) while it runs"
+        )
+        self._messages.append(message)
+
     def _start_server(self, backend: Backend) -> None:
         status = backend.start_server(self.plan.port)
         said: set[str] = backend.__dict__.setdefault("_xprof_said", set())
@@ -220,10 +276,24 @@ class Capture:
             _store.discard(self._staging)
 
     def _stop(self, exc: BaseException | None) -> None:
-        wall_s = time.perf_counter() - self._t0
         backend, staging, recorder = self._backend, self._staging, self.recorder
         assert backend is not None and staging is not None and recorder is not None
+        sync_error: BaseException | None = None
+        if exc is None and self.plan.sync and backend.runtime_started():
+            # Part of the cell: in its wall time, and a block of its own, so that the
+            # compile and run of the work it launches land in a labelled block.
+            try:
+                with _labels.label(f"{backend.name}.sync() (--sync)"):
+                    backend.sync()
+            except Exception as error:
+                self._messages.append(f"--sync failed: {error}")
+            except BaseException as error:  # KeyboardInterrupt: stop the trace all the same
+                sync_error = error
+        wall_s = time.perf_counter() - self._t0
         self._recording.__exit__(None, None, None)
+        if self._user_hooks is not None:
+            with contextlib.suppress(Exception):
+                self._user_hooks.__exit__(None, None, None)
         tracker = recorder.tracker
         tracker.finish()
         if self._hooks is not None:
@@ -234,12 +304,12 @@ class Capture:
             _store.discard(staging)
             for message in self._messages:
                 self.notify(f"xprof: {message}")
+            if sync_error is not None and exc is None:
+                raise sync_error
             return
-        interrupted: BaseException | None = None
+        interrupted: BaseException | None = sync_error
         try:
-            if self._tracing:
-                if exc is None and self.plan.sync:
-                    backend.sync()
+            if self._tracing and backend.runtime_started():
                 backend.wait_for_device()
         except Exception as error:
             self._messages.append(f"waiting for the device failed: {error}")
@@ -336,7 +406,7 @@ class Capture:
             start_ns=start_ns,
             end_ns=end_ns,
             wall_s=wall_s,
-            status="ok" if exc is None else "error",
+            status="error" if exc is not None else "partial" if self._partial else "ok",
             error=error,
             backend=backend.name,
             device=backend.device(),

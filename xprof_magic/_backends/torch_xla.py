@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 import torch_xla.debug.profiler as xp
+import torch_xla.distributed.xla_multiprocessing as xmp
 import torch_xla.runtime as xr
 from torch_xla import _XLAC  # type: ignore[attr-defined]
 
@@ -80,20 +82,31 @@ class TorchXlaBackend:
                 "use --port N for another port or --no-server to skip it",
             )
         if not free:
+            if listens_here(port):
+                return ServerStatus(
+                    port,
+                    False,
+                    f"this process already serves on-demand capture on port {port} (your own "
+                    "xp.start_server?), so capture it through that server, e.g. "
+                    f"xp.trace('localhost:{port}', logdir); the magic's server was not "
+                    "started, and %%xprof itself does not need one",
+                )
             return ServerStatus(
                 port,
                 False,
                 f"port {port} is busy, so the profiler server (on-demand capture) was not "
                 "started; use --port N for another port or --no-server to skip it",
             )
-        # The returned object is the server: dropping it shuts the server down.
-        self._server = xp.start_server(port)
+        # The returned object is the server: dropping it shuts the server down. Only on
+        # the master would ask xm.is_master_ordinal(), which starts the XLA runtime, and a
+        # started runtime refuses xmp.spawn and torch_xla.launch for the rest of the process.
+        self._server = xp.start_server(port, only_on_master=False)
         self._server_status = ServerStatus(port, True)
         return self._server_status
 
     def start_trace(self, log_dir: str) -> None:
         try:
-            xp.start_trace(log_dir)
+            _start_trace(log_dir)
         except RuntimeError as error:
             if "already" in str(error):
                 raise TraceAlreadyRunning(str(error)) from None
@@ -101,7 +114,7 @@ class TorchXlaBackend:
 
     def stop_trace(self) -> None:
         try:
-            xp.stop_trace()
+            _stop_trace()
         finally:
             # A failed export (a full disk) leaves torch_xla believing a trace still runs,
             # which would refuse every later capture in this process.
@@ -116,7 +129,10 @@ class TorchXlaBackend:
         return event
 
     def wait_for_device(self) -> None:
-        xm.wait_device_ops()
+        # Before the user's code starts the runtime there is no device work to wait for,
+        # and waiting would start it.
+        if self.runtime_started():
+            xm.wait_device_ops()
 
     def runtime_started(self) -> bool:
         return bool(_XLAC._xla_runtime_is_initialized())
@@ -220,6 +236,51 @@ class TorchXlaBackend:
             xp.Trace.__init__ = trace_init  # type: ignore[method-assign]
             xp.Trace.__exit__ = trace_exit  # type: ignore[method-assign]
 
+    @contextlib.contextmanager
+    def user_hooks(
+        self, on_user_trace: Callable[[str], None], on_workers: Callable[[str], None]
+    ) -> Iterator[None]:
+        """While open, call ``on_user_trace`` before the user's first own trace starts, and
+        ``on_workers`` when the code starts worker processes.
+
+        The user's ``xp.start_trace``, ``xp.trace`` and ``xp.trace_detached`` (whose thread
+        calls ``xp.trace``) would fail, or capture nothing, while the capture's own trace
+        runs: one profiling session per process. ``on_user_trace`` stops it, so the user's
+        call goes ahead as without the capture. ``xmp.spawn`` is what
+        ``torch_xla.launch`` calls too; the workers are other processes, which this
+        process's trace does not see.
+        """
+        originals = {name: getattr(xp, name) for name in ("start_trace", "trace", "trace_detached")}
+        spawn = xmp.spawn
+        fired = [False]
+
+        def guarded(name: str) -> Callable[..., Any]:
+            original = originals[name]
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if not fired[0]:
+                    fired[0] = True
+                    with contextlib.suppress(Exception):
+                        on_user_trace(f"xp.{name}")
+                return original(*args, **kwargs)
+
+            return call
+
+        def spawn_(*args: Any, **kwargs: Any) -> Any:
+            with contextlib.suppress(Exception):
+                on_workers(str(kwargs.get("start_method", "spawn")))
+            return spawn(*args, **kwargs)
+
+        for name in originals:
+            setattr(xp, name, guarded(name))
+        xmp.spawn = spawn_
+        try:
+            yield
+        finally:
+            for name, original in originals.items():
+                setattr(xp, name, original)
+            xmp.spawn = spawn
+
     def sync(self) -> None:
         torch_xla.sync()
 
@@ -245,6 +306,44 @@ class TorchXlaBackend:
             except metadata.PackageNotFoundError:
                 continue
         return found
+
+
+_start_trace, _stop_trace = xp.start_trace, xp.stop_trace
+
+
+def listens_here(port: int) -> bool:
+    """Whether this very process listens on TCP ``port`` (Linux's ``/proc``; else False).
+
+    A listening socket of ``/proc/self/net/tcp*`` whose inode is one of this process's
+    open file descriptors.
+    """
+    inodes: set[str] = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return True
+    return False
 
 
 def _executions() -> int:

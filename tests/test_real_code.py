@@ -1,0 +1,159 @@
+"""PyTorch/XLA code as its authors write it, in real kernels: multi-process launches, the
+user's own profiler calls and server, ``--sync``."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests._kernel import Kernel
+from tests.conftest import event_names
+from tests.test_kernel import text
+from xprof_magic import _store
+
+pytestmark = pytest.mark.kernel
+
+WORKER = """
+import torch, torch_xla
+import torch_xla.distributed.xla_multiprocessing as xmp
+
+def worker(index):
+    t = torch.ones(4, device=torch_xla.device()) * (index + 2)
+    torch_xla.sync()
+    assert float(t.sum()) == 4 * (index + 2)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def with_server() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "XPROF_MAGIC_NO_SERVER"}
+
+
+@pytest.fixture(scope="module")
+def kernel() -> Iterator[Kernel]:
+    k = Kernel(with_server())
+    content, _ = k.run("%load_ext xprof_magic\nimport xprof_magic, torch, torch_xla")
+    assert content["status"] == "ok"
+    yield k
+    k.close()
+
+
+def ok(k: Kernel, code: str) -> str:
+    content, outputs = k.run(code, timeout=240)
+    shown = text(outputs)
+    assert content["status"] == "ok", shown
+    return shown
+
+
+def test_a_profiled_cell_leaves_the_runtime_to_spawn_later_and_inside(tmp_path: Path) -> None:
+    k = Kernel(with_server())
+    try:
+        ok(k, "%load_ext xprof_magic\nimport xprof_magic, torch_xla")
+        ok(
+            k,
+            f"%%xprof --logdir {tmp_path} --port {free_port()} --no-display\n"
+            "total = sum(range(10))",
+        )
+        assert k.value("torch_xla._XLAC._xla_runtime_is_initialized()") is False
+        ok(k, WORKER)
+        ok(k, "xmp.spawn(worker, nprocs=None, start_method='fork')")
+        shown = ok(
+            k,
+            f"%%xprof --logdir {tmp_path} --no-display\n"
+            "torch_xla.launch(worker, start_method='fork')",
+        )
+        assert "timelines are not in this run" in shown, shown
+        assert "xp.start_server(9500 + rank, only_on_master=False)" in shown
+        assert k.value("xprof_magic.last().status") == "ok"
+        assert k.value("xprof_magic.last().run_dir.is_dir()") is True
+    finally:
+        k.close()
+    assert len(_store.runs(tmp_path)) == 2
+
+
+def test_a_busy_port_tells_the_users_own_server_from_a_foreign_one(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as busy:
+        busy.bind(("::", 0))
+        busy.listen()
+        foreign = busy.getsockname()[1]
+        shown = ok(kernel, f"%%xprof --logdir {tmp_path} --port {foreign} --no-display\nx = 1")
+    assert f"port {foreign} is busy" in shown and "--port N" in shown
+    own = free_port()
+    ok(kernel, f"import torch_xla.debug.profiler as xp\nmy_server = xp.start_server({own})")
+    shown = ok(kernel, f"%%xprof --logdir {tmp_path} --port {own} --no-display\nx = 2")
+    assert f"this process already serves on-demand capture on port {own}" in shown, shown
+    assert "is busy" not in shown
+
+
+def test_sync_is_a_block_of_the_cell(kernel: Kernel, tmp_path: Path) -> None:
+    ok(
+        kernel,
+        f"%%xprof --logdir {tmp_path} --sync --no-display\n"
+        "x = torch.randn(96, 96, device=torch_xla.device())\n"
+        "y = (x @ x + 3).tanh().sum()",
+    )
+    labels = kernel.value("[(s.path, s.total_s) for s in xprof_magic.last().labels]")
+    synced = [total for path, total in labels if path == ("torch_xla.sync() (--sync)",)]
+    assert synced, labels
+    assert kernel.value("xprof_magic.last().wall_s") >= synced[0]
+    saved = kernel.value("[l['path'] for l in xprof_magic.last().metadata.to_json()['labels']]")
+    assert ["torch_xla.sync() (--sync)"] in saved
+    run_dir = Path(kernel.value("str(xprof_magic.last().run_dir)"))
+    assert "torch_xla.sync() (--sync)" in event_names(run_dir)
+
+
+def test_the_users_own_start_trace_wins_even_inside_a_function(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    mine = tmp_path / "mine"
+    shown = ok(
+        kernel,
+        f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
+        "import torch_xla.debug.profiler as xp\n"
+        "def traced(folder):\n"
+        "    xp.start_trace(folder)\n"
+        "    value = sum(range(100))\n"
+        "    xp.stop_trace()\n"
+        "    return value\n"
+        f"traced({str(mine)!r})",
+    )
+    assert "4950" in shown, shown
+    assert list(mine.glob("plugins/profile/*/*.xplane.pb")), shown
+    assert kernel.value("xprof_magic.last().status") == "partial"
+    assert "this run is partial" in shown
+    assert len(_store.runs(tmp_path / "logs")) == 1
+
+
+def test_the_users_trace_detached_captures(kernel: Kernel, tmp_path: Path) -> None:
+    port = free_port()
+    mine = tmp_path / "mine"
+    ok(kernel, f"import torch_xla.debug.profiler as xp\ndetached_server = xp.start_server({port})")
+    ok(
+        kernel,
+        f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
+        "import time\n"
+        f"xp.trace_detached('localhost:{port}', {str(mine)!r}, duration_ms=1500)\n"
+        "x = torch.randn(32, 32, device=torch_xla.device())\n"
+        "for _ in range(8):\n"
+        "    x = (x @ x).tanh()\n"
+        "    torch_xla.sync()\n"
+        "    time.sleep(0.1)\n"
+        "deadline = time.monotonic() + 30\n"
+        f"while not list(__import__('pathlib').Path({str(mine)!r}).rglob('*.xplane.pb')):\n"
+        "    assert time.monotonic() < deadline, 'no capture'\n"
+        "    time.sleep(0.2)",
+    )
+    assert list(mine.rglob("*.xplane.pb"))
+    assert kernel.value("xprof_magic.last().status") == "partial"
