@@ -65,6 +65,14 @@ def test_a_profiled_cell_leaves_the_runtime_to_spawn_later_and_inside(tmp_path: 
             "total = sum(range(10))",
         )
         assert k.value("torch_xla._XLAC._xla_runtime_is_initialized()") is False
+        ok(
+            k,
+            f"%%xprof --logdir {tmp_path} --steps --sync --no-display\n"
+            "for i in range(3):\n"
+            "    total += i",
+        )
+        assert k.value("torch_xla._XLAC._xla_runtime_is_initialized()") is False
+        assert k.value("xprof_magic.last().metadata.messages") == ()
         ok(k, WORKER)
         ok(k, "xmp.spawn(worker, nprocs=None, start_method='fork')")
         shown = ok(
@@ -74,11 +82,13 @@ def test_a_profiled_cell_leaves_the_runtime_to_spawn_later_and_inside(tmp_path: 
         )
         assert "timelines are not in this run" in shown, shown
         assert "xp.start_server(9500 + rank, only_on_master=False)" in shown
+        saved = k.value("xprof_magic.last().metadata.to_json()['messages']")
+        assert any("timelines are not in this run" in m for m in saved), saved
         assert k.value("xprof_magic.last().status") == "ok"
         assert k.value("xprof_magic.last().run_dir.is_dir()") is True
     finally:
         k.close()
-    assert len(_store.runs(tmp_path)) == 2
+    assert len(_store.runs(tmp_path)) == 3
 
 
 def test_a_busy_port_tells_the_users_own_server_from_a_foreign_one(

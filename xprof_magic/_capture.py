@@ -417,6 +417,7 @@ class Capture:
             step_rule=tracker.rule if steps else None,
             step_window=None if tracker.window is None else str(tracker.window),
             steps_first=tracker.first if steps else None,
+            messages=tuple(self._messages),
         )
 
 
