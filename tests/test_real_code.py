@@ -14,15 +14,18 @@ from tests._kernel import Kernel
 from tests.conftest import event_names
 from tests.test_kernel import text
 from xprof_magic import _store
+from xprof_magic._analysis.trace import read_trace
 
 pytestmark = pytest.mark.kernel
 
 WORKER = """
 import torch, torch_xla
+import torch_xla.debug.profiler as xp
 import torch_xla.distributed.xla_multiprocessing as xmp
 
 def worker(index):
-    t = torch.ones(4, device=torch_xla.device()) * (index + 2)
+    with xp.Trace(f"worker_block_{index}"):
+        t = torch.ones(4, device=torch_xla.device()) * (index + 2)
     torch_xla.sync()
     assert float(t.sum()) == 4 * (index + 2)
 """
@@ -75,17 +78,24 @@ def test_a_profiled_cell_leaves_the_runtime_to_spawn_later_and_inside(tmp_path: 
         assert k.value("xprof_magic.last().metadata.messages") == ()
         ok(k, WORKER)
         ok(k, "xmp.spawn(worker, nprocs=None, start_method='fork')")
+        # Two forked worker processes, one launch after the other, each traced as a host.
         shown = ok(
             k,
             f"%%xprof --logdir {tmp_path} --no-display\n"
-            "torch_xla.launch(worker, start_method='fork')",
+            "torch_xla.launch(worker, start_method='fork')\n"
+            "xmp.spawn(worker, start_method='fork')",
         )
-        assert "timelines are not in this run" in shown, shown
-        assert "xp.start_server(9500 + rank, only_on_master=False)" in shown
-        saved = k.value("xprof_magic.last().metadata.to_json()['messages']")
-        assert any("timelines are not in this run" in m for m in saved), saved
+        assert "the workers' timelines are in this run as hosts rank0, rank0-2" in shown, shown
         assert k.value("xprof_magic.last().status") == "ok"
-        assert k.value("xprof_magic.last().run_dir.is_dir()") is True
+        run_dir = Path(k.value("str(xprof_magic.last().run_dir)"))
+        for host in ("rank0", "rank0-2"):
+            facts = read_trace(run_dir / f"{host}.xplane.pb")
+            assert "worker_block_0" in {b.name for b in facts.blocks}, host
+            assert facts.compile_count >= 1
+        assert "worker_block_0" not in {b.name for b in read_trace(host_file(run_dir)).blocks}
+        assert not list((run_dir.parent.parent.parent).rglob("workers"))
+        saved = k.value("xprof_magic.last().metadata.to_json()['messages']")
+        assert any("rank0, rank0-2" in m for m in saved), saved
     finally:
         k.close()
     assert len(_store.runs(tmp_path)) == 3
@@ -167,3 +177,27 @@ def test_the_users_trace_detached_captures(kernel: Kernel, tmp_path: Path) -> No
     )
     assert list(mine.rglob("*.xplane.pb"))
     assert kernel.value("xprof_magic.last().status") == "partial"
+
+
+def host_file(run_dir: Path) -> Path:
+    host = socket.gethostname()
+    return run_dir / f"{host}.xplane.pb"
+
+
+def test_spawned_workers_are_said_to_be_missing(tmp_path: Path) -> None:
+    """``start_method='spawn'`` workers start afresh: the run says they are not in it."""
+    (tmp_path / "spawned_worker.py").write_text(WORKER)
+    k = Kernel(with_server(), extra={"PYTHONPATH": f"{tmp_path}:{os.environ['PYTHONPATH']}"})
+    try:
+        ok(k, "%load_ext xprof_magic\nimport xprof_magic, torch_xla, spawned_worker")
+        shown = ok(
+            k,
+            f"%%xprof --logdir {tmp_path} --no-display\ntorch_xla.launch(spawned_worker.worker)",
+        )
+        assert "start method 'spawn'); their own timelines are not in this run" in shown, shown
+        assert "xp.start_server(9500 + rank, only_on_master=False)" in shown
+        saved = k.value("xprof_magic.last().metadata.to_json()['messages']")
+        assert any("timelines are not in this run" in m for m in saved), saved
+        assert k.value("xprof_magic.last().status") == "ok"
+    finally:
+        k.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import socket
 import sys
 import time
@@ -86,6 +87,7 @@ class Capture:
         self._trace_ns: list[int] = []
         self._partial = False
         self._workers_said = False
+        self._worker_methods: list[str] = []
 
     def start(self) -> Capture:
         """Check the log directory, start the server and the trace (or arm the window).
@@ -245,19 +247,53 @@ class Capture:
         )
         self._messages.append(message)
 
-    def _workers(self, start_method: str) -> None:
-        """The code starts worker processes, whose timelines this process's trace lacks."""
+    def _workers(self, start_method: str, traceable: bool) -> str | None:
+        """The code starts worker processes: the folder they trace themselves into, when
+        they can (forked, while this trace runs); else say that the run lacks them."""
+        if traceable and self._tracing and self._staging is not None:
+            self._worker_methods.append(start_method)
+            return str(self._staging.path / _WORKERS / str(len(self._worker_methods)))
         if self._workers_said:
-            return
+            return None
         self._workers_said = True
-        message = (
+        self._messages.append(
             f"the cell started worker processes (start method {start_method!r}); their own "
             "timelines are not in this run, which holds this process only. To capture a "
             "worker, start a server in it, xp.start_server(9500 + rank, only_on_master=False) "
             "(keep the object), and capture it from here with "
-            "xp.trace('localhost:<port>', logdir, duration_ms=...) while it runs"
+            "xp.trace('localhost:<port>', logdir, duration_ms=...) while it runs; or use "
+            "start_method='fork', whose workers %%xprof traces as hosts rank<N>"
         )
-        self._messages.append(message)
+        return None
+
+    def _collect_workers(self, staging: _store.Staging) -> None:
+        """Move the workers' timelines into the run's session, one host ``rank<N>`` each."""
+        folder = staging.path / _WORKERS
+        if not self._worker_methods:
+            return
+        sessions = [p for p in _store.profile_dir(staging.path).glob("*") if p.is_dir()]
+        hosts: list[str] = []
+        spawns = sorted(folder.glob("*/rank*"), key=lambda p: (int(p.parent.name), p.name))
+        for rank in spawns if len(sessions) == 1 else []:
+            for xplane in sorted(rank.glob("plugins/profile/*/*.xplane.pb")):
+                host, taken = rank.name, 1
+                while host in hosts:
+                    taken += 1
+                    host = f"{rank.name}-{taken}"
+                with contextlib.suppress(OSError):
+                    xplane.rename(sessions[0] / f"{host}.xplane.pb")
+                    hosts.append(host)
+        shutil.rmtree(folder, ignore_errors=True)
+        if hosts:
+            self._messages.append(
+                f"the workers' timelines are in this run as hosts {', '.join(hosts)} "
+                "(XProf's host menu); the summary reads this process's only"
+            )
+        else:
+            self._messages.append(
+                "the cell started worker processes, but none wrote its timeline (killed, "
+                "or its trace could not start), so this run holds this process only"
+            )
 
     def _start_server(self, backend: Backend) -> None:
         status = backend.start_server(self.plan.port)
@@ -337,6 +373,7 @@ class Capture:
                     backend.stop_trace()
                 finally:
                     recorder.tracker.release()
+            self._collect_workers(staging)
             end_ns = time.time_ns()
             metadata = self._metadata(backend, recorder, exc, wall_s, end_ns)
             assert self.plan.name is not None
@@ -421,6 +458,7 @@ class Capture:
         )
 
 
+_WORKERS = "workers"
 _RETRY = "stop the trace that runs (torch_xla.debug.profiler.stop_trace()) and run the cell again"
 
 

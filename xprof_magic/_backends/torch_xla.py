@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
+import inspect
 import os
 import socket
 import threading
@@ -238,7 +240,9 @@ class TorchXlaBackend:
 
     @contextlib.contextmanager
     def user_hooks(
-        self, on_user_trace: Callable[[str], None], on_workers: Callable[[str], None]
+        self,
+        on_user_trace: Callable[[str], None],
+        on_workers: Callable[[str, bool], str | None],
     ) -> Iterator[None]:
         """While open, call ``on_user_trace`` before the user's first own trace starts, and
         ``on_workers`` when the code starts worker processes.
@@ -246,9 +250,13 @@ class TorchXlaBackend:
         The user's ``xp.start_trace``, ``xp.trace`` and ``xp.trace_detached`` (whose thread
         calls ``xp.trace``) would fail, or capture nothing, while the capture's own trace
         runs: one profiling session per process. ``on_user_trace`` stops it, so the user's
-        call goes ahead as without the capture. ``xmp.spawn`` is what
-        ``torch_xla.launch`` calls too; the workers are other processes, which this
-        process's trace does not see.
+        call goes ahead as without the capture.
+
+        ``xmp.spawn`` is what ``torch_xla.launch`` calls too. ``on_workers(start_method,
+        traced)`` returns a folder when the workers should trace themselves into it: only
+        forked workers can, since they inherit this module's hooks; each first drops the
+        profiling session it inherited from this process (see :class:`_TracedWorker`).
+        ``nprocs=1`` runs the function here, inside this process's trace.
         """
         originals = {name: getattr(xp, name) for name in ("start_trace", "trace", "trace_detached")}
         spawn = xmp.spawn
@@ -267,9 +275,20 @@ class TorchXlaBackend:
             return call
 
         def spawn_(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = inspect.signature(spawn).bind(*args, **kwargs)
+            except TypeError:
+                return spawn(*args, **kwargs)
+            arguments = bound.arguments
+            if arguments.get("nprocs") == 1:
+                return spawn(*args, **kwargs)
+            method = str(arguments.get("start_method", "spawn"))
+            folder = None
             with contextlib.suppress(Exception):
-                on_workers(str(kwargs.get("start_method", "spawn")))
-            return spawn(*args, **kwargs)
+                folder = on_workers(method, method == "fork")
+            if folder is not None:
+                arguments["fn"] = _TracedWorker(arguments["fn"], folder)
+            return spawn(*bound.args, **bound.kwargs)
 
         for name in originals:
             setattr(xp, name, guarded(name))
@@ -309,6 +328,61 @@ class TorchXlaBackend:
 
 
 _start_trace, _stop_trace = xp.start_trace, xp.stop_trace
+
+
+class _TracedWorker:
+    """The user's worker function, traced into ``<folder>/rank<N>`` in a forked worker.
+
+    A forked worker inherits this process's profiling session, which makes its own
+    ``start_trace`` fail ("Profile has already been started"); stopping that session would
+    write a stray capture into this process's staging folder. Dropping it unwritten (its
+    C++ destructor releases the profiler) frees the worker to trace itself. One trace per
+    worker process, named after the first device index it runs (a process may run one
+    thread per device). A class, not a closure: the process pool pickles the function.
+    """
+
+    _lock = threading.Lock()
+    _running = 0
+
+    def __init__(self, fn: Callable[..., Any], folder: str) -> None:
+        self.fn = fn
+        self.folder = folder
+
+    def __call__(self, index: int, *args: Any) -> Any:
+        started = self._enter(index)
+        try:
+            return self.fn(index, *args)
+        finally:
+            if started:
+                self._exit()
+
+    def _enter(self, index: int) -> bool:
+        cls = type(self)
+        with cls._lock:
+            cls._running += 1
+            if cls._running > 1:
+                return True
+            state = getattr(xp, "_profile_state", None)
+            if state is not None and getattr(state, "profile_session", None) is not None:
+                state.reset()
+                gc.collect()
+            try:
+                _start_trace(os.path.join(self.folder, f"rank{index}"))
+            except Exception:
+                cls._running -= 1
+                return False
+            return True
+
+    def _exit(self) -> None:
+        cls = type(self)
+        with cls._lock:
+            cls._running -= 1
+            if cls._running:
+                return
+            with contextlib.suppress(Exception):
+                if _XLAC._xla_runtime_is_initialized():
+                    xm.wait_device_ops()
+                _stop_trace()
 
 
 def listens_here(port: int) -> bool:
