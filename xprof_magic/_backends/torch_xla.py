@@ -1,6 +1,14 @@
 """PyTorch/XLA behind the :class:`~xprof_magic._backends.Backend` interface.
 
 Imported only when a capture first needs it: ``import torch_xla`` takes seconds.
+
+Never starts the XLA runtime: a started runtime refuses ``xmp.spawn`` and
+``torch_xla.launch`` for the rest of the process, so the server, the metrics, the device
+kind and every hook use only calls that leave it as the user's code left it.
+
+Long because each hook into torch_xla's own functions (syncs, step markers, the user's own
+tracing, worker launches) must put back exactly what it replaced, and the hooks are only
+checkable read together.
 """
 
 from __future__ import annotations
