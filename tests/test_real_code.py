@@ -201,3 +201,37 @@ def test_spawned_workers_are_said_to_be_missing(tmp_path: Path) -> None:
         assert k.value("xprof_magic.last().status") == "ok"
     finally:
         k.close()
+
+
+def test_tracing_another_process_leaves_the_capture_whole(kernel: Kernel, tmp_path: Path) -> None:
+    """``xp.trace`` aimed at another process's server (a worker's) does not clash with the
+    cell's trace, so the run stays whole."""
+    import subprocess
+    import sys
+
+    port = free_port()
+    serve = (
+        "import time, torch_xla.debug.profiler as xp\n"
+        "from torch_xla import _XLAC\n"
+        f"server = xp.start_server({port}, only_on_master=False)\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    with _XLAC.profiler.TraceMe('busy'):\n"
+        "        time.sleep(0.005)"
+    )
+    other = subprocess.Popen([sys.executable, "-c", serve], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+        theirs = tmp_path / "theirs"
+        shown = ok(
+            kernel,
+            f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
+            "import torch_xla.debug.profiler as xp\n"
+            f"xp.trace('localhost:{port}', {str(theirs)!r}, duration_ms=300, timeout_s=20)",
+        )
+        assert list(theirs.rglob("*.xplane.pb")), shown
+        assert kernel.value("xprof_magic.last().status") == "ok"
+        assert "partial" not in shown
+    finally:
+        other.kill()
+        other.wait()

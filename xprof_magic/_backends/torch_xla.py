@@ -274,7 +274,7 @@ class TorchXlaBackend:
             original = originals[name]
 
             def call(*args: Any, **kwargs: Any) -> Any:
-                if not fired[0]:
+                if not fired[0] and (name == "start_trace" or _targets_here(args, kwargs)):
                     fired[0] = True
                     with contextlib.suppress(Exception):
                         on_user_trace(f"xp.{name}")
@@ -391,6 +391,22 @@ class _TracedWorker:
                 if _XLAC._xla_runtime_is_initialized():
                     xm.wait_device_ops()
                 _stop_trace()
+
+
+def _targets_here(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``xp.trace(service_addr, ...)`` would capture this very process.
+
+    Capturing another process (a worker's server) does not clash with this process's
+    trace; an address that cannot be read counts as this process, to be safe.
+    """
+    address = str(kwargs.get("service_addr", args[0] if args else ""))
+    host, _, port = address.removeprefix("grpc://").rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        return True
+    local = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "", socket.gethostname())
+    return host.strip("[]") in local and listens_here(number)
 
 
 def listens_here(port: int) -> bool:
