@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import socket
 import sys
 import time
@@ -82,7 +83,11 @@ class Capture:
         self._messages: list[str] = []
         self._tracing = False
         self._hooks: Any = None
+        self._user_hooks: Any = None
         self._trace_ns: list[int] = []
+        self._partial = False
+        self._workers_said = False
+        self._worker_methods: list[str] = []
 
     def start(self) -> Capture:
         """Check the log directory, start the server and the trace (or arm the window).
@@ -119,6 +124,16 @@ class Capture:
         self.recorder.tracing = not windowed
         self._recording = _labels.recording(self.recorder)
         self._recording.__enter__()
+        user_hooks = getattr(backend, "user_hooks", None)
+        if user_hooks is not None:
+            try:
+                self._user_hooks = user_hooks(self._user_trace, self._workers)
+                self._user_hooks.__enter__()
+            except BaseException:
+                self._user_hooks = None
+                self._recording.__exit__(None, None, None)
+                self._abandon()
+                raise
         if self.plan.steps:
             try:
                 self._hooks = backend.step_hooks(tracker.synced, tracker.user_step)
@@ -203,6 +218,83 @@ class Capture:
             f"untraced (it paused {paused} to stop)"
         )
 
+    def _user_trace(self, call: str) -> None:
+        """The user's code starts its own trace: stop the capture's, keep what it holds.
+
+        One profiling session per process, and the user's wins: their call goes ahead as it
+        would without the capture, and the run, cut here, is marked ``partial``.
+        """
+        backend, recorder = self._backend, self.recorder
+        assert backend is not None and recorder is not None
+        if not self._tracing:
+            return
+        recorder.tracing = False
+        try:
+            if backend.runtime_started():
+                backend.wait_for_device()
+            backend.stop_trace()
+        except Exception as error:
+            self._messages.append(f"stopping the trace for your {call}() failed: {error}")
+        self._tracing = False
+        self._partial = True
+        if not self._trace_ns:
+            self._trace_ns.append(self._start_ns)
+        self._trace_ns.append(time.time_ns())
+        recorder.tracker.release()
+        message = (
+            f"your own {call}() started a trace, so the magic stopped its own there (one "
+            "trace per process): this run is partial, and the rest of the cell is in yours"
+        )
+        self._messages.append(message)
+
+    def _workers(self, start_method: str, traceable: bool) -> str | None:
+        """The code starts worker processes: the folder they trace themselves into, when
+        they can (forked, while this trace runs); else say that the run lacks them."""
+        if traceable and self._tracing and self._staging is not None:
+            self._worker_methods.append(start_method)
+            return str(self._staging.path / _WORKERS / str(len(self._worker_methods)))
+        if self._workers_said:
+            return None
+        self._workers_said = True
+        self._messages.append(
+            f"the cell started worker processes (start method {start_method!r}); their own "
+            "timelines are not in this run, which holds this process only. To capture a "
+            "worker, start a server in it, xp.start_server(9500 + rank, only_on_master=False) "
+            "(keep the object), and capture it from here with "
+            "xp.trace('localhost:<port>', logdir, duration_ms=...) while it runs; or use "
+            "start_method='fork', whose workers %%xprof traces as hosts rank<N>"
+        )
+        return None
+
+    def _collect_workers(self, staging: _store.Staging) -> None:
+        """Move the workers' timelines into the run's session, one host ``rank<N>`` each."""
+        folder = staging.path / _WORKERS
+        if not self._worker_methods:
+            return
+        sessions = [p for p in _store.profile_dir(staging.path).glob("*") if p.is_dir()]
+        hosts: list[str] = []
+        spawns = sorted(folder.glob("*/rank*"), key=lambda p: (int(p.parent.name), p.name))
+        for rank in spawns if len(sessions) == 1 else []:
+            for xplane in sorted(rank.glob("plugins/profile/*/*.xplane.pb")):
+                host, taken = rank.name, 1
+                while host in hosts:
+                    taken += 1
+                    host = f"{rank.name}-{taken}"
+                with contextlib.suppress(OSError):
+                    xplane.rename(sessions[0] / f"{host}.xplane.pb")
+                    hosts.append(host)
+        shutil.rmtree(folder, ignore_errors=True)
+        if hosts:
+            self._messages.append(
+                f"the workers' timelines are in this run as hosts {', '.join(hosts)} "
+                "(XProf's host menu); the summary reads this process's only"
+            )
+        else:
+            self._messages.append(
+                "the cell started worker processes, but none wrote its timeline (killed, "
+                "or its trace could not start), so this run holds this process only"
+            )
+
     def _start_server(self, backend: Backend) -> None:
         status = backend.start_server(self.plan.port)
         said: set[str] = backend.__dict__.setdefault("_xprof_said", set())
@@ -220,10 +312,24 @@ class Capture:
             _store.discard(self._staging)
 
     def _stop(self, exc: BaseException | None) -> None:
-        wall_s = time.perf_counter() - self._t0
         backend, staging, recorder = self._backend, self._staging, self.recorder
         assert backend is not None and staging is not None and recorder is not None
+        sync_error: BaseException | None = None
+        if exc is None and self.plan.sync and backend.runtime_started():
+            # Part of the cell: in its wall time, and a block of its own, so that the
+            # compile and run of the work it launches land in a labelled block.
+            try:
+                with _labels.label(f"{backend.name}.sync() (--sync)"):
+                    backend.sync()
+            except Exception as error:
+                self._messages.append(f"--sync failed: {error}")
+            except BaseException as error:  # KeyboardInterrupt: stop the trace all the same
+                sync_error = error
+        wall_s = time.perf_counter() - self._t0
         self._recording.__exit__(None, None, None)
+        if self._user_hooks is not None:
+            with contextlib.suppress(Exception):
+                self._user_hooks.__exit__(None, None, None)
         tracker = recorder.tracker
         tracker.finish()
         if self._hooks is not None:
@@ -234,12 +340,12 @@ class Capture:
             _store.discard(staging)
             for message in self._messages:
                 self.notify(f"xprof: {message}")
+            if sync_error is not None and exc is None:
+                raise sync_error
             return
-        interrupted: BaseException | None = None
+        interrupted: BaseException | None = sync_error
         try:
-            if self._tracing:
-                if exc is None and self.plan.sync:
-                    backend.sync()
+            if self._tracing and backend.runtime_started():
                 backend.wait_for_device()
         except Exception as error:
             self._messages.append(f"waiting for the device failed: {error}")
@@ -267,6 +373,7 @@ class Capture:
                     backend.stop_trace()
                 finally:
                     recorder.tracker.release()
+            self._collect_workers(staging)
             end_ns = time.time_ns()
             metadata = self._metadata(backend, recorder, exc, wall_s, end_ns)
             assert self.plan.name is not None
@@ -336,7 +443,7 @@ class Capture:
             start_ns=start_ns,
             end_ns=end_ns,
             wall_s=wall_s,
-            status="ok" if exc is None else "error",
+            status="error" if exc is not None else "partial" if self._partial else "ok",
             error=error,
             backend=backend.name,
             device=backend.device(),
@@ -347,9 +454,11 @@ class Capture:
             step_rule=tracker.rule if steps else None,
             step_window=None if tracker.window is None else str(tracker.window),
             steps_first=tracker.first if steps else None,
+            messages=tuple(self._messages),
         )
 
 
+_WORKERS = "workers"
 _RETRY = "stop the trace that runs (torch_xla.debug.profiler.stop_trace()) and run the cell again"
 
 

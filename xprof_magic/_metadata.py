@@ -95,6 +95,7 @@ class RunMetadata:
     step_rule: str | None = None
     step_window: str | None = None
     steps_first: int | None = None
+    messages: tuple[str, ...] = ()
     schema: int = SCHEMA
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -132,6 +133,7 @@ class RunMetadata:
             "step_rule": self.step_rule,
             "step_window": self.step_window,
             "steps_first": self.steps_first,
+            "messages": list(self.messages),
         }
 
     @classmethod
@@ -164,6 +166,7 @@ class RunMetadata:
             step_rule=reader.text("step_rule") or None,
             step_window=reader.text("step_window") or None,
             steps_first=reader.integer("steps_first"),
+            messages=reader.texts("messages"),
         )
         if reader.bad:
             fields = ", ".join(sorted(reader.bad))
@@ -211,6 +214,14 @@ class _Reader:
     def mapping(self, key: str) -> dict[str, Any]:
         value: Any = self.data.get(key)
         return dict(value) if self._typed(key, value, isinstance(value, dict)) else {}
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value: Any = self.data.get(key)
+        if not self._typed(key, value, isinstance(value, list)):
+            return ()
+        if not all(isinstance(x, str) for x in value):
+            self.bad.add(key)
+        return tuple(x for x in value if isinstance(x, str))
 
     def floats(self, key: str) -> tuple[float, ...]:
         value: Any = self.data.get(key)

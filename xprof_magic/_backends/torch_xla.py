@@ -1,12 +1,23 @@
 """PyTorch/XLA behind the :class:`~xprof_magic._backends.Backend` interface.
 
 Imported only when a capture first needs it: ``import torch_xla`` takes seconds.
+
+Never starts the XLA runtime: a started runtime refuses ``xmp.spawn`` and
+``torch_xla.launch`` for the rest of the process, so the server, the metrics, the device
+kind and every hook use only calls that leave it as the user's code left it.
+
+Long because each hook into torch_xla's own functions (syncs, step markers, the user's own
+tracing, worker launches) must put back exactly what it replaced, and the hooks are only
+checkable read together.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import gc
+import inspect
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -18,6 +29,7 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 import torch_xla.debug.profiler as xp
+import torch_xla.distributed.xla_multiprocessing as xmp
 import torch_xla.runtime as xr
 from torch_xla import _XLAC  # type: ignore[attr-defined]
 
@@ -80,20 +92,31 @@ class TorchXlaBackend:
                 "use --port N for another port or --no-server to skip it",
             )
         if not free:
+            if listens_here(port):
+                return ServerStatus(
+                    port,
+                    False,
+                    f"this process already serves on-demand capture on port {port} (your own "
+                    "xp.start_server?), so capture it through that server, e.g. "
+                    f"xp.trace('localhost:{port}', logdir); the magic's server was not "
+                    "started, and %%xprof itself does not need one",
+                )
             return ServerStatus(
                 port,
                 False,
                 f"port {port} is busy, so the profiler server (on-demand capture) was not "
                 "started; use --port N for another port or --no-server to skip it",
             )
-        # The returned object is the server: dropping it shuts the server down.
-        self._server = xp.start_server(port)
+        # The returned object is the server: dropping it shuts the server down. Only on
+        # the master would ask xm.is_master_ordinal(), which starts the XLA runtime, and a
+        # started runtime refuses xmp.spawn and torch_xla.launch for the rest of the process.
+        self._server = xp.start_server(port, only_on_master=False)
         self._server_status = ServerStatus(port, True)
         return self._server_status
 
     def start_trace(self, log_dir: str) -> None:
         try:
-            xp.start_trace(log_dir)
+            _start_trace(log_dir)
         except RuntimeError as error:
             if "already" in str(error):
                 raise TraceAlreadyRunning(str(error)) from None
@@ -101,7 +124,7 @@ class TorchXlaBackend:
 
     def stop_trace(self) -> None:
         try:
-            xp.stop_trace()
+            _stop_trace()
         finally:
             # A failed export (a full disk) leaves torch_xla believing a trace still runs,
             # which would refuse every later capture in this process.
@@ -116,7 +139,10 @@ class TorchXlaBackend:
         return event
 
     def wait_for_device(self) -> None:
-        xm.wait_device_ops()
+        # Before the user's code starts the runtime there is no device work to wait for,
+        # and waiting would start it.
+        if self.runtime_started():
+            xm.wait_device_ops()
 
     def runtime_started(self) -> bool:
         return bool(_XLAC._xla_runtime_is_initialized())
@@ -220,6 +246,68 @@ class TorchXlaBackend:
             xp.Trace.__init__ = trace_init  # type: ignore[method-assign]
             xp.Trace.__exit__ = trace_exit  # type: ignore[method-assign]
 
+    @contextlib.contextmanager
+    def user_hooks(
+        self,
+        on_user_trace: Callable[[str], None],
+        on_workers: Callable[[str, bool], str | None],
+    ) -> Iterator[None]:
+        """While open, call ``on_user_trace`` before the user's first own trace starts, and
+        ``on_workers`` when the code starts worker processes.
+
+        The user's ``xp.start_trace``, ``xp.trace`` and ``xp.trace_detached`` (whose thread
+        calls ``xp.trace``) would fail, or capture nothing, while the capture's own trace
+        runs: one profiling session per process. ``on_user_trace`` stops it, so the user's
+        call goes ahead as without the capture.
+
+        ``xmp.spawn`` is what ``torch_xla.launch`` calls too. ``on_workers(start_method,
+        traced)`` returns a folder when the workers should trace themselves into it: only
+        forked workers can, since they inherit this module's hooks; each first drops the
+        profiling session it inherited from this process (see :class:`_TracedWorker`).
+        ``nprocs=1`` runs the function here, inside this process's trace.
+        """
+        originals = {name: getattr(xp, name) for name in ("start_trace", "trace", "trace_detached")}
+        spawn = xmp.spawn
+        fired = [False]
+
+        def guarded(name: str) -> Callable[..., Any]:
+            original = originals[name]
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if not fired[0] and (name == "start_trace" or _targets_here(args, kwargs)):
+                    fired[0] = True
+                    with contextlib.suppress(Exception):
+                        on_user_trace(f"xp.{name}")
+                return original(*args, **kwargs)
+
+            return call
+
+        def spawn_(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = inspect.signature(spawn).bind(*args, **kwargs)
+            except TypeError:
+                return spawn(*args, **kwargs)
+            arguments = bound.arguments
+            if arguments.get("nprocs") == 1:
+                return spawn(*args, **kwargs)
+            method = str(arguments.get("start_method", "spawn"))
+            folder = None
+            with contextlib.suppress(Exception):
+                folder = on_workers(method, method == "fork")
+            if folder is not None:
+                arguments["fn"] = _TracedWorker(arguments["fn"], folder)
+            return spawn(*bound.args, **bound.kwargs)
+
+        for name in originals:
+            setattr(xp, name, guarded(name))
+        xmp.spawn = spawn_
+        try:
+            yield
+        finally:
+            for name, original in originals.items():
+                setattr(xp, name, original)
+            xmp.spawn = spawn
+
     def sync(self) -> None:
         torch_xla.sync()
 
@@ -245,6 +333,115 @@ class TorchXlaBackend:
             except metadata.PackageNotFoundError:
                 continue
         return found
+
+
+_start_trace, _stop_trace = xp.start_trace, xp.stop_trace
+
+
+class _TracedWorker:
+    """The user's worker function, traced into ``<folder>/rank<N>`` in a forked worker.
+
+    A forked worker inherits this process's profiling session, which makes its own
+    ``start_trace`` fail ("Profile has already been started"); stopping that session would
+    write a stray capture into this process's staging folder. Dropping it unwritten (its
+    C++ destructor releases the profiler) frees the worker to trace itself. One trace per
+    worker process, named after the first device index it runs (a process may run one
+    thread per device). A class, not a closure: the process pool pickles the function.
+    """
+
+    _lock = threading.Lock()
+    _running = 0
+
+    def __init__(self, fn: Callable[..., Any], folder: str) -> None:
+        self.fn = fn
+        self.folder = folder
+
+    def __call__(self, index: int, *args: Any) -> Any:
+        started = self._enter(index)
+        try:
+            return self.fn(index, *args)
+        finally:
+            if started:
+                self._exit()
+
+    def _enter(self, index: int) -> bool:
+        cls = type(self)
+        with cls._lock:
+            cls._running += 1
+            if cls._running > 1:
+                return True
+            state = getattr(xp, "_profile_state", None)
+            if state is not None and getattr(state, "profile_session", None) is not None:
+                state.reset()
+                gc.collect()
+            try:
+                _start_trace(os.path.join(self.folder, f"rank{index}"))
+            except Exception:
+                cls._running -= 1
+                return False
+            return True
+
+    def _exit(self) -> None:
+        cls = type(self)
+        with cls._lock:
+            cls._running -= 1
+            if cls._running:
+                return
+            with contextlib.suppress(Exception):
+                if _XLAC._xla_runtime_is_initialized():
+                    xm.wait_device_ops()
+                _stop_trace()
+
+
+def _targets_here(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``xp.trace(service_addr, ...)`` would capture this very process.
+
+    Capturing another process (a worker's server) does not clash with this process's
+    trace; an address that cannot be read counts as this process, to be safe.
+    """
+    address = str(kwargs.get("service_addr", args[0] if args else ""))
+    host, _, port = address.removeprefix("grpc://").rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        return True
+    local = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "", socket.gethostname())
+    return host.strip("[]") in local and listens_here(number)
+
+
+def listens_here(port: int) -> bool:
+    """Whether this very process listens on TCP ``port`` (Linux's ``/proc``; else False).
+
+    A listening socket of ``/proc/self/net/tcp*`` whose inode is one of this process's
+    open file descriptors.
+    """
+    inodes: set[str] = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return True
+    return False
 
 
 def _executions() -> int:

@@ -1,0 +1,237 @@
+"""PyTorch/XLA code as its authors write it, in real kernels: multi-process launches, the
+user's own profiler calls and server, ``--sync``."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests._kernel import Kernel
+from tests.conftest import event_names
+from tests.test_kernel import text
+from xprof_magic import _store
+from xprof_magic._analysis.trace import read_trace
+
+pytestmark = pytest.mark.kernel
+
+WORKER = """
+import torch, torch_xla
+import torch_xla.debug.profiler as xp
+import torch_xla.distributed.xla_multiprocessing as xmp
+
+def worker(index):
+    with xp.Trace(f"worker_block_{index}"):
+        t = torch.ones(4, device=torch_xla.device()) * (index + 2)
+    torch_xla.sync()
+    assert float(t.sum()) == 4 * (index + 2)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def with_server() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "XPROF_MAGIC_NO_SERVER"}
+
+
+@pytest.fixture(scope="module")
+def kernel() -> Iterator[Kernel]:
+    k = Kernel(with_server())
+    content, _ = k.run("%load_ext xprof_magic\nimport xprof_magic, torch, torch_xla")
+    assert content["status"] == "ok"
+    yield k
+    k.close()
+
+
+def ok(k: Kernel, code: str) -> str:
+    content, outputs = k.run(code, timeout=240)
+    shown = text(outputs)
+    assert content["status"] == "ok", shown
+    return shown
+
+
+def test_a_profiled_cell_leaves_the_runtime_to_spawn_later_and_inside(tmp_path: Path) -> None:
+    k = Kernel(with_server())
+    try:
+        ok(k, "%load_ext xprof_magic\nimport xprof_magic, torch_xla")
+        ok(
+            k,
+            f"%%xprof --logdir {tmp_path} --port {free_port()} --no-display\n"
+            "total = sum(range(10))",
+        )
+        assert k.value("torch_xla._XLAC._xla_runtime_is_initialized()") is False
+        ok(
+            k,
+            f"%%xprof --logdir {tmp_path} --steps --sync --no-display\n"
+            "for i in range(3):\n"
+            "    total += i",
+        )
+        assert k.value("torch_xla._XLAC._xla_runtime_is_initialized()") is False
+        assert k.value("xprof_magic.last().metadata.messages") == ()
+        ok(k, WORKER)
+        ok(k, "xmp.spawn(worker, nprocs=None, start_method='fork')")
+        # Two forked worker processes, one launch after the other, each traced as a host.
+        shown = ok(
+            k,
+            f"%%xprof --logdir {tmp_path} --no-display\n"
+            "torch_xla.launch(worker, start_method='fork')\n"
+            "xmp.spawn(worker, start_method='fork')",
+        )
+        assert "the workers' timelines are in this run as hosts rank0, rank0-2" in shown, shown
+        assert k.value("xprof_magic.last().status") == "ok"
+        run_dir = Path(k.value("str(xprof_magic.last().run_dir)"))
+        for host in ("rank0", "rank0-2"):
+            facts = read_trace(run_dir / f"{host}.xplane.pb")
+            assert "worker_block_0" in {b.name for b in facts.blocks}, host
+            assert facts.compile_count >= 1
+        assert "worker_block_0" not in {b.name for b in read_trace(host_file(run_dir)).blocks}
+        assert not list((run_dir.parent.parent.parent).rglob("workers"))
+        saved = k.value("xprof_magic.last().metadata.to_json()['messages']")
+        assert any("rank0, rank0-2" in m for m in saved), saved
+    finally:
+        k.close()
+    assert len(_store.runs(tmp_path)) == 3
+
+
+def test_a_busy_port_tells_the_users_own_server_from_a_foreign_one(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as busy:
+        busy.bind(("::", 0))
+        busy.listen()
+        foreign = busy.getsockname()[1]
+        shown = ok(kernel, f"%%xprof --logdir {tmp_path} --port {foreign} --no-display\nx = 1")
+    assert f"port {foreign} is busy" in shown and "--port N" in shown
+    own = free_port()
+    ok(kernel, f"import torch_xla.debug.profiler as xp\nmy_server = xp.start_server({own})")
+    shown = ok(kernel, f"%%xprof --logdir {tmp_path} --port {own} --no-display\nx = 2")
+    assert f"this process already serves on-demand capture on port {own}" in shown, shown
+    assert "is busy" not in shown
+
+
+def test_sync_is_a_block_of_the_cell(kernel: Kernel, tmp_path: Path) -> None:
+    ok(
+        kernel,
+        f"%%xprof --logdir {tmp_path} --sync --no-display\n"
+        "x = torch.randn(96, 96, device=torch_xla.device())\n"
+        "y = (x @ x + 3).tanh().sum()",
+    )
+    labels = kernel.value("[(s.path, s.total_s) for s in xprof_magic.last().labels]")
+    synced = [total for path, total in labels if path == ("torch_xla.sync() (--sync)",)]
+    assert synced, labels
+    assert kernel.value("xprof_magic.last().wall_s") >= synced[0]
+    saved = kernel.value("[l['path'] for l in xprof_magic.last().metadata.to_json()['labels']]")
+    assert ["torch_xla.sync() (--sync)"] in saved
+    run_dir = Path(kernel.value("str(xprof_magic.last().run_dir)"))
+    assert "torch_xla.sync() (--sync)" in event_names(run_dir)
+
+
+def test_the_users_own_start_trace_wins_even_inside_a_function(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    mine = tmp_path / "mine"
+    shown = ok(
+        kernel,
+        f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
+        "import torch_xla.debug.profiler as xp\n"
+        "def traced(folder):\n"
+        "    xp.start_trace(folder)\n"
+        "    value = sum(range(100))\n"
+        "    xp.stop_trace()\n"
+        "    return value\n"
+        f"traced({str(mine)!r})",
+    )
+    assert "4950" in shown, shown
+    assert list(mine.glob("plugins/profile/*/*.xplane.pb")), shown
+    assert kernel.value("xprof_magic.last().status") == "partial"
+    assert "this run is partial" in shown
+    assert len(_store.runs(tmp_path / "logs")) == 1
+
+
+def test_the_users_trace_detached_captures(kernel: Kernel, tmp_path: Path) -> None:
+    port = free_port()
+    mine = tmp_path / "mine"
+    ok(kernel, f"import torch_xla.debug.profiler as xp\ndetached_server = xp.start_server({port})")
+    ok(
+        kernel,
+        f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
+        "import time\n"
+        f"xp.trace_detached('localhost:{port}', {str(mine)!r}, duration_ms=1500)\n"
+        "x = torch.randn(32, 32, device=torch_xla.device())\n"
+        "for _ in range(8):\n"
+        "    x = (x @ x).tanh()\n"
+        "    torch_xla.sync()\n"
+        "    time.sleep(0.1)\n"
+        "deadline = time.monotonic() + 30\n"
+        f"while not list(__import__('pathlib').Path({str(mine)!r}).rglob('*.xplane.pb')):\n"
+        "    assert time.monotonic() < deadline, 'no capture'\n"
+        "    time.sleep(0.2)",
+    )
+    assert list(mine.rglob("*.xplane.pb"))
+    assert kernel.value("xprof_magic.last().status") == "partial"
+
+
+def host_file(run_dir: Path) -> Path:
+    host = socket.gethostname()
+    return run_dir / f"{host}.xplane.pb"
+
+
+def test_spawned_workers_are_said_to_be_missing(tmp_path: Path) -> None:
+    """``start_method='spawn'`` workers start afresh: the run says they are not in it."""
+    (tmp_path / "spawned_worker.py").write_text(WORKER)
+    k = Kernel(with_server(), extra={"PYTHONPATH": f"{tmp_path}:{os.environ['PYTHONPATH']}"})
+    try:
+        ok(k, "%load_ext xprof_magic\nimport xprof_magic, torch_xla, spawned_worker")
+        shown = ok(
+            k,
+            f"%%xprof --logdir {tmp_path} --no-display\ntorch_xla.launch(spawned_worker.worker)",
+        )
+        assert "start method 'spawn'); their own timelines are not in this run" in shown, shown
+        assert "xp.start_server(9500 + rank, only_on_master=False)" in shown
+        saved = k.value("xprof_magic.last().metadata.to_json()['messages']")
+        assert any("timelines are not in this run" in m for m in saved), saved
+        assert k.value("xprof_magic.last().status") == "ok"
+    finally:
+        k.close()
+
+
+def test_tracing_another_process_leaves_the_capture_whole(kernel: Kernel, tmp_path: Path) -> None:
+    """``xp.trace`` aimed at another process's server (a worker's) does not clash with the
+    cell's trace, so the run stays whole."""
+    import subprocess
+    import sys
+
+    port = free_port()
+    serve = (
+        "import time, torch_xla.debug.profiler as xp\n"
+        "from torch_xla import _XLAC\n"
+        f"server = xp.start_server({port}, only_on_master=False)\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    with _XLAC.profiler.TraceMe('busy'):\n"
+        "        time.sleep(0.005)"
+    )
+    other = subprocess.Popen([sys.executable, "-c", serve], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+        theirs = tmp_path / "theirs"
+        shown = ok(
+            kernel,
+            f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
+            "import torch_xla.debug.profiler as xp\n"
+            f"xp.trace('localhost:{port}', {str(theirs)!r}, duration_ms=300, timeout_s=20)",
+        )
+        assert list(theirs.rglob("*.xplane.pb")), shown
+        assert kernel.value("xprof_magic.last().status") == "ok"
+        assert "partial" not in shown
+    finally:
+        other.kill()
+        other.wait()
