@@ -2,6 +2,8 @@
 
 ``python -m bench summary`` runs the timeline reader's benchmark alone (see
 :mod:`bench.captures`): real training captures of 5, 30 and 100 MB.
+``python -m bench first-paint``: from ``%xprof view`` on the 30 MB capture to the first
+paint of its timeline in JupyterLab and Chromium (see :mod:`bench.first_paint`).
 
 Every number in one run, written to BENCHMARKS.md with the machine and the command:
 
@@ -407,6 +409,10 @@ def main() -> int:
         from bench import captures
 
         return captures.main(sys.argv[2:])
+    if sys.argv[1:2] == ["first-paint"]:
+        from bench import first_paint
+
+        return first_paint.main(sys.argv[2:])
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--only", nargs="*", default=None, help="run these parts only")

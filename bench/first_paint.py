@@ -1,0 +1,307 @@
+"""``python -m bench first-paint``: from ``%xprof view`` to the first picture of the timeline.
+
+A real JupyterLab and Debian's Chromium (the browser tests' harness, :mod:`tests._browser`)
+open a notebook whose log directory holds the ~30 MB training capture of
+:mod:`bench.captures` (built once, cached under ``bench/.captures/``, copied here because
+XProf writes its caches into the run folder). The cell ``%xprof view 30MB`` runs:
+
+- cold: no viewer for the log directory and no XProf caches in the run, so the viewer
+  starts and XProf converts the whole XSpace on the trace viewer's first data request;
+- warm: the same cell again, with the viewer running and its ``*.SSTABLE`` caches written.
+
+Every time is read in the browser on one clock (``performance.timeOrigin + now()``): the
+key press that runs the cell; the embedded trace viewer page starting to load; its
+``data?tag=trace_viewer@`` request (resource timing: sent, first byte, last byte); and the
+first paint, the first animation frame in which the timeline names the host's track
+(``span.process-track-name``) and its drawing canvas holds at least 1,000 coloured pixels,
+i.e. event slices are drawn. From first byte back to sent is XProf's time on the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from bench import captures
+
+__all__ = ["main", "measure"]
+
+RUN = "30MB"
+TIMEOUT_S = 120.0
+
+# Runs in every frame the page opens; only XProf's trace viewer page records anything.
+_PROBE = """
+(() => {
+  if (!location.pathname.endsWith('trace_viewer_index.html')) return;
+  const now = () => performance.timeOrigin + performance.now();
+  const found = {page: performance.timeOrigin, tracks: null, paint: null};
+  window.__firstPaint = found;
+  const drawn = () => {
+    let canvas = null;
+    const all = document.getElementsByTagName('canvas');  // the page's NodeList polyfill
+    for (let i = 0; i < all.length; i++) {                 // is not iterable
+      const c = all[i];
+      if (!c.classList.contains('drawing-container-canvas')) continue;
+      if (!canvas || c.width * c.height > canvas.width * canvas.height) canvas = c;
+    }
+    if (!canvas || canvas.width < 2 || canvas.height < 100) return false;
+    const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    let coloured = 0;
+    for (let i = 0; i < pixels.length; i += 4) {
+      const r = pixels[i], g = pixels[i + 1], b = pixels[i + 2];
+      if (pixels[i + 3] > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 60) coloured++;
+      if (coloured >= 1000) return true;
+    }
+    found.coloured = coloured;
+    return false;
+  };
+  const frame = () => {
+    if (found.tracks === null && document.querySelector('span.process-track-name')) {
+      found.tracks = now();
+    }
+    try {
+      if (found.tracks !== null && drawn()) { found.paint = now(); return; }
+    } catch (error) {
+      found.error = String(error);
+    }
+    requestAnimationFrame(frame);
+  };
+  requestAnimationFrame(frame);
+})();
+"""
+
+_DATA_TIMING = """
+() => performance.getEntriesByType('resource')
+  .filter(e => e.name.includes('/data?') && e.name.includes('trace_viewer'))
+  .map(e => ({start: performance.timeOrigin + e.requestStart,
+              first_byte: performance.timeOrigin + e.responseStart,
+              end: performance.timeOrigin + e.responseEnd,
+              bytes: e.encodedBodySize, decoded: e.decodedBodySize,
+              transferred: e.transferSize, query: e.name.split('?')[1]}))
+"""
+
+
+def _copy_capture(logdir: Path, source: Path | None) -> Path:
+    """``source``, else the cached 30 MB capture (built on first use), as run ``30MB``."""
+    source = source or captures.ensure_captures([RUN])[RUN]
+    target = logdir / "plugins" / "profile" / RUN
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.SSTABLE", "cache_*"))
+    return target
+
+
+def _forget_conversion(run_dir: Path) -> None:
+    """Remove what XProf wrote into the run, so that the next request converts again."""
+    for path in run_dir.iterdir():
+        if path.name.endswith(".SSTABLE") or path.name == "cache_version.txt":
+            path.unlink()
+
+
+def _one_view(page: Any, seen: set[Any], reps_label: str) -> dict[str, float]:
+    """Run the notebook's second cell and wait for its timeline's first paint."""
+    from tests._browser import wait_until
+
+    cell = page.locator(".jp-NotebookPanel .jp-CodeCell").nth(1)
+    cell.locator(".jp-InputPrompt").click()
+    pressed: float = page.evaluate("performance.timeOrigin + performance.now()")
+    page.keyboard.press("Shift+Enter")
+
+    def pause(seconds: float) -> None:
+        page.wait_for_timeout(seconds * 1000)
+
+    def new_frame() -> Any:
+        for frame in page.frames:
+            if "trace_viewer_index.html" in frame.url and frame not in seen:
+                return frame
+        return None
+
+    frame = wait_until(new_frame, TIMEOUT_S, f"{reps_label}: the widget's trace viewer", pause)
+    seen.add(frame)
+    cell.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+
+    def painted() -> Any:
+        found = frame.evaluate("window.__firstPaint || null")
+        return found if found and found["paint"] else None
+
+    def state() -> str:
+        page.screenshot(path=str(Path(tempfile.gettempdir()) / "first-paint-failure.png"))
+        probe = frame.evaluate("window.__firstPaint || null")
+        return f"{reps_label}: no first paint of the timeline in {frame.url}; probe: {probe}"
+
+    found = wait_until(painted, TIMEOUT_S, state, pause)
+    data = frame.evaluate(_DATA_TIMING)
+    assert len(data) >= 1, f"{reps_label}: no trace_viewer@ data request in the page"
+    first = data[0]
+    return {
+        "page_s": (found["page"] - pressed) / 1e3,
+        "request_s": (first["start"] - pressed) / 1e3,
+        "server_s": (first["first_byte"] - first["start"]) / 1e3,
+        "data_s": (first["end"] - pressed) / 1e3,
+        "tracks_s": (found["tracks"] - pressed) / 1e3,
+        "paint_s": (found["paint"] - pressed) / 1e3,
+        "reply_mb": first["bytes"] / 1e6,
+        "decoded_mb": first["decoded"] / 1e6,
+        "transferred_mb": first["transferred"] / 1e6,
+        "data_requests": len(data),
+        "query": first["query"],
+    }
+
+
+def _direct_fetches(env: dict[str, str], logdir: Path, query: str, reps: int) -> list[float]:
+    """The browser's ``trace_viewer@`` request again from the kernel's client (``fetch_json``:
+    request, gzip, JSON parse), viewer and caches warm."""
+    from xprof_magic import _viewer
+
+    os.environ["XPROF_MAGIC_VIEWER_DIR"] = env["XPROF_MAGIC_VIEWER_DIR"]
+    viewer = _viewer.find_viewer(logdir)
+    assert viewer is not None, f"no viewer for {logdir}"
+    params: dict[str, Any] = dict(parse_qsl(query))
+    took = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        _viewer.fetch_json(viewer, "data", **params)
+        took.append(time.perf_counter() - started)
+    return took
+
+
+def measure(reps: int = 3, source: Path | None = None) -> dict[str, Any]:
+    """Cold then warm ``%xprof view 30MB`` in one JupyterLab page, ``reps`` times each."""
+    from playwright.sync_api import sync_playwright
+
+    from tests._browser import (
+        CHROMIUM_ARGS,
+        find_chromium,
+        start_jupyterlab,
+        stop_viewers,
+        wait_until,
+        write_notebook,
+    )
+
+    chromium = find_chromium()
+    if chromium is None:
+        raise SystemExit("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-first-paint-") as tmp:
+        home = Path(tmp)
+        lab = start_jupyterlab(home / "lab")
+        run_dir = _copy_capture(Path(lab.env["XPROF_MAGIC_LOGDIR"]), source)
+        xplane_mb = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb")) / 1e6
+        write_notebook(lab.root / "paint.ipynb", ["%load_ext xprof_magic", f"%xprof view {RUN}"])
+        results: dict[str, Any] = {"cold": [], "warm": []}
+        try:
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path=chromium,
+                    args=CHROMIUM_ARGS,
+                    env={**os.environ, "HOME": str(home / "chromium")},
+                )
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                context.add_init_script(_PROBE)
+                page = context.new_page()
+                page.goto(lab.notebook_url("paint.ipynb", workspace="paint"), timeout=90_000)
+                first = page.locator(".jp-NotebookPanel .jp-CodeCell").first
+                first.wait_for(timeout=90_000)
+
+                def idle() -> bool:
+                    sessions = lab.api("GET", "/api/sessions")
+                    return bool(sessions) and all(
+                        s["kernel"]["execution_state"] == "idle" for s in sessions
+                    )
+
+                def pause(seconds: float) -> None:
+                    page.wait_for_timeout(seconds * 1000)
+
+                wait_until(idle, 90, "the kernel to start", pause)
+                first.locator(".jp-InputPrompt").click()
+                page.keyboard.press("Shift+Enter")
+                wait_until(
+                    lambda: first.locator(".jp-InputPrompt").inner_text().strip() == "[1]:",
+                    60,
+                    "%load_ext xprof_magic",
+                    pause,
+                )
+                seen: set[Any] = set()
+                for rep in range(reps):
+                    stop_viewers(lab.env)
+                    _forget_conversion(run_dir)
+                    results["cold"].append(_one_view(page, seen, f"cold {rep + 1}"))
+                    print(f"first-paint: cold {rep + 1}: {results['cold'][-1]}", flush=True)
+                for rep in range(reps):
+                    results["warm"].append(_one_view(page, seen, f"warm {rep + 1}"))
+                    print(f"first-paint: warm {rep + 1}: {results['warm'][-1]}", flush=True)
+                logdir = Path(lab.env["XPROF_MAGIC_LOGDIR"])
+                query = results["warm"][-1]["query"]
+                results["direct_s"] = _direct_fetches(lab.env, logdir, query, reps)
+                context.close()
+                browser.close()
+        finally:
+            lab.stop()
+            stop_viewers(lab.env)
+    results.update(
+        xplane_mb=xplane_mb, load_before=load_before, load_after=os.getloadavg(), reps=reps
+    )
+    return results
+
+
+def report(results: dict[str, Any]) -> str:
+    """The figures as a Markdown table, medians over the repetitions."""
+
+    def med(kind: str, key: str) -> float:
+        return float(statistics.median(row[key] for row in results[kind]))
+
+    rows = [
+        ("the trace viewer page starts loading", "page_s"),
+        ("its `data?tag=trace_viewer@` request sent", "request_s"),
+        ("that reply's last byte", "data_s"),
+        ("the host's track named", "tracks_s"),
+        ("**first paint** (event slices drawn)", "paint_s"),
+        ("XProf's time on that request (sent → first byte)", "server_s"),
+    ]
+    lines = [
+        f"| from the key press that runs `%xprof view {RUN}` to … | cold | warm |",
+        "| --- | --- | --- |",
+    ]
+    for label, key in rows:
+        lines.append(f"| {label} | {med('cold', key):.2f} s | {med('warm', key):.2f} s |")
+    direct = statistics.median(results["direct_s"])
+    warm_mb = med("warm", "transferred_mb")
+    before, after = results["load_before"][0], results["load_after"][0]
+    lines += [
+        "",
+        f"- the page's request: `data?{unquote(results['cold'][0]['query'])}`; reply "
+        f"{med('cold', 'decoded_mb'):.1f} MB of JSON, {med('cold', 'reply_mb'):.2f} MB gzipped "
+        f"on the wire; {warm_mb:.2f} MB transferred when warm (0 would be the browser's cache);",
+        f"- the same request from the kernel's client (`fetch_json`), warm: {direct:.2f} s;",
+        f"- median of {results['reps']}; load average {before:.1f} before, {after:.1f} after.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench first-paint")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of each (default 3)")
+    parser.add_argument(
+        "--capture",
+        type=Path,
+        default=None,
+        help="a run folder to copy (default: bench/.captures/plugins/profile/30MB, built once)",
+    )
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    started = time.perf_counter()
+    results = measure(args.reps, args.capture)
+    print(report(results))
+    print(f"first-paint: took {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
