@@ -187,7 +187,8 @@ def host_file(run_dir: Path) -> Path:
 def test_spawned_workers_are_said_to_be_missing(tmp_path: Path) -> None:
     """``start_method='spawn'`` workers start afresh: the run says they are not in it."""
     (tmp_path / "spawned_worker.py").write_text(WORKER)
-    k = Kernel(with_server(), extra={"PYTHONPATH": f"{tmp_path}:{os.environ['PYTHONPATH']}"})
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    k = Kernel(with_server(), extra={"PYTHONPATH": path})
     try:
         ok(k, "%load_ext xprof_magic\nimport xprof_magic, torch_xla, spawned_worker")
         shown = ok(
