@@ -82,6 +82,7 @@ class Capture:
         self._messages: list[str] = []
         self._tracing = False
         self._hooks: Any = None
+        self._watch: Any = None
         self._trace_ns: list[int] = []
 
     def start(self) -> Capture:
@@ -94,11 +95,14 @@ class Capture:
         windowed = self.plan.step_window is not None
         try:
             backend = get_backend(self.plan.backend)
+            self._watch = backend.watch()
+            self._watch.__enter__()
             self._before = backend.metrics()
             if not windowed:
                 backend.start_trace(str(staging.path))
                 self._tracing = True
         except BaseException:
+            self._unwatch()
             _store.discard(staging)
             raise
         self._backend, self._staging = backend, staging
@@ -210,8 +214,16 @@ class Capture:
             said.add(status.message)
             self.notify(f"xprof: {status.message}")
 
+    def _unwatch(self) -> None:
+        """Close the backend's watch of this capture, once."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            with contextlib.suppress(Exception):
+                watch.__exit__(None, None, None)
+
     def _abandon(self) -> None:
         """Stop the trace and drop the staged capture (a start that failed half-way)."""
+        self._unwatch()
         if self._backend is not None and self._tracing:
             self._tracing = False
             with contextlib.suppress(Exception):
@@ -231,6 +243,7 @@ class Capture:
                 self._hooks.__exit__(None, None, None)
         self._messages.extend(end_messages(tracker, self.plan.steps))
         if not self._tracing and tracker.state in ("before", "failed"):
+            self._unwatch()
             _store.discard(staging)
             for message in self._messages:
                 self.notify(f"xprof: {message}")
@@ -249,6 +262,8 @@ class Capture:
             self._store(backend, staging, recorder, exc or interrupted, wall_s)
         except BaseException as error:
             interrupted = interrupted or error
+        finally:
+            self._unwatch()
         if interrupted is not None and exc is None:
             raise interrupted
 

@@ -256,7 +256,21 @@ def _compiles(
         trace_s=facts.compile_ns / 1e9 if facts else None,
         outside_labels=facts.compiles_outside if facts else 0,
         sites=tuple(sites),
+        functions=_functions(timers, names.function_compile_prefix),
     )
+
+
+def _functions(
+    timers: Mapping[str, MetricTotal], prefix: str
+) -> tuple[tuple[str, int, float], ...]:
+    if not prefix:
+        return ()
+    found = [
+        (name[len(prefix) :], entry.count, entry.total_s)
+        for name, entry in timers.items()
+        if name.startswith(prefix)
+    ]
+    return tuple(sorted(found, key=lambda f: (-f[1], -f[2], f[0])))
 
 
 def _fallbacks(counters: Mapping[str, int], words: Vocabulary) -> tuple[Fallback, ...]:

@@ -143,7 +143,11 @@ class CompileSite:
 
 @dataclass(frozen=True)
 class Compiles:
-    """Compilations: the backend's own count and time, and where the trace saw them."""
+    """Compilations: the backend's own count and time, and where the trace saw them.
+
+    ``functions`` holds ``(name, compilations, seconds)`` for each function the backend
+    named (JAX's ``fun_name``), most compiled first.
+    """
 
     count: int | None = None
     total_s: float | None = None
@@ -152,6 +156,7 @@ class Compiles:
     trace_s: float | None = None
     outside_labels: int = 0
     sites: tuple[CompileSite, ...] = ()
+    functions: tuple[tuple[str, int, float], ...] = ()
 
 
 @dataclass(frozen=True)

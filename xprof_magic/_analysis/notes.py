@@ -66,6 +66,16 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
             )
 
 
+def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    for name, count, total_s in s.compiles.functions:
+        if count >= 2:
+            yield Note(
+                "warning",
+                f"Recompiled: {name} compiled {count} times in this cell "
+                f"({seconds(total_s)} in all). {words.advice.recompile}",
+            )
+
+
 def compiled_somewhere(s: Summary, words: Vocabulary) -> Iterator[Note]:
     c = s.compiles
     if c.count and c.count >= 3 and not c.sites and s.label_source != "trace":
@@ -112,6 +122,7 @@ RULES: tuple[Rule, ...] = (
     incomplete,
     device,
     recompiled,
+    recompiled_functions,
     compiled_somewhere,
     fell_back,
     read_back,

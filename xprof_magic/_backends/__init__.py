@@ -1,8 +1,8 @@
 """The one small interface between xprof_magic and a profiler.
 
-Everything that touches torch_xla lives behind :class:`Backend`. JAX (``jax.profiler``) and
-TorchTPU write the same XProf captures; each plugs in as one more module registered in
-:data:`BACKENDS`, without touching the magic, the viewer or the analysis.
+Everything that touches a profiler lives behind :class:`Backend`: torch_xla and JAX
+(``jax.profiler``) now; TorchTPU writes the same XProf captures and would plug in as one more
+module registered in :data:`BACKENDS`, without touching the magic, the viewer or the analysis.
 
 The analysis reads runs long after they were made, often in a process that must not pay
 for importing a profiler, so a backend's *words* live apart from its code: a
@@ -106,6 +106,10 @@ class Backend(Protocol):
     def versions(self) -> dict[str, str]:
         """Versions of the libraries that made the capture."""
 
+    def watch(self) -> AbstractContextManager[None]:
+        """While open (one capture, from before its first metrics to after its last), gather
+        what :meth:`metrics` reports that the runtime does not count by itself."""
+
 
 @dataclass(frozen=True)
 class MetricNames:
@@ -113,6 +117,8 @@ class MetricNames:
 
     Metrics are read from the run's ``metrics.metrics`` (samples and total: seconds for
     times, bytes for data), counters from ``metrics.counters``.
+    ``function_compile_prefix`` + a compiled function's name is the metric of that
+    function's compilations (count and seconds), where the backend can name them.
     """
 
     compile_time: str = ""
@@ -124,6 +130,7 @@ class MetricNames:
     from_device_bytes: str = ""
     fallback_prefix: str = ""
     host_read: str = ""
+    function_compile_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,9 +187,15 @@ class Vocabulary:
 
 NEUTRAL = Vocabulary()
 
-BACKENDS: dict[str, str] = {"torch_xla": "xprof_magic._backends.torch_xla"}
+BACKENDS: dict[str, str] = {
+    "jax": "xprof_magic._backends.jax",
+    "torch_xla": "xprof_magic._backends.torch_xla",
+}
 # Each module holds a ``VOCABULARY``; it must import neither its profiler nor IPython.
-VOCABULARIES: dict[str, str] = {"torch_xla": "xprof_magic._backends.torch_xla_vocabulary"}
+VOCABULARIES: dict[str, str] = {
+    "jax": "xprof_magic._backends.jax_vocabulary",
+    "torch_xla": "xprof_magic._backends.torch_xla_vocabulary",
+}
 _loaded: dict[str, Backend] = {}
 
 

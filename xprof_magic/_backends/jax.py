@@ -1,0 +1,279 @@
+"""JAX behind the :class:`~xprof_magic._backends.Backend` interface, with ``jax.profiler``.
+
+Imported only when a capture first needs it. JAX has no lazy graph and no sync: work is
+dispatched asynchronously as each jitted call (or eager op) runs, so ``--steps`` marks the
+iterations of the cell's loop, and waiting for the device means waiting for the arrays that
+are alive (which include those the cell bound to names, and its value).
+
+Compilations are counted from ``jax.monitoring`` duration events, by a listener registered
+only while a capture runs (:meth:`JaxBackend.watch`) and removed afterwards, leaving the
+user's own listeners alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from importlib import metadata
+from typing import Any
+
+import jax
+import jax.monitoring
+import jax.profiler
+
+from xprof_magic._backends import MetricsSnapshot, ServerStatus, TraceAlreadyRunning
+from xprof_magic._backends.jax_vocabulary import (
+    BACKEND_COMPILE,
+    CACHE_EVENTS,
+    EAGER_COMPILE,
+    FUNCTION_COMPILE,
+    LOWER,
+    TRACE,
+)
+
+__all__ = ["JaxBackend", "create"]
+
+_VERSIONED = ("jax", "jaxlib", "xprof", "ipython", "xprof_magic")
+
+
+def _primitive_names() -> frozenset[str]:
+    """Names of JAX's primitives: an eager op compiles as ``jit(<primitive>)``, once per
+    shape, which is no recompile the user should hear about."""
+    try:
+        import jax.extend.core.primitives as primitives
+    except ImportError:
+        return frozenset()
+    names = (getattr(getattr(primitives, n), "name", None) for n in dir(primitives))
+    return frozenset(n for n in names if isinstance(n, str))
+
+
+def _unregister(callback: Callable[..., None]) -> None:
+    """Remove exactly our listener: the public call where the version has it (jax 0.8+),
+    else the private one of jax 0.7 (``_unregister_event_duration_listener_by_callback``)."""
+    public = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+    if public is not None:
+        public(callback)
+        return
+    from jax._src import monitoring
+
+    private = getattr(monitoring, "_unregister_event_duration_listener_by_callback", None)
+    if private is None:
+        raise RuntimeError(f"jax {jax.__version__} offers no way to remove one listener")
+    private(callback)
+
+
+def _unregister_event(callback: Callable[..., None]) -> None:
+    public = getattr(jax.monitoring, "unregister_event_listener", None)
+    if public is not None:
+        public(callback)
+        return
+    from jax._src import monitoring
+
+    private = getattr(monitoring, "_unregister_event_listener_by_callback", None)
+    if private is not None:
+        private(callback)
+
+
+class JaxBackend:
+    """``jax.profiler``'s trace and server, ``jax.monitoring``'s compile events, the device."""
+
+    name = "jax"
+
+    def __init__(self) -> None:
+        self._server_status: ServerStatus | None = None
+        self._lock = threading.Lock()
+        self._counters: dict[str, int] = {}
+        self._metrics: dict[str, tuple[int, float]] = {}
+        self._primitives = _primitive_names()
+        self._watching = 0
+
+    def start_server(self, port: int) -> ServerStatus:
+        if self._server_status is not None and self._server_status.started:
+            return self._server_status
+        if not _port_is_free(port):
+            return ServerStatus(
+                port,
+                False,
+                f"port {port} is busy, so JAX's profiler server (on-demand capture) was not "
+                "started; use --port N for another port or --no-server to skip it",
+            )
+        try:
+            jax.profiler.start_server(port)
+        except Exception as error:
+            # One server per process: the user may have started one already.
+            return ServerStatus(
+                port, False, f"JAX's profiler server did not start ({error}); use --no-server"
+            )
+        self._server_status = ServerStatus(port, True)
+        return self._server_status
+
+    def start_trace(self, log_dir: str) -> None:
+        try:
+            jax.profiler.start_trace(log_dir, **_options())
+        except RuntimeError as error:
+            if "already" in str(error):
+                raise TraceAlreadyRunning(str(error)) from None
+            raise
+
+    def stop_trace(self) -> None:
+        try:
+            jax.profiler.stop_trace()
+        finally:
+            # A failed export leaves JAX believing a trace still runs; reset it, as
+            # stop_trace's own success path does, so that later captures can start.
+            from jax._src import profiler
+
+            state = getattr(profiler, "_profile_state", None)
+            if state is not None and getattr(state, "profile_session", None) is not None:
+                with state.lock:
+                    state.reset()
+
+    def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
+        event: AbstractContextManager[Any] = jax.profiler.TraceAnnotation(name, **stats)
+        return event
+
+    def wait_for_device(self) -> None:
+        """Wait for every live array: those the cell bound to names, its value, and any
+        other still referenced. ``jax.effects_barrier()`` alone waits only for effects."""
+        arrays = [a for a in jax.live_arrays() if not a.is_deleted()]
+        try:
+            jax.block_until_ready(arrays)
+        except Exception:
+            # One array's failed computation must not hide the others' wait.
+            for array in arrays:
+                with contextlib.suppress(Exception):
+                    array.block_until_ready()
+        jax.effects_barrier()
+
+    def runtime_started(self) -> bool:
+        from jax._src import xla_bridge
+
+        started = getattr(xla_bridge, "backends_are_initialized", None)
+        return bool(started()) if started is not None else bool(xla_bridge._backends)
+
+    @contextlib.contextmanager
+    def step_hooks(
+        self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
+    ) -> Iterator[None]:
+        """JAX never syncs, so only the user's ``StepTraceAnnotation`` markers are reported,
+        on the cell's thread, where they begin and end; otherwise a step is one iteration
+        of the cell's loop."""
+        owner = threading.get_ident()
+        step_class = jax.profiler.StepTraceAnnotation
+        init = step_class.__init__
+        exit_ = step_class.__dict__.get("__exit__")
+        inherited_exit = step_class.__exit__
+
+        def hooked_init(annotation: Any, name: str, **kwargs: Any) -> None:
+            init(annotation, name, **kwargs)
+            if threading.get_ident() == owner:
+                with contextlib.suppress(Exception):
+                    on_user_step(True)
+
+        def hooked_exit(annotation: Any, *exc: Any) -> Any:
+            try:
+                return inherited_exit(annotation, *exc)
+            finally:
+                if threading.get_ident() == owner:
+                    with contextlib.suppress(Exception):
+                        on_user_step(False)
+
+        step_class.__init__ = hooked_init  # type: ignore[method-assign,assignment]
+        step_class.__exit__ = hooked_exit  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            step_class.__init__ = init  # type: ignore[method-assign]
+            if exit_ is None:
+                del step_class.__exit__
+            else:
+                step_class.__exit__ = exit_  # type: ignore[method-assign]
+
+    def sync(self) -> None:
+        """No lazy graph to cut: wait for the dispatched work instead."""
+        self.wait_for_device()
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[None]:
+        """Count compilations, traces and cache events while one capture runs."""
+
+        def on_duration(event: str, duration: float, **kwargs: Any) -> None:
+            if event not in (BACKEND_COMPILE, TRACE, LOWER):
+                return
+            name = str(kwargs.get("fun_name", ""))
+            with self._lock:
+                self._add(event, duration)
+                if event == BACKEND_COMPILE and name:
+                    inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+                    prefix = EAGER_COMPILE if inner in self._primitives else FUNCTION_COMPILE
+                    self._add(prefix + name, duration)
+
+        def on_event(event: str, **kwargs: Any) -> None:
+            if event in CACHE_EVENTS:
+                with self._lock:
+                    self._counters[event] = self._counters.get(event, 0) + 1
+
+        jax.monitoring.register_event_duration_secs_listener(on_duration)
+        jax.monitoring.register_event_listener(on_event)
+        try:
+            yield
+        finally:
+            try:
+                _unregister(on_duration)
+            finally:
+                _unregister_event(on_event)
+
+    def _add(self, name: str, duration: float) -> None:
+        count, total = self._metrics.get(name, (0, 0.0))
+        self._metrics[name] = (count + 1, total + duration)
+
+    def metrics(self) -> MetricsSnapshot:
+        with self._lock:
+            return MetricsSnapshot(dict(self._counters), dict(self._metrics))
+
+    def device(self) -> str:
+        try:
+            platform = str(jax.devices()[0].platform)
+        except Exception:
+            return "unknown"
+        return {"cuda": "GPU", "rocm": "GPU", "gpu": "GPU"}.get(platform, platform.upper())
+
+    def versions(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for dist in _VERSIONED:
+            try:
+                found[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+        return found
+
+
+def _options() -> dict[str, Any]:
+    """No Python tracer: it records every Python call (tens of thousands of events for a
+    small cell, and the magic's own frames), burying the labels; torch_xla's default too."""
+    make = getattr(jax.profiler, "ProfileOptions", None)
+    if make is None:
+        return {}
+    options = make()
+    options.python_tracer_level = 0
+    return {"profiler_options": options}
+
+
+def _port_is_free(port: int) -> bool:
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address, port))
+            return True
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+    return True
+
+
+def create() -> JaxBackend:
+    return JaxBackend()
