@@ -182,16 +182,16 @@ class JaxBackend:
                     with contextlib.suppress(Exception):
                         on_user_step(False)
 
-        step_class.__init__ = hooked_init  # type: ignore[method-assign,assignment]
-        step_class.__exit__ = hooked_exit  # type: ignore[method-assign]
+        setattr(step_class, "__init__", hooked_init)  # noqa: B010
+        setattr(step_class, "__exit__", hooked_exit)  # noqa: B010
         try:
             yield
         finally:
-            step_class.__init__ = init  # type: ignore[method-assign]
+            setattr(step_class, "__init__", init)  # noqa: B010
             if exit_ is None:
-                del step_class.__exit__
+                delattr(step_class, "__exit__")
             else:
-                step_class.__exit__ = exit_  # type: ignore[method-assign]
+                setattr(step_class, "__exit__", exit_)  # noqa: B010
 
     def sync(self) -> None:
         """No lazy graph to cut: wait for the dispatched work instead."""
@@ -201,18 +201,18 @@ class JaxBackend:
     def watch(self) -> Iterator[None]:
         """Count compilations, traces and cache events while one capture runs."""
 
-        def on_duration(event: str, duration: float, **kwargs: Any) -> None:
+        def on_duration(event: str, duration_secs: float, **kwargs: str | int) -> None:
             if event not in (BACKEND_COMPILE, TRACE, LOWER):
                 return
             name = str(kwargs.get("fun_name", ""))
             with self._lock:
-                self._add(event, duration)
+                self._add(event, duration_secs)
                 if event == BACKEND_COMPILE and name:
                     inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
                     prefix = EAGER_COMPILE if inner in self._primitives else FUNCTION_COMPILE
-                    self._add(prefix + name, duration)
+                    self._add(prefix + name, duration_secs)
 
-        def on_event(event: str, **kwargs: Any) -> None:
+        def on_event(event: str, **kwargs: str | int) -> None:
             if event in CACHE_EVENTS:
                 with self._lock:
                     self._counters[event] = self._counters.get(event, 0) + 1
