@@ -120,10 +120,6 @@ def choose_backend(cell: str, namespace: Mapping[str, object]) -> tuple[str, str
             if isinstance(v, type(sys)) and k[:1] != "_"
         }
     )
-    installed = {
-        name for name in ("jax", "torch_xla") if importlib.util.find_spec(name) is not None
-    }
-    candidates.append(installed)
     for found in candidates:
         found.discard("")
         if len(found) == 1:
@@ -133,4 +129,7 @@ def choose_backend(cell: str, namespace: Mapping[str, object]) -> tuple[str, str
                 f"this cell could be profiled with jax or torch_xla; {_DEFAULT_BACKEND} "
                 "was used: pick one with %%xprof --backend jax (or --backend torch_xla)"
             )
+    # Nothing in the user's code points anywhere: either profiles the host alike.
+    if importlib.util.find_spec(_DEFAULT_BACKEND) is None and importlib.util.find_spec("jax"):
+        return "jax", ""
     return _DEFAULT_BACKEND, ""

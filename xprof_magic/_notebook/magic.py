@@ -208,7 +208,8 @@ class XprofMagics(Magics):
         options = {key: value for key, value in vars(args).items() if value not in (None, False)}
         backend = args.backend
         if backend == "auto":
-            backend, message = _plan.choose_backend(cell, getattr(self.shell, "user_ns", {}))
+            source = self.shell.transform_cell(cell) if self.shell is not None else cell
+            backend, message = _plan.choose_backend(source, getattr(self.shell, "user_ns", {}))
             if message:
                 print(f"xprof: {message}")
         plan = _plan.Plan(

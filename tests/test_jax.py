@@ -1,0 +1,213 @@
+"""The JAX backend, with real JAX on the CPU: the rewrite and labels, steps and windows,
+waiting for the device, compile counts and recompiles, and the choice of backend."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+jax = pytest.importorskip("jax")
+
+from xprof_magic import _labels, _metadata, _store  # noqa: E402
+from xprof_magic._analysis import render_text, summarize  # noqa: E402
+from xprof_magic._backends import get_backend, get_vocabulary  # noqa: E402
+from xprof_magic._plan import choose_backend  # noqa: E402
+from xprof_magic._rewrite import find_markers, rewrite  # noqa: E402
+
+TRAIN = """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def train_step(w, x, y):
+    loss = lambda w: jnp.mean((x @ w - y) ** 2)
+    return w - 0.1 * jax.grad(loss)(w)
+
+x = jnp.ones((16, 4)); y = jnp.ones((16,)); w = jnp.zeros(4)
+for i in range(6):
+    # xprof: update
+    w = train_step(w, x, y)
+wide = train_step(jnp.zeros(8), jnp.ones((16, 8)), y)
+float(w.sum())
+"""
+
+
+def run(ip: Any, logdir: Path, body: str, options: str = "") -> Any:
+    return ip.run_cell(f"%%xprof --logdir {logdir} --no-display {options}\n{body}")
+
+
+def only_run(logdir: Path) -> _store.RunInfo:
+    (found,) = _store.runs(logdir)
+    return found
+
+
+def host_events(run_dir: Path) -> list[Any]:
+    from xprof.profile_data import ProfileData
+
+    (path,) = run_dir.glob("*.xplane.pb")
+    data = ProfileData.from_file(str(path))
+    return [
+        event
+        for plane in data.planes
+        if plane.name.startswith("/host:")
+        for line in plane.lines
+        for event in line.events
+    ]
+
+
+def step_numbers(run_dir: Path) -> list[int]:
+    found = []
+    for event in host_events(run_dir):
+        stats = dict(event.stats)
+        if event.name == "step" and str(stats.get("_r")) == "1":
+            found.append(int(stats["step_num"]))
+    return sorted(found)
+
+
+def test_labels_become_trace_annotations_with_the_statements_and_markers(tmp_path: Path) -> None:
+    backend = get_backend("jax")
+    source = "a = 1\nfor i in range(2):\n    # xprof: inner\n    b = i\n"
+    tree = rewrite(ast.parse(source), source.splitlines(), markers=find_markers(source))
+    recorder = _labels.Recorder(backend.event)
+    backend.start_trace(str(tmp_path))
+    try:
+        with _labels.recording(recorder):
+            exec(compile(tree.tree, "<cell>", "exec"), {})
+    finally:
+        backend.stop_trace()
+    (session,) = (tmp_path / "plugins" / "profile").iterdir()
+    names = [event.name for event in host_events(session)]
+    assert names.count("inner") == 2
+    assert {"a = 1", "for i in range(2)"} <= set(names)
+    paths = [label.path for label in recorder.labels()]
+    assert ("a = 1",) in paths
+    assert ("for i in range(2)", "inner") in paths
+    assert next(la for la in recorder.labels() if la.path[-1] == "inner").count == 2
+
+
+def test_a_steps_cell_keeps_its_value_labels_steps_and_flags_the_recompile(
+    ip: Any, logdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run(ip, logdir, TRAIN, "--steps --backend jax --name train")
+    assert result.success, result.error_in_exec
+    assert result.result == pytest.approx(float(ip.user_ns["w"].sum()))
+    run_dir = only_run(logdir).path
+    meta = _metadata.read(run_dir)
+    assert meta is not None
+    assert (meta.backend, meta.device, meta.step_rule) == ("jax", "CPU", "iteration")
+    assert "jax" in meta.versions
+    assert len(meta.steps) == 6
+    assert step_numbers(run_dir) == list(range(6))
+    names = {event.name for event in host_events(run_dir)}
+    assert {
+        "for i in range(6)",
+        "update",
+        "wide = train_step(jnp.zeros(8), jnp.ones((16, 8)), y)",
+    } <= names
+    assert meta.metrics.metrics["compile:jit(train_step)"].count == 2
+    summary = summarize(run_dir)
+    assert any("train_step" in name for name, _, _ in summary.compiles.functions)
+    text = render_text(summary)
+    assert "compiled: jit(train_step) ×2" in text
+    assert "Recompiled: jit(train_step) compiled 2 times in this cell" in text
+    assert "jax_explain_cache_misses" in text
+
+
+def test_a_function_compiled_once_is_named_and_not_flagged(ip: Any, logdir: Path) -> None:
+    body = "import jax, jax.numpy as jnp\nonce = jax.jit(lambda v: v * 3)\nonce(jnp.ones(5))\n"
+    assert run(ip, logdir, body, "--backend jax").success
+    summary = summarize(only_run(logdir).path)
+    assert [(name, count) for name, count, _ in summary.compiles.functions] == [
+        ("jit(<lambda>)", 1)
+    ]
+    assert "Recompiled" not in render_text(summary)
+
+
+def test_a_window_traces_just_its_iterations(ip: Any, logdir: Path) -> None:
+    body = (
+        "import jax, jax.numpy as jnp\n"
+        "step_fn = jax.jit(lambda v: v @ v / 4)\n"
+        "v = jnp.ones((8, 8))\n"
+        "for i in range(12):\n"
+        "    v = step_fn(v)\n"
+    )
+    assert run(ip, logdir, body, "--steps 5:8 --backend jax").success
+    run_dir = only_run(logdir).path
+    assert step_numbers(run_dir) == [5, 6, 7]
+    meta = _metadata.read(run_dir)
+    assert meta is not None
+    assert (meta.step_window, meta.steps_first, meta.step_rule) == ("5:8", 5, "iteration")
+
+
+def test_errors_are_the_cells_own_and_the_run_is_kept(ip: Any, logdir: Path) -> None:
+    body = "import jax.numpy as jnp\nz = jnp.ones(3) + 1\nraise ValueError('bad shape')\n"
+    result = run(ip, logdir, body, "--backend jax")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert str(result.error_in_exec) == "bad shape"
+    meta = _metadata.read(only_run(logdir).path)
+    assert meta is not None and meta.status == "error"
+
+
+def test_the_listener_is_registered_for_the_capture_only(ip: Any, logdir: Path) -> None:
+    from jax._src import monitoring
+
+    before = list(monitoring.get_event_duration_listeners())
+    assert run(ip, logdir, "import jax\njax.jit(lambda v: v + 2)(1.0)\n", "--backend jax").success
+    assert list(monitoring.get_event_duration_listeners()) == before
+    backend = get_backend("jax")
+    counted = backend.metrics()
+    jax.jit(lambda v: v - 7)(1.0)
+    assert backend.metrics() == counted
+
+
+def test_waiting_for_the_device_covers_arrays_bound_to_names() -> None:
+    import jax.numpy as jnp
+
+    backend = get_backend("jax")
+    big = jnp.ones((256, 256)) @ jnp.ones((256, 256))
+    backend.wait_for_device()
+    assert big.is_ready()
+
+
+@pytest.mark.parametrize(
+    ("cell", "namespace", "expected"),
+    [
+        ("import jax.numpy as jnp\nx = jnp.ones(2)", {}, "jax"),
+        ("from torch_xla.core import xla_model as xm", {}, "torch_xla"),
+        ("y = jnp.ones(2)", {"jnp": jax.numpy}, "jax"),
+        ("y = f(2)", {"f": jax.jit(abs)}, "jax"),
+        ("y = 1", {"jax": jax}, "jax"),
+    ],
+)
+def test_auto_picks_the_framework_the_user_chose(
+    cell: str, namespace: dict[str, Any], expected: str
+) -> None:
+    assert choose_backend(cell, namespace) == (expected, "")
+
+
+def test_auto_says_how_to_pick_when_both_frameworks_are_in_use() -> None:
+    import types
+
+    torch_xla = types.ModuleType("torch_xla")
+    backend, message = choose_backend("y = 1", {"jax": jax, "torch_xla": torch_xla})
+    assert backend == "torch_xla"
+    assert "--backend jax" in message
+
+
+def test_auto_on_plain_python_is_silent() -> None:
+    assert choose_backend("!echo hi\ny = 1", {"np": ast}) == ("torch_xla", "")
+
+
+def test_a_cell_importing_jax_after_torch_xla_cells_uses_jax(ip: Any, logdir: Path) -> None:
+    ip.run_cell("import torch_xla")
+    assert run(ip, logdir, "import jax.numpy as jnp\nq = jnp.ones(2) * 2").success
+    meta = _metadata.read(only_run(logdir).path)
+    assert meta is not None and meta.backend == "jax"
+
+
+def test_the_vocabulary_names_no_torch_xla() -> None:
+    words = get_vocabulary("jax")
+    assert words.backend == "jax"
+    assert "torch" not in repr(words).lower()
