@@ -66,16 +66,14 @@ def _unregister(callback: Callable[..., None]) -> None:
     private(callback)
 
 
-def _unregister_event(callback: Callable[..., None]) -> None:
+def _event_unregister() -> Callable[[Callable[..., None]], None] | None:
+    """How to remove one event listener, or None: then none is registered."""
     public = getattr(jax.monitoring, "unregister_event_listener", None)
     if public is not None:
-        public(callback)
-        return
+        return public  # type: ignore[no-any-return]
     from jax._src import monitoring
 
-    private = getattr(monitoring, "_unregister_event_listener_by_callback", None)
-    if private is not None:
-        private(callback)
+    return getattr(monitoring, "_unregister_event_listener_by_callback", None)
 
 
 class JaxBackend:
@@ -217,15 +215,18 @@ class JaxBackend:
                 with self._lock:
                     self._counters[event] = self._counters.get(event, 0) + 1
 
+        unregister_event = _event_unregister()
         jax.monitoring.register_event_duration_secs_listener(on_duration)
-        jax.monitoring.register_event_listener(on_event)
+        if unregister_event is not None:
+            jax.monitoring.register_event_listener(on_event)
         try:
             yield
         finally:
             try:
                 _unregister(on_duration)
             finally:
-                _unregister_event(on_event)
+                if unregister_event is not None:
+                    unregister_event(on_event)
 
     def _add(self, name: str, duration: float) -> None:
         count, total = self._metrics.get(name, (0, 0.0))
