@@ -29,8 +29,8 @@ from xprof_magic._backends import MetricsSnapshot, ServerStatus, TraceAlreadyRun
 from xprof_magic._backends.jax_vocabulary import (
     BACKEND_COMPILE,
     CACHE_EVENTS,
-    EAGER_COMPILE,
     FUNCTION_COMPILE,
+    LIBRARY_COMPILE,
     LOWER,
     TRACE,
 )
@@ -40,15 +40,23 @@ __all__ = ["JaxBackend", "create"]
 _VERSIONED = ("jax", "jaxlib", "xprof", "ipython", "xprof_magic")
 
 
-def _primitive_names() -> frozenset[str]:
-    """Names of JAX's primitives: an eager op compiles as ``jit(<primitive>)``, once per
-    shape, which is no recompile the user should hear about."""
-    try:
+def _library_names() -> frozenset[str]:
+    """Names of JAX's primitives and of its library functions: an eager op compiles as
+    ``jit(<primitive>)``, and ``jax.numpy`` helpers (``unstack`` when a loop iterates over an
+    array) as ``jit(<helper>)``, once per shape, which is no recompile of the user's code.
+    A function of the user's named like one of them is counted among them."""
+    import jax.lax
+    import jax.nn
+    import jax.numpy
+    import jax.random
+
+    names = set(dir(jax.numpy)) | set(dir(jax.lax)) | set(dir(jax.nn)) | set(dir(jax.random))
+    with contextlib.suppress(ImportError):
         import jax.extend.core.primitives as primitives
-    except ImportError:
-        return frozenset()
-    names = (getattr(getattr(primitives, n), "name", None) for n in dir(primitives))
-    return frozenset(n for n in names if isinstance(n, str))
+
+        found = (getattr(getattr(primitives, n), "name", None) for n in dir(primitives))
+        names.update(n for n in found if isinstance(n, str))
+    return frozenset(n for n in names if not n.startswith("__"))
 
 
 def _unregister(callback: Callable[..., None]) -> None:
@@ -86,7 +94,7 @@ class JaxBackend:
         self._lock = threading.Lock()
         self._counters: dict[str, int] = {}
         self._metrics: dict[str, tuple[int, float]] = {}
-        self._primitives = _primitive_names()
+        self._library = _library_names()
         self._watching = 0
 
     def start_server(self, port: int) -> ServerStatus:
@@ -207,7 +215,7 @@ class JaxBackend:
                 self._add(event, duration_secs)
                 if event == BACKEND_COMPILE and name:
                     inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
-                    prefix = EAGER_COMPILE if inner in self._primitives else FUNCTION_COMPILE
+                    prefix = LIBRARY_COMPILE if inner in self._library else FUNCTION_COMPILE
                     self._add(prefix + name, duration_secs)
 
         def on_event(event: str, **kwargs: str | int) -> None:

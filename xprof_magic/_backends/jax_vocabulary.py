@@ -3,8 +3,9 @@
 Kept apart from :mod:`xprof_magic._backends.jax` so that the analysis can read a JAX run
 without importing JAX. Event names are those jax 0.7.2 to 0.10 record; the backend stores
 each duration event as a metric under its own name, and each compiled function's
-compilations under ``compile:<fun_name>`` (``eager:<fun_name>`` for the one-op programs
-that eager ``jax.numpy`` calls compile, once per shape).
+compilations under ``compile:<fun_name>`` (``library:<fun_name>`` for the programs that
+eager ``jax.numpy`` calls and JAX's own helpers compile, once per shape: not the user's
+recompiles).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from xprof_magic._backends import Advice, Headings, MetricNames, TimelineNames, 
 __all__ = [
     "BACKEND_COMPILE",
     "CACHE_EVENTS",
-    "EAGER_COMPILE",
     "FUNCTION_COMPILE",
+    "LIBRARY_COMPILE",
     "LOWER",
     "TRACE",
     "VOCABULARY",
@@ -28,7 +29,7 @@ PERSISTENT_HITS = "/jax/compilation_cache/cache_hits"
 PERSISTENT_MISSES = "/jax/compilation_cache/cache_misses"
 CACHE_EVENTS = frozenset({PERSISTENT_HITS, PERSISTENT_MISSES})
 FUNCTION_COMPILE = "compile:"
-EAGER_COMPILE = "eager:"
+LIBRARY_COMPILE = "library:"
 
 VOCABULARY = Vocabulary(
     backend="jax",
