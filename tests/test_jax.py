@@ -211,3 +211,86 @@ def test_the_vocabulary_names_no_torch_xla() -> None:
     words = get_vocabulary("jax")
     assert words.backend == "jax"
     assert "torch" not in repr(words).lower()
+
+
+def test_iterating_over_arrays_is_no_recompile(ip: Any, logdir: Path) -> None:
+    body = (
+        "import jax.numpy as jnp\n"
+        "rows = [r for r in jnp.ones((3, 2))] + [r for r in jnp.ones((4, 5))]\n"
+        "cols = jnp.ones(3) + 1\n"
+        "cols = jnp.ones(4) + 1\n"
+    )
+    assert run(ip, logdir, body, "--backend jax").success
+    summary = summarize(only_run(logdir).path)
+    assert summary.compiles.count and summary.compiles.count >= 2
+    assert "Recompiled" not in render_text(summary)
+
+
+# A real kernel with both frameworks loaded, as on Colab.
+
+
+@pytest.mark.kernel
+def test_a_kernel_with_both_frameworks_profiles_each_cell_with_its_own(tmp_path: Path) -> None:
+    import os
+
+    from tests._kernel import Kernel
+
+    kernel = Kernel({**os.environ, "XPROF_MAGIC_NO_SERVER": "1"})
+    try:
+        reply, _ = kernel.run("%load_ext xprof_magic\nimport torch, torch_xla")
+        assert reply["status"] == "ok"
+        reply, outputs = kernel.run(
+            f"%%xprof --logdir {tmp_path} --name torch --no-display\n"
+            "t = torch.ones(3, device=torch_xla.device())\n"
+            "float((t * 2).sum())"
+        )
+        assert reply["status"] == "ok", outputs
+        reply, outputs = kernel.run(
+            f"%%xprof --logdir {tmp_path} --name jax --no-display --steps" + TRAIN
+        )
+        assert reply["status"] == "ok", outputs
+        shown = "".join(o.get("text", "") for o in outputs if o["type"] == "stream")
+        assert "6 steps" in shown
+        assert "could be profiled with" not in shown
+        (value,) = [o["data"]["text/plain"] for o in outputs if o["type"] == "execute_result"]
+        assert kernel.value("float(w.sum())") == pytest.approx(float(value))
+        reply, outputs = kernel.run("%xprof summary jax")
+        summary = "".join(
+            o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in outputs
+        )
+        assert "Recompiled: jit(train_step) compiled 2 times" in summary, summary
+        reply, outputs = kernel.run(
+            f"%%xprof --logdir {tmp_path} --name broken --no-display\n"
+            "v = jnp.ones(2)\nv @ jnp.ones(3)"
+        )
+        assert reply["status"] == "error" and reply["ename"] == "TypeError"
+    finally:
+        kernel.close()
+    backends = {run.name: (run.metadata or {}).get("backend") for run in _store.runs(tmp_path)}
+    assert backends == {"torch": "torch_xla", "jax": "jax", "broken": "jax"}
+
+
+@pytest.mark.kernel
+def test_jax_quickstart_notebook_executes(tmp_path: Path) -> None:
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = Path(__file__).resolve().parent.parent / "notebooks" / "jax_quickstart.ipynb"
+    nb = nbformat.read(notebook, as_version=4)
+    os.environ["XPROF_MAGIC_LOGDIR"] = str(tmp_path)
+    try:
+        NotebookClient(nb, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        del os.environ["XPROF_MAGIC_LOGDIR"]
+    meta = _store.read_metadata(tmp_path / "plugins" / "profile" / "jax-train") or {}
+    assert (meta["backend"], len(meta["steps"])) == ("jax", 8)
+    paths = {tuple(label["path"]) for label in meta["labels"]}
+    assert ("for x, y in zip(inputs, targets)", "step") in paths
+    shown = "".join(
+        output.get("text", "") or output.get("data", {}).get("text/plain", "")
+        for cell in nb.cells
+        for output in cell.get("outputs", [])
+    )
+    assert "Recompiled: jit(train_step)" in shown
