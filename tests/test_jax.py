@@ -7,15 +7,14 @@ import ast
 from pathlib import Path
 from typing import Any
 
+import jax
 import pytest
 
-jax = pytest.importorskip("jax")
-
-from xprof_magic import _labels, _metadata, _store  # noqa: E402
-from xprof_magic._analysis import render_text, summarize  # noqa: E402
-from xprof_magic._backends import get_backend, get_vocabulary  # noqa: E402
-from xprof_magic._plan import choose_backend  # noqa: E402
-from xprof_magic._rewrite import find_markers, rewrite  # noqa: E402
+from xprof_magic import _labels, _metadata, _store
+from xprof_magic._analysis import render_text, summarize
+from xprof_magic._backends import get_backend, get_vocabulary
+from xprof_magic._plan import choose_backend
+from xprof_magic._rewrite import find_markers, rewrite
 
 TRAIN = """
 import jax, jax.numpy as jnp
@@ -294,3 +293,40 @@ def test_jax_quickstart_notebook_executes(tmp_path: Path) -> None:
         for output in cell.get("outputs", [])
     )
     assert "Recompiled: jit(train_step)" in shown
+
+
+def test_a_marker_inside_a_jitted_function_labels_its_tracing_only(ip: Any, logdir: Path) -> None:
+    body = (
+        "import jax, jax.numpy as jnp\n"
+        "@jax.jit\n"
+        "def scaled(v):\n"
+        "    # xprof: inside jit\n"
+        "    return v * 3\n"
+        "for _ in range(3):\n"
+        "    out = scaled(jnp.ones(4))\n"
+        "out.sum()\n"
+    )
+    result = run(ip, logdir, body, "--backend jax")
+    assert result.success and float(result.result) == 12.0
+    meta = _metadata.read(only_run(logdir).path)
+    assert meta is not None
+    (inside,) = [label for label in meta.labels if label.path[-1] == "inside jit"]
+    assert inside.count == 1
+
+
+def test_the_users_step_markers_win(ip: Any, logdir: Path) -> None:
+    body = (
+        "import jax, jax.numpy as jnp\n"
+        "for n in range(3):\n"
+        "    with jax.profiler.StepTraceAnnotation('mine', step_num=10 + n):\n"
+        "        jnp.ones(3).block_until_ready()\n"
+    )
+    assert run(ip, logdir, body, "--steps --backend jax").success
+    run_dir = only_run(logdir).path
+    meta = _metadata.read(run_dir)
+    assert meta is not None and meta.step_rule == "user"
+    assert step_numbers(run_dir) == []
+    marked = sorted(
+        int(dict(e.stats)["step_num"]) for e in host_events(run_dir) if e.name == "mine"
+    )
+    assert marked == [10, 11, 12]
