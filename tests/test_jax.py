@@ -87,7 +87,7 @@ def test_labels_become_trace_annotations_with_the_statements_and_markers(tmp_pat
 
 
 def test_a_steps_cell_keeps_its_value_labels_steps_and_flags_the_recompile(
-    ip: Any, logdir: Path, capsys: pytest.CaptureFixture[str]
+    ip: Any, logdir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     result = run(ip, logdir, TRAIN, "--steps --backend jax --name train")
     assert result.success, result.error_in_exec
@@ -111,7 +111,11 @@ def test_a_steps_cell_keeps_its_value_labels_steps_and_flags_the_recompile(
     text = render_text(summary)
     assert "compiled: jit(train_step) ×2" in text
     assert "Recompiled: jit(train_step) compiled 2 times in this cell" in text
-    assert "jax_explain_cache_misses" in text
+    assert "different input types" in text and "now f32[8] and before f32[4]" in text
+    assert not jax.config.jax_explain_cache_misses
+    out = capsys.readouterr()
+    assert "CACHE MISS" not in out.out + out.err
+    assert not [r for r in caplog.records if "CACHE MISS" in r.getMessage()]
 
 
 def test_a_function_compiled_once_is_named_and_not_flagged(ip: Any, logdir: Path) -> None:
@@ -330,3 +334,20 @@ def test_the_users_step_markers_win(ip: Any, logdir: Path) -> None:
         int(dict(e.stats)["step_num"]) for e in host_events(run_dir) if e.name == "mine"
     )
     assert marked == [10, 11, 12]
+
+
+def test_a_user_who_asked_for_explanations_still_sees_them(
+    ip: Any, logdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = "import jax, jax.numpy as jnp\ng = jax.jit(lambda v: v + 1)\n"
+    body += "g(jnp.ones(2))\ng(jnp.ones(3))\n"
+    jax.config.update("jax_explain_cache_misses", True)
+    try:
+        assert run(ip, logdir, body, "--backend jax").success
+        assert jax.config.jax_explain_cache_misses
+    finally:
+        jax.config.update("jax_explain_cache_misses", False)
+    assert [r for r in caplog.records if "TRACING CACHE MISS" in r.getMessage()]
+    meta = _metadata.read(only_run(logdir).path)
+    assert meta is not None
+    assert any("now f32[3] and before f32[2]" in note for note in meta.metrics.notes)

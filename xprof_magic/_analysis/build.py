@@ -187,7 +187,7 @@ def _build(
         labels=labels,
         label_source=label_source,
         steps=steps,
-        compiles=_compiles(timers, counters, words, facts, labels, compiled),
+        compiles=_compiles(timers, counters, words, facts, labels, compiled, meta.metrics.notes),
         executions=_timed(timers, names.execute_time),
         to_device=_timed(timers, names.to_device_time, names.to_device_bytes),
         from_device=_timed(timers, names.from_device_time, names.from_device_bytes),
@@ -221,6 +221,7 @@ def _compiles(
     facts: TraceFacts | None,
     labels: tuple[LabelRow, ...],
     compiled: blocks.RunsByRow,
+    meta_notes: tuple[str, ...] = (),
 ) -> Compiles:
     names = words.metrics
     compile_time = _timed(timers, names.compile_time)
@@ -257,6 +258,11 @@ def _compiles(
         outside_labels=facts.compiles_outside if facts else 0,
         sites=tuple(sites),
         functions=_functions(timers, names.function_compile_prefix),
+        reasons=tuple(
+            (name, why.strip())
+            for name, _, why in (note.partition(": ") for note in meta_notes)
+            if why
+        ),
     )
 
 

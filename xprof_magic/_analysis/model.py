@@ -146,7 +146,8 @@ class Compiles:
     """Compilations: the backend's own count and time, and where the trace saw them.
 
     ``functions`` holds ``(name, compilations, seconds)`` for each function the backend
-    named (JAX's ``fun_name``), most compiled first.
+    named (JAX's ``fun_name``), most compiled first; ``reasons`` the backend's
+    ``(function, why it compiled again)``.
     """
 
     count: int | None = None
@@ -157,6 +158,7 @@ class Compiles:
     outside_labels: int = 0
     sites: tuple[CompileSite, ...] = ()
     functions: tuple[tuple[str, int, float], ...] = ()
+    reasons: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

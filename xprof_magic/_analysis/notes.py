@@ -67,12 +67,16 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
 
 
 def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    reasons = dict(reversed(s.compiles.reasons))
     for name, count, total_s in s.compiles.functions:
         if count >= 2:
+            inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+            why = reasons.get(inner)
             yield Note(
                 "warning",
                 f"Recompiled: {name} compiled {count} times in this cell "
-                f"({seconds(total_s)} in all). {words.advice.recompile}",
+                f"({seconds(total_s)} in all)"
+                + (f": {why}." if why else f". {words.advice.recompile}"),
             )
 
 

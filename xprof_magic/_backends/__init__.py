@@ -57,11 +57,13 @@ class MetricsSnapshot:
     """Process-wide runtime counters at one moment; subtract two to get one cell's share.
 
     ``metrics`` maps a name to ``(samples, total)``; a total is in seconds when the name
-    ends in ``Time``.
+    ends in ``Time``. ``notes`` are the backend's explanations so far, oldest first (a cell's
+    are those after the first snapshot's).
     """
 
     counters: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, tuple[int, float]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
 
 class Backend(Protocol):
@@ -234,4 +236,4 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> RunMetrics
         count0, total0 = before.metrics.get(name, (0, 0.0))
         if count != count0:
             metrics[name] = MetricTotal(count - count0, total - total0)
-    return RunMetrics(counters, metrics)
+    return RunMetrics(counters, metrics, after.notes[len(before.notes) :])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -95,7 +96,7 @@ class JaxBackend:
         self._counters: dict[str, int] = {}
         self._metrics: dict[str, tuple[int, float]] = {}
         self._library = _library_names()
-        self._watching = 0
+        self._notes: list[str] = []
 
     def start_server(self, port: int) -> ServerStatus:
         if self._server_status is not None and self._server_status.started:
@@ -224,6 +225,8 @@ class JaxBackend:
                     self._counters[event] = self._counters.get(event, 0) + 1
 
         unregister_event = _event_unregister()
+        explaining = self._explaining()
+        explaining.__enter__()
         jax.monitoring.register_event_duration_secs_listener(on_duration)
         if unregister_event is not None:
             jax.monitoring.register_event_listener(on_event)
@@ -233,8 +236,37 @@ class JaxBackend:
             try:
                 _unregister(on_duration)
             finally:
-                if unregister_event is not None:
-                    unregister_event(on_event)
+                try:
+                    if unregister_event is not None:
+                        unregister_event(on_event)
+                finally:
+                    explaining.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _explaining(self) -> Iterator[None]:
+        """Collect JAX's explanations of tracing-cache misses (why a function traced and
+        compiled again), turning ``jax_explain_cache_misses`` on for the capture when the
+        user had not. Then its log records are kept from the cell's output, which stays as
+        it would be without the magic; when the user had, they are also shown as usual."""
+        handler = _Explanations(self._notes, self._lock)
+        loggers = [logging.getLogger(name) for name in _EXPLAINING_LOGGERS]
+        config = jax.config
+        users = bool(getattr(config, "jax_explain_cache_misses", False))
+        propagates = [logger.propagate for logger in loggers]
+        for logger in loggers:
+            logger.addHandler(handler)
+            if not users:
+                logger.propagate = False
+        if not users:
+            config.update("jax_explain_cache_misses", True)
+        try:
+            yield
+        finally:
+            if not users:
+                config.update("jax_explain_cache_misses", False)
+            for logger, propagate in zip(loggers, propagates, strict=True):
+                logger.removeHandler(handler)
+                logger.propagate = propagate
 
     def _add(self, name: str, duration: float) -> None:
         count, total = self._metrics.get(name, (0, 0.0))
@@ -242,7 +274,7 @@ class JaxBackend:
 
     def metrics(self) -> MetricsSnapshot:
         with self._lock:
-            return MetricsSnapshot(dict(self._counters), dict(self._metrics))
+            return MetricsSnapshot(dict(self._counters), dict(self._metrics), tuple(self._notes))
 
     def device(self) -> str:
         try:
@@ -259,6 +291,53 @@ class JaxBackend:
             except metadata.PackageNotFoundError:
                 continue
         return found
+
+
+# Where JAX logs its explanations of cache misses: the tracing cache (jax 0.8+ and 0.7), the
+# compiler and the persistent compilation cache.
+_EXPLAINING_LOGGERS = (
+    "jax._src.interpreters.partial_eval",
+    "jax._src.pjit",
+    "jax._src.compiler",
+    "jax._src.compilation_cache",
+)
+_MISS = "TRACING CACHE MISS"
+_BOILERPLATE = ("all previously seen cache keys differ", "for the closest previous key")
+
+
+class _Explanations(logging.Handler):
+    """Keeps ``<function>: <why>`` for each tracing-cache miss of a function seen before."""
+
+    def __init__(self, notes: list[str], lock: threading.Lock) -> None:
+        super().__init__(logging.DEBUG)
+        self._notes, self._lock = notes, lock
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            note = explanation(record.getMessage())
+        except Exception:
+            return
+        if note:
+            with self._lock:
+                self._notes.append(note)
+
+
+def explanation(message: str) -> str:
+    """``train_step: different input types: at w, now f32[4] and before f32[3]`` from JAX's
+    ``TRACING CACHE MISS`` message; "" for other messages and first compilations."""
+    lines = [line.strip() for line in message.splitlines()]
+    if not lines or not lines[0].startswith(_MISS) or len(lines) < 3:
+        return ""
+    head = lines[1]
+    if not head.startswith("for ") or " defined at " not in head:
+        return ""  # "never seen function": its first compilation
+    name = head[len("for ") : head.index(" defined at ")]
+    parts = []
+    for line in lines[2:]:
+        text = line.lstrip("* ").rstrip(".:")
+        if text and not text.lower().startswith(_BOILERPLATE):
+            parts.append(text)
+    return f"{name}: {'; '.join(parts)}" if parts else ""
 
 
 def _options() -> dict[str, Any]:
