@@ -351,3 +351,13 @@ def test_a_user_who_asked_for_explanations_still_sees_them(
     meta = _metadata.read(only_run(logdir).path)
     assert meta is not None
     assert any("now f32[3] and before f32[2]" in note for note in meta.metrics.notes)
+
+
+def test_a_recompile_after_an_earlier_cell_is_flagged_with_its_reason(
+    ip: Any, logdir: Path
+) -> None:
+    ip.run_cell("import jax, jax.numpy as jnp\nhalf = jax.jit(lambda v: v / 2)\nhalf(jnp.ones(2))")
+    assert run(ip, logdir, "half(jnp.ones(7))", "--backend jax").success
+    text = render_text(summarize(only_run(logdir).path))
+    assert "Recompiled: jit(<lambda>) compiled again after an earlier cell" in text
+    assert "now f32[7] and before f32[2]" in text

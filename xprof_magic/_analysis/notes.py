@@ -67,17 +67,22 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
 
 
 def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    """A function compiled more than once in the cell, or once when the backend says it had
+    compiled before (in an earlier cell), with the backend's reason where it gave one."""
     reasons = dict(reversed(s.compiles.reasons))
     for name, count, total_s in s.compiles.functions:
+        inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+        why = reasons.get(inner)
         if count >= 2:
-            inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
-            why = reasons.get(inner)
-            yield Note(
-                "warning",
-                f"Recompiled: {name} compiled {count} times in this cell "
-                f"({seconds(total_s)} in all)"
-                + (f": {why}." if why else f". {words.advice.recompile}"),
-            )
+            what = f"compiled {count} times in this cell ({seconds(total_s)} in all)"
+        elif why:
+            what = f"compiled again after an earlier cell ({seconds(total_s)})"
+        else:
+            continue
+        yield Note(
+            "warning",
+            f"Recompiled: {name} {what}" + (f": {why}." if why else f". {words.advice.recompile}"),
+        )
 
 
 def compiled_somewhere(s: Summary, words: Vocabulary) -> Iterator[Note]:
