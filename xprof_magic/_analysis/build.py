@@ -93,6 +93,7 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
                     label_names=blocks.label_names(meta),
                     cell_ns=meta.cell_ns,
                     deadline=None if budget_s is None else started + budget_s,
+                    runtime=get_vocabulary(meta.backend).timeline,
                 )
             except ReadAborted:
                 pending = True

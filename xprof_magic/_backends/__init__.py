@@ -141,6 +141,7 @@ class TimelineNames:
 
     compile_events: tuple[str, ...] = ()
     runtime_names: frozenset[str] = frozenset()
+    runtime_prefixes: tuple[str, ...] = ()
     thread_roles: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -31,6 +31,25 @@ CACHE_EVENTS = frozenset({PERSISTENT_HITS, PERSISTENT_MISSES})
 FUNCTION_COMPILE = "compile:"
 LIBRARY_COMPILE = "library:"
 
+# JAX's own host events around a jitted call (dispatch, lowering, compilation, transfers),
+# read on jax 0.10 CPU captures; with "::" in them (C++) they are runtime anyway.
+RUNTIME_NAMES = frozenset(
+    {
+        "ParseArguments",
+        "shard_args",
+        "Handle inputs",
+        "Handle input event recording",
+        "AllocateOutputBuffersWithInputReuse",
+        "lower_sharding_computation",
+        "backend_compile",
+        "backend_compile_and_load",
+        "ExecuteReplicated.__call__",
+        "DevicePut",
+        "DevicePutWithSharding",
+    }
+)
+RUNTIME_PREFIXES = ("PjitFunction(", "batched_copy_array_to_devices", "BatchedCopyToDevice")
+
 VOCABULARY = Vocabulary(
     backend="jax",
     metrics=MetricNames(
@@ -39,6 +58,8 @@ VOCABULARY = Vocabulary(
         function_compile_prefix=FUNCTION_COMPILE,
     ),
     timeline=TimelineNames(
+        runtime_names=RUNTIME_NAMES,
+        runtime_prefixes=RUNTIME_PREFIXES,
         thread_roles={
             "python": "Python threads: your code, tracing and dispatch of jitted calls",
             "tf_XLAEigen": "Eigen pool: parallel parts of XLA ops",
