@@ -108,6 +108,10 @@ def test_a_steps_cell_keeps_its_value_labels_steps_and_flags_the_recompile(
     assert meta.metrics.metrics["compile:jit(train_step)"].count == 2
     summary = summarize(run_dir)
     assert any("train_step" in name for name, _, _ in summary.compiles.functions)
+    # JAX's own dispatch and compile events are runtime, not blocks of the user's
+    blocks = {part for row in summary.labels for part in row.path}
+    assert "update" in blocks
+    assert not [b for b in blocks if b.startswith("PjitFunction") or b == "shard_args"]
     text = render_text(summary)
     assert "compiled: jit(train_step) ×2" in text
     assert "Recompiled: jit(train_step) compiled 2 times in this cell" in text
