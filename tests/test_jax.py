@@ -111,6 +111,8 @@ def test_a_steps_cell_keeps_its_value_labels_steps_and_flags_the_recompile(
     # JAX's own dispatch and compile events are runtime, not blocks of the user's
     blocks = {part for row in summary.labels for part in row.path}
     assert "update" in blocks
+    sites = {site.path[-1]: site for site in summary.compiles.sites}
+    assert sites["update"].compiled_runs == 1 and not sites["update"].recompiled
     assert not [b for b in blocks if b.startswith("PjitFunction") or b == "shard_args"]
     text = render_text(summary)
     assert "compiled: jit(train_step) ×2" in text

@@ -162,7 +162,7 @@ def read_trace(
     even where their text looks like a runtime name. ``cell_ns`` (wall-clock ns) narrows
     the window that busy time is measured against to the cell. ``runtime``: the backend's
     own host events (its vocabulary's ``runtime_names`` and ``runtime_prefixes``), runtime
-    rather than the user's traces, besides torch_xla's below.
+    rather than the user's traces, and its ``compile_events``, besides torch_xla's below.
     """
     try:
         data = Path(path).read_bytes()
@@ -223,6 +223,7 @@ def _read(
     reader = _Reader(facts, label_names, deadline)
     if runtime is not None:
         reader.runtime = (runtime.runtime_names, tuple(runtime.runtime_prefixes))
+        reader.compile_events = frozenset(runtime.compile_events)
     facts.planes = [plane.name for plane in planes]
     for plane in planes:
         if plane.name == "Task Environment":
@@ -265,6 +266,7 @@ class _Reader:
         self.facts = facts
         self.label_names = label_names
         self.runtime: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ())
+        self.compile_events: frozenset[str] = frozenset()
         self.deadline = deadline
         self.cpu_op_spans: list[tuple[Floats, Floats]] = []
         self.orphan_compiles: list[tuple[float, float]] = []
@@ -285,7 +287,7 @@ class _Reader:
         order, start, dur, name_id = nesting.time_order(line)
         end = start + dur
         names = line.names
-        flag = _name_flags(names, self.label_names, self.runtime)
+        flag = _name_flags(names, self.label_names, self.runtime, self.compile_events)
         pushed = (dur > 0) & ~flag["end"][name_id]
         nest = nesting.nest(start, end, pushed)
         steps: dict[int, int | None] = {}
@@ -515,12 +517,13 @@ def _name_flags(
     names: list[str],
     label_names: frozenset[str],
     runtime: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ()),
+    compile_events: frozenset[str] = frozenset(),
 ) -> dict[str, NDArray[np.bool_]]:
     """Per distinct name: what the pass asks of it, computed once per line."""
     more, prefixes = runtime
     return {
         "end": np.array([n.startswith("end: ") for n in names], bool),
-        "compile": np.array([n in COMPILE_EVENTS for n in names], bool),
+        "compile": np.array([n in COMPILE_EVENTS or n in compile_events for n in names], bool),
         "runtime": np.array(
             [_runtime_name(n) or n in more or n.startswith(prefixes) for n in names], bool
         ),

@@ -31,6 +31,8 @@ CACHE_EVENTS = frozenset({PERSISTENT_HITS, PERSISTENT_MISSES})
 FUNCTION_COMPILE = "compile:"
 LIBRARY_COMPILE = "library:"
 
+# One per compilation, on the thread that called the jitted function (jax 0.8+ and 0.7).
+COMPILE_EVENTS = ("backend_compile_and_load", "backend_compile")
 # JAX's own host events around a jitted call (dispatch, lowering, compilation, transfers),
 # read on jax 0.10 CPU captures; with "::" in them (C++) they are runtime anyway.
 RUNTIME_NAMES = frozenset(
@@ -58,6 +60,7 @@ VOCABULARY = Vocabulary(
         function_compile_prefix=FUNCTION_COMPILE,
     ),
     timeline=TimelineNames(
+        compile_events=COMPILE_EVENTS,
         runtime_names=RUNTIME_NAMES,
         runtime_prefixes=RUNTIME_PREFIXES,
         thread_roles={
