@@ -175,7 +175,11 @@ class Capture:
             backend.start_trace(str(staging.path))
         except Exception as error:
             window = recorder.tracker.window
-            self._messages.append(f"--steps {window}: the trace could not start: {error}; {_RETRY}")
+            stop = _STOP.get(backend.name, "the profiler's stop_trace()")
+            self._messages.append(
+                f"--steps {window}: the trace could not start: {error}; stop the trace that "
+                f"runs ({stop}) and run the cell again"
+            )
             return False
         self._tracing = True
         self._trace_ns.append(time.time_ns())
@@ -365,7 +369,10 @@ class Capture:
         )
 
 
-_RETRY = "stop the trace that runs (torch_xla.debug.profiler.stop_trace()) and run the cell again"
+_STOP = {
+    "torch_xla": "torch_xla.debug.profiler.stop_trace()",
+    "jax": "jax.profiler.stop_trace()",
+}
 
 
 def _message(exc: BaseException) -> str:
