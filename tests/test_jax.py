@@ -367,3 +367,31 @@ def test_a_recompile_after_an_earlier_cell_is_flagged_with_its_reason(
     text = render_text(summarize(only_run(logdir).path))
     assert "Recompiled: jit(<lambda>) compiled again after an earlier cell" in text
     assert "now f32[7] and before f32[2]" in text
+
+
+def test_hits_of_the_persistent_compilation_cache_are_counted(
+    ip: Any, logdir: Path, tmp_path: Path
+) -> None:
+    from jax._src import compilation_cache
+
+    options = {
+        "jax_compilation_cache_dir": str(tmp_path / "cache"),
+        "jax_persistent_cache_min_compile_time_secs": 0,
+        "jax_persistent_cache_min_entry_size_bytes": -1,
+    }
+    before = {name: getattr(jax.config, name) for name in options}
+    for name, value in options.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
+    try:
+        body = "cached = jax.jit(lambda v: v * 5 + 1)\ncached(jnp.ones(3)).block_until_ready()\n"
+        ip.run_cell("import jax, jax.numpy as jnp\n" + body)
+        ip.run_cell("jax.clear_caches()")
+        assert run(ip, logdir, body, "--backend jax").success
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+    summary = summarize(only_run(logdir).path)
+    assert summary.compiles.cache_hits is not None and summary.compiles.cache_hits >= 1
+    assert "cache hits)" in render_text(summary)
