@@ -395,3 +395,21 @@ def test_hits_of_the_persistent_compilation_cache_are_counted(
     summary = summarize(only_run(logdir).path)
     assert summary.compiles.cache_hits is not None and summary.compiles.cache_hits >= 1
     assert "cache hits)" in render_text(summary)
+
+
+def test_without_function_names_the_reason_still_flags_the_recompile(ip: Any, logdir: Path) -> None:
+    import dataclasses
+
+    from xprof_magic._analysis.notes import notes_for
+
+    assert run(ip, logdir, "import jax\njax.jit(lambda v: v * 4)(2.0)", "--backend jax").success
+    summary = summarize(only_run(logdir).path)
+    assert not [n for n in notes_for(summary, get_vocabulary("jax")) if "Recompiled" in n.text]
+    older = dataclasses.replace(
+        summary,
+        compiles=dataclasses.replace(
+            summary.compiles, functions=(), reasons=(("step", "different input types"),)
+        ),
+    )
+    texts = [note.text for note in notes_for(older, get_vocabulary("jax"))]
+    assert "Recompiled: step compiled again: different input types." in texts

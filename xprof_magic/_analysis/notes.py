@@ -72,7 +72,7 @@ def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
     reasons = dict(reversed(s.compiles.reasons))
     for name, count, total_s in s.compiles.functions:
         inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
-        why = reasons.get(inner)
+        why = reasons.pop(inner, None)
         if count >= 2:
             what = f"compiled {count} times in this cell ({seconds(total_s)} in all)"
         elif why:
@@ -83,6 +83,10 @@ def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
             "warning",
             f"Recompiled: {name} {what}" + (f": {why}." if why else f". {words.advice.recompile}"),
         )
+    # A version of the backend that names no compiled function still says why one traced again.
+    for name, why in reasons.items():
+        if not s.compiles.functions:
+            yield Note("warning", f"Recompiled: {name} compiled again: {why}.")
 
 
 def compiled_somewhere(s: Summary, words: Vocabulary) -> Iterator[Note]:
