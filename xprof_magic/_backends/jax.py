@@ -145,7 +145,10 @@ class JaxBackend:
 
     def wait_for_device(self) -> None:
         """Wait for every live array: those the cell bound to names, its value, and any
-        other still referenced. ``jax.effects_barrier()`` alone waits only for effects."""
+        other still referenced. ``jax.effects_barrier()`` alone waits only for effects.
+        Never starts the runtime (on a TPU that torch_xla holds, starting it would fail)."""
+        if not self.runtime_started():
+            return
         arrays = [a for a in jax.live_arrays() if not a.is_deleted()]
         try:
             jax.block_until_ready(arrays)
@@ -277,6 +280,8 @@ class JaxBackend:
             return MetricsSnapshot(dict(self._counters), dict(self._metrics), tuple(self._notes))
 
     def device(self) -> str:
+        if not self.runtime_started():
+            return "unknown"
         try:
             platform = str(jax.devices()[0].platform)
         except Exception:
