@@ -99,10 +99,11 @@ def choose_backend(cell: str, namespace: Mapping[str, object]) -> tuple[str, str
 
     In order: the frameworks the cell imports itself; then those of the names the cell
     uses, as the user's namespace binds them (``jnp``, ``xm``, a jitted function, an
-    array); then those the user imported in earlier cells (modules in the namespace);
-    then whichever of the two is installed. ``sys.modules`` is not asked: torch_xla's
-    profiler imports JAX by itself where JAX is installed. A tie is no choice: torch_xla
-    is used and the message says how to pick.
+    array); then those the user imported in earlier cells (modules in the namespace); only
+    installed frameworks count. A tie at the first step that finds any is no choice:
+    torch_xla is used and the message says how to pick. When the user's code shows neither
+    (a cell of plain Python), torch_xla, unless only JAX is installed. ``sys.modules`` is
+    not asked: torch_xla's profiler imports JAX by itself where JAX is installed.
     """
     try:
         tree: ast.AST | None = ast.parse(cell)
@@ -120,8 +121,9 @@ def choose_backend(cell: str, namespace: Mapping[str, object]) -> tuple[str, str
             if isinstance(v, type(sys)) and k[:1] != "_"
         }
     )
+    installed = {name for name in ("jax", "torch_xla") if importlib.util.find_spec(name)}
     for found in candidates:
-        found.discard("")
+        found &= installed  # plain torch, without torch_xla, is no choice of a backend
         if len(found) == 1:
             return found.pop(), ""
         if len(found) > 1:
@@ -130,6 +132,4 @@ def choose_backend(cell: str, namespace: Mapping[str, object]) -> tuple[str, str
                 "was used: pick one with %%xprof --backend jax (or --backend torch_xla)"
             )
     # Nothing in the user's code points anywhere: either profiles the host alike.
-    if importlib.util.find_spec(_DEFAULT_BACKEND) is None and importlib.util.find_spec("jax"):
-        return "jax", ""
-    return _DEFAULT_BACKEND, ""
+    return ("jax" if installed == {"jax"} else _DEFAULT_BACKEND), ""
