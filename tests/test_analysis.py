@@ -36,7 +36,10 @@ from xprof_magic._analysis import (
     summarize,
     summarize_in_subprocess,
 )
+from xprof_magic._analysis.blocks import INPUT_PIPELINE
 from xprof_magic._analysis.device import device_info
+from xprof_magic._analysis.model import Compiles, CompileSite
+from xprof_magic._analysis.notes import notes_for
 from xprof_magic._analysis.trace import read_planes
 from xprof_magic._backends import (
     VOCABULARIES,
@@ -47,6 +50,7 @@ from xprof_magic._backends import (
     Vocabulary,
     get_vocabulary,
 )
+from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 from xprof_magic._metadata import MetricTotal, RunError, RunMetrics
 from xprof_magic._units import seconds
 
@@ -125,7 +129,8 @@ def test_recompiles_are_counted_and_named(shapes: Summary) -> None:
         assert site.recompiled and not site.warm_up
     assert sum(site.compiles for site in compiles.sites) + compiles.outside_labels == compiles.count
     warnings = [n.text for n in shapes.notes if n.level == "warning" and "Recompiled" in n.text]
-    assert any(NONZERO_LABEL in text and "3 of its 3 runs" in text for text in warnings)
+    again = "compiled again 2 times, in steps 1 and 2 (first compiled in step 0)"
+    assert any(NONZERO_LABEL in text and again in text for text in warnings), warnings
     assert "Recompiled" in render_text(shapes)
     assert "recompiled" in render_html(shapes)
 
@@ -299,7 +304,9 @@ def test_a_quick_summary_first_then_the_full_one(runs: dict[str, Path], tmp_path
     assert quick.notes[0].text.startswith("Quick summary from the metadata")
     assert {row.path for row in quick.labels} == {tuple(x["path"]) for x in _meta(run)["labels"]}
     assert quick.fallbacks and quick.compiles.count is not None
-    assert "was not read: it takes longer than the 0 s budget" in render_text(quick)
+    assert "was not read: it was left for the full summary" in render_text(quick)
+    assert "0 s budget" not in render_text(quick)
+    assert "0.001 s budget" in render_text(summarize(run, budget_s=0.001))
     full, problem = summarize_in_subprocess(run)
     assert full is not None, problem
     assert full.complete and full.label_source == "trace"
@@ -634,16 +641,6 @@ def test_an_unknown_backend_gets_neutral_words(runs: dict[str, Path], tmp_path: 
         assert word not in text and word not in page, word
 
 
-def test_the_torch_xla_vocabulary_names_what_the_timeline_reader_reads() -> None:
-    """Until the reader takes its names from the vocabulary, the two copies must agree."""
-    from xprof_magic._analysis import trace
-    from xprof_magic._backends import torch_xla_vocabulary as words
-
-    assert words.COMPILE_EVENTS == trace.COMPILE_EVENTS
-    assert words.RUNTIME_NAMES == trace.RUNTIME_NAMES
-    assert words.THREAD_ROLES == trace.GROUP_ROLES
-
-
 # --- the analysis stays light ---------------------------------------------------------------
 # (tests/test_architecture.py checks cycles and IPython for every module; this checks that
 # the summary subprocess does not pay for a profiler.)
@@ -663,6 +660,133 @@ def test_reading_a_vocabulary_loads_no_profiler() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]"
+
+
+def _steps(compiling: tuple[int, ...]) -> StepStats:
+    return StepStats("step", "trace", 4, (0.5, 0.1, 0.1, 0.1), 0.5, 0.1, 0.1, 0.1, compiling)
+
+
+def _bar_colours(svg: str) -> list[str]:
+    return [part.split('fill="')[1].split('"')[0] for part in svg.split("<rect ")[1:]]
+
+
+def test_the_step_chart_colours_only_steps_that_compiled(shapes: Summary) -> None:
+    base = Summary(run="r", run_dir="/nowhere")
+    none = _bar_colours(chart_svg(replace(base, steps=_steps(()))))
+    first = _bar_colours(chart_svg(replace(base, steps=_steps((0,)))))
+    third = _bar_colours(chart_svg(replace(base, steps=_steps((2,)))))
+    assert len(set(none)) == 1 and len(none) == 4
+    assert first[0] != first[1] == first[2] == first[3] == none[0]
+    assert third[2] == first[0] and third[0] == third[1] == third[3] == none[0]
+    again = Summary.from_json(json.loads(json.dumps(shapes.to_json())))
+    assert again == shapes and again.steps is not None
+    assert type(again.steps.compiling) is tuple and type(again.labels[0].path) is tuple
+    assert chart_svg(again) == chart_svg(shapes)
+
+
+def _site(
+    first_runs: tuple[int, ...], compiled: int, runs: int, steps: tuple[int, ...] = ()
+) -> Summary:
+    site = CompileSite(
+        path=("loop", "forward"),
+        runs=runs,
+        compiled_runs=compiled,
+        compiles=compiled,
+        total_s=1.0,
+        first_runs=first_runs,
+        recompiled=True,
+        warm_up=False,
+        first_steps=steps,
+    )
+    return replace(Summary(run="r", run_dir="/nowhere"), compiles=Compiles(sites=(site,)))
+
+
+def _recompile_note(summary: Summary) -> str:
+    return next(n.text for n in notes_for(summary) if n.text.startswith("Recompiled"))
+
+
+def test_a_recompile_note_names_the_runs_or_steps_that_compiled_again() -> None:
+    once = _recompile_note(_site((0, 3), 2, 6))
+    assert "compiled again in run 4 of its 6 (first compiled in run 1)" in once
+    assert "2 of its 6" not in once
+    steps = _recompile_note(_site((0, 2, 5), 3, 8, steps=(10, 12, 15)))
+    assert "compiled again 2 times, in steps 12 and 15 (first compiled in step 10)" in steps
+    many = _recompile_note(_site(tuple(range(8)), 12, 12))
+    assert "compiled again 11 times, in runs 2, 3, 4, 5, 6, 7, 8, … of its 12" in many
+
+
+def test_the_data_loaders_traces_are_one_input_pipeline_row(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    import torch
+    import torch_xla
+    import torch_xla.distributed.parallel_loader as pl
+
+    import xprof_magic
+
+    dev = torch_xla.device()
+    data = torch.utils.data.TensorDataset(torch.randn(16, 8), torch.randn(16, 1))
+    loader = pl.MpDeviceLoader(torch.utils.data.DataLoader(data, batch_size=4), dev)
+    w = torch.ones(8, 1, device=dev)
+    with (
+        xprof_magic.capture(logdir=tmp_path, name="loader", server=False) as cap,
+        xprof_magic.label("for x, y in loader:"),
+    ):
+        for x, y in loader:
+            with xprof_magic.step(), xprof_magic.label("loss"):
+                loss = ((x @ w - y) ** 2).mean()
+                torch_xla.sync()
+    del loss
+    assert cap.result is not None
+    summary = summarize(cap.result.run_dir, budget_s=None)
+    assert summary.complete, summary.missing
+    top = [row.path[0] for row in summary.labels if len(row.path) == 1]
+    assert INPUT_PIPELINE in top
+    assert not TORCH_XLA_WORDS.timeline.input_pipeline & set(top), top
+    inside = {
+        row.path[1]
+        for row in summary.labels
+        if row.path[0] == INPUT_PIPELINE and len(row.path) == 2
+    }
+    assert "cpu_loader.next" in inside
+    pipeline = next(row for row in summary.labels if row.path == (INPUT_PIPELINE,))
+    assert pipeline.kind == "input" and pipeline.thread == ""
+    assert INPUT_PIPELINE in render_text(summary)
+
+
+def test_one_call_that_compiles_many_graphs_is_flagged(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    import torch
+    import torch_xla
+
+    import xprof_magic
+
+    dev = torch_xla.device()
+
+    def generate(steps: int) -> torch.Tensor:
+        """Like ``model.generate``: every new length is a new graph."""
+        x = torch.ones(1, 4, device=dev)
+        for _ in range(steps):
+            x = torch.cat([x, x[:, -1:] * 2], dim=1)
+            torch_xla.sync()
+        return x
+
+    statement = "out = generate(8)"
+    with (
+        xprof_magic.capture(logdir=tmp_path, name="generate", server=False) as cap,
+        xprof_magic.label(statement),
+    ):
+        out = generate(8)
+    assert out.shape == (1, 12)
+    assert cap.result is not None
+    summary = summarize(cap.result.run_dir, budget_s=None)
+    (site,) = [s for s in summary.compiles.sites if s.path == (statement,)]
+    assert site.runs == 1 and site.compiles >= 8 and site.recompiled
+    notes = [n.text for n in summary.notes if n.level == "warning"]
+    assert any(
+        f"'{statement}' (in {statement}) compiled {site.compiles} graphs" in t for t in notes
+    )
 
 
 def test_the_public_summarize_reads_a_run_by_result_folder_or_name(tmp_path: Path) -> None:

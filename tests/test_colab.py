@@ -189,7 +189,8 @@ def test_colab_frame_is_made_in_the_browser_and_updated_in_place(
     summary = show.summary_now(logdir / "plugins" / "profile" / "older")
     show.CellDisplay(summary, view, widgets=True).show()
 
-    widget_out, frame_out = published
+    summary_out, widget_out, frame_out = published
+    assert "text/html" in summary_out["data"]
     assert "application/vnd.jupyter.widget-view+json" in widget_out["data"]
     assert view.frame.value == "" and view.link.value == ""
     source = frame_out["data"][colab.MIME]
@@ -242,7 +243,8 @@ def test_a_colab_kernel_never_waits_for_the_browser(tmp_path: Path) -> None:
         )
         assert content["status"] == "ok", outputs
         shown = [o["data"] for o in outputs if o["type"] == "display_data"]
-        widget, frame = shown
+        summary, widget, frame = shown
+        assert "text/html" in summary
         assert "application/vnd.jupyter.widget-view+json" in widget
         args = frame_args(frame[colab.MIME])
         assert args["path"].startswith("/") and "run=cell" in unquote(args["path"])

@@ -38,6 +38,23 @@ def text(outputs: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
+def cell_frames(shown: str) -> list[str]:
+    """The line each frame of the cell's own code points at, outermost first.
+
+    IPython 8+ heads a frame ``Cell In[n], line L``; IPython 7.34 (Colab's) heads it with
+    the cell's file and function and marks the line with an arrow below.
+    """
+    found: list[str] = []
+    lines = shown.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Cell In["):
+            found.append(line.split(", ")[1])
+        elif re.match(r"^/\S+ in \S+", line):
+            arrow = next((x for x in lines[i + 1 :] if x.startswith("---->")), "")
+            found.append(f"line {arrow.split()[1]}" if arrow else "?")
+    return found
+
+
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
     import os
@@ -93,6 +110,16 @@ def test_an_error_is_shown_once_at_the_users_line(kernel: Kernel, tmp_path: Path
     shown = plain("\n".join(errors[0]["traceback"]))
     print(shown)
     assert "----> 3 y = x / 0" in shown
+    # The traceback starts at the user's line: no frame for the %%xprof line or the magic.
+    assert "run_cell_magic" not in shown and "----> 1 %%xprof" not in shown
+    frames = cell_frames(shown)
+    assert frames == ["line 3"], shown
+    content, outputs = kernel.run(
+        f"%%xprof --logdir {tmp_path / 'nested'} --no-display\ndef f():\n    return 1 / 0\nf()"
+    )
+    shown = plain("\n".join(next(o for o in outputs if o["type"] == "error")["traceback"]))
+    assert cell_frames(shown) == ["line 4", "line 3"], shown
+    assert "run_cell_magic" not in shown
     assert "xprof: run" in text(outputs)  # the capture is kept and summarised
     (run,) = _store.runs(tmp_path)
     assert (run.metadata or {})["status"] == "error"
@@ -184,12 +211,15 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     cell = f"%%xprof --logdir {tmp_path} --name first\nx = 1"
     content, outputs = kernel.run(cell)
     assert content["status"] == "ok", text(outputs)
+    # Two displays: the summary (its panel, static HTML, text), then the viewer widget.
     shown = [o for o in outputs if o["type"] == "display_data"]
-    assert len(shown) == 1
-    bundle = shown[0]["data"]
-    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert len(shown) == 2
+    bundle, viewer_bundle = shown[0]["data"], shown[1]["data"]
+    widget = "application/vnd.jupyter.widget-view+json"
+    assert widget in bundle and widget in viewer_bundle
+    assert bundle[widget]["model_id"] != viewer_bundle[widget]["model_id"]
     assert bundle["text/plain"].startswith("xprof summary — run first · ok")
-    assert "\nXProf viewer on 127.0.0.1:" in bundle["text/plain"]
+    assert viewer_bundle["text/plain"].startswith("XProf viewer on 127.0.0.1:")
     assert 'class="xprof-magic-summary"' in bundle["text/html"]
     assert "Started the XProf viewer" in text(outputs)
     viewer = _viewer.find_viewer(tmp_path)
@@ -208,7 +238,8 @@ def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     assert fresh is not None and fresh.pid != viewer.pid
 
     _, outputs = kernel.run("%xprof view first")
-    (again,) = [o for o in outputs if o["type"] == "display_data"]
+    summary, again = [o for o in outputs if o["type"] == "display_data"]
+    assert "run first" in summary["data"]["text/plain"]
     assert "first" in again["data"]["text/plain"]
     _, outputs = kernel.run("%xprof view missing")
     assert "no run 'missing'" in text(outputs)
@@ -232,6 +263,7 @@ def test_summary_pending_then_replaced_and_summary_compare_commands(
     msg_id = kernel.client.execute(f"%%xprof --logdir {tmp_path} --name big\n{loop}")
     pending: dict[str, Any] = {}
     updated: dict[str, Any] = {}
+    viewers: list[dict[str, Any]] = []
     deadline = time.monotonic() + 120
     while not updated and time.monotonic() < deadline:
         try:
@@ -239,11 +271,27 @@ def test_summary_pending_then_replaced_and_summary_compare_commands(
         except Exception:
             continue
         content = msg["content"]
-        if msg["msg_type"] == "display_data" and msg["parent_header"].get("msg_id") == msg_id:
+        if (
+            msg["msg_type"] == "display_data"
+            and msg["parent_header"].get("msg_id") == msg_id
+            and "summary pending" in content["data"].get("text/plain", "")
+        ):
             pending = content
+        elif (
+            msg["msg_type"] == "display_data"
+            and msg["parent_header"].get("msg_id") == msg_id
+            and "XProf viewer on" in content["data"].get("text/plain", "")
+        ):
+            viewers.append(content)
         elif msg["msg_type"] == "update_display_data":
             updated = content
     kernel.client.get_shell_msg(timeout=60)
+    # The viewer (with its iframe) is a display of its own, never updated: only the summary
+    # panel is rendered again, so XProf loads once.
+    widget = "application/vnd.jupyter.widget-view+json"
+    assert len(viewers) == 1 and widget in viewers[0]["data"], viewers
+    assert "transient" not in viewers[0] or not viewers[0]["transient"].get("display_id")
+    assert updated["data"][widget]["model_id"] != viewers[0]["data"][widget]["model_id"]
     assert "summary pending" in pending["data"]["text/plain"]
     display_id = pending["transient"]["display_id"]
     assert updated["transient"]["display_id"] == display_id

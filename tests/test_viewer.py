@@ -700,3 +700,73 @@ def test_the_viewer_modules_import_no_ipython_and_no_cycle() -> None:
         return goal in ahead or any(reaches(m, goal, seen | {m}) for m in ahead)
 
     assert [name for name in graph if reaches(name, name, set())] == []
+
+
+def _kernel(logdir: Path, grace_s: float) -> subprocess.Popen[str]:
+    """A stand-in for a kernel: gets the viewer, prints its pid and how, lives until stdin
+    closes."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from xprof_magic._viewer import manager
+        outcome = manager.ensure_viewer({str(logdir)!r}, grace_s={grace_s!r})
+        print(outcome.viewer.pid, type(outcome).__name__, flush=True)
+        sys.stdin.read()
+        """
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def _viewer_of(kernel: subprocess.Popen[str]) -> tuple[int, str]:
+    assert kernel.stdout is not None
+    pid, how = kernel.stdout.readline().split()
+    return int(pid), how
+
+
+def _end(kernel: subprocess.Popen[str]) -> None:
+    assert kernel.stdin is not None
+    kernel.stdin.close()
+    kernel.wait(30)
+
+
+def test_the_viewer_exits_a_grace_period_after_its_last_kernel(
+    viewer_dir: Path, fresh_logdir: Path
+) -> None:
+    first = _kernel(fresh_logdir, grace_s=3.0)
+    pid, how = _viewer_of(first)
+    assert how == "Launched"
+    clients = Path(_viewer_server.clients_path(str(viewer_dir), pid))
+    assert [p.name for p in clients.iterdir()] == [str(first.pid)]
+    found = find_viewer(fresh_logdir)
+    assert found is not None and found.pid == pid
+    _end(first)
+    # A kernel restarted within the grace period reuses the viewer and registers with it.
+    second = _kernel(fresh_logdir, grace_s=3.0)
+    try:
+        assert _viewer_of(second) == (pid, "Reused")
+        assert str(second.pid) in [p.name for p in clients.iterdir()]
+        # While that kernel lives, the viewer stays, well past the grace period.
+        assert not _wait_gone(pid, 8)
+    finally:
+        _end(second)
+    assert _wait_gone(pid, 30)
+    assert find_viewer(fresh_logdir) is None
+    assert not Path(_viewer_server.info_path(str(viewer_dir), pid)).exists()
+    assert not clients.exists()
+    log = Path(found.log_path).read_text()
+    assert "no kernel using it, and no request, for 3 s; exiting" in log
+
+
+def test_a_request_keeps_the_viewer_past_its_kernels(viewer_dir: Path, fresh_logdir: Path) -> None:
+    kernel = _kernel(fresh_logdir, grace_s=2.0)
+    pid, _ = _viewer_of(kernel)
+    _end(kernel)
+    found = find_viewer(fresh_logdir)
+    assert found is not None and found.pid == pid
+    for _ in range(12):  # someone still browsing the viewer, a request every half second
+        assert _client.answers(found)
+        time.sleep(0.5)
+    assert _launch.pid_alive(pid)
+    assert _wait_gone(pid, 30)

@@ -7,6 +7,7 @@ timers in the run's metadata (labels and step times, no compilations).
 
 from __future__ import annotations
 
+import bisect
 import statistics
 
 from xprof_magic._analysis.model import LabelRow, StepStats
@@ -14,6 +15,8 @@ from xprof_magic._analysis.trace import STEP, Block, TraceFacts
 from xprof_magic._metadata import RunMetadata
 
 __all__ = [
+    "INPUT",
+    "INPUT_PIPELINE",
     "MAX_LABEL_ROWS",
     "MAX_STEP_DURATIONS",
     "RunsByRow",
@@ -26,6 +29,8 @@ __all__ = [
 ]
 
 MAX_LABEL_ROWS = 300
+INPUT = "input"
+INPUT_PIPELINE = "input pipeline (loader threads)"
 MAX_STEP_DURATIONS = 10_000
 
 RowKey = tuple[str, tuple[str, ...]]
@@ -39,9 +44,13 @@ def label_names(meta: RunMetadata) -> frozenset[str]:
 
 
 def labels_from_trace(
-    facts: TraceFacts, wall_s: float | None, own_steps: frozenset[str] = frozenset()
-) -> tuple[tuple[LabelRow, ...], RunsByRow]:
-    """Blocks summed by their path of names; also which runs of each held a compilation.
+    facts: TraceFacts,
+    wall_s: float | None,
+    own_steps: frozenset[str] = frozenset(),
+    input_pipeline: frozenset[str] = frozenset(),
+) -> tuple[tuple[LabelRow, ...], RunsByRow, RunsByRow]:
+    """Blocks summed by their path of names; also which runs of each held a compilation, and
+    the numbers of the steps those runs began in (rows whose compiling runs all began in one).
 
     Blocks on the thread that holds most of the block time are the cell's own (``thread``
     is ""); blocks on other threads keep their thread's name. Step markers named in
@@ -52,14 +61,15 @@ def labels_from_trace(
     blocks = facts.blocks
     compiled: RunsByRow = {}
     if not blocks:
-        return (), compiled
+        return (), compiled, {}
     time_by_line: dict[str, float] = {}
     for b in blocks:
-        if b.parent < 0:
+        if b.parent < 0 and b.name not in input_pipeline:
             time_by_line[b.line] = time_by_line.get(b.line, 0.0) + b.end - b.start
     main_line = max(time_by_line, key=lambda k: time_by_line[k]) if time_by_line else ""
     paths: list[tuple[str, ...]] = []
     groups: dict[RowKey, _Agg] = {}
+    pipeline_key: RowKey = ("", (INPUT_PIPELINE,))
     for b in blocks:
         parent = b.parent
         if b.continued and parent >= 0 and blocks[parent].end <= b.start:
@@ -69,9 +79,17 @@ def labels_from_trace(
         if b.kind == STEP and b.name in own_steps:
             paths.append(p)
             continue
+        if not p and b.name in input_pipeline:
+            p = (INPUT_PIPELINE,)
+            pipeline = groups.get(pipeline_key)
+            if pipeline is None:
+                pipeline = groups[pipeline_key] = _Agg(INPUT, b.start)
+            pipeline.count += 1
+            pipeline.total_ns += b.end - b.start
+            pipeline.first = min(pipeline.first, b.start)
         p += (b.name,)
         paths.append(p)
-        key = ("" if b.line == main_line else b.line, p)
+        key = ("" if b.line == main_line or p[0] == INPUT_PIPELINE else b.line, p)
         agg = groups.get(key)
         if agg is None:
             agg = groups[key] = _Agg(b.kind, b.start)
@@ -104,17 +122,39 @@ def labels_from_trace(
                 )
             )
             compiled[key] = tuple(agg.compiled_runs)
+            numbers = [_step_at(spans, t) for t in agg.compiled_at]
+            if numbers and None not in numbers:
+                in_steps[key] = tuple(n for n in numbers if n is not None)
             walk(key)
 
+    spans = sorted(
+        (b.start, b.end, b.step_num) for b in blocks if b.kind == STEP and b.step_num is not None
+    )
+    in_steps: RunsByRow = {}
     for thread in sorted({k[0] for k in groups}):
         walk((thread, ()))
-    return tuple(ordered), compiled
+    return tuple(ordered), compiled, in_steps
+
+
+def _step_at(spans: list[tuple[float, float, int]], t: float) -> int | None:
+    """The number of the step whose span holds instant ``t``, if one does."""
+    i = bisect.bisect_right(spans, (t, float("inf"), 0)) - 1
+    return spans[i][2] if i >= 0 and t <= spans[i][1] else None
 
 
 class _Agg:
     """The runs of one block path, added up."""
 
-    __slots__ = ("compile_ns", "compiled_runs", "compiles", "count", "first", "kind", "total_ns")
+    __slots__ = (
+        "compile_ns",
+        "compiled_at",
+        "compiled_runs",
+        "compiles",
+        "count",
+        "first",
+        "kind",
+        "total_ns",
+    )
 
     def __init__(self, kind: str, first: float) -> None:
         self.kind = kind
@@ -124,6 +164,7 @@ class _Agg:
         self.compiles = 0
         self.compile_ns = 0.0
         self.compiled_runs: list[int] = []
+        self.compiled_at: list[float] = []
 
     def add(self, b: Block) -> None:
         """Add one run; a piece continued after a step boundary adds to the run before it."""
@@ -131,6 +172,7 @@ class _Agg:
             self.count += 1
         if b.compiles and self.count - 1 not in self.compiled_runs[-1:]:
             self.compiled_runs.append(self.count - 1)
+            self.compiled_at.append(b.start)
         self.total_ns += b.end - b.start
         self.compiles += b.compiles
         self.compile_ns += b.compile_ns

@@ -38,6 +38,11 @@ from xprof_magic._store import METADATA_FILE
 __all__ = ["DEFAULT_BUDGET_S", "summarize"]
 
 DEFAULT_BUDGET_S = 2.0
+MANY_COMPILES_IN_A_LOOP = 3
+MANY_COMPILES_IN_A_CALL = 6
+"""Compilations in one run of a block that mean the same code built new graphs: a loop's
+iterations, or one call (``model.generate``, whose every new length is a new graph). A call
+is allowed more, since one training step may compile forward, backward and optimizer."""
 
 
 def summarize(
@@ -101,10 +106,14 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
                 missing.append(f"the timeline {host_file.name} could not be read ({error})")
         if pending:
             size_mb = sum(p.stat().st_size for p in xplanes) / 1e6
+            why = (
+                f"reading it takes longer than the {budget_s:g} s budget"
+                if budget_s
+                else "it was left for the full summary"
+            )
             missing.append(
-                f"the timeline ({size_mb:.1f} MB) was not read: it takes longer than the "
-                f"{budget_s:g} s budget, so labels and steps come from the magic's timers and "
-                "compile sites, ops and busy time are absent"
+                f"the timeline ({size_mb:.1f} MB) was not read: {why}, so labels and steps "
+                "come from the magic's timers and compile sites, ops and busy time are absent"
             )
         if len(xplanes) > 1:
             others = ", ".join(p.name for p in xplanes if p != host_file)
@@ -155,11 +164,14 @@ def _build(
     names = words.metrics
     counters, timers = meta.metrics.counters, meta.metrics.metrics
     compiled: blocks.RunsByRow = {}
+    in_steps: blocks.RunsByRow = {}
     if facts is not None:
         own_steps = (
             frozenset({STEP_EVENT}) if meta.step_rule in ("sync", "iteration") else frozenset()
         )
-        labels, compiled = blocks.labels_from_trace(facts, meta.wall_s, own_steps)
+        labels, compiled, in_steps = blocks.labels_from_trace(
+            facts, meta.wall_s, own_steps, words.timeline.input_pipeline
+        )
         label_source = "trace"
         steps = blocks.steps_from_trace(facts) or blocks.steps_from_metadata(meta)
     else:
@@ -188,7 +200,9 @@ def _build(
         labels=labels,
         label_source=label_source,
         steps=steps,
-        compiles=_compiles(timers, counters, words, facts, labels, compiled, meta.metrics.notes),
+        compiles=_compiles(
+            timers, counters, words, facts, labels, compiled, in_steps, meta.metrics.notes
+        ),
         executions=_timed(timers, names.execute_time),
         to_device=_timed(timers, names.to_device_time, names.to_device_bytes),
         from_device=_timed(timers, names.from_device_time, names.from_device_bytes),
@@ -222,6 +236,7 @@ def _compiles(
     facts: TraceFacts | None,
     labels: tuple[LabelRow, ...],
     compiled: blocks.RunsByRow,
+    in_steps: blocks.RunsByRow,
     meta_notes: tuple[str, ...] = (),
 ) -> Compiles:
     names = words.metrics
@@ -234,7 +249,8 @@ def _compiles(
         runs = compiled.get((row.thread, row.path), ())
         compiled_runs = row.compiled_runs or 0
         loop = row.path[-1].lstrip().startswith(("for ", "while ", "async for "))
-        recompiled = compiled_runs >= 2 or (loop and row.count == 1 and row.compiles >= 3)
+        many = MANY_COMPILES_IN_A_LOOP if loop else MANY_COMPILES_IN_A_CALL
+        recompiled = compiled_runs >= 2 or (row.count == 1 and row.compiles >= many)
         sites.append(
             CompileSite(
                 path=row.path,
@@ -243,6 +259,7 @@ def _compiles(
                 compiles=row.compiles,
                 total_s=row.compile_s or 0.0,
                 first_runs=runs[:8],
+                first_steps=in_steps.get((row.thread, row.path), ())[:8],
                 recompiled=recompiled,
                 warm_up=recompiled and compiled_runs >= 2 and all(i < 2 for i in runs),
             )

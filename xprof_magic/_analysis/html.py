@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
+from xprof_magic._analysis.blocks import INPUT_PIPELINE
 from xprof_magic._analysis.model import CompareRow, LabelRow, StepStats, Summary
 from xprof_magic._analysis.text import (
     compare_cell,
@@ -213,7 +214,11 @@ def chart_svg(summary: Summary, width: int = 560, height: int = 150) -> str:
     """Step times as bars (compiling steps orange), else the largest labels; "" if neither."""
     if summary.steps and summary.steps.count >= 2:
         return _steps_svg(summary.steps, width, height)
-    rows = [r for r in summary.labels if len(r.path) <= 2 and not r.thread]
+    rows = [
+        r
+        for r in summary.labels
+        if len(r.path) <= 2 and not r.thread and r.path[0] != INPUT_PIPELINE
+    ]
     if rows:
         return _labels_svg(sorted(rows, key=lambda r: -r.total_s)[:8], width)
     return ""
@@ -240,7 +245,7 @@ def _steps_svg(steps: StepStats, width: int, height: int) -> str:
     for i, (value, hot) in enumerate(bars):
         h = min(value, ymax) / ymax * plot_h if ymax > 0 else 0
         x = left + i * step_w
-        color = _ORANGE if hot or (i == 0 and steps.compiling == ()) else _BLUE
+        color = _ORANGE if hot else _BLUE
         shapes.append(
             f'<rect x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{max(step_w - gap, 0.6):.1f}" '
             f'height="{h:.1f}" fill="{color}">'

@@ -91,9 +91,11 @@ class LabelRow:
     """One labelled block (a marker block, a user trace or a step), summed over its runs.
 
     ``path`` is the nesting from the outermost block. ``kind`` is ``label`` (the magic's
-    markers), ``trace`` (the user's ``xp.Trace``) or ``step``. ``compiles`` counts the
-    compilations whose innermost enclosing block is this one; ``compiled_runs`` how many of
-    its ``count`` runs held at least one of them. Compile fields are None when unknown.
+    markers), ``trace`` (the user's ``xp.Trace``), ``step``, or ``input``: the data
+    loader's own traces, grouped under one row (they run on its threads, beside the cell).
+    ``compiles`` counts the compilations whose innermost enclosing block is this one;
+    ``compiled_runs`` how many of its ``count`` runs held at least one of them. Compile
+    fields are None when unknown.
     """
 
     path: tuple[str, ...]
@@ -129,7 +131,11 @@ class StepStats:
 
 @dataclass(frozen=True)
 class CompileSite:
-    """A block that held compilations; ``recompiled`` when the same code compiled again."""
+    """A block that held compilations; ``recompiled`` when the same code compiled again.
+
+    ``first_runs`` are the indices (from 0) of the first 8 runs that compiled;
+    ``first_steps`` the numbers of the steps those runs began in, when each began in one.
+    """
 
     path: tuple[str, ...]
     runs: int
@@ -139,6 +145,7 @@ class CompileSite:
     first_runs: tuple[int, ...]
     recompiled: bool
     warm_up: bool
+    first_steps: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from xprof_magic._analysis.model import Note, Summary
+from xprof_magic._analysis.model import CompileSite, Note, Summary
 from xprof_magic._backends import NEUTRAL, Vocabulary
 from xprof_magic._units import seconds
 
@@ -54,16 +54,44 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
         elif site.compiled_runs >= 2:
             yield Note(
                 "warning",
-                f"Recompiled: '{site.path[-1]}' (in {where}) compiled again in "
-                f"{site.compiled_runs} of its {site.runs} runs, {seconds(site.total_s)} in all. "
-                f"{words.advice.recompile}",
+                f"Recompiled: '{site.path[-1]}' (in {where}) compiled again "
+                f"{_again(site)}, {seconds(site.total_s)} in all. {words.advice.recompile}",
             )
-        else:
+        elif site.path[-1].lstrip().startswith(("for ", "while ", "async for ")):
             yield Note(
                 "warning",
                 f"Recompiled: the loop '{site.path[-1]}' compiled {site.compiles} times in one "
                 f"run ({seconds(site.total_s)}): its iterations build different graphs.",
             )
+        else:
+            yield Note(
+                "warning",
+                f"Recompiled: '{site.path[-1]}' (in {where}) compiled {site.compiles} graphs "
+                f"in one run ({seconds(site.total_s)}): it builds a new graph on each inner "
+                f"call, e.g. for a growing length. {words.advice.recompile}",
+            )
+
+
+def _again(site: CompileSite) -> str:
+    """Which later runs (or steps) compiled again: "in run 4 of its 6 (first compiled in run
+    1)", or by the numbers of the steps they ran in, as the profiler numbers them."""
+    in_steps = len(site.first_steps) == len(site.first_runs) > 0
+    numbers = site.first_steps if in_steps else tuple(i + 1 for i in site.first_runs)
+    if not numbers:
+        return f"in {site.compiled_runs - 1} later runs of its {site.runs}"
+    noun = "step" if in_steps else "run"
+    first, later = numbers[0], numbers[1:]
+    again = site.compiled_runs - 1
+    named = [str(n) for n in later]
+    if again > len(named):
+        listed = ", ".join(named) + ", …"
+    elif len(named) == 1:
+        listed = named[0]
+    else:
+        listed = ", ".join(named[:-1]) + " and " + named[-1]
+    where = f"in {noun} {listed}" if again == 1 else f"{again} times, in {noun}s {listed}"
+    of = "" if in_steps else f" of its {site.runs}"
+    return f"{where}{of} (first compiled in {noun} {first})"
 
 
 def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:

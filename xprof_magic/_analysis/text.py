@@ -52,7 +52,8 @@ def steps_line(steps: StepStats) -> str:
         )
     later = [i for i in steps.compiling if i > 0]
     if later:
-        text += f"; {len(later)} later step(s) compiled"
+        shown = ", ".join(str(i) for i in later[:6]) + (", …" if len(later) > 6 else "")
+        text += f"; {'step' if len(later) == 1 else f'{len(later)} later steps'} {shown} compiled"
     return text
 
 

@@ -51,6 +51,12 @@ from numpy.typing import NDArray
 from xprof_magic._analysis import nesting, xspace
 from xprof_magic._analysis.lines import Floats, Ints, Line, Plane, object_planes, xspace_planes
 from xprof_magic._backends import TimelineNames
+from xprof_magic._backends.torch_xla_vocabulary import (
+    COMPILE_EVENTS,
+    CPU_CLIENT_GROUPS,
+    RUNTIME_NAMES,
+    RUNTIME_PREFIXES,
+)
 
 __all__ = [
     "COMPILE_EVENTS",
@@ -62,36 +68,9 @@ __all__ = [
     "read_trace",
 ]
 
-COMPILE_EVENTS = ("XLAGraphExecutor::Compile", "PjRtComputationClient::Compile")
-RUNTIME_NAMES = frozenset(
-    {
-        "StepMarker",
-        "SyncLiveTensorsGraph",
-        "SyncTensorsGraph",
-        "SyncTensorsGraphInternal",
-        "ScheduleSyncTensorsGraph",
-        "CollectSyncTensors",
-        "ExtractIRAndPrepareXlaData_",
-        "RunPostOrder",
-        "SetTensorData",
-        "TensorCollectionBarrier",
-        "D2H Dispatch",
-        "H2D Dispatch",
-    }
-)
-RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
 
 LABEL, TRACE, STEP = "label", "trace", "step"
 RUNTIME, COMPILE, XLA_OP = "runtime", "compile", "XLA op"
-
-GROUP_ROLES = {
-    "python": "Python threads: your code, lazy tracing, compile calls",
-    "tf_XLAPjRtCpuClient": "XLA CPU client: runs the compiled XLA ops",
-    "tf_XLAEigen": "Eigen pool: parallel parts of XLA ops",
-    "tf_xla-cpu-codegen": "XLA CPU codegen: compilation",
-    "tf_pytorchxla": "torch_xla runtime: launches executions",
-}
-CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
 
 
 class ReadAborted(Exception):

@@ -143,6 +143,8 @@ class TimelineNames:
     runtime_names: frozenset[str] = frozenset()
     runtime_prefixes: tuple[str, ...] = ()
     thread_roles: Mapping[str, str] = field(default_factory=dict)
+    input_pipeline: frozenset[str] = frozenset()
+    """The data loader's own trace names: shown as one input-pipeline row, not as blocks."""
 
 
 @dataclass(frozen=True)

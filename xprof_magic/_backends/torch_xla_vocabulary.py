@@ -3,15 +3,23 @@
 Kept apart from :mod:`xprof_magic._backends.torch_xla` so that the analysis can read a
 torch_xla run without importing torch_xla (seconds, and gigabytes in a summary subprocess).
 Metric names are those of ``torch_xla.debug.metrics`` in torch_xla 2.9.0; event and thread
-names were read on 2.9.0 captures (see the timeline reader, :mod:`xprof_magic._analysis.trace`,
-which still holds its own copy of the timeline names; a test keeps the two equal).
+names were read on 2.9.0 captures. The timeline reader (:mod:`xprof_magic._analysis.trace`)
+takes its event and thread names from here; a second backend's reader would take them from
+that backend's vocabulary.
 """
 
 from __future__ import annotations
 
 from xprof_magic._backends import Advice, Headings, MetricNames, TimelineNames, Vocabulary
 
-__all__ = ["COMPILE_EVENTS", "RUNTIME_NAMES", "THREAD_ROLES", "VOCABULARY"]
+__all__ = [
+    "COMPILE_EVENTS",
+    "CPU_CLIENT_GROUPS",
+    "RUNTIME_NAMES",
+    "RUNTIME_PREFIXES",
+    "THREAD_ROLES",
+    "VOCABULARY",
+]
 
 COMPILE_EVENTS = ("XLAGraphExecutor::Compile", "PjRtComputationClient::Compile")
 RUNTIME_NAMES = frozenset(
@@ -30,6 +38,8 @@ RUNTIME_NAMES = frozenset(
         "H2D Dispatch",
     }
 )
+RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
+CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
 THREAD_ROLES = {
     "python": "Python threads: your code, lazy tracing, compile calls",
     "tf_XLAPjRtCpuClient": "XLA CPU client: runs the compiled XLA ops",
@@ -56,6 +66,10 @@ VOCABULARY = Vocabulary(
         compile_events=COMPILE_EVENTS,
         runtime_names=RUNTIME_NAMES,
         thread_roles=THREAD_ROLES,
+        # MpDeviceLoader's own xp.Trace names, on its loader threads.
+        input_pipeline=frozenset(
+            {"cpu_loader.next", "get_batch_from_cpu_queue", "cpu_data_to_xla_device"}
+        ),
     ),
     advice=Advice(
         fallback_hints={

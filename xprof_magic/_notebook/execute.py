@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from types import CodeType
+from types import CodeType, TracebackType
 from typing import Any
 
 from IPython.core.displayhook import DisplayHook
@@ -126,15 +126,45 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
         task.cancel()
 
 
-def trimmed(error: BaseException, filename: str) -> BaseException:
+def trimmed(error: BaseException, filename: str, shell: Any = None) -> BaseException:
     """The user's exception, its traceback starting at the cell's own code.
 
-    The frames above it are the magic's and the worker loop's, of no use to the user.
+    The frames above it are the magic's and the worker loop's, of no use to the user. Raised
+    again from the magic, the exception also passes the notebook cell's own frame (its one
+    line, ``get_ipython().run_cell_magic(...)``), which IPython would show first; so the
+    exception is given IPython's ``_render_traceback_`` hook, once, to be shown from the
+    user's line. Its type, value and ``__traceback__`` stay what Python made them.
     """
-    tb = error.__traceback__
+    tb = _from_cell(error.__traceback__, filename)
+    if tb is None:
+        return error
+    error = error.with_traceback(tb)
+    formatter = getattr(shell, "InteractiveTB", None)
+    if formatter is None:
+        return error
+
+    def render_traceback() -> list[str]:
+        with contextlib.suppress(AttributeError):
+            del error._render_traceback_  # type: ignore[attr-defined]
+        # The cell's own line has the same file name (so that it shows as "Cell In[n]"):
+        # start at the very traceback entry kept here, if the exception still holds it.
+        start = error.__traceback__
+        while start is not None and start is not tb:
+            start = start.tb_next
+        lines: list[str] = formatter.structured_traceback(
+            type(error), error, start or error.__traceback__, tb_offset=0
+        )
+        return lines
+
+    with contextlib.suppress(AttributeError, TypeError):
+        error._render_traceback_ = render_traceback  # type: ignore[attr-defined]
+    return error
+
+
+def _from_cell(tb: TracebackType | None, filename: str) -> TracebackType | None:
     while tb is not None and tb.tb_frame.f_code.co_filename != filename:
         tb = tb.tb_next
-    return error.with_traceback(tb) if tb is not None else error
+    return tb
 
 
 def current_cell(shell: Any, line: str, cell: str) -> tuple[int, str]:

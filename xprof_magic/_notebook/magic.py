@@ -175,7 +175,7 @@ class XprofMagics(Magics):
             outcome = error
         show.report(self.shell, capture.result, start, plan.logdir, args.height)
         if outcome is not None:
-            raise execute.trimmed(outcome, code.co_filename)
+            raise execute.trimmed(outcome, code.co_filename, self.shell)
         if rewritten.keeps_value and capture.recorder is not None:
             value = capture.recorder.value
         return None if execute.quiet(cell) else value

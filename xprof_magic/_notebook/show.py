@@ -28,6 +28,7 @@ __all__ = [
     "full_summary",
     "summary_bundle",
     "summary_now",
+    "waits_for_updates",
 ]
 
 # The summary shown when the cell ends is read in the kernel within this budget: about
@@ -84,8 +85,6 @@ def summary_now(run_dir: Path, budget_s: float | None = None) -> Summary:
     size = too_big(run_dir)
     if size is not None:
         return metadata_only(run_dir, size)
-    if _analysis.estimate_read_s(run_dir) > budget_s:
-        return _analysis.summarize(run_dir, budget_s=0.0)
     summary = _analysis.summarize(run_dir, budget_s=budget_s)
     if summary.complete:
         with contextlib.suppress(OSError):
@@ -119,7 +118,12 @@ def summary_bundle(summary: Summary, extra_text: str = "") -> dict[str, Any]:
 
 
 class CellDisplay:
-    """The bundle under one cell, and its in-place update when a pending summary is ready."""
+    """What shows under one cell, and the in-place update when a pending summary is ready.
+
+    With widgets, the summary (its panel, with static HTML and text as fallbacks) and the
+    viewer are two displays, and only the summary's is updated: updating a display renders it
+    again, and the viewer's iframe would load XProf a second time.
+    """
 
     def __init__(self, summary: Summary, view: Any = None, widgets: bool = False) -> None:
         self.summary = summary
@@ -128,24 +132,48 @@ class CellDisplay:
         self.handle: DisplayHandle | None = None
 
     def bundle(self) -> dict[str, Any]:
-        extra_text = f"\n{self.view.text()}" if self.view is not None else ""
-        data = summary_bundle(self.summary, extra_text)
-        if self.widgets:
-            self.view.show_summary(self.summary)
-            data.update(self.view.widget_bundle())
+        """The summary's bundle; without widgets, it also says where the viewer is."""
+        if not self.widgets:
+            extra_text = f"\n{self.view.text()}" if self.view is not None else ""
+            return summary_bundle(self.summary, extra_text)
+        self.view.show_summary(self.summary)
+        data = summary_bundle(self.summary)
+        data.update(self.view.summary_widget_bundle())
         return data
 
     def show(self) -> None:
         self.handle = display(self.bundle(), raw=True, display_id=True)
-        if self.widgets and self.view.context.kind == "colab":
-            from xprof_magic._notebook import colab
+        if self.widgets:
+            display(self.view.widget_bundle(), raw=True)
+            if self.view.context.kind == "colab":
+                from xprof_magic._notebook import colab
 
-            colab.display_frame(self.view)
+                colab.display_frame(self.view)
 
     def update(self, summary: Summary) -> None:
         self.summary = summary
         if self.handle is not None:
             self.handle.update(self.bundle(), raw=True)
+
+
+def waits_for_updates(shell: Any) -> bool:
+    """Whether the client that ran this cell still listens once the cell has ended.
+
+    nbclient (and so nbconvert and papermill) reads a cell's messages only until the kernel is
+    idle again, so a summary finished later never reaches the saved notebook. It is told apart
+    by its requests: it sends them with ``allow_stdin`` false, since no one is there to type,
+    where JupyterLab, Notebook, VS Code and Colab allow ``input()``. A client wrongly taken
+    for a batch one only waits for its summary at the cell's end.
+    """
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None or not hasattr(kernel, "get_parent"):
+        return True
+    try:
+        request = kernel.get_parent("shell")
+    except Exception:
+        return True
+    content = request.get("content") if isinstance(request, dict) else None
+    return not (isinstance(content, dict) and content.get("allow_stdin") is False)
 
 
 VIEWER_WAIT_S = 60.0
@@ -169,7 +197,10 @@ def show_run(shell: Any, start: Any, logdir: Path, run: str, height: int) -> Non
     from xprof_magic._notebook.context import detect
     from xprof_magic._viewer import manager
 
-    summary = summary_now(_store.run_path(logdir, run))
+    run_dir = _store.run_path(logdir, run)
+    summary = summary_now(run_dir)
+    if summary.pending and not waits_for_updates(shell):
+        summary = full_summary(run_dir)
     outcome = start.wait(timeout=VIEWER_WAIT_S)
     view = None
     context = detect(shell)
@@ -182,7 +213,7 @@ def show_run(shell: Any, start: Any, logdir: Path, run: str, height: int) -> Non
     shown = CellDisplay(summary, view, widgets=context.has_widgets)
     shown.show()
     if summary.pending and context.has_widgets:
-        finish_summary(_store.run_path(logdir, run), shown.update)
+        finish_summary(run_dir, shown.update)
 
 
 def _widget() -> Any:

@@ -170,8 +170,11 @@ class ViewerWidget:
             [self.runs, self.tools, self.hosts, self.refresh, self.link],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
-        self.box = widgets.VBox([controls, self.status, self.summary_panel, self.frame])
+        # The summary panel is displayed apart from the viewer: replacing a pending summary
+        # then re-renders the panel only, not the iframe (which would load XProf again).
+        self.box = widgets.VBox([controls, self.status, self.frame])
         self.box.add_class("xprof-viewer")
+        self.summary_panel.add_class("xprof-summary-panel")
         self.runs.observe(self._on_run, names="value")
         self.tools.observe(self._on_view, names="value")
         self.hosts.observe(self._on_view, names="value")
@@ -286,8 +289,14 @@ class ViewerWidget:
         )
 
     def widget_bundle(self) -> dict[str, Any]:
-        """The widget part of a MIME bundle (the caller adds text and HTML)."""
+        """The viewer's MIME bundle (dropdowns and the embedded page); text/plain says where."""
         bundle = compat.widget_bundle(self.box)
+        bundle["text/plain"] = self.text()
+        return bundle
+
+    def summary_widget_bundle(self) -> dict[str, Any]:
+        """The summary panel's widget part of a MIME bundle (the caller adds text and HTML)."""
+        bundle = compat.widget_bundle(self.summary_panel)
         bundle.pop("text/plain", None)
         return bundle
 

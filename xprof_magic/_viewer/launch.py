@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,12 +22,20 @@ import time
 from pathlib import Path
 
 from xprof_magic._viewer.client import Viewer, ViewerError, answers, label
-from xprof_magic._viewer.server import EXIT_MISSING_DEPENDENCY, EXIT_PORT_IN_USE
+from xprof_magic._viewer.server import (
+    DEFAULT_GRACE_S,
+    EXIT_MISSING_DEPENDENCY,
+    EXIT_PORT_IN_USE,
+    INFO_PREFIX,
+    INFO_SUFFIX,
+    clients_path,
+)
 
 __all__ = [
     "SERVER_MARKERS",
     "VIEWER_DIR_ENV",
     "LaunchError",
+    "drop_record",
     "exit_message",
     "forget",
     "is_viewer_process",
@@ -116,9 +125,15 @@ def port_busy_message(port: int, kind: str) -> str:
 
 
 def spawn(
-    directory: Path, logdir: str, kind: str, port: int | None, idle_timeout: float
+    directory: Path,
+    logdir: str,
+    kind: str,
+    port: int | None,
+    idle_timeout: float,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start a server for ``logdir`` (resolved) recording itself in ``directory``.
+    """Start a server for ``logdir`` (resolved) recording itself in ``directory``, with this
+    process registered as its first client (it exits ``grace_s`` after its clients are gone).
 
     Returns the process and its log file without waiting; raises :class:`LaunchError` when
     the log cannot be written or Python cannot be started.
@@ -141,6 +156,10 @@ def spawn(
         str(port or 0),
         "--idle-timeout",
         repr(float(idle_timeout)),
+        "--client-pid",
+        str(os.getpid()),
+        "--grace",
+        repr(float(grace_s)),
         "--info-dir",
         str(directory),
         "--log-path",
@@ -276,3 +295,11 @@ def _child_environment() -> dict[str, str]:
     for inherited in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
         env.pop(inherited, None)
     return env
+
+
+def drop_record(path: Path) -> None:
+    """Remove a viewer's info file and its clients folder (left behind by a killed server)."""
+    path.unlink(missing_ok=True)
+    pid = path.name[len(INFO_PREFIX) : -len(INFO_SUFFIX)]
+    if pid.isdigit():
+        shutil.rmtree(clients_path(str(path.parent), int(pid)), ignore_errors=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 from xprof_magic._viewer.client import KINDS, Viewer, ViewerError, ViewerKind, answers, label
 from xprof_magic._viewer.launch import (
     LaunchError,
+    drop_record,
     exit_message,
     forget,
     is_viewer_process,
@@ -39,9 +40,17 @@ from xprof_magic._viewer.launch import (
     terminate,
     viewer_dir,
 )
-from xprof_magic._viewer.server import INFO_FORMAT, INFO_PREFIX, INFO_SUFFIX, info_path
+from xprof_magic._viewer.server import (
+    DEFAULT_GRACE_S,
+    INFO_FORMAT,
+    INFO_PREFIX,
+    INFO_SUFFIX,
+    info_path,
+    register_client,
+)
 
 __all__ = [
+    "DEFAULT_GRACE_S",
     "DEFAULT_IDLE_TIMEOUT",
     "Failed",
     "Launched",
@@ -172,7 +181,7 @@ def _scan(directory: Path, logdir: str, kind: str) -> tuple[Viewer | None, str |
             if live is None or viewer.started > live.started:
                 live = viewer
         else:
-            path.unlink(missing_ok=True)
+            drop_record(path)
             dropped = problem
     return live, dropped
 
@@ -199,7 +208,7 @@ def list_viewers(kind: ViewerKind | None = None) -> list[Viewer]:
         if _problem(viewer) is None:
             live.append(viewer)
         else:
-            path.unlink(missing_ok=True)
+            drop_record(path)
     return sorted(live, key=lambda v: v.started)
 
 
@@ -213,7 +222,7 @@ def stop_viewer(viewer: Viewer, timeout: float = 5.0) -> bool:
     if running:
         terminate(viewer.pid, timeout)
     with contextlib.suppress(ViewerError):
-        Path(info_path(str(viewer_dir()), viewer.pid)).unlink(missing_ok=True)
+        drop_record(Path(info_path(str(viewer_dir()), viewer.pid)))
     forget(viewer.pid)
     return running
 
@@ -312,12 +321,15 @@ def begin_viewer(
     kind: ViewerKind = "xprof",
     *,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> ViewerStart:
     """Reuse the live viewer for ``logdir`` or start one, without waiting for it.
 
     ``port=None`` takes a free loopback port; a given port must be free, or match the running
-    viewer's. ``logdir`` is created if missing (the magic is about to write there). The server
-    exits after ``idle_timeout`` seconds without requests (``<= 0``: never).
+    viewer's. ``logdir`` is created if missing (the magic is about to write there). This
+    process registers with the viewer it gets: the server exits ``grace_s`` seconds after no
+    registered process lives and no request came (a restarted kernel within that time reuses
+    it), and after ``idle_timeout`` seconds without requests in any case (``<= 0``: never).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
@@ -333,6 +345,7 @@ def begin_viewer(
         return ViewerStart(kind, outcome=Failed(message))
     live, dropped = _scan(directory, resolved, kind)
     if live is not None and (port is None or port == live.port):
+        register_client(str(directory), live.pid, os.getpid())
         return ViewerStart(kind, outcome=Reused(live))
     pending = _starting.pop((resolved, kind), None)
     if pending is not None and pending.poll() is None and port in (None, pending.port):
@@ -351,7 +364,7 @@ def begin_viewer(
         if not port_free(port):
             return ViewerStart(kind, outcome=Failed(port_busy_message(port, kind)))
     try:
-        process, log_path = spawn(directory, resolved, kind, port, idle_timeout)
+        process, log_path = spawn(directory, resolved, kind, port, idle_timeout, grace_s)
     except LaunchError as error:
         return ViewerStart(kind, outcome=Failed(str(error), error.log_path))
     start = ViewerStart(
@@ -372,7 +385,9 @@ def ensure_viewer(
     kind: ViewerKind = "xprof",
     *,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    grace_s: float = DEFAULT_GRACE_S,
     timeout: float = 60.0,
 ) -> ViewerOutcome:
     """:func:`begin_viewer` and wait for it."""
-    return begin_viewer(logdir, port, kind, idle_timeout=idle_timeout).wait(timeout)
+    start = begin_viewer(logdir, port, kind, idle_timeout=idle_timeout, grace_s=grace_s)
+    return start.wait(timeout)

@@ -11,8 +11,9 @@ per-request logs XProf writes to stderr out of the notebook.
 
 The secret arrives on stdin (a command line is readable by every user) and is written only to
 a 0600 info file, with the pid, port and :data:`INFO_FORMAT`. Every request goes through
-:func:`xprof_magic._viewer.guard.guard`, and the process exits after an idle timeout so that
-no viewer outlives its use.
+:func:`xprof_magic._viewer.guard.guard`. No viewer outlives its use: the process exits
+:data:`DEFAULT_GRACE_S` after the last kernel that registered with it died (and no request
+came meanwhile), and after an idle timeout in any case.
 
 XProf and TensorBoard are imported in :func:`main` only: the kernel imports this module for
 the info-file names and the exit codes, and must not pay for them.
@@ -37,6 +38,7 @@ from xprof_magic._viewer.client import KINDS
 from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard
 
 __all__ = [
+    "DEFAULT_GRACE_S",
     "EXIT_BAD_CONFIG",
     "EXIT_MISSING_DEPENDENCY",
     "EXIT_PORT_IN_USE",
@@ -45,8 +47,11 @@ __all__ = [
     "INFO_SUFFIX",
     "SECRET_PATTERN",
     "Activity",
+    "Clients",
+    "clients_path",
     "info_path",
     "main",
+    "register_client",
 ]
 
 INFO_PREFIX = "viewer-"
@@ -56,6 +61,10 @@ INFO_SUFFIX = ".json"
 INFO_FORMAT = 2
 SECRET_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
+DEFAULT_GRACE_S = 120.0
+"""How long the server outlives the last kernel that used it, with no request meanwhile: long
+enough for a restarted kernel to reuse it, short enough that headless runs leave none behind."""
+
 EXIT_BAD_CONFIG = 2
 EXIT_PORT_IN_USE = 3
 EXIT_MISSING_DEPENDENCY = 4
@@ -64,6 +73,80 @@ EXIT_MISSING_DEPENDENCY = 4
 def info_path(info_dir: str, pid: int) -> str:
     """Where the server with this pid records itself; one file per process, like TensorBoard."""
     return os.path.join(info_dir, f"{INFO_PREFIX}{pid}{INFO_SUFFIX}")
+
+
+def clients_path(info_dir: str, pid: int) -> str:
+    """The folder where kernels using the server with this pid register, one empty file each,
+    named by the kernel's pid: the server exits a grace period after the last one is gone."""
+    return os.path.join(info_dir, f"{INFO_PREFIX}{pid}.clients")
+
+
+def register_client(info_dir: str, server_pid: int, client_pid: int) -> None:
+    """Record ``client_pid`` as a user of the server; missing folder: the server is gone."""
+    _touch(os.path.join(clients_path(info_dir, server_pid), str(client_pid)))
+
+
+def _touch(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process runs; a zombie (a kernel dead but not yet reaped) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[:1] != ["Z"]
+    except OSError:
+        return True
+
+
+class Clients:
+    """The kernels that use this server, from its clients folder, and when one last lived."""
+
+    def __init__(self, folder: str, first: list[int]) -> None:
+        self.folder = folder
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        for pid in first:
+            _touch(os.path.join(folder, str(pid)))
+        self._last_alive = time.monotonic()
+        self._registered = bool(first)
+
+    def pids(self) -> list[int]:
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return []
+        return [int(name) for name in names if name.isdigit()]
+
+    def gone_for(self) -> float | None:
+        """Seconds since a registered kernel was last seen alive; None if none ever
+        registered (a server started by hand), 0 while one lives. Dead ones are dropped."""
+        pids = self.pids()
+        self._registered = self._registered or bool(pids)
+        if not self._registered:
+            return None
+        alive = False
+        for pid in pids:
+            if _alive(pid):
+                alive = True
+            else:
+                _remove(os.path.join(self.folder, str(pid)))
+        if alive:
+            self._last_alive = time.monotonic()
+            return 0.0
+        return time.monotonic() - self._last_alive
+
+    def remove(self) -> None:
+        for pid in self.pids():
+            _remove(os.path.join(self.folder, str(pid)))
+        with contextlib.suppress(OSError):
+            os.rmdir(self.folder)
 
 
 class Activity:
@@ -193,6 +276,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kind", choices=KINDS, default="xprof")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--idle-timeout", type=float, default=3600.0)
+    parser.add_argument("--client-pid", type=int, action="append", default=[])
+    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S)
     parser.add_argument("--info-dir", required=True)
     parser.add_argument("--log-path", default="")
     return parser.parse_args(argv)
@@ -251,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     serving = threading.Thread(target=server.serve, name="xprof-viewer", daemon=True)
     serving.start()
     record = info_path(args.info_dir, pid)
+    clients = Clients(clients_path(args.info_dir, pid), args.client_pid)
     info = {
         "format": INFO_FORMAT,
         "pid": pid,
@@ -261,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         "log_path": args.log_path,
         "started": started,
         "idle_timeout": args.idle_timeout,
+        "grace": args.grace,
     }
     _write_info(record, info)
     timeout = args.idle_timeout
@@ -271,11 +358,17 @@ def main(argv: list[str] | None = None) -> int:
             if not serving.is_alive():
                 _log("the server thread ended")
                 break
-            if timeout > 0 and activity.idle_for() > timeout:
+            idle = activity.idle_for()
+            if timeout > 0 and idle > timeout:
                 _log(f"no request for {timeout:g} s; exiting")
+                break
+            gone = clients.gone_for()
+            if gone is not None and min(gone, idle) > args.grace:
+                _log(f"no kernel using it, and no request, for {args.grace:g} s; exiting")
                 break
     finally:
         _remove(record)
+        clients.remove()
         server.stop()
     _log("stopped")
     return 0
