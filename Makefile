@@ -18,7 +18,8 @@ COLAB_STAMP := $(COLAB_VENV)/.installed-$(shell cat $(COLAB_CONSTRAINTS) pyproje
 # XProf requires newer ones than Colab has; the README's Colab section names both.
 COLAB_UNPINNED := absl-py|urllib3
 COLAB_STACK := ipython ipykernel traitlets ipywidgets jupyter_client jupyter_core tornado pyzmq \
-  notebook widgetsnbextension jupyterlab_widgets protobuf matplotlib-inline torch torch_xla
+  notebook widgetsnbextension jupyterlab_widgets protobuf matplotlib-inline torch torch_xla \
+  jax jaxlib
 COLAB_TEST_DEPS := pytest pytest-timeout nbclient nbformat playwright
 export PYTHONUNBUFFERED := 1
 # TensorFlow/XLA C++ logging would otherwise fill the outputs.
@@ -31,7 +32,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[torch-xla,tensorboard,dev]'
+	$(BIN)/python -m pip install -q -e '.[torch-xla,jax,tensorboard,dev]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -55,6 +56,7 @@ browser-deps:
 
 demo: install
 	$(BIN)/python notebooks/demo.py notebooks/quickstart.ipynb
+	$(BIN)/python notebooks/demo.py notebooks/jax_quickstart.ipynb
 
 lint: install
 	$(BIN)/ruff check xprof_magic tests bench notebooks/demo.py

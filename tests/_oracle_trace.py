@@ -86,8 +86,12 @@ def read_trace(
     label_names: frozenset[str] = frozenset(),
     cell_ns: tuple[int, int] | None = None,
     deadline: float | None = None,
+    runtime: object = None,
 ) -> TraceFacts:
     """Read ``<host>.xplane.pb``; raise ``ValueError`` if it is not one, ReadAborted late.
+
+    ``runtime`` (a backend's own runtime events) is accepted and ignored: the oracle reads
+    torch_xla captures, whose runtime names it holds itself.
 
     ``label_names`` are the magic's marker names (from the metadata): such events are labels
     even where their text looks like a runtime name. ``cell_ns`` (wall-clock ns) narrows

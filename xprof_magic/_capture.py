@@ -84,6 +84,7 @@ class Capture:
         self._tracing = False
         self._hooks: Any = None
         self._user_hooks: Any = None
+        self._watch: Any = None
         self._trace_ns: list[int] = []
         self._partial = False
         self._workers_said = False
@@ -99,11 +100,14 @@ class Capture:
         windowed = self.plan.step_window is not None
         try:
             backend = get_backend(self.plan.backend)
+            self._watch = backend.watch()
+            self._watch.__enter__()
             self._before = backend.metrics()
             if not windowed:
                 backend.start_trace(str(staging.path))
                 self._tracing = True
         except BaseException:
+            self._unwatch()
             _store.discard(staging)
             raise
         self._backend, self._staging = backend, staging
@@ -186,7 +190,11 @@ class Capture:
             backend.start_trace(str(staging.path))
         except Exception as error:
             window = recorder.tracker.window
-            self._messages.append(f"--steps {window}: the trace could not start: {error}; {_RETRY}")
+            stop = _STOP.get(backend.name, "the profiler's stop_trace()")
+            self._messages.append(
+                f"--steps {window}: the trace could not start: {error}; stop the trace that "
+                f"runs ({stop}) and run the cell again"
+            )
             return False
         self._tracing = True
         self._trace_ns.append(time.time_ns())
@@ -302,8 +310,16 @@ class Capture:
             said.add(status.message)
             self.notify(f"xprof: {status.message}")
 
+    def _unwatch(self) -> None:
+        """Close the backend's watch of this capture, once."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            with contextlib.suppress(Exception):
+                watch.__exit__(None, None, None)
+
     def _abandon(self) -> None:
         """Stop the trace and drop the staged capture (a start that failed half-way)."""
+        self._unwatch()
         if self._backend is not None and self._tracing:
             self._tracing = False
             with contextlib.suppress(Exception):
@@ -337,6 +353,7 @@ class Capture:
                 self._hooks.__exit__(None, None, None)
         self._messages.extend(end_messages(tracker, self.plan.steps))
         if not self._tracing and tracker.state in ("before", "failed"):
+            self._unwatch()
             _store.discard(staging)
             for message in self._messages:
                 self.notify(f"xprof: {message}")
@@ -355,6 +372,8 @@ class Capture:
             self._store(backend, staging, recorder, exc or interrupted, wall_s)
         except BaseException as error:
             interrupted = interrupted or error
+        finally:
+            self._unwatch()
         if interrupted is not None and exc is None:
             raise interrupted
 
@@ -459,7 +478,10 @@ class Capture:
 
 
 _WORKERS = "workers"
-_RETRY = "stop the trace that runs (torch_xla.debug.profiler.stop_trace()) and run the cell again"
+_STOP = {
+    "torch_xla": "torch_xla.debug.profiler.stop_trace()",
+    "jax": "jax.profiler.stop_trace()",
+}
 
 
 def _message(exc: BaseException) -> str:

@@ -50,18 +50,23 @@ class MetricTotal:
 
 @dataclass(frozen=True)
 class RunMetrics:
-    """The backend's counters and metrics for this cell alone (a delta, unchanged omitted)."""
+    """The backend's counters and metrics for this cell alone (a delta, unchanged omitted),
+    and what it explained in words during the cell (``notes``: why a function recompiled)."""
 
     counters: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, MetricTotal] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "counters": dict(self.counters),
             "metrics": {
                 name: {"count": m.count, "total_s": m.total_s} for name, m in self.metrics.items()
             },
         }
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
 
 
 @dataclass(frozen=True)
@@ -284,7 +289,11 @@ class _Reader:
                 metrics[str(name)] = MetricTotal(count, total)
             else:
                 self.bad.add("metrics")
-        return RunMetrics(counters, metrics)
+        notes_raw = value.get("notes")
+        notes = tuple(
+            n for n in (notes_raw if isinstance(notes_raw, list) else []) if isinstance(n, str)
+        )
+        return RunMetrics(counters, metrics, notes)
 
 
 def write(run_dir: str | os.PathLike[str], meta: RunMetadata) -> Path:

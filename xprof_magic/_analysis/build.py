@@ -98,6 +98,7 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
                     label_names=blocks.label_names(meta),
                     cell_ns=meta.cell_ns,
                     deadline=None if budget_s is None else started + budget_s,
+                    runtime=get_vocabulary(meta.backend).timeline,
                 )
             except ReadAborted:
                 pending = True
@@ -199,7 +200,9 @@ def _build(
         labels=labels,
         label_source=label_source,
         steps=steps,
-        compiles=_compiles(timers, counters, words, facts, labels, compiled, in_steps),
+        compiles=_compiles(
+            timers, counters, words, facts, labels, compiled, in_steps, meta.metrics.notes
+        ),
         executions=_timed(timers, names.execute_time),
         to_device=_timed(timers, names.to_device_time, names.to_device_bytes),
         from_device=_timed(timers, names.from_device_time, names.from_device_bytes),
@@ -234,6 +237,7 @@ def _compiles(
     labels: tuple[LabelRow, ...],
     compiled: blocks.RunsByRow,
     in_steps: blocks.RunsByRow,
+    meta_notes: tuple[str, ...] = (),
 ) -> Compiles:
     names = words.metrics
     compile_time = _timed(timers, names.compile_time)
@@ -271,7 +275,26 @@ def _compiles(
         trace_s=facts.compile_ns / 1e9 if facts else None,
         outside_labels=facts.compiles_outside if facts else 0,
         sites=tuple(sites),
+        functions=_functions(timers, names.function_compile_prefix),
+        reasons=tuple(
+            (name, why.strip())
+            for name, _, why in (note.partition(": ") for note in meta_notes)
+            if why
+        ),
     )
+
+
+def _functions(
+    timers: Mapping[str, MetricTotal], prefix: str
+) -> tuple[tuple[str, int, float], ...]:
+    if not prefix:
+        return ()
+    found = [
+        (name[len(prefix) :], entry.count, entry.total_s)
+        for name, entry in timers.items()
+        if name.startswith(prefix)
+    ]
+    return tuple(sorted(found, key=lambda f: (-f[1], -f[2], f[0])))
 
 
 def _fallbacks(counters: Mapping[str, int], words: Vocabulary) -> tuple[Fallback, ...]:

@@ -150,7 +150,12 @@ class CompileSite:
 
 @dataclass(frozen=True)
 class Compiles:
-    """Compilations: the backend's own count and time, and where the trace saw them."""
+    """Compilations: the backend's own count and time, and where the trace saw them.
+
+    ``functions`` holds ``(name, compilations, seconds)`` for each function the backend
+    named (JAX's ``fun_name``), most compiled first; ``reasons`` the backend's
+    ``(function, why it compiled again)``.
+    """
 
     count: int | None = None
     total_s: float | None = None
@@ -159,6 +164,8 @@ class Compiles:
     trace_s: float | None = None
     outside_labels: int = 0
     sites: tuple[CompileSite, ...] = ()
+    functions: tuple[tuple[str, int, float], ...] = ()
+    reasons: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

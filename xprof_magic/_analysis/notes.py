@@ -94,6 +94,29 @@ def _again(site: CompileSite) -> str:
     return f"{where}{of} (first compiled in {noun} {first})"
 
 
+def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    """A function compiled more than once in the cell, or once when the backend says it had
+    compiled before (in an earlier cell), with the backend's reason where it gave one."""
+    reasons = dict(reversed(s.compiles.reasons))
+    for name, count, total_s in s.compiles.functions:
+        inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+        why = reasons.pop(inner, None)
+        if count >= 2:
+            what = f"compiled {count} times in this cell ({seconds(total_s)} in all)"
+        elif why:
+            what = f"compiled again after an earlier cell ({seconds(total_s)})"
+        else:
+            continue
+        yield Note(
+            "warning",
+            f"Recompiled: {name} {what}" + (f": {why}." if why else f". {words.advice.recompile}"),
+        )
+    # A version of the backend that names no compiled function still says why one traced again.
+    for name, why in reasons.items():
+        if not s.compiles.functions:
+            yield Note("warning", f"Recompiled: {name} compiled again: {why}.")
+
+
 def compiled_somewhere(s: Summary, words: Vocabulary) -> Iterator[Note]:
     c = s.compiles
     if c.count and c.count >= 3 and not c.sites and s.label_source != "trace":
@@ -140,6 +163,7 @@ RULES: tuple[Rule, ...] = (
     incomplete,
     device,
     recompiled,
+    recompiled_functions,
     compiled_somewhere,
     fell_back,
     read_back,

@@ -66,6 +66,10 @@ def runtime_parts(s: Summary) -> list[tuple[str, str]]:
         if c.cache_hits is not None:
             text += f" ({c.cache_hits} cache hits)"
         parts.append(("compilations", text))
+        if c.functions:
+            named = ", ".join(f"{name} ×{count}" for name, count, _ in c.functions[:6])
+            more = len(c.functions) - 6
+            parts.append(("compiled", named + (f", … {more} more" if more > 0 else "")))
     elif c.trace_count is not None:
         parts.append(("compilations (timeline)", f"{c.trace_count} × {seconds(c.trace_s)}"))
     parts.append(("executions", _timed(s.executions)))

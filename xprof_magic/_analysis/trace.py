@@ -50,6 +50,7 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis import nesting, xspace
 from xprof_magic._analysis.lines import Floats, Ints, Line, Plane, object_planes, xspace_planes
+from xprof_magic._backends import TimelineNames
 from xprof_magic._backends.torch_xla_vocabulary import (
     COMPILE_EVENTS,
     CPU_CLIENT_GROUPS,
@@ -132,12 +133,15 @@ def read_trace(
     label_names: frozenset[str] = frozenset(),
     cell_ns: tuple[int, int] | None = None,
     deadline: float | None = None,
+    runtime: TimelineNames | None = None,
 ) -> TraceFacts:
     """Read ``<host>.xplane.pb``; raise ``ValueError`` if it is not one, ReadAborted late.
 
     ``label_names`` are the magic's marker names (from the metadata): such events are labels
     even where their text looks like a runtime name. ``cell_ns`` (wall-clock ns) narrows
-    the window that busy time is measured against to the cell.
+    the window that busy time is measured against to the cell. ``runtime``: the backend's
+    own host events (its vocabulary's ``runtime_names`` and ``runtime_prefixes``), runtime
+    rather than the user's traces, and its ``compile_events``, besides torch_xla's below.
     """
     try:
         data = Path(path).read_bytes()
@@ -158,6 +162,7 @@ def read_trace(
         label_names=label_names,
         cell_ns=cell_ns,
         deadline=deadline,
+        runtime=runtime,
     )
 
 
@@ -191,9 +196,13 @@ def _read(
     label_names: frozenset[str],
     cell_ns: tuple[int, int] | None,
     deadline: float | None,
+    runtime: TimelineNames | None = None,
 ) -> TraceFacts:
     facts = TraceFacts(host=host)
     reader = _Reader(facts, label_names, deadline)
+    if runtime is not None:
+        reader.runtime = (runtime.runtime_names, tuple(runtime.runtime_prefixes))
+        reader.compile_events = frozenset(runtime.compile_events)
     facts.planes = [plane.name for plane in planes]
     for plane in planes:
         if plane.name == "Task Environment":
@@ -235,6 +244,8 @@ class _Reader:
     def __init__(self, facts: TraceFacts, label_names: frozenset[str], deadline: float | None):
         self.facts = facts
         self.label_names = label_names
+        self.runtime: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ())
+        self.compile_events: frozenset[str] = frozenset()
         self.deadline = deadline
         self.cpu_op_spans: list[tuple[Floats, Floats]] = []
         self.orphan_compiles: list[tuple[float, float]] = []
@@ -255,7 +266,7 @@ class _Reader:
         order, start, dur, name_id = nesting.time_order(line)
         end = start + dur
         names = line.names
-        flag = _name_flags(names, self.label_names)
+        flag = _name_flags(names, self.label_names, self.runtime, self.compile_events)
         pushed = (dur > 0) & ~flag["end"][name_id]
         nest = nesting.nest(start, end, pushed)
         steps: dict[int, int | None] = {}
@@ -481,12 +492,20 @@ class _Reader:
                 )
 
 
-def _name_flags(names: list[str], label_names: frozenset[str]) -> dict[str, NDArray[np.bool_]]:
+def _name_flags(
+    names: list[str],
+    label_names: frozenset[str],
+    runtime: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ()),
+    compile_events: frozenset[str] = frozenset(),
+) -> dict[str, NDArray[np.bool_]]:
     """Per distinct name: what the pass asks of it, computed once per line."""
+    more, prefixes = runtime
     return {
         "end": np.array([n.startswith("end: ") for n in names], bool),
-        "compile": np.array([n in COMPILE_EVENTS for n in names], bool),
-        "runtime": np.array([_runtime_name(n) for n in names], bool),
+        "compile": np.array([n in COMPILE_EVENTS or n in compile_events for n in names], bool),
+        "runtime": np.array(
+            [_runtime_name(n) or n in more or n.startswith(prefixes) for n in names], bool
+        ),
         "label": np.array([n in label_names for n in names], bool),
         "wait": np.array(["wait" in n.lower() for n in names], bool),
     }

@@ -1,8 +1,8 @@
 """The one small interface between xprof_magic and a profiler.
 
-Everything that touches torch_xla lives behind :class:`Backend`. JAX (``jax.profiler``) and
-TorchTPU write the same XProf captures; each plugs in as one more module registered in
-:data:`BACKENDS`, without touching the magic, the viewer or the analysis.
+Everything that touches a profiler lives behind :class:`Backend`: torch_xla and JAX
+(``jax.profiler``) now; TorchTPU writes the same XProf captures and would plug in as one more
+module registered in :data:`BACKENDS`, without touching the magic, the viewer or the analysis.
 
 The analysis reads runs long after they were made, often in a process that must not pay
 for importing a profiler, so a backend's *words* live apart from its code: a
@@ -57,11 +57,13 @@ class MetricsSnapshot:
     """Process-wide runtime counters at one moment; subtract two to get one cell's share.
 
     ``metrics`` maps a name to ``(samples, total)``; a total is in seconds when the name
-    ends in ``Time``.
+    ends in ``Time``. ``notes`` are the backend's explanations so far, oldest first (a cell's
+    are those after the first snapshot's).
     """
 
     counters: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, tuple[int, float]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
 
 class Backend(Protocol):
@@ -106,6 +108,10 @@ class Backend(Protocol):
     def versions(self) -> dict[str, str]:
         """Versions of the libraries that made the capture."""
 
+    def watch(self) -> AbstractContextManager[None]:
+        """While open (one capture, from before its first metrics to after its last), gather
+        what :meth:`metrics` reports that the runtime does not count by itself."""
+
 
 @dataclass(frozen=True)
 class MetricNames:
@@ -113,6 +119,8 @@ class MetricNames:
 
     Metrics are read from the run's ``metrics.metrics`` (samples and total: seconds for
     times, bytes for data), counters from ``metrics.counters``.
+    ``function_compile_prefix`` + a compiled function's name is the metric of that
+    function's compilations (count and seconds), where the backend can name them.
     """
 
     compile_time: str = ""
@@ -124,6 +132,7 @@ class MetricNames:
     from_device_bytes: str = ""
     fallback_prefix: str = ""
     host_read: str = ""
+    function_compile_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,7 @@ class TimelineNames:
 
     compile_events: tuple[str, ...] = ()
     runtime_names: frozenset[str] = frozenset()
+    runtime_prefixes: tuple[str, ...] = ()
     thread_roles: Mapping[str, str] = field(default_factory=dict)
     input_pipeline: frozenset[str] = frozenset()
     """The data loader's own trace names: shown as one input-pipeline row, not as blocks."""
@@ -182,9 +192,15 @@ class Vocabulary:
 
 NEUTRAL = Vocabulary()
 
-BACKENDS: dict[str, str] = {"torch_xla": "xprof_magic._backends.torch_xla"}
+BACKENDS: dict[str, str] = {
+    "jax": "xprof_magic._backends.jax",
+    "torch_xla": "xprof_magic._backends.torch_xla",
+}
 # Each module holds a ``VOCABULARY``; it must import neither its profiler nor IPython.
-VOCABULARIES: dict[str, str] = {"torch_xla": "xprof_magic._backends.torch_xla_vocabulary"}
+VOCABULARIES: dict[str, str] = {
+    "jax": "xprof_magic._backends.jax_vocabulary",
+    "torch_xla": "xprof_magic._backends.torch_xla_vocabulary",
+}
 _loaded: dict[str, Backend] = {}
 
 
@@ -223,4 +239,4 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> RunMetrics
         count0, total0 = before.metrics.get(name, (0, 0.0))
         if count != count0:
             metrics[name] = MetricTotal(count - count0, total - total0)
-    return RunMetrics(counters, metrics)
+    return RunMetrics(counters, metrics, after.notes[len(before.notes) :])

@@ -311,6 +311,10 @@ class TorchXlaBackend:
     def sync(self) -> None:
         torch_xla.sync()
 
+    def watch(self) -> AbstractContextManager[None]:
+        """torch_xla counts everything itself."""
+        return contextlib.nullcontext()
+
     def metrics(self) -> MetricsSnapshot:
         counters = {name: int(met.counter_value(name) or 0) for name in met.counter_names()}
         metrics: dict[str, tuple[int, float]] = {}

@@ -98,9 +98,12 @@ class XprofMagics(Magics):
     )
     @argument(
         "--backend",
-        default="torch_xla",
-        choices=sorted(BACKENDS),
-        help="Profiler backend (default torch_xla).",
+        default="auto",
+        choices=["auto", *sorted(BACKENDS)],
+        help="Profiler backend: jax or torch_xla. Default auto: the framework the cell "
+        "imports, else the one its names come from, else the one your earlier cells "
+        "imported, else the one installed; when that is a tie, torch_xla, and a message "
+        "says so.",
     )
     @line_cell_magic
     def xprof(self, line: str, cell: str | None = None) -> Any:
@@ -152,7 +155,7 @@ class XprofMagics(Magics):
         try:
             capture.start()
         except (_store.LogdirError, TraceAlreadyRunning) as error:
-            raise UsageError(_refusal(error)) from None
+            raise UsageError(_refusal(error, plan.backend)) from None
         self._session.logdir = plan.logdir
         start = None
         if not args.no_display:
@@ -203,6 +206,12 @@ class XprofMagics(Magics):
             raise UsageError(f"--steps {error}") from None
         logdir = Path(args.logdir).expanduser() if args.logdir else _store.default_logdir()
         options = {key: value for key, value in vars(args).items() if value not in (None, False)}
+        backend = args.backend
+        if backend == "auto":
+            source = self.shell.transform_cell(cell) if self.shell is not None else cell
+            backend, message = _plan.choose_backend(source, getattr(self.shell, "user_ns", {}))
+            if message:
+                print(f"xprof: {message}")
         plan = _plan.Plan(
             logdir=logdir,
             name=args.name,
@@ -212,7 +221,7 @@ class XprofMagics(Magics):
             sync=args.sync,
             server=_plan.server_by_default() and not args.no_server,
             port=args.port,
-            backend=args.backend,
+            backend=backend,
             cell=cell,
             cell_number=execute.current_cell(self.shell, line, cell)[0],
             options={"line": line, **options},
@@ -223,10 +232,11 @@ class XprofMagics(Magics):
             raise UsageError(f"--name: {error}") from None
 
 
-def _refusal(error: BaseException) -> str:
+def _refusal(error: BaseException, backend: str) -> str:
     if isinstance(error, TraceAlreadyRunning):
+        stop = "jax.profiler" if backend == "jax" else "torch_xla.debug.profiler"
         return (
             "a profiler trace is already running (started by your own code?); "
-            "stop it with torch_xla.debug.profiler.stop_trace() and run the cell again"
+            f"stop it with {stop}.stop_trace() and run the cell again"
         )
     return str(error)

@@ -1,0 +1,372 @@
+"""JAX behind the :class:`~xprof_magic._backends.Backend` interface, with ``jax.profiler``.
+
+Imported only when a capture first needs it. JAX has no lazy graph and no sync: work is
+dispatched asynchronously as each jitted call (or eager op) runs, so ``--steps`` marks the
+iterations of the cell's loop, and waiting for the device means waiting for the arrays that
+are alive (which include those the cell bound to names, and its value).
+
+Compilations are counted from ``jax.monitoring`` duration events, by a listener registered
+only while a capture runs (:meth:`JaxBackend.watch`) and removed afterwards, leaving the
+user's own listeners alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from importlib import metadata
+from typing import Any
+
+import jax
+import jax.monitoring
+import jax.profiler
+
+from xprof_magic._backends import MetricsSnapshot, ServerStatus, TraceAlreadyRunning
+from xprof_magic._backends.jax_vocabulary import (
+    BACKEND_COMPILE,
+    CACHE_EVENTS,
+    FUNCTION_COMPILE,
+    LIBRARY_COMPILE,
+    LOWER,
+    TRACE,
+)
+
+__all__ = ["JaxBackend", "create"]
+
+_VERSIONED = ("jax", "jaxlib", "xprof", "ipython", "xprof_magic")
+
+
+def _library_names() -> frozenset[str]:
+    """Names of JAX's primitives and of its library functions: an eager op compiles as
+    ``jit(<primitive>)``, and ``jax.numpy`` helpers (``unstack`` when a loop iterates over an
+    array) as ``jit(<helper>)``, once per shape, which is no recompile of the user's code.
+    A function of the user's named like one of them is counted among them."""
+    import jax.lax
+    import jax.nn
+    import jax.numpy
+    import jax.random
+
+    names = set(dir(jax.numpy)) | set(dir(jax.lax)) | set(dir(jax.nn)) | set(dir(jax.random))
+    with contextlib.suppress(ImportError):
+        import jax.extend.core.primitives as primitives
+
+        found = (getattr(getattr(primitives, n), "name", None) for n in dir(primitives))
+        names.update(n for n in found if isinstance(n, str))
+    return frozenset(n for n in names if not n.startswith("__"))
+
+
+def _unregister(callback: Callable[..., None]) -> None:
+    """Remove exactly our listener: the public call where the version has it (jax 0.8+),
+    else the private one of jax 0.7 (``_unregister_event_duration_listener_by_callback``)."""
+    public = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+    if public is not None:
+        public(callback)
+        return
+    from jax._src import monitoring
+
+    private = getattr(monitoring, "_unregister_event_duration_listener_by_callback", None)
+    if private is None:
+        raise RuntimeError(f"jax {jax.__version__} offers no way to remove one listener")
+    private(callback)
+
+
+def _event_unregister() -> Callable[[Callable[..., None]], None] | None:
+    """How to remove one event listener, or None: then none is registered."""
+    public = getattr(jax.monitoring, "unregister_event_listener", None)
+    if public is not None:
+        return public  # type: ignore[no-any-return]
+    from jax._src import monitoring
+
+    return getattr(monitoring, "_unregister_event_listener_by_callback", None)
+
+
+class JaxBackend:
+    """``jax.profiler``'s trace and server, ``jax.monitoring``'s compile events, the device."""
+
+    name = "jax"
+
+    def __init__(self) -> None:
+        self._server_status: ServerStatus | None = None
+        self._lock = threading.Lock()
+        self._counters: dict[str, int] = {}
+        self._metrics: dict[str, tuple[int, float]] = {}
+        self._library = _library_names()
+        self._notes: list[str] = []
+
+    def start_server(self, port: int) -> ServerStatus:
+        if self._server_status is not None and self._server_status.started:
+            return self._server_status
+        if not _port_is_free(port):
+            return ServerStatus(
+                port,
+                False,
+                f"port {port} is busy, so JAX's profiler server (on-demand capture) was not "
+                "started; use --port N for another port or --no-server to skip it",
+            )
+        try:
+            jax.profiler.start_server(port)
+        except Exception as error:
+            # One server per process: the user may have started one already.
+            return ServerStatus(
+                port, False, f"JAX's profiler server did not start ({error}); use --no-server"
+            )
+        self._server_status = ServerStatus(port, True)
+        return self._server_status
+
+    def start_trace(self, log_dir: str) -> None:
+        try:
+            jax.profiler.start_trace(log_dir, **_options())
+        except RuntimeError as error:
+            if "already" in str(error):
+                raise TraceAlreadyRunning(str(error)) from None
+            raise
+
+    def stop_trace(self) -> None:
+        try:
+            jax.profiler.stop_trace()
+        finally:
+            # A failed export leaves JAX believing a trace still runs; reset it, as
+            # stop_trace's own success path does, so that later captures can start.
+            from jax._src import profiler
+
+            state = getattr(profiler, "_profile_state", None)
+            if state is not None and getattr(state, "profile_session", None) is not None:
+                with state.lock:
+                    state.reset()
+
+    def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
+        event: AbstractContextManager[Any] = jax.profiler.TraceAnnotation(name, **stats)
+        return event
+
+    def wait_for_device(self) -> None:
+        """Wait for every live array: those the cell bound to names, its value, and any
+        other still referenced. ``jax.effects_barrier()`` alone waits only for effects.
+        Never starts the runtime (on a TPU that torch_xla holds, starting it would fail)."""
+        if not self.runtime_started():
+            return
+        arrays = [a for a in jax.live_arrays() if not a.is_deleted()]
+        try:
+            jax.block_until_ready(arrays)
+        except Exception:
+            # One array's failed computation must not hide the others' wait.
+            for array in arrays:
+                with contextlib.suppress(Exception):
+                    array.block_until_ready()
+        jax.effects_barrier()
+
+    def runtime_started(self) -> bool:
+        from jax._src import xla_bridge
+
+        started = getattr(xla_bridge, "backends_are_initialized", None)
+        return bool(started()) if started is not None else bool(xla_bridge._backends)
+
+    @contextlib.contextmanager
+    def step_hooks(
+        self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
+    ) -> Iterator[None]:
+        """JAX never syncs, so only the user's ``StepTraceAnnotation`` markers are reported,
+        on the cell's thread, where they begin and end; otherwise a step is one iteration
+        of the cell's loop."""
+        owner = threading.get_ident()
+        step_class = jax.profiler.StepTraceAnnotation
+        init = step_class.__init__
+        exit_ = step_class.__dict__.get("__exit__")
+        inherited_exit = step_class.__exit__
+
+        def hooked_init(annotation: Any, name: str, **kwargs: Any) -> None:
+            init(annotation, name, **kwargs)
+            if threading.get_ident() == owner:
+                with contextlib.suppress(Exception):
+                    on_user_step(True)
+
+        def hooked_exit(annotation: Any, *exc: Any) -> Any:
+            try:
+                return inherited_exit(annotation, *exc)
+            finally:
+                if threading.get_ident() == owner:
+                    with contextlib.suppress(Exception):
+                        on_user_step(False)
+
+        setattr(step_class, "__init__", hooked_init)  # noqa: B010
+        setattr(step_class, "__exit__", hooked_exit)  # noqa: B010
+        try:
+            yield
+        finally:
+            setattr(step_class, "__init__", init)  # noqa: B010
+            if exit_ is None:
+                delattr(step_class, "__exit__")
+            else:
+                setattr(step_class, "__exit__", exit_)  # noqa: B010
+
+    def sync(self) -> None:
+        """No lazy graph to cut: wait for the dispatched work instead."""
+        self.wait_for_device()
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[None]:
+        """Count compilations, traces and cache events while one capture runs."""
+
+        def on_duration(event: str, duration_secs: float, **kwargs: str | int) -> None:
+            if event not in (BACKEND_COMPILE, TRACE, LOWER):
+                return
+            name = str(kwargs.get("fun_name", ""))
+            with self._lock:
+                self._add(event, duration_secs)
+                if event == BACKEND_COMPILE and name:
+                    inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+                    prefix = LIBRARY_COMPILE if inner in self._library else FUNCTION_COMPILE
+                    self._add(prefix + name, duration_secs)
+
+        def on_event(event: str, **kwargs: str | int) -> None:
+            if event in CACHE_EVENTS:
+                with self._lock:
+                    self._counters[event] = self._counters.get(event, 0) + 1
+
+        unregister_event = _event_unregister()
+        explaining = self._explaining()
+        explaining.__enter__()
+        jax.monitoring.register_event_duration_secs_listener(on_duration)
+        if unregister_event is not None:
+            jax.monitoring.register_event_listener(on_event)
+        try:
+            yield
+        finally:
+            try:
+                _unregister(on_duration)
+            finally:
+                try:
+                    if unregister_event is not None:
+                        unregister_event(on_event)
+                finally:
+                    explaining.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _explaining(self) -> Iterator[None]:
+        """Collect JAX's explanations of tracing-cache misses (why a function traced and
+        compiled again), turning ``jax_explain_cache_misses`` on for the capture when the
+        user had not. Then its log records are kept from the cell's output, which stays as
+        it would be without the magic; when the user had, they are also shown as usual."""
+        handler = _Explanations(self._notes, self._lock)
+        loggers = [logging.getLogger(name) for name in _EXPLAINING_LOGGERS]
+        config = jax.config
+        users = bool(getattr(config, "jax_explain_cache_misses", False))
+        propagates = [logger.propagate for logger in loggers]
+        for logger in loggers:
+            logger.addHandler(handler)
+            if not users:
+                logger.propagate = False
+        if not users:
+            config.update("jax_explain_cache_misses", True)
+        try:
+            yield
+        finally:
+            if not users:
+                config.update("jax_explain_cache_misses", False)
+            for logger, propagate in zip(loggers, propagates, strict=True):
+                logger.removeHandler(handler)
+                logger.propagate = propagate
+
+    def _add(self, name: str, duration: float) -> None:
+        count, total = self._metrics.get(name, (0, 0.0))
+        self._metrics[name] = (count + 1, total + duration)
+
+    def metrics(self) -> MetricsSnapshot:
+        with self._lock:
+            return MetricsSnapshot(dict(self._counters), dict(self._metrics), tuple(self._notes))
+
+    def device(self) -> str:
+        if not self.runtime_started():
+            return "unknown"
+        try:
+            platform = str(jax.devices()[0].platform)
+        except Exception:
+            return "unknown"
+        return {"cuda": "GPU", "rocm": "GPU", "gpu": "GPU"}.get(platform, platform.upper())
+
+    def versions(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for dist in _VERSIONED:
+            try:
+                found[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+        return found
+
+
+# Where JAX logs its explanations of cache misses: the tracing cache (jax 0.8+ and 0.7), the
+# compiler and the persistent compilation cache.
+_EXPLAINING_LOGGERS = (
+    "jax._src.interpreters.partial_eval",
+    "jax._src.pjit",
+    "jax._src.compiler",
+    "jax._src.compilation_cache",
+)
+_MISS = "TRACING CACHE MISS"
+_BOILERPLATE = ("all previously seen cache keys differ", "for the closest previous key")
+
+
+class _Explanations(logging.Handler):
+    """Keeps ``<function>: <why>`` for each tracing-cache miss of a function seen before."""
+
+    def __init__(self, notes: list[str], lock: threading.Lock) -> None:
+        super().__init__(logging.DEBUG)
+        self._notes, self._lock = notes, lock
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            note = explanation(record.getMessage())
+        except Exception:
+            return
+        if note:
+            with self._lock:
+                self._notes.append(note)
+
+
+def explanation(message: str) -> str:
+    """``train_step: different input types: at w, now f32[4] and before f32[3]`` from JAX's
+    ``TRACING CACHE MISS`` message; "" for other messages and first compilations."""
+    lines = [line.strip() for line in message.splitlines()]
+    if not lines or not lines[0].startswith(_MISS) or len(lines) < 3:
+        return ""
+    head = lines[1]
+    if not head.startswith("for ") or " defined at " not in head:
+        return ""  # "never seen function": its first compilation
+    name = head[len("for ") : head.index(" defined at ")]
+    parts = []
+    for line in lines[2:]:
+        text = line.lstrip("* ").rstrip(".:")
+        if text and not text.lower().startswith(_BOILERPLATE):
+            parts.append(text)
+    return f"{name}: {'; '.join(parts)}" if parts else ""
+
+
+def _options() -> dict[str, Any]:
+    """No Python tracer: it records every Python call (tens of thousands of events for a
+    small cell, and the magic's own frames), burying the labels; torch_xla's default too."""
+    make = getattr(jax.profiler, "ProfileOptions", None)
+    if make is None:
+        return {}
+    options = make()
+    options.python_tracer_level = 0
+    return {"profiler_options": options}
+
+
+def _port_is_free(port: int) -> bool:
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address, port))
+            return True
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+    return True
+
+
+def create() -> JaxBackend:
+    return JaxBackend()

@@ -1,0 +1,88 @@
+"""JAX's words: its ``jax.monitoring`` event names, timeline events, advice and headings.
+
+Kept apart from :mod:`xprof_magic._backends.jax` so that the analysis can read a JAX run
+without importing JAX. Event names are those jax 0.7.2 to 0.10 record; the backend stores
+each duration event as a metric under its own name, and each compiled function's
+compilations under ``compile:<fun_name>`` (``library:<fun_name>`` for the programs that
+eager ``jax.numpy`` calls and JAX's own helpers compile, once per shape: not the user's
+recompiles).
+"""
+
+from __future__ import annotations
+
+from xprof_magic._backends import Advice, Headings, MetricNames, TimelineNames, Vocabulary
+
+__all__ = [
+    "BACKEND_COMPILE",
+    "CACHE_EVENTS",
+    "FUNCTION_COMPILE",
+    "LIBRARY_COMPILE",
+    "LOWER",
+    "TRACE",
+    "VOCABULARY",
+]
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+TRACE = "/jax/core/compile/jaxpr_trace_duration"
+LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+PERSISTENT_HITS = "/jax/compilation_cache/cache_hits"
+PERSISTENT_MISSES = "/jax/compilation_cache/cache_misses"
+CACHE_EVENTS = frozenset({PERSISTENT_HITS, PERSISTENT_MISSES})
+FUNCTION_COMPILE = "compile:"
+LIBRARY_COMPILE = "library:"
+
+# One per compilation, on the thread that called the jitted function (jax 0.8+ and 0.7).
+COMPILE_EVENTS = ("backend_compile_and_load", "backend_compile")
+# JAX's own host events around a jitted call (dispatch, lowering, compilation, transfers),
+# read on jax 0.10 CPU captures; with "::" in them (C++) they are runtime anyway.
+RUNTIME_NAMES = frozenset(
+    {
+        "ParseArguments",
+        "shard_args",
+        "Handle inputs",
+        "Handle input event recording",
+        "AllocateOutputBuffersWithInputReuse",
+        "lower_sharding_computation",
+        "backend_compile",
+        "backend_compile_and_load",
+        "ExecuteReplicated.__call__",
+        "DevicePut",
+        "DevicePutWithSharding",
+    }
+)
+RUNTIME_PREFIXES = ("PjitFunction(", "batched_copy_array_to_devices", "BatchedCopyToDevice")
+
+VOCABULARY = Vocabulary(
+    backend="jax",
+    metrics=MetricNames(
+        compile_time=BACKEND_COMPILE,
+        compile_cache_hits=PERSISTENT_HITS,
+        function_compile_prefix=FUNCTION_COMPILE,
+    ),
+    timeline=TimelineNames(
+        compile_events=COMPILE_EVENTS,
+        runtime_names=RUNTIME_NAMES,
+        runtime_prefixes=RUNTIME_PREFIXES,
+        thread_roles={
+            "python": "Python threads: your code, tracing and dispatch of jitted calls",
+            "tf_XLAEigen": "Eigen pool: parallel parts of XLA ops",
+            "tf_xla-cpu-codegen": "XLA CPU codegen: compilation",
+        },
+    ),
+    advice=Advice(
+        host_read_how="np.asarray(x), x.item(), float(x), printing",
+        recompile=(
+            "A jitted function compiles again for each new input shape, dtype or static "
+            "argument: keep shapes fixed (pad or bucket). "
+            "jax.config.update('jax_explain_cache_misses', True) logs why."
+        ),
+        cpu_device=(
+            "Ran on JAX's CPU backend, not on a TPU or GPU: these times say nothing about "
+            "accelerator speed."
+        ),
+    ),
+    headings=Headings(
+        metrics="JAX, this cell only",
+        fallbacks="Ops that fell back to the CPU",
+    ),
+)
