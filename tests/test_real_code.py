@@ -156,6 +156,28 @@ def test_the_users_own_start_trace_wins_even_inside_a_function(
     assert len(_store.runs(tmp_path / "logs")) == 1
 
 
+def test_profiler_functions_imported_by_name_in_an_earlier_cell_are_guarded(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    mine = tmp_path / "mine"
+    ok(kernel, "from torch_xla.debug.profiler import start_trace, stop_trace")
+    shown = ok(
+        kernel,
+        f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
+        f"start_trace({str(mine)!r})\n"
+        "value = sum(range(100))\n"
+        "stop_trace()\n"
+        "value",
+    )
+    assert "4950" in shown and "already" not in shown, shown
+    assert list(mine.glob("plugins/profile/*/*.xplane.pb")), shown
+    assert kernel.value("xprof_magic.last().status") == "partial"
+    # the user's names are given back: the originals, not the capture's guards
+    assert kernel.value(
+        "start_trace is __import__('torch_xla.debug.profiler', fromlist=['_']).start_trace"
+    )
+
+
 def test_the_users_trace_detached_captures(kernel: Kernel, tmp_path: Path) -> None:
     port = free_port()
     mine = tmp_path / "mine"

@@ -69,9 +69,13 @@ class Capture:
     counted as the cell's time; scripts use ``with``.
     """
 
-    def __init__(self, plan: Plan, notify: Notify = _to_stderr) -> None:
+    def __init__(
+        self, plan: Plan, notify: Notify = _to_stderr, namespace: dict[str, Any] | None = None
+    ) -> None:
         self.plan = plan.with_name()
         self.notify = notify
+        # The user's names, so that profiler functions they imported by name are guarded too.
+        self.namespace = namespace
         self.result: CaptureResult | None = None
         self.recorder: _labels.Recorder | None = None
         self._backend: Backend | None = None
@@ -131,7 +135,7 @@ class Capture:
         user_hooks = getattr(backend, "user_hooks", None)
         if user_hooks is not None:
             try:
-                self._user_hooks = user_hooks(self._user_trace, self._workers)
+                self._user_hooks = user_hooks(self._user_trace, self._workers, self.namespace)
                 self._user_hooks.__enter__()
             except BaseException:
                 self._user_hooks = None

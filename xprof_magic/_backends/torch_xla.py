@@ -251,6 +251,7 @@ class TorchXlaBackend:
         self,
         on_user_trace: Callable[[str], None],
         on_workers: Callable[[str, bool], str | None],
+        namespace: dict[str, Any] | None = None,
     ) -> Iterator[None]:
         """While open, call ``on_user_trace`` before the user's first own trace starts, and
         ``on_workers`` when the code starts worker processes.
@@ -265,6 +266,10 @@ class TorchXlaBackend:
         forked workers can, since they inherit this module's hooks; each first drops the
         profiling session it inherited from this process (see :class:`_TracedWorker`).
         ``nprocs=1`` runs the function here, inside this process's trace.
+
+        Names in ``namespace`` (the user's) bound to these functions, e.g. by ``from
+        torch_xla.debug.profiler import start_trace`` in an earlier cell, are rebound to the
+        guarded ones while the hooks are open, and given back after.
         """
         originals = {name: getattr(xp, name) for name in ("start_trace", "trace", "trace_detached")}
         spawn = xmp.spawn
@@ -298,15 +303,27 @@ class TorchXlaBackend:
                 arguments["fn"] = _TracedWorker(arguments["fn"], folder)
             return spawn(*bound.args, **bound.kwargs)
 
-        for name in originals:
-            setattr(xp, name, guarded(name))
+        wrappers: dict[int, Callable[..., Any]] = {id(spawn): spawn_}
+        for name, original in originals.items():
+            wrappers[id(original)] = guarded(name)
+            setattr(xp, name, wrappers[id(original)])
         xmp.spawn = spawn_
+        names: dict[str, Any] = namespace if namespace is not None else {}
+        rebound: dict[str, Any] = {}
+        for key, value in list(names.items()):
+            wrapper = wrappers.get(id(value))
+            if wrapper is not None and not key.startswith("_"):
+                rebound[key] = value
+                names[key] = wrapper
         try:
             yield
         finally:
             for name, original in originals.items():
                 setattr(xp, name, original)
             xmp.spawn = spawn
+            for key, value in rebound.items():
+                if names.get(key) is wrappers[id(value)]:
+                    names[key] = value
 
     def sync(self) -> None:
         torch_xla.sync()
