@@ -83,3 +83,41 @@ def trace_events(run_dir: Path) -> list[dict[str, Any]]:
 
 def event_names(run_dir: Path) -> set[str]:
     return {e.get("name", "") for e in trace_events(run_dir)}
+
+
+def run(ip: Any, logdir: Path, body: str, options: str = "") -> Any:
+    """Run ``body`` as a ``%%xprof`` cell (no display) in the in-process shell."""
+    return ip.run_cell(f"%%xprof --logdir {logdir} --no-display {options}\n{body}")
+
+
+def only_run(logdir: Path) -> Any:
+    """The one run in ``logdir``."""
+    from xprof_magic import _store
+
+    (found,) = _store.runs(logdir)
+    return found
+
+
+def host_events(run_dir: Path) -> list[Any]:
+    """Every event on the host's lines of the run's xplane, through XProf's own reader."""
+    from xprof.profile_data import ProfileData
+
+    (path,) = run_dir.glob("*.xplane.pb")
+    data = ProfileData.from_file(str(path))
+    return [
+        event
+        for plane in data.planes
+        if plane.name.startswith("/host:")
+        for line in plane.lines
+        for event in line.events
+    ]
+
+
+def step_numbers(run_dir: Path, name: str = "step") -> list[int]:
+    """The ``step_num`` of each XProf step marker (``_r=1``) named ``name``."""
+    found = []
+    for event in host_events(run_dir):
+        stats = dict(event.stats)
+        if event.name == name and str(stats.get("_r")) == "1":
+            found.append(int(stats["step_num"]))
+    return sorted(found)

@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import pytest
 
+from tests.conftest import host_events, only_run, run, step_numbers
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._analysis import render_text, summarize
 from xprof_magic._backends import get_backend, get_vocabulary
@@ -31,38 +32,6 @@ for i in range(6):
 wide = train_step(jnp.zeros(8), jnp.ones((16, 8)), y)
 float(w.sum())
 """
-
-
-def run(ip: Any, logdir: Path, body: str, options: str = "") -> Any:
-    return ip.run_cell(f"%%xprof --logdir {logdir} --no-display {options}\n{body}")
-
-
-def only_run(logdir: Path) -> _store.RunInfo:
-    (found,) = _store.runs(logdir)
-    return found
-
-
-def host_events(run_dir: Path) -> list[Any]:
-    from xprof.profile_data import ProfileData
-
-    (path,) = run_dir.glob("*.xplane.pb")
-    data = ProfileData.from_file(str(path))
-    return [
-        event
-        for plane in data.planes
-        if plane.name.startswith("/host:")
-        for line in plane.lines
-        for event in line.events
-    ]
-
-
-def step_numbers(run_dir: Path) -> list[int]:
-    found = []
-    for event in host_events(run_dir):
-        stats = dict(event.stats)
-        if event.name == "step" and str(stats.get("_r")) == "1":
-            found.append(int(stats["step_num"]))
-    return sorted(found)
 
 
 def test_labels_become_trace_annotations_with_the_statements_and_markers(tmp_path: Path) -> None:

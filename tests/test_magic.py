@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import xprof_magic
+from tests.conftest import only_run, run
 from xprof_magic import _store
 
 from .conftest import event_names, trace_events
@@ -32,15 +33,6 @@ for i in range(3):
     torch_xla.sync()
 loss.item()
 """
-
-
-def run(ip: Any, logdir: Path, body: str, options: str = "") -> Any:
-    return ip.run_cell(f"%%xprof --logdir {logdir} --no-display {options}\n{body}")
-
-
-def only_run(logdir: Path) -> _store.RunInfo:
-    (found,) = _store.runs(logdir)
-    return found
 
 
 def test_value_names_magics_and_shell_commands_behave_as_without_the_magic(

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import pytest
 
 import xprof_magic
+from tests.conftest import host_events, only_run, run, step_numbers
 from xprof_magic import _labels, _metadata, _steps, _store
 from xprof_magic._capture import parse_steps
 from xprof_magic._rewrite import rewrite
@@ -179,40 +180,6 @@ def test_nested_loops_without_syncs_give_one_step_per_inner_iteration() -> None:
 
 
 # Real captures through the magic.
-
-
-def run(ip: Any, logdir: Path, body: str, options: str = "") -> Any:
-    return ip.run_cell(f"%%xprof --logdir {logdir} --no-display {options}\n{body}")
-
-
-def only_run(logdir: Path) -> _store.RunInfo:
-    (found,) = _store.runs(logdir)
-    return found
-
-
-def host_events(run_dir: Path) -> list[Any]:
-    """Every event on the host's lines of the run's xplane."""
-    from xprof.profile_data import ProfileData
-
-    (path,) = run_dir.glob("*.xplane.pb")
-    data = ProfileData.from_file(str(path))
-    return [
-        event
-        for plane in data.planes
-        if plane.name.startswith("/host:")
-        for line in plane.lines
-        for event in line.events
-    ]
-
-
-def step_numbers(run_dir: Path, name: str = "step") -> list[int]:
-    """The ``step_num`` of each XProf step marker (``_r=1``) named ``name``."""
-    found = []
-    for event in host_events(run_dir):
-        stats = dict(event.stats)
-        if event.name == name and str(stats.get("_r")) == "1":
-            found.append(int(stats["step_num"]))
-    return sorted(found)
 
 
 SYNCING_LOOP = """

@@ -214,14 +214,7 @@ class Capture:
         backend, recorder = self._backend, self.recorder
         assert backend is not None and recorder is not None
         t0 = time.perf_counter()
-        recorder.tracing = False
-        try:
-            if backend.runtime_started():
-                backend.wait_for_device()
-            backend.stop_trace()
-        except Exception as error:
-            self._messages.append(f"stopping the trace after the window failed: {error}")
-        self._tracing = False
+        self._halt("stopping the trace after the window")
         self._trace_ns.append(time.time_ns())
         recorder.tracker.release()
         paused = seconds(time.perf_counter() - t0)
@@ -229,6 +222,20 @@ class Capture:
             f"the trace stopped after step {recorder.tracker.last}; the cell went on "
             f"untraced (it paused {paused} to stop)"
         )
+
+    def _halt(self, doing: str) -> None:
+        """Stop the trace mid-cell, once the device is done with what was launched (only
+        when the user's code started the runtime: the magic never starts it)."""
+        backend, recorder = self._backend, self.recorder
+        assert backend is not None and recorder is not None
+        recorder.tracing = False
+        try:
+            if backend.runtime_started():
+                backend.wait_for_device()
+            backend.stop_trace()
+        except Exception as error:
+            self._messages.append(f"{doing} failed: {error}")
+        self._tracing = False
 
     def _user_trace(self, call: str) -> None:
         """The user's code starts its own trace: stop the capture's, keep what it holds.
@@ -240,14 +247,7 @@ class Capture:
         assert backend is not None and recorder is not None
         if not self._tracing:
             return
-        recorder.tracing = False
-        try:
-            if backend.runtime_started():
-                backend.wait_for_device()
-            backend.stop_trace()
-        except Exception as error:
-            self._messages.append(f"stopping the trace for your {call}() failed: {error}")
-        self._tracing = False
+        self._halt(f"stopping the trace for your {call}()")
         self._partial = True
         if not self._trace_ns:
             self._trace_ns.append(self._start_ns)

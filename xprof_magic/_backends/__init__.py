@@ -36,6 +36,7 @@ __all__ = [
     "get_backend",
     "get_vocabulary",
     "metrics_delta",
+    "reset_profile_state",
 ]
 
 
@@ -240,3 +241,16 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> RunMetrics
         if count != count0:
             metrics[name] = MetricTotal(count - count0, total - total0)
     return RunMetrics(counters, metrics, after.notes[len(before.notes) :])
+
+
+def reset_profile_state(module: Any) -> None:
+    """Forget a trace that a failed export left behind in ``module._profile_state``.
+
+    torch_xla's and JAX's profiler modules keep one such state; after a failed
+    ``stop_trace`` (a full disk) it still says a trace runs, and every later capture in the
+    process would be refused.
+    """
+    state = getattr(module, "_profile_state", None)
+    if state is not None and getattr(state, "profile_session", None) is not None:
+        with state.lock:
+            state.reset()

@@ -26,7 +26,12 @@ import jax
 import jax.monitoring
 import jax.profiler
 
-from xprof_magic._backends import MetricsSnapshot, ServerStatus, TraceAlreadyRunning
+from xprof_magic._backends import (
+    MetricsSnapshot,
+    ServerStatus,
+    TraceAlreadyRunning,
+    reset_profile_state,
+)
 from xprof_magic._backends.jax_vocabulary import (
     BACKEND_COMPILE,
     CACHE_EVENTS,
@@ -130,14 +135,9 @@ class JaxBackend:
         try:
             jax.profiler.stop_trace()
         finally:
-            # A failed export leaves JAX believing a trace still runs; reset it, as
-            # stop_trace's own success path does, so that later captures can start.
             from jax._src import profiler
 
-            state = getattr(profiler, "_profile_state", None)
-            if state is not None and getattr(state, "profile_session", None) is not None:
-                with state.lock:
-                    state.reset()
+            reset_profile_state(profiler)
 
     def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
         event: AbstractContextManager[Any] = jax.profiler.TraceAnnotation(name, **stats)

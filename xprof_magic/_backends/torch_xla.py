@@ -33,7 +33,12 @@ import torch_xla.distributed.xla_multiprocessing as xmp
 import torch_xla.runtime as xr
 from torch_xla import _XLAC  # type: ignore[attr-defined]
 
-from xprof_magic._backends import MetricsSnapshot, ServerStatus, TraceAlreadyRunning
+from xprof_magic._backends import (
+    MetricsSnapshot,
+    ServerStatus,
+    TraceAlreadyRunning,
+    reset_profile_state,
+)
 
 __all__ = ["TorchXlaBackend", "create"]
 
@@ -126,12 +131,7 @@ class TorchXlaBackend:
         try:
             _stop_trace()
         finally:
-            # A failed export (a full disk) leaves torch_xla believing a trace still runs,
-            # which would refuse every later capture in this process.
-            state = getattr(xp, "_profile_state", None)
-            if state is not None and getattr(state, "profile_session", None) is not None:
-                with state.lock:
-                    state.reset()
+            reset_profile_state(xp)
 
     def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
         # A plain TraceMe: xp.Trace also opens an IR scope, which a sync inside would break.

@@ -151,7 +151,8 @@ class XprofMagics(Magics):
             assert self.shell is not None
             self.shell.showsyntaxerror()
             raise UsageError("the cell was not run: fix the syntax error above") from None
-        capture = _capture.Capture(plan, notify=print, namespace=getattr(self.shell, "user_ns", None))
+        namespace = getattr(self.shell, "user_ns", None)
+        capture = _capture.Capture(plan, notify=print, namespace=namespace)
         try:
             capture.start()
         except (_store.LogdirError, TraceAlreadyRunning) as error:
