@@ -275,3 +275,46 @@ def test_trace_viewer_under_the_cell(lab: JupyterLab, browser: Any, route: str) 
     finally:
         context.close()
         lab.shutdown_kernels()
+
+
+def test_a_jax_cell_shows_its_own_timeline(lab: JupyterLab, browser: Any) -> None:
+    """The JAX backend under the same widget: the trace viewer fetches the JAX cell's labels."""
+    name = "jax.ipynb"
+    write_notebook(
+        lab.root / name,
+        [
+            "%load_ext xprof_magic\nimport jax, jax.numpy as jnp",
+            "%%xprof --name jax-train --steps\n"
+            "step = jax.jit(lambda w, x: w - 0.1 * (x @ w))\n"
+            "w = jnp.ones((64, 64))\n"
+            "for i in range(3):\n"
+            "    # xprof: update\n"
+            "    w = step(w, jnp.full((64, 64), 0.01))\n"
+            "float(w.sum())",
+        ],
+    )
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    notebook = Notebook(page, lab)
+    try:
+        page.goto(lab.notebook_url(name, workspace="jax"), timeout=LOAD_TIMEOUT_S * 1000)
+        page.locator(".jp-NotebookPanel .jp-CodeCell").first.wait_for(timeout=LOAD_TIMEOUT_S * 1000)
+        wait_until(notebook.kernel_idle, LOAD_TIMEOUT_S, "the kernel to start", notebook.pause)
+        notebook.run_all(count=2)
+        outputs = notebook.outputs()
+        assert "Traceback" not in outputs, outputs
+        assert "xprof: run jax-train (ok)" in outputs and "3 steps" in outputs, outputs
+        widget = page.locator(".jp-NotebookPanel .xprof-viewer").first
+        frame = notebook.inner_frame(widget)
+        check_route("direct", lab, frame.url, "trace_viewer_index.html")
+        notebook.wait_for_data(frame, "jax-train", "trace_viewer", label="update")
+        shown(widget, frame, "/host:CPU")
+        notebook.screenshot("jax-trace-viewer", widget)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            notebook.screenshot("jax-failure")
+        print(f"JupyterLab's log, last lines:\n{lab.log_tail()}")
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
