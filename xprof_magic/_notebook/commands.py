@@ -1,4 +1,4 @@
-"""The ``%xprof`` line commands: runs, view, summary, compare, viewer.
+"""The ``%xprof`` line commands: runs, view, summary, compare, viewer, capture.
 
 Each command reads the log directory the last profiled cell used (or the default) and shows
 what it finds; mistakes raise IPython's ``UsageError``, one line naming the fix.
@@ -6,6 +6,7 @@ what it finds; mistakes raise IPython's ``UsageError``, one line naming the fix.
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,12 +15,15 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.display import display
 
-from xprof_magic import _store
+from xprof_magic import _ondemand, _store
 from xprof_magic._viewer.client import DEFAULT_HEIGHT
 
 __all__ = ["SUBCOMMANDS", "Session", "run_command"]
 
-SUBCOMMANDS = "runs, view [RUN], summary [RUN], compare RUN_A RUN_B, viewer, viewer stop"
+SUBCOMMANDS = (
+    "runs, view [RUN], summary [RUN], compare RUN_A RUN_B, viewer, viewer stop, "
+    "capture [ADDR[,ADDR...]]"
+)
 
 
 @dataclass
@@ -54,6 +58,8 @@ def run_command(session: Session, shell: Any, line: str) -> None:
         return _summary(session, rest[0] if rest else None)
     if command == "compare" and len(rest) == 2:
         return _compare(session, *rest)
+    if command == "capture":
+        return _capture(session, shell, rest)
     if command == "runs" and len(rest) <= 1:
         return _runs(Path(rest[0]) if rest else _store.default_logdir())
     raise UsageError(
@@ -129,3 +135,75 @@ def _viewer_command(session: Session, stop: bool) -> None:
         f"xprof: {kind} viewer, pid {found.pid}, listening on 127.0.0.1:{found.port}, "
         f"serving {found.logdir}; its log: {found.log_path}"
     )
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that fails with one ``UsageError`` line instead of exiting."""
+
+    def error(self, message: str) -> Any:
+        raise UsageError(f"%xprof capture: {message}; see %xprof capture --help")
+
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        if message:
+            print(message)
+        raise _Done
+
+
+class _Done(Exception):
+    """``--help`` was shown."""
+
+
+def _capture_parser() -> _Parser:
+    parser = _Parser(
+        prog="%xprof capture",
+        description="Capture running profiler servers for a while into one run, one host "
+        "per address. No address: this kernel's own server (started now if needed), e.g. "
+        "while a training loop runs in a thread.",
+    )
+    parser.add_argument("addresses", nargs="?", default=None, help="HOST:PORT[,HOST:PORT...]")
+    parser.add_argument("--duration-ms", type=int, default=_ondemand.DEFAULT_DURATION_MS)
+    parser.add_argument("--name", default=None, help="run name (default: a time stamp)")
+    parser.add_argument("--logdir", default=None, help="log directory (default: the session's)")
+    parser.add_argument("--host-tracer-level", type=int, default=2, help="0-3 (default 2)")
+    parser.add_argument("--device-tracer-level", type=int, default=1, help="0-1 (default 1)")
+    parser.add_argument("--python-tracer-level", type=int, default=0, help="0-1 (default 0)")
+    parser.add_argument("--delay-ms", type=int, default=0, help="wait before tracing")
+    parser.add_argument("--port", type=int, default=None, help="own server's port (no address)")
+    parser.add_argument("--no-display", action="store_true", help="print the summary only")
+    return parser
+
+
+def _capture(session: Session, shell: Any, words: list[str]) -> None:
+    from xprof_magic._plan import DEFAULT_PORT
+
+    try:
+        args = _capture_parser().parse_args(words)
+    except _Done:
+        return
+    logdir = Path(args.logdir) if args.logdir else session.current_logdir()
+    try:
+        options = _ondemand.Options(
+            duration_ms=args.duration_ms,
+            host_tracer_level=args.host_tracer_level,
+            device_tracer_level=args.device_tracer_level,
+            python_tracer_level=args.python_tracer_level,
+            delay_ms=args.delay_ms,
+        )
+        if args.addresses is None:
+            address, said = _ondemand.own_address(args.port or DEFAULT_PORT)
+            if said:
+                print(f"xprof: {said}")
+            addresses = [address]
+        else:
+            addresses = _ondemand.parse_addresses(args.addresses)
+        captured = _ondemand.capture(addresses, logdir, options, name=args.name)
+    except (_ondemand.CaptureError, _store.LogdirError, ValueError) as error:
+        raise UsageError(f"%xprof capture: {error}") from None
+    session.logdir = logdir
+    print(captured.text())
+    if args.no_display:
+        from xprof_magic._notebook import show
+
+        display(show.summary_bundle(show.full_summary(captured.path)), raw=True)
+        return
+    _view(session, shell, captured.run)

@@ -1,0 +1,163 @@
+"""On-demand capture: ``%xprof capture`` of running profiler servers, on real torch_xla.
+
+Workers are real processes (``tests/_worker.py``: a torch_xla loop with a label and
+``xp.start_server``); the captures go through XProf's own client in a real kernel.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests._kernel import Kernel
+from tests.test_kernel import text
+from tests.test_real_code import free_port, with_server
+from xprof_magic import _metadata, _ondemand, _store
+
+WORKER = Path(__file__).with_name("_worker.py")
+
+
+def labels_of(xplane: Path, names: set[str]) -> set[str]:
+    """Which of ``names`` occur as events on the host planes of one timeline file."""
+    from xprof.profile_data import ProfileData
+
+    data = ProfileData.from_file(str(xplane))
+    found: set[str] = set()
+    for plane in data.planes:
+        if plane.name.startswith("/host:"):
+            for line in plane.lines:
+                found |= {event.name for event in line.events if event.name in names}
+    return found
+
+
+def start_worker(port: int, label: str) -> subprocess.Popen[str]:
+    worker = subprocess.Popen(
+        [sys.executable, str(WORKER), str(port), label],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=with_server(),
+    )
+    return worker
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[dict[str, int]]:
+    """Two running workers, each with a profiler server: label -> port."""
+    ports = {"worker_a": free_port(), "worker_b": free_port()}
+    started = {label: start_worker(port, label) for label, port in ports.items()}
+    try:
+        for label, worker in started.items():
+            assert worker.stdout is not None
+            line = worker.stdout.readline()
+            assert line.strip() == "ready", f"{label} did not start: {line!r}"
+        yield ports
+    finally:
+        for worker in started.values():
+            worker.kill()
+            worker.wait()
+
+
+@pytest.fixture(scope="module")
+def kernel() -> Iterator[Kernel]:
+    k = Kernel(with_server())
+    content, _ = k.run("%load_ext xprof_magic\nimport sys")
+    assert content["status"] == "ok"
+    yield k
+    k.close()
+
+
+def ok(k: Kernel, code: str) -> str:
+    content, outputs = k.run(code, timeout=240)
+    shown = text(outputs)
+    assert content["status"] == "ok", shown
+    return shown
+
+
+def refused(k: Kernel, code: str) -> str:
+    content, _ = k.run(code, timeout=240)
+    assert content["status"] == "error"
+    assert content["ename"] == "UsageError", content
+    return str(content["evalue"])
+
+
+def test_addresses_are_parsed_and_named_apart() -> None:
+    assert _ondemand.parse_addresses(
+        " localhost:9012,grpc://10.0.0.2:9012 ,9013,localhost:9012"
+    ) == [
+        "localhost:9012",
+        "10.0.0.2:9012",
+        "localhost:9013",
+    ]
+    assert _ondemand.host_name("localhost:9012") == "localhost_9012"
+    assert _ondemand.host_name("[::1]:9012") == "1_9012"
+    for bad in ("localhost", "host:port", ":9012", "localhost:70000", ","):
+        with pytest.raises(_ondemand.CaptureError, match="HOST:PORT"):
+            _ondemand.parse_addresses(bad)
+
+
+@pytest.mark.parametrize(
+    ("options", "flag"),
+    [
+        ({"duration_ms": 0}, "--duration-ms"),
+        ({"delay_ms": -1}, "--delay-ms"),
+        ({"host_tracer_level": 4}, "--host-tracer-level"),
+        ({"python_tracer_level": 2}, "--python-tracer-level"),
+    ],
+)
+def test_impossible_options_are_refused(options: dict[str, Any], flag: str) -> None:
+    with pytest.raises(_ondemand.CaptureError, match=flag):
+        _ondemand.Options(**options)
+
+
+def test_nothing_answering_leaves_no_run(tmp_path: Path) -> None:
+    dead = free_port()
+    with pytest.raises(_ondemand.CaptureError, match=f"localhost:{dead} does not answer"):
+        _ondemand.capture([f"localhost:{dead}"], tmp_path, _ondemand.Options(duration_ms=200))
+    assert _store.runs(tmp_path) == []
+    assert not (tmp_path / _store.STAGING_DIR).exists()
+
+
+def test_two_workers_and_a_dead_address_make_one_run_without_torch_xla(
+    kernel: Kernel, workers: dict[str, int], tmp_path: Path
+) -> None:
+    a, b = workers["worker_a"], workers["worker_b"]
+    dead = free_port()
+    shown = ok(
+        kernel,
+        f"%xprof capture localhost:{a},localhost:{b},localhost:{dead} --duration-ms 1500 "
+        f"--logdir {tmp_path} --name pair --no-display",
+    )
+    dead_lines = [line for line in shown.splitlines() if f"localhost:{dead}" in line]
+    assert len(dead_lines) == 1 and "does not answer" in dead_lines[0], shown
+    assert kernel.value("'torch_xla' in sys.modules") is False
+    (run,) = _store.runs(tmp_path)
+    assert run.name == "pair"
+    assert set(run.hosts) == {f"localhost_{a}", f"localhost_{b}"}
+    both = {"worker_a", "worker_b"}
+    assert labels_of(run.path / f"localhost_{a}.xplane.pb", both) == {"worker_a"}
+    assert labels_of(run.path / f"localhost_{b}.xplane.pb", both) == {"worker_b"}
+    meta = _metadata.read(run.path)
+    assert meta is not None and meta.status == "partial"
+    assert meta.options["addresses"] == [f"localhost:{a}", f"localhost:{b}", f"localhost:{dead}"]
+    assert meta.options["duration_ms"] == 1500
+    assert meta.options["hosts"] == {
+        f"localhost_{a}": f"localhost:{a}",
+        f"localhost_{b}": f"localhost:{b}",
+    }
+    assert "xprof summary — run pair" in shown
+
+
+def test_mistakes_are_one_usage_line(kernel: Kernel, tmp_path: Path) -> None:
+    assert "--duration-ms" in refused(kernel, "%xprof capture localhost:1 --duration-ms 0")
+    assert "invalid int value" in refused(kernel, "%xprof capture --delay-ms soon")
+    assert "HOST:PORT" in refused(kernel, "%xprof capture nowhere")
+    dead = free_port()
+    message = refused(kernel, f"%xprof capture localhost:{dead} --logdir {tmp_path}")
+    assert f"localhost:{dead} does not answer" in message
+    assert _store.runs(tmp_path) == []
