@@ -161,3 +161,42 @@ def test_mistakes_are_one_usage_line(kernel: Kernel, tmp_path: Path) -> None:
     message = refused(kernel, f"%xprof capture localhost:{dead} --logdir {tmp_path}")
     assert f"localhost:{dead} does not answer" in message
     assert _store.runs(tmp_path) == []
+
+
+TRAINING_THREAD = """
+import threading
+import torch, torch_xla
+import torch_xla.debug.profiler as xp
+
+stop = threading.Event()
+
+def train():
+    device = torch_xla.device()
+    weight = torch.randn(32, 32, device=device)
+    while not stop.is_set():
+        with xp.Trace("thread_step"):
+            weight = (weight @ weight).tanh()
+        torch_xla.sync()
+
+trainer = threading.Thread(target=train, daemon=True)
+trainer.start()
+"""
+
+
+def test_no_address_captures_a_training_thread_of_this_kernel(tmp_path: Path) -> None:
+    k = Kernel(with_server())
+    try:
+        ok(k, "%load_ext xprof_magic")
+        ok(k, TRAINING_THREAD)
+        port = free_port()
+        shown = ok(
+            k,
+            f"%xprof capture --duration-ms 1500 --port {port} --logdir {tmp_path} --no-display",
+        )
+        ok(k, "stop.set(); trainer.join()")
+    finally:
+        k.close()
+    assert f"localhost_{port} (localhost:{port})" in shown, shown
+    (run,) = _store.runs(tmp_path)
+    assert run.hosts == (f"localhost_{port}",)
+    assert labels_of(run.path / f"localhost_{port}.xplane.pb", {"thread_step"}) == {"thread_step"}
