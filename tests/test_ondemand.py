@@ -17,7 +17,7 @@ import pytest
 from tests._kernel import Kernel
 from tests.test_kernel import text
 from tests.test_real_code import free_port, with_server
-from xprof_magic import _metadata, _ondemand, _store
+from xprof_magic import _analysis, _metadata, _ondemand, _store
 
 WORKER = Path(__file__).with_name("_worker.py")
 
@@ -35,9 +35,9 @@ def labels_of(xplane: Path, names: set[str]) -> set[str]:
     return found
 
 
-def start_worker(port: int, label: str) -> subprocess.Popen[str]:
+def start_worker(port: int, label: str, sleep_ms: int) -> subprocess.Popen[str]:
     worker = subprocess.Popen(
-        [sys.executable, str(WORKER), str(port), label],
+        [sys.executable, str(WORKER), str(port), label, str(sleep_ms)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -48,9 +48,11 @@ def start_worker(port: int, label: str) -> subprocess.Popen[str]:
 
 @pytest.fixture(scope="module")
 def workers() -> Iterator[dict[str, int]]:
-    """Two running workers, each with a profiler server: label -> port."""
+    """Two running workers, each with a profiler server: label -> port. worker_b waits
+    20 ms in each step, so it is the slow host."""
     ports = {"worker_a": free_port(), "worker_b": free_port()}
-    started = {label: start_worker(port, label) for label, port in ports.items()}
+    sleeps = {"worker_a": 0, "worker_b": 20}
+    started = {label: start_worker(port, label, sleeps[label]) for label, port in ports.items()}
     try:
         for label, worker in started.items():
             assert worker.stdout is not None
@@ -151,6 +153,18 @@ def test_two_workers_and_a_dead_address_make_one_run_without_torch_xla(
         f"localhost_{b}": f"localhost:{b}",
     }
     assert "xprof summary — run pair" in shown
+    assert f"Hosts — 2 captured; slowest: localhost_{b}" in shown, shown
+
+    summary = _analysis.summarize(run.path, budget_s=None)
+    rows = {row.host: row for row in summary.hosts}
+    fast, slow = rows[f"localhost_{a}"], rows[f"localhost_{b}"]
+    assert (fast.step_name, slow.step_name) == ("worker_a", "worker_b")
+    assert fast.step_s is not None and slow.step_s is not None
+    assert slow.step_s >= 0.02 > fast.step_s
+    assert fast.steps > slow.steps > 10
+    assert fast.busy_s and slow.busy_s and fast.busy_s > slow.busy_s
+    assert summary.slowest_host == f"localhost_{b}"
+    assert "localhost_" in _analysis.render_html(summary).split("Hosts — 2 captured")[1]
 
 
 def test_mistakes_are_one_usage_line(kernel: Kernel, tmp_path: Path) -> None:

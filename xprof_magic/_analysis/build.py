@@ -16,13 +16,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from xprof_magic import _metadata
-from xprof_magic._analysis import blocks
+from xprof_magic._analysis import blocks, hosts
 from xprof_magic._analysis.cache import estimate_read_s
 from xprof_magic._analysis.device import device_info, top_host_ops, top_ops
 from xprof_magic._analysis.model import (
     Compiles,
     CompileSite,
     Fallback,
+    HostRow,
     LabelRow,
     Note,
     Summary,
@@ -115,11 +116,25 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
                 f"the timeline ({size_mb:.1f} MB) was not read: {why}, so labels and steps "
                 "come from the magic's timers and compile sites, ops and busy time are absent"
             )
-        if len(xplanes) > 1:
+    words = get_vocabulary(meta.backend)
+    host_table: tuple[HostRow, ...] = ()
+    if host_file is not None and len(xplanes) > 1:
+        if facts is not None:
+            try:
+                host_table = hosts.host_rows(
+                    xplanes,
+                    {host_file: facts},
+                    meta,
+                    words,
+                    None if budget_s is None else started + budget_s,
+                )
+            except ReadAborted:
+                pending = True
+        if not host_table:
             others = ", ".join(p.name for p in xplanes if p != host_file)
             missing.append(f"only host {host_file.name} is summarized; also captured: {others}")
-    words = get_vocabulary(meta.backend)
     summary = _build(path, meta, words, facts, host_file, tuple(missing), pending)
+    summary = replace(summary, hosts=host_table, slowest_host=hosts.slowest(host_table))
     return replace(summary, notes=(*notes_for(summary, words), *warnings))
 
 

@@ -22,7 +22,7 @@ from xprof_magic._analysis.text import (
     steps_line,
 )
 from xprof_magic._backends import get_vocabulary
-from xprof_magic._units import percent, seconds
+from xprof_magic._units import NONE, percent, seconds
 
 __all__ = ["chart_svg", "compare_html", "render_html"]
 
@@ -66,6 +66,32 @@ def _bar(share: float | None) -> str:
         f'vertical-align:middle;margin-right:6px"><span style="display:block;height:8px;'
         f'width:{width:.1f}px;background:{_BLUE}"></span></span>{percent(share)}'
     )
+
+
+def _hosts(s: Summary) -> list[str]:
+    """The hosts table of a multi-host run (nothing for one host)."""
+    if not s.hosts:
+        return []
+    slowest = f"; slowest: {s.slowest_host}" if s.slowest_host else ""
+    head = f"Hosts — {len(s.hosts)} captured{slowest}; the other sections read {s.host}"
+    rows = []
+    for h in s.hosts:
+        name = _e(h.host) + (" <b>(slowest)</b>" if h.host == s.slowest_host else "")
+        if h.problem:
+            rows.append([name, _e(h.problem), "", "", ""])
+            continue
+        rows.append(
+            [
+                name,
+                _e(h.step_name or NONE),
+                _e(seconds(h.step_s) if h.step_s is not None else NONE),
+                str(h.steps),
+                _e(seconds(h.busy_s) if h.busy_s is not None else NONE)
+                + f" ({_e(percent(h.busy_share))})",
+            ]
+        )
+    table = _table(["host", "step", "step time", "steps", "device busy"], rows, {2, 3, 4})
+    return [f'<div style="{_H}">{_e(head)}</div>', table]
 
 
 def render_html(summary: Summary) -> str:
@@ -120,6 +146,7 @@ def render_html(summary: Summary) -> str:
         )
         if len(s.labels) > HTML_LABEL_ROWS:
             parts.append(f"<div>… {len(s.labels) - HTML_LABEL_ROWS} more blocks</div>")
+    parts.extend(_hosts(s))
     parts.append(f'<div style="{_H}">Device and host threads</div>')
     d = s.device
     if d.busy_s is not None and d.window_s:

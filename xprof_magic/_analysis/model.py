@@ -23,6 +23,7 @@ __all__ = [
     "DeviceBusy",
     "DeviceInfo",
     "Fallback",
+    "HostRow",
     "LabelRow",
     "Note",
     "OpRow",
@@ -66,6 +67,26 @@ class ThreadGroup:
     threads: int
     busy_s: float
     share: float
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One host of a multi-host run: its step time and how busy its device was.
+
+    ``step_name`` is what the steps are: step markers of the timeline, else the most often
+    repeated top-level block on its Python thread (a training loop's body); ``step_s`` is their
+    median after the first. ``busy_s`` and ``busy_share`` are as :class:`DeviceInfo`'s.
+    ``problem`` says why the host could not be read, when it could not.
+    """
+
+    host: str
+    step_name: str = ""
+    steps: int = 0
+    step_s: float | None = None
+    busy_s: float | None = None
+    busy_share: float | None = None
+    window_s: float | None = None
+    problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,6 +274,8 @@ class Summary:
     compile_ops: tuple[OpRow, ...] = ()
     events: int = 0
     read_s: float = 0.0
+    hosts: tuple[HostRow, ...] = ()
+    slowest_host: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_json` gives back an equal summary."""

@@ -96,12 +96,37 @@ def label_name(row: LabelRow) -> str:
     return f"{thread}{row.path[-1]}{_KIND_TAG.get(row.kind, '')}"
 
 
+def hosts_lines(s: Summary) -> list[str]:
+    """The hosts table of a multi-host run (empty for one host)."""
+    if not s.hosts:
+        return []
+    slowest = f"; slowest: {s.slowest_host}" if s.slowest_host else ""
+    out = [
+        "",
+        f"Hosts — {len(s.hosts)} captured{slowest}; the sections below read {s.host}",
+        f"  {'step':>9} {'steps':>6} {'busy':>9} {'share':>6}  host (what a step is)",
+    ]
+    for h in s.hosts:
+        if h.problem:
+            out.append(f"  {NONE:>9} {NONE:>6} {NONE:>9} {NONE:>6}  {h.host}: {h.problem}")
+            continue
+        step = seconds(h.step_s) if h.step_s is not None else NONE
+        busy = seconds(h.busy_s) if h.busy_s is not None else NONE
+        mark = "  ← slowest" if h.host == s.slowest_host else ""
+        what = f" ({h.step_name})" if h.step_name else ""
+        out.append(
+            f"  {step:>9} {h.steps:>6} {busy:>9} {percent(h.busy_share):>6}  {h.host}{what}{mark}"
+        )
+    return out
+
+
 def render_text(summary: Summary) -> str:
     """The ``text/plain`` form: the headlines first, then one short section per question."""
     s = summary
     words = get_vocabulary(s.backend)
     out = [f"xprof summary — {header(s)}"]
     out.extend(f"  {_LEVEL_MARK.get(n.level, '·')} {n.text}" for n in s.notes)
+    out.extend(hosts_lines(s))
     if s.labels:
         source = {"trace": "the timeline", "metadata": "the magic's timers"}.get(
             s.label_source, s.label_source
