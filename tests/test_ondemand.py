@@ -18,6 +18,10 @@ from tests._kernel import Kernel
 from tests.test_kernel import text
 from tests.test_real_code import free_port, with_server
 from xprof_magic import _analysis, _metadata, _ondemand, _store
+from xprof_magic._viewer import client as _client
+from xprof_magic._viewer import guard as _guard
+from xprof_magic._viewer import launch as _launch
+from xprof_magic._viewer.manager import Launched, ensure_viewer, stop_viewer
 
 WORKER = Path(__file__).with_name("_worker.py")
 
@@ -153,6 +157,9 @@ def test_two_workers_and_a_dead_address_make_one_run_without_torch_xla(
         f"localhost_{b}": f"localhost:{b}",
     }
     assert "xprof summary — run pair" in shown
+    allowed = _guard.capture_allowed(_launch.viewer_dir())
+    assert {f"localhost:{a}", f"localhost:{b}"} <= allowed
+    assert f"localhost:{dead}" not in allowed
     assert f"Hosts — 2 captured; slowest: localhost_{b}" in shown, shown
 
     summary = _analysis.summarize(run.path, budget_s=None)
@@ -214,3 +221,53 @@ def test_no_address_captures_a_training_thread_of_this_kernel(tmp_path: Path) ->
     (run,) = _store.runs(tmp_path)
     assert run.hosts == (f"localhost_{port}",)
     assert labels_of(run.path / f"localhost_{port}.xplane.pb", {"thread_step"}) == {"thread_step"}
+
+
+@pytest.mark.parametrize(
+    ("query", "allowed"),
+    [
+        ([("service_addr", "localhost:9012")], True),
+        ([("service_addr", "127.0.0.1:9012,[::1]:9013")], True),
+        ([("service_addr", "grpc://localhost:9012")], True),
+        ([("service_addr", "10.0.0.2:9012")], False),
+        ([("service_addr", "10.0.0.9:9012")], True),
+        ([("service_addr", "localhost:9012"), ("worker_list", "evil.example:1")], False),
+        ([("service_addr", "localhost:9012"), ("is_tpu_name", "true")], False),
+        ([], False),
+    ],
+)
+def test_capture_targets(query: list[tuple[str, str]], allowed: bool) -> None:
+    known = frozenset({"10.0.0.9:9012"})
+    reason = _guard.refusal("/data/plugin/profile/capture_profile", query, "/tmp", known)
+    assert (reason is None) == allowed, reason
+
+
+def test_the_viewers_capture_button_reaches_loopback_and_captured_addresses_only(
+    workers: dict[str, int], tmp_path: Path
+) -> None:
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    outcome = ensure_viewer(logdir, timeout=60)
+    assert isinstance(outcome, Launched), outcome
+    viewer = outcome.viewer
+    try:
+
+        def capture(address: str) -> tuple[int, bytes]:
+            path = viewer.data_path("capture_profile", service_addr=address, duration="500")
+            return _client.http_get(viewer.port, path, timeout=60)
+
+        status, body = capture("192.0.2.7:9012")
+        assert status == 403, body
+        assert b"192.0.2.7:9012 is refused" in body and b"%xprof capture" in body
+        status, body = capture(f"localhost:{workers['worker_a']}")
+        assert status == 200, body
+        (run,) = _store.runs(logdir)
+        assert run.hosts == (f"localhost_{workers['worker_a']}",)
+        # Not loopback by address, yet on this machine: refused until the kernel captured it.
+        elsewhere = f"0.0.0.0:{free_port()}"
+        assert capture(elsewhere)[0] == 403
+        _guard.allow_capture(_launch.viewer_dir(), [elsewhere])
+        status, body = capture(elsewhere)
+        assert status == 500 and b"refused" not in body, body  # XProf found no server there
+    finally:
+        stop_viewer(viewer)

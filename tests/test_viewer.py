@@ -273,7 +273,7 @@ def test_refuses_session_path_outside_the_logdir(viewer: Viewer, tmp_path: Path)
         ("run_tools", {"run": "elsewhere", "session_path": str(outside)}),
         ("run_tools", {"run": "x", "run_path": "/"}),
         ("run_tools", {"run": "../../../etc/x"}),
-        ("capture_profile", {"service_addr": "127.0.0.1:1"}),
+        ("capture_profile", {"service_addr": "192.0.2.1:1"}),
     ]:
         status, body = _get(viewer, viewer.data_path(route, **params))
         assert status == 403, (route, params, body)

@@ -201,9 +201,20 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
         raise UsageError(f"%xprof capture: {error}") from None
     session.logdir = logdir
     print(captured.text())
+    _tell_viewers(list(captured.hosts.values()))
     if args.no_display:
         from xprof_magic._notebook import show
 
         display(show.summary_bundle(show.full_summary(captured.path)), raw=True)
         return
     _view(session, shell, captured.run)
+
+
+def _tell_viewers(addresses: list[str]) -> None:
+    """Let the viewers' capture button reach the addresses this kernel has captured."""
+    from xprof_magic._viewer import guard, launch
+
+    try:
+        guard.allow_capture(launch.viewer_dir(), addresses)
+    except Exception as error:
+        print(f"xprof: the viewer's capture button cannot reach {', '.join(addresses)}: {error}")

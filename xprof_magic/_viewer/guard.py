@@ -10,23 +10,38 @@ the kernel imports this module for the route names, and must not pay for a web s
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import ipaddress
 import json
 import os
 import posixpath
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from xprof_magic import _store
 
-__all__ = ["HEALTH_ROUTE", "PROFILE_ROUTE", "StartResponse", "WSGIApp", "guard", "refusal"]
+__all__ = [
+    "CAPTURE_ALLOWED_FILE",
+    "CAPTURE_ROUTE",
+    "HEALTH_ROUTE",
+    "PROFILE_ROUTE",
+    "StartResponse",
+    "WSGIApp",
+    "allow_capture",
+    "capture_allowed",
+    "guard",
+    "refusal",
+]
 
 PROFILE_ROUTE = "/data/plugin/profile"
 HEALTH_ROUTE = "/xprof_magic/health"
 
 _PATH_PARAMS = ("session_path", "run_path")
 _NAME_PARAMS = ("host", "hosts", "module_name", "tag")
-_REFUSED_ROUTES = ("capture_profile",)
+CAPTURE_ROUTE = "capture_profile"
+CAPTURE_ALLOWED_FILE = "capture_allowed.json"
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -45,16 +60,87 @@ def _run_dir(run: str, logdir: str) -> str:
     return str(_store.run_path(base, session))
 
 
-def refusal(path: str, query: Iterable[tuple[str, str]], logdir: str) -> str | None:
+def allow_capture(info_dir: str | os.PathLike[str], addresses: Iterable[str]) -> None:
+    """Let viewers of ``info_dir`` capture ``addresses`` too (the kernel captured them).
+
+    The list lives in the viewers' per-user info folder, so every viewer of this user reads
+    it at its next capture request; it only grows.
+    """
+    known = capture_allowed(info_dir)
+    added = sorted(known | {_address(a) for a in addresses})
+    if added != sorted(known):
+        _store.write_json(Path(info_dir) / CAPTURE_ALLOWED_FILE, {"addresses": list(added)})
+
+
+def capture_allowed(info_dir: str | os.PathLike[str] | None) -> frozenset[str]:
+    """The addresses the kernels of this user have captured from (empty when unknown)."""
+    if info_dir is None:
+        return frozenset()
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.path.join(info_dir, CAPTURE_ALLOWED_FILE), encoding="utf-8") as f:
+            data = json.load(f)
+        found = data.get("addresses") if isinstance(data, dict) else None
+        if isinstance(found, list):
+            return frozenset(_address(a) for a in found if isinstance(a, str))
+    return frozenset()
+
+
+def _address(text: str) -> str:
+    return text.strip().removeprefix("grpc://")
+
+
+def _loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _capture_refusal(query: list[tuple[str, str]], allowed: frozenset[str]) -> str | None:
+    """Why a capture request must not run: it names a TPU, or a target that is neither
+    loopback nor one the kernel has captured from."""
+    targets: list[str] = []
+    for key, value in query:
+        if key == "is_tpu_name" and value == "true":
+            return "capture by TPU name is disabled in this viewer; give HOST:PORT addresses"
+        if key in ("service_addr", "worker_list"):
+            targets += [_address(v) for v in value.split(",") if v.strip()]
+    if not targets:
+        return "capture_profile needs a service_addr (HOST:PORT)"
+    foreign = [t for t in targets if not _loopback(t) and t not in allowed]
+    if foreign:
+        return (
+            f"capture toward {', '.join(foreign)} is refused: this viewer captures only "
+            "loopback addresses and those the kernel has captured from; run "
+            f"%xprof capture {','.join(foreign)} in the notebook first"
+        )
+    return None
+
+
+def refusal(
+    path: str,
+    query: Iterable[tuple[str, str]],
+    logdir: str,
+    capture_allowed: frozenset[str] | None = None,
+) -> str | None:
     """Why a request (path below the secret prefix, decoded query) must not be served, if so.
 
     XProf opens any folder named by ``session_path`` or ``run_path``, joins ``run`` to the log
     directory without checking it, and ``capture_profile`` connects to any address and writes
-    into the log directory. ``logdir`` is the resolved log directory.
+    into the log directory: it is served only toward loopback and ``capture_allowed``
+    addresses (None: refused outright).
     """
+    query = list(query)
     segments = [s for s in path.split("/") if s]
-    if segments and segments[-1] in _REFUSED_ROUTES:
-        return f"the {segments[-1]} route is disabled in this viewer"
+    if segments and segments[-1] == CAPTURE_ROUTE:
+        if capture_allowed is None:
+            return f"the {CAPTURE_ROUTE} route is disabled in this viewer"
+        reason = _capture_refusal(query, capture_allowed)
+        if reason is not None:
+            return reason
     for key, value in query:
         if "\x00" in value:
             return f"{key} contains a NUL byte"
@@ -93,8 +179,20 @@ def _respond(
     return [body]
 
 
-def guard(app: WSGIApp, *, secret: str, logdir: str, kind: str, health: dict[str, Any]) -> WSGIApp:
+def guard(
+    app: WSGIApp,
+    *,
+    secret: str,
+    logdir: str,
+    kind: str,
+    health: dict[str, Any],
+    info_dir: str | None = None,
+) -> WSGIApp:
     """Wrap ``app`` so that it answers only under ``/<secret>`` and only inside ``logdir``.
+
+    Capture requests are served toward loopback and toward the addresses listed in
+    ``info_dir``'s :data:`CAPTURE_ALLOWED_FILE` (read at each request); without
+    ``info_dir`` they are refused.
 
     ``HEALTH_ROUTE`` below the prefix answers ``health`` as JSON, so that a kernel can tell
     this exact server (pid, log directory) from whatever else now listens on the port.
@@ -123,7 +221,10 @@ def guard(app: WSGIApp, *, secret: str, logdir: str, kind: str, health: dict[str
         from werkzeug.wrappers import Request
 
         query = Request(environ).args.items(multi=True)
-        reason = refusal(rest, query, logdir)
+        allowed = None
+        if info_dir is not None and rest.rstrip("/").endswith("/" + CAPTURE_ROUTE):
+            allowed = capture_allowed(info_dir)
+        reason = refusal(rest, query, logdir, allowed)
         if reason is not None:
             message = f"Forbidden: {reason}."
             return _respond(start_response, "403 Forbidden", message.encode())

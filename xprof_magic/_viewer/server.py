@@ -197,7 +197,8 @@ def _xprof_app(logdir: str) -> WSGIApp:
     from xprof.server import DataProvider, ProfilePluginLoader, TBContext, make_wsgi_app
 
     context = TBContext(logdir, DataProvider(logdir), TBContext.Flags(False))
-    context.hide_capture_profile_button = True
+    # The guard lets its capture through toward loopback and addresses the kernel captured.
+    context.hide_capture_profile_button = False
     plugin = ProfilePluginLoader().load(context)
     if plugin is None:
         raise ImportError("XProf's profile plugin did not load; see the lines above")
@@ -309,7 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     health = {"pid": pid, "kind": args.kind, "logdir": logdir, "started": started}
     guarded = _counted(
-        guard(app, secret=secret, logdir=logdir, kind=args.kind, health=health), activity
+        guard(
+            app,
+            secret=secret,
+            logdir=logdir,
+            kind=args.kind,
+            health=health,
+            info_dir=args.info_dir,
+        ),
+        activity,
     )
     server = wsgi.Server(("127.0.0.1", args.port), guarded, numthreads=8)
     server.shutdown_timeout = 2
