@@ -132,6 +132,8 @@ class XprofMagics(Magics):
         - ``%xprof compare RUN_A RUN_B``: two runs side by side, with the deltas;
         - ``%xprof viewer``: where the viewer runs (pid, port, log directory, its log);
         - ``%xprof viewer stop``: stop it.
+        - ``%xprof capture [ADDR[,ADDR...]]``: capture running profiler servers (this
+          kernel's own when no address is given) into one run; ``%xprof capture --help``.
         """
         __tracebackhide__ = True
         if cell is None:
