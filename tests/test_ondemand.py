@@ -189,7 +189,7 @@ import threading
 import torch, torch_xla
 import torch_xla.debug.profiler as xp
 
-stop = threading.Event()
+stop, ready = threading.Event(), threading.Event()
 
 def train():
     device = torch_xla.device()
@@ -198,9 +198,11 @@ def train():
         with xp.Trace("thread_step"):
             weight = (weight @ weight).tanh()
         torch_xla.sync()
+        ready.set()
 
 trainer = threading.Thread(target=train, daemon=True)
 trainer.start()
+assert ready.wait(120)
 """
 
 
@@ -210,10 +212,11 @@ def test_no_address_captures_a_training_thread_of_this_kernel(tmp_path: Path) ->
         ok(k, "%load_ext xprof_magic")
         ok(k, TRAINING_THREAD)
         port = free_port()
-        shown = ok(
-            k,
-            f"%xprof capture --duration-ms 1500 --port {port} --logdir {tmp_path} --no-display",
+        content, outputs = k.run(
+            f"%xprof capture --duration-ms 1500 --port {port} --logdir {tmp_path}", timeout=240
         )
+        shown = text(outputs)
+        assert content["status"] == "ok", shown
         ok(k, "stop.set(); trainer.join()")
     finally:
         k.close()
@@ -221,6 +224,8 @@ def test_no_address_captures_a_training_thread_of_this_kernel(tmp_path: Path) ->
     (run,) = _store.runs(tmp_path)
     assert run.hosts == (f"localhost_{port}",)
     assert labels_of(run.path / f"localhost_{port}.xplane.pb", {"thread_step"}) == {"thread_step"}
+    pages = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert any(f"xprof summary — run {run.name}" in p or run.name in p for p in pages), shown
 
 
 @pytest.mark.parametrize(
