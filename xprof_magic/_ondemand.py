@@ -230,8 +230,16 @@ def _capture_all(
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        # Interrupted: the C calls cannot be cancelled, and end with their duration; let them
+        # finish writing before the caller removes the staging folder under them.
+        grace_s = (options.delay_ms + options.duration_ms) / 1000 + 30
+        for thread in threads:
+            thread.join(timeout=grace_s)
+        raise
     return results
 
 
