@@ -299,7 +299,7 @@ class Capture:
         if hosts:
             self._messages.append(
                 f"the workers' timelines are in this run as hosts {', '.join(hosts)} "
-                "(XProf's host menu); the summary reads this process's only"
+                "(XProf's host menu; the summary's hosts table compares them)"
             )
         else:
             self._messages.append(
