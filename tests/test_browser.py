@@ -141,9 +141,17 @@ class Notebook:
         """The XProf page's frame: ``.xprof-inner`` inside ``.xprof-outer`` inside the widget."""
 
         def find() -> Any:
-            outer = widget.locator("iframe.xprof-outer").element_handle().content_frame()
-            inner = outer.locator("iframe.xprof-inner").element_handle() if outer else None
-            return inner.content_frame() if inner else None
+            from playwright.sync_api import Error
+
+            try:
+                outer = widget.locator("iframe.xprof-outer").element_handle().content_frame()
+                inner = outer.locator("iframe.xprof-inner").element_handle() if outer else None
+                return inner.content_frame() if inner else None
+            except Error as error:
+                # A new selection replaces the frames: one found a moment ago can go away.
+                if "detached" not in str(error):
+                    raise
+                return None
 
         return wait_until(find, LOAD_TIMEOUT_S, "the widget's XProf frame", self.pause)
 
