@@ -109,7 +109,7 @@ def _env() -> dict[str, str]:
 
 
 _CHILD = """
-import json, resource, sys, time
+import json, sys, time
 route, path = sys.argv[1], sys.argv[2]
 t, cpu = time.perf_counter(), time.process_time()
 if route == "summary":
@@ -127,7 +127,9 @@ elif route == "parse":
         raw = f.read()
     XSpace().ParseFromString(raw)
 took, cpu = time.perf_counter() - t, time.process_time() - cpu
-rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: the latter survives exec and would report a big parent's peak.
+hwm = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
+rss_mb = int(hwm) / 1024
 print(json.dumps({"s": took, "cpu_s": cpu, "rss_mb": rss_mb}))
 """
 
