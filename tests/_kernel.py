@@ -9,13 +9,46 @@ from __future__ import annotations
 
 import ast
 import os
+import re
+import socket
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from jupyter_client.manager import KernelManager
 
-__all__ = ["Kernel"]
+__all__ = ["Kernel", "free_port", "plain", "text", "with_server"]
+
+
+def plain(shown: str) -> str:
+    """Terminal output without its colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", shown)
+
+
+def text(outputs: list[dict[str, Any]]) -> str:
+    """What the user reads of a cell's outputs: streams, tracebacks, text/plain."""
+    parts = []
+    for out in outputs:
+        if out["type"] == "stream":
+            parts.append(out["text"])
+        elif out["type"] == "error":
+            parts.append(plain("\n".join(out["traceback"])))
+        else:
+            parts.append(out["data"].get("text/plain", ""))
+    return "".join(parts)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def with_server() -> dict[str, str]:
+    """This environment, with the profiler server allowed (the tests turn it off elsewhere)."""
+    return {k: v for k, v in os.environ.items() if k != "XPROF_MAGIC_NO_SERVER"}
 
 
 class Kernel:
@@ -74,6 +107,13 @@ class Kernel:
             if "data" in out and "text/plain" in out["data"]:
                 return ast.literal_eval(out["data"]["text/plain"])
         raise RuntimeError(f"no value for {expression!r}")
+
+    def ok(self, code: str, timeout: float = 240) -> str:
+        """Run ``code`` that must succeed; what the user reads of its outputs."""
+        content, outputs = self.run(code, timeout=timeout)
+        shown = text(outputs)
+        assert content["status"] == "ok", shown
+        return shown
 
     def close(self) -> None:
         self.client.stop_channels()

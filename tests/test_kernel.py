@@ -15,27 +15,11 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from tests._kernel import Kernel
+from tests._kernel import Kernel, plain, text
 from xprof_magic import _store
 
 pytestmark = pytest.mark.kernel
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-
-
-def plain(shown: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", shown)
-
-
-def text(outputs: list[dict[str, Any]]) -> str:
-    parts = []
-    for out in outputs:
-        if out["type"] == "stream":
-            parts.append(out["text"])
-        elif out["type"] == "error":
-            parts.append(plain("\n".join(out["traceback"])))
-        else:
-            parts.append(out["data"].get("text/plain", ""))
-    return "".join(parts)
 
 
 def cell_frames(shown: str) -> list[str]:

@@ -14,9 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests._kernel import Kernel
-from tests.test_kernel import text
-from tests.test_real_code import free_port, with_server
+from tests._kernel import Kernel, free_port, text, with_server
 from xprof_magic import _analysis, _metadata, _ondemand, _store
 from xprof_magic._viewer import client as _client
 from xprof_magic._viewer import guard as _guard
@@ -78,13 +76,6 @@ def kernel() -> Iterator[Kernel]:
     k.close()
 
 
-def ok(k: Kernel, code: str) -> str:
-    content, outputs = k.run(code, timeout=240)
-    shown = text(outputs)
-    assert content["status"] == "ok", shown
-    return shown
-
-
 def refused(k: Kernel, code: str) -> str:
     content, _ = k.run(code, timeout=240)
     assert content["status"] == "error"
@@ -134,8 +125,7 @@ def test_two_workers_and_a_dead_address_make_one_run_without_torch_xla(
 ) -> None:
     a, b = workers["worker_a"], workers["worker_b"]
     dead = free_port()
-    shown = ok(
-        kernel,
+    shown = kernel.ok(
         f"%xprof capture localhost:{a},localhost:{b},localhost:{dead} --duration-ms 1500 "
         f"--logdir {tmp_path} --name pair --no-display",
     )
@@ -209,15 +199,15 @@ assert ready.wait(120)
 def test_no_address_captures_a_training_thread_of_this_kernel(tmp_path: Path) -> None:
     k = Kernel(with_server())
     try:
-        ok(k, "%load_ext xprof_magic")
-        ok(k, TRAINING_THREAD)
+        k.ok("%load_ext xprof_magic")
+        k.ok(TRAINING_THREAD)
         port = free_port()
         content, outputs = k.run(
             f"%xprof capture --duration-ms 1500 --port {port} --logdir {tmp_path}", timeout=240
         )
         shown = text(outputs)
         assert content["status"] == "ok", shown
-        ok(k, "stop.set(); trainer.join()")
+        k.ok("stop.set(); trainer.join()")
     finally:
         k.close()
     assert f"localhost_{port} (localhost:{port})" in shown, shown

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._kernel import Kernel
+from tests._kernel import Kernel, free_port, with_server
 from tests.conftest import event_names
-from tests.test_kernel import text
 from xprof_magic import _store
 from xprof_magic._analysis.trace import read_trace
 
@@ -31,17 +30,6 @@ def worker(index):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def with_server() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "XPROF_MAGIC_NO_SERVER"}
-
-
 @pytest.fixture(scope="module")
 def kernel() -> Iterator[Kernel]:
     k = Kernel(with_server())
@@ -51,36 +39,26 @@ def kernel() -> Iterator[Kernel]:
     k.close()
 
 
-def ok(k: Kernel, code: str) -> str:
-    content, outputs = k.run(code, timeout=240)
-    shown = text(outputs)
-    assert content["status"] == "ok", shown
-    return shown
-
-
 def test_a_profiled_cell_leaves_the_runtime_to_spawn_later_and_inside(tmp_path: Path) -> None:
     k = Kernel(with_server())
     try:
-        ok(k, "%load_ext xprof_magic\nimport xprof_magic, torch_xla")
-        ok(
-            k,
+        k.ok("%load_ext xprof_magic\nimport xprof_magic, torch_xla")
+        k.ok(
             f"%%xprof --logdir {tmp_path} --port {free_port()} --no-display\n"
             "total = sum(range(10))",
         )
         assert k.value("torch_xla._XLAC._xla_runtime_is_initialized()") is False
-        ok(
-            k,
+        k.ok(
             f"%%xprof --logdir {tmp_path} --steps --sync --no-display\n"
             "for i in range(3):\n"
             "    total += i",
         )
         assert k.value("torch_xla._XLAC._xla_runtime_is_initialized()") is False
         assert k.value("xprof_magic.last().metadata.messages") == ()
-        ok(k, WORKER)
-        ok(k, "xmp.spawn(worker, nprocs=None, start_method='fork')")
+        k.ok(WORKER)
+        k.ok("xmp.spawn(worker, nprocs=None, start_method='fork')")
         # Two forked worker processes, one launch after the other, each traced as a host.
-        shown = ok(
-            k,
+        shown = k.ok(
             f"%%xprof --logdir {tmp_path} --no-display\n"
             "torch_xla.launch(worker, start_method='fork')\n"
             "xmp.spawn(worker, start_method='fork')",
@@ -108,18 +86,17 @@ def test_a_busy_port_tells_the_users_own_server_from_a_foreign_one(
         busy.bind(("::", 0))
         busy.listen()
         foreign = busy.getsockname()[1]
-        shown = ok(kernel, f"%%xprof --logdir {tmp_path} --port {foreign} --no-display\nx = 1")
+        shown = kernel.ok(f"%%xprof --logdir {tmp_path} --port {foreign} --no-display\nx = 1")
     assert f"port {foreign} is busy" in shown and "--port N" in shown
     own = free_port()
-    ok(kernel, f"import torch_xla.debug.profiler as xp\nmy_server = xp.start_server({own})")
-    shown = ok(kernel, f"%%xprof --logdir {tmp_path} --port {own} --no-display\nx = 2")
+    kernel.ok(f"import torch_xla.debug.profiler as xp\nmy_server = xp.start_server({own})")
+    shown = kernel.ok(f"%%xprof --logdir {tmp_path} --port {own} --no-display\nx = 2")
     assert f"this process already serves on-demand capture on port {own}" in shown, shown
     assert "is busy" not in shown
 
 
 def test_sync_is_a_block_of_the_cell(kernel: Kernel, tmp_path: Path) -> None:
-    ok(
-        kernel,
+    kernel.ok(
         f"%%xprof --logdir {tmp_path} --sync --no-display\n"
         "x = torch.randn(96, 96, device=torch_xla.device())\n"
         "y = (x @ x + 3).tanh().sum()",
@@ -138,8 +115,7 @@ def test_the_users_own_start_trace_wins_even_inside_a_function(
     kernel: Kernel, tmp_path: Path
 ) -> None:
     mine = tmp_path / "mine"
-    shown = ok(
-        kernel,
+    shown = kernel.ok(
         f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
         "import torch_xla.debug.profiler as xp\n"
         "def traced(folder):\n"
@@ -160,9 +136,8 @@ def test_profiler_functions_imported_by_name_in_an_earlier_cell_are_guarded(
     kernel: Kernel, tmp_path: Path
 ) -> None:
     mine = tmp_path / "mine"
-    ok(kernel, "from torch_xla.debug.profiler import start_trace, stop_trace")
-    shown = ok(
-        kernel,
+    kernel.ok("from torch_xla.debug.profiler import start_trace, stop_trace")
+    shown = kernel.ok(
         f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
         f"start_trace({str(mine)!r})\n"
         "value = sum(range(100))\n"
@@ -181,9 +156,8 @@ def test_profiler_functions_imported_by_name_in_an_earlier_cell_are_guarded(
 def test_the_users_trace_detached_captures(kernel: Kernel, tmp_path: Path) -> None:
     port = free_port()
     mine = tmp_path / "mine"
-    ok(kernel, f"import torch_xla.debug.profiler as xp\ndetached_server = xp.start_server({port})")
-    ok(
-        kernel,
+    kernel.ok(f"import torch_xla.debug.profiler as xp\ndetached_server = xp.start_server({port})")
+    kernel.ok(
         f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
         "import time\n"
         f"xp.trace_detached('localhost:{port}', {str(mine)!r}, duration_ms=1500)\n"
@@ -212,9 +186,8 @@ def test_spawned_workers_are_said_to_be_missing(tmp_path: Path) -> None:
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
     k = Kernel(with_server(), extra={"PYTHONPATH": path})
     try:
-        ok(k, "%load_ext xprof_magic\nimport xprof_magic, torch_xla, spawned_worker")
-        shown = ok(
-            k,
+        k.ok("%load_ext xprof_magic\nimport xprof_magic, torch_xla, spawned_worker")
+        shown = k.ok(
             f"%%xprof --logdir {tmp_path} --no-display\ntorch_xla.launch(spawned_worker.worker)",
         )
         assert "start method 'spawn'); their own timelines are not in this run" in shown, shown
@@ -246,8 +219,7 @@ def test_tracing_another_process_leaves_the_capture_whole(kernel: Kernel, tmp_pa
     try:
         assert other.stdout is not None and other.stdout.readline().strip() == "ready"
         theirs = tmp_path / "theirs"
-        shown = ok(
-            kernel,
+        shown = kernel.ok(
             f"%%xprof --logdir {tmp_path / 'logs'} --no-display\n"
             "import torch_xla.debug.profiler as xp\n"
             f"xp.trace('localhost:{port}', {str(theirs)!r}, duration_ms=300, timeout_s=20)",
