@@ -290,24 +290,15 @@ def start_jupyterlab(
         f"--ServerApp.root_dir={root}",
         f"--ServerApp.base_url={base_url}",
     ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=root,
-            env=env,
-            start_new_session=True,
-        )
-    lab = JupyterLab(process, port, home, root, env, log_path, base_url)
-    deadline = time.monotonic() + timeout
-    while not lab.answers():
-        if process.poll() is not None or time.monotonic() > deadline:
-            lab.stop()
-            raise RuntimeError(f"JupyterLab did not start; its log:\n{lab.log_tail()}")
-        time.sleep(0.3)
-    return lab
+    return _launch(
+        command,
+        root,
+        env,
+        log_path,
+        lambda process: JupyterLab(process, port, home, root, env, log_path, base_url),
+        timeout,
+        "JupyterLab",
+    )
 
 
 def start_classic_notebook(
@@ -339,6 +330,27 @@ def start_classic_notebook(
         f"--NotebookApp.token={TOKEN}",
         f"--NotebookApp.notebook_dir={root}",
     ]
+    return _launch(
+        command,
+        root,
+        env,
+        log_path,
+        lambda process: JupyterLab(process, port, home, root, env, log_path),
+        timeout,
+        "Notebook",
+    )
+
+
+def _launch(
+    command: list[str],
+    root: Path,
+    env: dict[str, str],
+    log_path: Path,
+    handle: Callable[[subprocess.Popen[bytes]], JupyterLab],
+    timeout: float,
+    what: str,
+) -> JupyterLab:
+    """Start a notebook server from ``command``, logging to ``log_path``, until it answers."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command,
@@ -349,14 +361,24 @@ def start_classic_notebook(
             env=env,
             start_new_session=True,
         )
-    server = JupyterLab(process, port, home, root, env, log_path)
+    server = handle(process)
     deadline = time.monotonic() + timeout
     while not server.answers():
         if process.poll() is not None or time.monotonic() > deadline:
             server.stop()
-            raise RuntimeError(f"Notebook did not start; its log:\n{server.log_tail()}")
+            raise RuntimeError(f"{what} did not start; its log:\n{server.log_tail()}")
         time.sleep(0.3)
     return server
+
+
+def shut_down(server: JupyterLab, home: Path) -> None:
+    """Stop the server and the viewers its kernels started; fail if anything is left."""
+    server.stop()
+    stopped = stop_viewers(server.env)
+    left = leftover_processes(home)
+    for line in left:
+        os.kill(int(line.split(":", 1)[0]), 9)
+    assert not left, f"still running after teardown ({stopped}):\n" + "\n".join(left)
 
 
 def stop_viewers(env: Mapping[str, str], python: str = sys.executable) -> str:

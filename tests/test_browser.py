@@ -26,9 +26,8 @@ from tests._browser import (
     DataFetches,
     JupyterLab,
     find_chromium,
-    leftover_processes,
+    shut_down,
     start_jupyterlab,
-    stop_viewers,
     wait_until,
     write_notebook,
 )
@@ -66,12 +65,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
     try:
         yield server
     finally:
-        server.stop()
-        stopped = stop_viewers(server.env)
-        left = leftover_processes(home)
-        for line in left:
-            os.kill(int(line.split(":", 1)[0]), 9)
-        assert not left, f"still running after teardown ({stopped}):\n" + "\n".join(left)
+        shut_down(server, home)
 
 
 @pytest.fixture(scope="module")

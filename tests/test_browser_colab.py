@@ -33,9 +33,8 @@ from tests._browser import (
     JupyterLab,
     find_chromium,
     free_port,
-    leftover_processes,
+    shut_down,
     start_classic_notebook,
-    stop_viewers,
     wait_until,
     write_notebook,
 )
@@ -105,12 +104,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
     try:
         yield started
     finally:
-        started.stop()
-        stopped = stop_viewers(started.env)
-        left = leftover_processes(home)
-        for line in left:
-            os.kill(int(line.split(":", 1)[0]), 9)
-        assert not left, f"still running after teardown ({stopped}):\n" + "\n".join(left)
+        shut_down(started, home)
 
 
 @pytest.fixture(scope="module")
