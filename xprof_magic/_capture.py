@@ -93,6 +93,7 @@ class Capture:
         self._partial = False
         self._workers_said = False
         self._worker_methods: list[str] = []
+        self._taken: set[str] = set()
 
     def start(self) -> Capture:
         """Check the log directory, start the server and the trace (or arm the window).
@@ -100,6 +101,10 @@ class Capture:
         Raises :class:`~xprof_magic._store.LogdirError` or
         :class:`~xprof_magic._backends.TraceAlreadyRunning` with nothing written.
         """
+        if self.plan.remote is not None:
+            from xprof_magic import _gcs
+
+            self._taken = _gcs.check(_gcs.parse(self.plan.remote))
         staging = _store.begin(self.plan.logdir)
         windowed = self.plan.step_window is not None
         try:
@@ -400,7 +405,7 @@ class Capture:
             end_ns = time.time_ns()
             metadata = self._metadata(backend, recorder, exc, wall_s, end_ns)
             assert self.plan.name is not None
-            run_dir = _store.commit(staging, self.plan.name, metadata.to_json())
+            run_dir = _store.commit(staging, self.plan.name, metadata.to_json(), self._taken_now())
         except BaseException as error:
             _store.discard(staging)
             if not isinstance(error, Exception):
@@ -414,6 +419,8 @@ class Capture:
                 f"The cell's own result is unaffected; {hint}."
             )
             return
+        if self.plan.remote is not None:
+            self._messages.append(_upload(self.plan.remote, run_dir))
         warning = size_warning(_store.xplane_bytes(run_dir))
         if warning:
             self._messages.append(f"warning: {warning}")
@@ -436,6 +443,14 @@ class Capture:
         )
         global _last
         _last = self.result
+
+    def _taken_now(self) -> set[str]:
+        """Run names taken in the bucket (none for a local log directory)."""
+        if self.plan.remote is None:
+            return set()
+        from xprof_magic import _gcs
+
+        return self._taken | _gcs.taken(_gcs.parse(self.plan.remote))
 
     def _metadata(
         self,
@@ -488,6 +503,16 @@ _STOP = {
 }
 
 
+def _upload(remote: str, run_dir: Path) -> str:
+    """Upload a committed run to its ``gs://`` log directory; the line that says how it went."""
+    from xprof_magic import _gcs
+
+    try:
+        return _gcs.upload(_gcs.parse(remote), run_dir).text()
+    except (_gcs.UploadError, _store.LogdirError) as error:
+        return f"warning: {error}"
+
+
 def _message(exc: BaseException) -> str:
     try:
         return str(exc)
@@ -518,8 +543,10 @@ def capture(
     ``ValueError`` for a window that is not one).
     """
     marks, window = parse_steps(steps)
+    text = str(logdir) if logdir is not None else _store.default_logdir_text()
     plan = Plan(
-        logdir=Path(logdir) if logdir is not None else _store.default_logdir(),
+        logdir=_store.local_logdir(text),
+        remote=text if _store.is_remote(text) else None,
         name=name,
         labels=False,
         steps=marks,

@@ -98,12 +98,15 @@ class Captured:
     failures: tuple[str, ...] = ()
     wall_s: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    upload: str = ""
 
     def text(self) -> str:
-        """One line saying what was captured, then a line per failed address."""
+        """One line saying what was captured, then a line per failed address, then how the
+        upload to a ``gs://`` log directory went."""
         names = ", ".join(f"{host} ({address})" for host, address in self.hosts.items())
         lines = [f"xprof: captured {len(self.hosts)} host(s) into run {self.run}: {names}"]
         lines += [f"xprof: {failure}" for failure in self.failures]
+        lines += [f"xprof: {self.upload}"] if self.upload else []
         return "\n".join(lines)
 
 
@@ -161,16 +164,24 @@ def capture(
     logdir: Path,
     options: Options | None = None,
     name: str | None = None,
+    remote: str | None = None,
 ) -> Captured:
     """Capture ``addresses`` at once for ``options.duration_ms`` into one run of ``logdir``.
 
-    Raises :class:`CaptureError` when no address gave a timeline (each one's line in the
-    message), and :class:`xprof_magic._store.LogdirError` when ``logdir`` cannot hold a run.
+    With ``remote`` (``gs://bucket/prefix``), ``logdir`` is its local mirror and the run is
+    uploaded once stored. Raises :class:`CaptureError` when no address gave a timeline (each
+    one's line in the message), and :class:`xprof_magic._store.LogdirError` when ``logdir``
+    (or the bucket) cannot hold a run, before anything is captured.
     """
     options = options or Options()
     if not addresses:
         raise CaptureError("no address given; give HOST:PORT, several separated by commas")
     run_name = _store.safe_run_name(name) if name else None
+    taken: set[str] = set()
+    if remote is not None:
+        from xprof_magic import _gcs
+
+        taken = _gcs.check(_gcs.parse(remote))
     staging = _store.begin(Path(logdir))
     started_ns = time.time_ns()
     started = time.perf_counter()
@@ -200,7 +211,15 @@ def capture(
     ended_ns = time.time_ns()
     run_name = run_name or _store.default_run_name(datetime.now(), None)
     meta = _run_metadata(addresses, hosts, options, failures, started_ns, ended_ns, wall_s)
-    path = _store.commit(staging, run_name, meta)
+    if remote is not None:
+        taken |= _gcs.taken(_gcs.parse(remote))
+    path = _store.commit(staging, run_name, meta, taken)
+    upload = ""
+    if remote is not None:
+        try:
+            upload = _gcs.upload(_gcs.parse(remote), path).text()
+        except _gcs.UploadError as error:
+            upload = f"warning: {error}"
     return Captured(
         logdir=staging.logdir,
         run=path.name,
@@ -209,6 +228,7 @@ def capture(
         failures=tuple(failures),
         wall_s=wall_s,
         metadata=meta,
+        upload=upload,
     )
 
 

@@ -47,6 +47,9 @@ class Plan:
     cell: str | None = None
     cell_number: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # ``gs://bucket/prefix`` when the log directory is on Cloud Storage; ``logdir`` is then
+    # its local mirror, where the run is written before it is uploaded.
+    remote: str | None = None
 
     def with_name(self) -> Plan:
         """The plan with its run name made safe, or a default one that sorts by time."""

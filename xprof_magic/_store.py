@@ -4,6 +4,10 @@ A run is ``<logdir>/plugins/profile/<run>/``, the layout XProf and TensorBoard l
 profiler writes into a private staging folder; the finished session folder, metadata
 included, is then moved into place with one ``rename``. So a run appears only when
 complete, two captures in the same second never collide, and no run is ever overwritten.
+
+A ``gs://bucket/prefix`` log directory is written through a local mirror folder
+(:func:`local_logdir`), where all of the above holds; :mod:`xprof_magic._gcs` then uploads
+each committed run. This module only knows where the mirror is: no network here.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "GCS_CACHE_ENV",
     "LOGDIR_ENV",
     "METADATA_FILE",
     "LogdirError",
@@ -29,9 +35,12 @@ __all__ = [
     "begin",
     "commit",
     "default_logdir",
+    "default_logdir_text",
     "default_run_name",
     "discard",
     "hosts",
+    "is_remote",
+    "local_logdir",
     "profile_dir",
     "read_metadata",
     "run_path",
@@ -43,6 +52,8 @@ __all__ = [
 ]
 
 LOGDIR_ENV = "XPROF_MAGIC_LOGDIR"
+GCS_CACHE_ENV = "XPROF_MAGIC_GCS_CACHE"
+GCS_SCHEME = "gs://"
 METADATA_FILE = "xprof_magic.json"
 PROFILE_DIR = ("plugins", "profile")
 XPLANE_SUFFIX = ".xplane.pb"
@@ -74,9 +85,41 @@ class RunInfo:
     created: float
 
 
+def default_logdir_text() -> str:
+    """``$XPROF_MAGIC_LOGDIR`` as given (a folder or ``gs://...``), else ``xprof_logs``."""
+    return os.environ.get(LOGDIR_ENV) or "xprof_logs"
+
+
 def default_logdir() -> Path:
-    """``$XPROF_MAGIC_LOGDIR``, else ``xprof_logs`` in the working directory."""
-    return Path(os.environ.get(LOGDIR_ENV) or "xprof_logs")
+    """The local folder of the default log directory (see :func:`local_logdir`)."""
+    return local_logdir(default_logdir_text())
+
+
+def is_remote(logdir: object) -> bool:
+    """Whether ``logdir`` names a Cloud Storage location, ``gs://bucket/prefix``."""
+    return isinstance(logdir, str) and logdir.startswith(GCS_SCHEME)
+
+
+def gcs_cache() -> Path:
+    """Where ``gs://`` log directories are mirrored: ``$XPROF_MAGIC_GCS_CACHE``, else
+    ``~/.cache/xprof_magic/gcs``."""
+    configured = os.environ.get(GCS_CACHE_ENV)
+    if configured:
+        return Path(configured).expanduser().absolute()
+    return Path.home() / ".cache" / "xprof_magic" / "gcs"
+
+
+def local_logdir(logdir: str | os.PathLike[str]) -> Path:
+    """The folder where runs of ``logdir`` are written and read.
+
+    A local folder is itself; ``gs://bucket/prefix`` is its mirror,
+    ``<gcs_cache()>/bucket/prefix``, so captures stage, commit and are summarized locally.
+    Empty, ``.`` and ``..`` parts of the URL are dropped, so the mirror stays in the cache.
+    """
+    if not is_remote(logdir):
+        return Path(logdir).expanduser()
+    parts = [p for p in str(logdir)[len(GCS_SCHEME) :].split("/") if p not in ("", ".", "..")]
+    return gcs_cache().joinpath(*parts)
 
 
 def default_run_name(when: datetime, cell: int | None) -> str:
@@ -173,20 +216,23 @@ def discard(staging: Staging) -> None:
         staging.path.parent.rmdir()
 
 
-def commit(staging: Staging, name: str, metadata: dict[str, Any]) -> Path:
+def commit(
+    staging: Staging, name: str, metadata: dict[str, Any], taken: Collection[str] = ()
+) -> Path:
     """Move the staged session into ``<logdir>/plugins/profile/<name>`` and return it.
 
     The metadata is written into the session before the move, so the run is complete
     the moment it appears. A name already taken gets ``-2``, ``-3``, ... ; the rename itself
     refuses to replace a non-empty folder, so concurrent writers cannot overwrite each
-    other. The staging folder is removed whatever happens.
+    other. Names in ``taken`` (runs that exist elsewhere, e.g. in a bucket) are skipped too.
+    The staging folder is removed whatever happens.
     """
     try:
         session = _staged_session(staging)
         write_json(session / METADATA_FILE, {**metadata, "run": name})
         profile = profile_dir(staging.logdir)
         profile.mkdir(parents=True, exist_ok=True)
-        target = _claim(profile, name, session)
+        target = _claim(profile, name, session, frozenset(taken))
         if target.name != name:
             write_json(target / METADATA_FILE, {**metadata, "run": target.name})
         return target
@@ -203,12 +249,12 @@ def _staged_session(staging: Staging) -> Path:
     return sessions[0]
 
 
-def _claim(profile_dir: Path, name: str, session: Path) -> Path:
+def _claim(profile_dir: Path, name: str, session: Path, taken: frozenset[str]) -> Path:
     number = 1
     while True:
         candidate = profile_dir / (name if number == 1 else f"{name}-{number}")
         number += 1
-        if candidate.exists():
+        if candidate.name in taken or candidate.exists():
             continue
         try:
             os.rename(session, candidate)
@@ -240,7 +286,7 @@ def read_metadata(run_dir: Path) -> dict[str, Any] | None:
 
 def runs(logdir: Path | str | None = None) -> list[RunInfo]:
     """Every run in the log directory that holds a capture, newest first."""
-    root = profile_dir(Path(logdir) if logdir is not None else default_logdir())
+    root = profile_dir(local_logdir(logdir) if logdir is not None else default_logdir())
     found: list[RunInfo] = []
     try:
         entries = list(os.scandir(root))

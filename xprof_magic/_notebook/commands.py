@@ -33,9 +33,17 @@ class Session:
     logdir: Path | None = None
     viewer_kind: Any = "xprof"
     viewer_port: int | None = None
+    # The ``gs://`` location ``logdir`` mirrors, if any.
+    remote: str | None = None
 
     def current_logdir(self) -> Path:
         return self.logdir or _store.default_logdir()
+
+    def current_remote(self) -> str | None:
+        if self.logdir is not None:
+            return self.remote
+        text = _store.default_logdir_text()
+        return text if _store.is_remote(text) else None
 
 
 def run_command(session: Session, shell: Any, line: str) -> None:
@@ -61,14 +69,33 @@ def run_command(session: Session, shell: Any, line: str) -> None:
     if command == "capture":
         return _capture(session, shell, rest)
     if command == "runs" and len(rest) <= 1:
-        return _runs(Path(rest[0]) if rest else _store.default_logdir())
+        return _runs(rest[0] if rest else _store.default_logdir_text())
     raise UsageError(
         f"%xprof {command}: unknown subcommand or arguments; subcommands: {SUBCOMMANDS}. "
         "See %xprof?"
     )
 
 
-def _runs(logdir: Path) -> None:
+def _sync(remote: str | None) -> None:
+    """Copy down the runs other hosts wrote to a ``gs://`` log directory, saying which."""
+    if remote is None:
+        return
+    from xprof_magic import _gcs
+
+    try:
+        synced = _gcs.sync(_gcs.parse(remote))
+    except _store.LogdirError as error:
+        print(f"xprof: {error}; showing the local copy only")
+        return
+    if synced.runs:
+        print(f"xprof: copied {len(synced.runs)} run(s) from {remote}: {', '.join(synced.runs)}")
+    for failure in synced.failures:
+        print(f"xprof: {failure}")
+
+
+def _runs(text: str) -> None:
+    _sync(text if _store.is_remote(text) else None)
+    logdir = _store.local_logdir(text)
     found = _store.runs(logdir)
     if not found:
         print(f"xprof: no runs in {logdir.absolute()}")
@@ -79,6 +106,7 @@ def _runs(logdir: Path) -> None:
 
 def _run_name(session: Session, run: str | None) -> tuple[Path, str]:
     """The log directory in use and a run in it (the newest when none is named)."""
+    _sync(session.current_remote())
     logdir = session.current_logdir()
     names = [r.name for r in _store.runs(logdir)]
     if not names:
@@ -163,7 +191,9 @@ def _capture_parser() -> _Parser:
     parser.add_argument("addresses", nargs="?", default=None, help="HOST:PORT[,HOST:PORT...]")
     parser.add_argument("--duration-ms", type=int, default=_ondemand.DEFAULT_DURATION_MS)
     parser.add_argument("--name", default=None, help="run name (default: a time stamp)")
-    parser.add_argument("--logdir", default=None, help="log directory (default: the session's)")
+    parser.add_argument(
+        "--logdir", default=None, help="log directory or gs://BUCKET/PATH (default: the session's)"
+    )
     parser.add_argument("--host-tracer-level", type=int, default=2, help="0-3 (default 2)")
     parser.add_argument("--device-tracer-level", type=int, default=1, help="0-1 (default 1)")
     parser.add_argument("--python-tracer-level", type=int, default=0, help="0-1 (default 0)")
@@ -180,7 +210,11 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
         args = _capture_parser().parse_args(words)
     except _Done:
         return
-    logdir = Path(args.logdir) if args.logdir else session.current_logdir()
+    if args.logdir:
+        remote = args.logdir if _store.is_remote(args.logdir) else None
+        logdir = _store.local_logdir(args.logdir)
+    else:
+        remote, logdir = session.current_remote(), session.current_logdir()
     try:
         options = _ondemand.Options(
             duration_ms=args.duration_ms,
@@ -196,10 +230,10 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
             addresses = [address]
         else:
             addresses = _ondemand.parse_addresses(args.addresses)
-        captured = _ondemand.capture(addresses, logdir, options, name=args.name)
+        captured = _ondemand.capture(addresses, logdir, options, name=args.name, remote=remote)
     except (_ondemand.CaptureError, _store.LogdirError, ValueError) as error:
         raise UsageError(f"%xprof capture: {error}") from None
-    session.logdir = logdir
+    session.logdir, session.remote = logdir, remote
     print(captured.text())
     _tell_viewers(list(captured.hosts.values()))
     if args.no_display:

@@ -30,7 +30,9 @@ class XprofMagics(Magics):
     @magic_arguments()
     @argument(
         "--logdir",
-        help="Folder for captures. Default: $XPROF_MAGIC_LOGDIR, else ./xprof_logs.",
+        help="Folder for captures, or gs://BUCKET/PATH (written through a local copy under "
+        "~/.cache/xprof_magic/gcs, then uploaded). Default: $XPROF_MAGIC_LOGDIR, else "
+        "./xprof_logs.",
     )
     @argument(
         "--name",
@@ -159,7 +161,7 @@ class XprofMagics(Magics):
             capture.start()
         except (_store.LogdirError, TraceAlreadyRunning) as error:
             raise UsageError(_refusal(error, plan.backend)) from None
-        self._session.logdir = plan.logdir
+        self._session.logdir, self._session.remote = plan.logdir, plan.remote
         start = None
         if not args.no_display:
             try:
@@ -207,7 +209,8 @@ class XprofMagics(Magics):
             steps, window = parse_steps(args.steps)
         except ValueError as error:
             raise UsageError(f"--steps {error}") from None
-        logdir = Path(args.logdir).expanduser() if args.logdir else _store.default_logdir()
+        text = args.logdir or _store.default_logdir_text()
+        logdir = _store.local_logdir(text)
         options = {key: value for key, value in vars(args).items() if value not in (None, False)}
         backend = args.backend
         if backend == "auto":
@@ -228,6 +231,7 @@ class XprofMagics(Magics):
             cell=cell,
             cell_number=execute.current_cell(self.shell, line, cell)[0],
             options={"line": line, **options},
+            remote=text if _store.is_remote(text) else None,
         )
         try:
             return plan.with_name()
