@@ -27,11 +27,6 @@ from xprof_magic import _gcs, _metadata, _store
 from xprof_magic._viewer.client import fetch_json
 from xprof_magic._viewer.manager import Launched, Reused, ensure_viewer
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("gcp_storage_emulator") is None,
-    reason="needs the Cloud Storage emulator: pip install gcp-storage-emulator (the dev extra)",
-)
-
 BUCKET = "xprof-test"
 CELL = "import torch, torch_xla\nx = (torch.ones(8, 8, device=torch_xla.device()) * 2).sum().item()"
 
@@ -45,10 +40,12 @@ def _listening(port: int) -> bool:
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The emulator's endpoint, with bucket ``xprof-test``; the mirror in a private folder."""
+    if importlib.util.find_spec("gcp_storage_emulator") is None:
+        pytest.skip("needs the Cloud Storage emulator: pip install gcp-storage-emulator")
     port = free_port()
+    command = ["start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1"]
-        + ["--port", str(port), "--in-memory", "--default-bucket", BUCKET],
+        [sys.executable, "-m", "gcp_storage_emulator", *command, "--default-bucket", BUCKET],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -97,6 +94,32 @@ def test_urls_and_mirrors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
             _gcs.parse(bad)
 
 
+LOCAL_ONLY = """
+import sys, xprof_magic
+from xprof_magic import _ondemand
+with xprof_magic.capture(logdir=sys.argv[1], name="local", server=False):
+    pass
+try:
+    _ondemand.capture([sys.argv[2]], sys.argv[1], _ondemand.Options(duration_ms=100))
+except _ondemand.CaptureError:
+    pass
+print(sorted(m for m in sys.modules if m.startswith(("xprof_magic._gcs", "google.cloud"))))
+"""
+
+
+def test_local_log_directories_never_load_the_cloud_code(tmp_path: Path) -> None:
+    dead = f"localhost:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-c", LOCAL_ONLY, str(tmp_path), dead],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+    assert [r.name for r in _store.runs(tmp_path)] == ["local"]
+
+
 def test_a_cell_lands_complete_in_the_bucket_and_is_never_overwritten(
     emulator: str, ip: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -119,9 +142,9 @@ def test_a_cell_lands_complete_in_the_bucket_and_is_never_overwritten(
 
     # The same name again, and a name another host already took in the bucket (not in the
     # mirror): each gets a free name, and nothing in the bucket changes.
-    _gcs._client().bucket(BUCKET).blob("cells/plugins/profile/first-2/h.xplane.pb").upload_from_string(
-        b"theirs"
-    )
+    _gcs._client().bucket(BUCKET).blob(
+        "cells/plugins/profile/first-2/h.xplane.pb"
+    ).upload_from_string(b"theirs")
     before = objects("cells/")
     result = run(ip, logdir, CELL, "--name first")  # type: ignore[arg-type]
     assert result.error_in_exec is None
