@@ -57,7 +57,8 @@ def summarize(
         folder = Path(run)
         if not folder.is_dir() and os.sep not in str(run):
             folder = _store.run_path(
-                logdir if logdir is not None else _store.default_logdir(), str(run)
+                _store.local_logdir(logdir) if logdir is not None else _store.default_logdir(),
+                str(run),
             )
     summary = _analysis.summarize(folder, budget_s=None)
     if summary.complete:
