@@ -209,6 +209,19 @@ def test_an_unusable_bucket_is_one_line_and_the_cell_does_not_run(
     assert not _store.profile_dir(_store.local_logdir(logdir)).exists()
 
 
+def test_no_credentials_is_one_line_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(_gcs.EMULATOR_ENV, raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    with pytest.raises(_store.LogdirError) as caught:
+        _gcs.check(_gcs.parse("gs://some-bucket/x"))
+    message = str(caught.value)
+    assert message.startswith("no Google Cloud credentials found for listing gs://some-bucket/x")
+    assert "auth.authenticate_user()" in message and "application-default login" in message
+    assert "\n" not in message
+
+
 def test_a_failed_upload_keeps_the_run_and_says_where(emulator: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "plugins" / "profile" / "kept"
     run_dir.mkdir(parents=True)
