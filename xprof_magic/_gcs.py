@@ -240,7 +240,7 @@ def upload(remote: Remote, run_dir: Path) -> Uploaded:
     started = time.perf_counter()
     size = 0
     files = _upload_order(run_dir)
-    keep = f"the run is kept in {run_dir}; copy it with: gcloud storage cp -r {run_dir} {url}"
+    keep = f"the run is kept in {run_dir}; copy it with: gcloud storage cp -n {run_dir}/* {url}/"
     try:
         for path in files:
             blob = bucket.blob(f"{remote.profile_prefix()}{run_dir.name}/{path.name}")
