@@ -312,3 +312,18 @@ def test_no_address_in_a_jax_kernel_uses_jaxs_server_without_torch_xla(tmp_path:
     assert run.hosts == (f"localhost_{port}",)
     xplane = run.path / f"localhost_{port}.xplane.pb"
     assert labels_of(xplane, {"jax_thread_step"}) == {"jax_thread_step"}
+
+
+def test_kernels_adding_capture_targets_at_once_lose_none(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from xprof_magic._viewer import guard\n"
+        "for i in range(25):\n"
+        "    guard.allow_capture(sys.argv[1], [f'10.0.{sys.argv[2]}.{i}:9012'])\n"
+    )
+    kernels = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(k)]) for k in range(4)
+    ]
+    assert [k.wait(timeout=120) for k in kernels] == [0, 0, 0, 0]
+    allowed = _guard.capture_allowed(tmp_path)
+    assert allowed == {f"10.0.{k}.{i}:9012" for k in range(4) for i in range(25)}
