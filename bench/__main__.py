@@ -470,7 +470,7 @@ def bench_summary(quick: bool) -> dict[str, Any]:
     from bench import captures
 
     sizes = ["5MB"] if quick else list(captures.SIZES)
-    routes = ["summary", "overview_page", "parse"]
+    routes = ["summary", "summary_serial", "overview_page", "parse"]
     result: dict[str, Any] = {"summary": captures.measure(sizes, routes, 1 if quick else 3)}
     if not quick:
         result["trace_viewer"] = captures.trace_viewer_costs()

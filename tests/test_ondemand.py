@@ -161,6 +161,8 @@ def test_two_workers_and_a_dead_address_make_one_run_without_torch_xla(
     assert fast.steps > slow.steps > 10
     assert fast.busy_s and slow.busy_s and fast.busy_s > slow.busy_s
     assert summary.slowest_host == f"localhost_{b}"
+    # The dead address stays in the run's summary (``%xprof summary pair`` says it later).
+    assert [n.level for n in summary.notes if f"localhost:{dead}" in n.text] == ["warning"]
     assert "localhost_" in _analysis.render_html(summary).split("Hosts — 2 captured")[1]
 
 
@@ -266,3 +268,62 @@ def test_the_viewers_capture_button_reaches_loopback_and_captured_addresses_only
         assert status == 500 and b"refused" not in body, body  # XProf found no server there
     finally:
         stop_viewer(viewer)
+
+
+JAX_TRAINING_THREAD = """
+import threading
+import jax, jax.numpy as jnp
+
+stop, ready = threading.Event(), threading.Event()
+
+def train():
+    weight = jnp.ones((32, 32))
+    step = jax.jit(lambda w: jnp.tanh(w @ w))
+    while not stop.is_set():
+        with jax.profiler.TraceAnnotation("jax_thread_step"):
+            weight = step(weight).block_until_ready()
+        ready.set()
+
+trainer = threading.Thread(target=train, daemon=True)
+trainer.start()
+assert ready.wait(120)
+"""
+
+
+def test_no_address_in_a_jax_kernel_uses_jaxs_server_without_torch_xla(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    k = Kernel(with_server())
+    try:
+        k.ok("%load_ext xprof_magic")
+        k.ok(JAX_TRAINING_THREAD)
+        port = free_port()
+        content, outputs = k.run(
+            f"%xprof capture --duration-ms 1500 --port {port} --logdir {tmp_path} --no-display",
+            timeout=240,
+        )
+        shown = text(outputs)
+        assert content["status"] == "ok", shown
+        imported = k.ok("import sys; print('torch_xla' in sys.modules)")
+        k.ok("stop.set(); trainer.join()")
+    finally:
+        k.close()
+    assert imported.strip() == "False", "capturing a JAX kernel imported torch_xla"
+    (run,) = _store.runs(tmp_path)
+    assert run.hosts == (f"localhost_{port}",)
+    xplane = run.path / f"localhost_{port}.xplane.pb"
+    assert labels_of(xplane, {"jax_thread_step"}) == {"jax_thread_step"}
+
+
+def test_kernels_adding_capture_targets_at_once_lose_none(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from xprof_magic._viewer import guard\n"
+        "for i in range(25):\n"
+        "    guard.allow_capture(sys.argv[1], [f'10.0.{sys.argv[2]}.{i}:9012'])\n"
+    )
+    kernels = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(k)]) for k in range(4)
+    ]
+    assert [k.wait(timeout=120) for k in kernels] == [0, 0, 0, 0]
+    allowed = _guard.capture_allowed(tmp_path)
+    assert allowed == {f"10.0.{k}.{i}:9012" for k in range(4) for i in range(25)}

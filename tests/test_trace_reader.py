@@ -11,14 +11,18 @@ import dataclasses
 import json
 import math
 import os
+import subprocess
 import sys
+import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import _oracle_trace as oracle
-from xprof_magic._analysis import nesting, render_text, summarize
+from xprof_magic._analysis import nesting, pool, render_text, summarize, trace
 from xprof_magic._analysis.trace import TraceFacts, read_planes, read_trace
 
 
@@ -61,6 +65,16 @@ def _train(steps: int) -> None:
                     torch_xla.sync()
 
 
+def _background(batches: int) -> None:
+    """A second Python thread with nested traces (a data loader's), so the capture has two
+    Python lines whose blocks have parents."""
+    import torch_xla.debug.profiler as xp
+
+    for _ in range(batches):
+        with xp.Trace("load_batch"), xp.Trace("decode"):
+            time.sleep(0.002)
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.environ.setdefault("PJRT_DEVICE", "CPU")
@@ -71,7 +85,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     logdir = tmp_path_factory.mktemp("reader")
     with xprof_magic.capture(logdir=logdir, name="mlp", server=False) as cap:
+        loader = threading.Thread(target=_background, args=(12,))
+        loader.start()
         _train(24)
+        loader.join()
         xm.wait_device_ops()
     assert cap.result is not None
     return cap.result.run_dir
@@ -281,3 +298,104 @@ def test_the_full_schema_and_the_lazy_one_read_the_same_events(run_dir: Path) ->
         sum(len(line.events) for p in full.planes for line in p.lines)
         == read_trace(_xplane(run_dir)).events
     )
+
+
+@pytest.fixture
+def lines_read_here(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Workers take every line they can (none is too small to send); the lines this
+    process read itself are recorded."""
+    monkeypatch.setattr(pool, "START_BYTES", 0)
+    monkeypatch.setattr(pool, "LINE_MIN_BYTES", 0)
+    monkeypatch.setenv(pool.WORKERS_ENV, "2")
+    here: list[int] = []
+    read_part = trace._read_part
+
+    def recorded(lines: Any, index: int, settings: Any) -> Any:
+        here.append(index)
+        return read_part(lines, index, settings)
+
+    monkeypatch.setattr(trace, "_read_part", recorded)
+    return here
+
+
+def _host_lines(run_dir: Path) -> int:
+    from xprof_magic._analysis import xspace
+
+    space = xspace.LazyXSpace()
+    space.ParseFromString(_xplane(run_dir).read_bytes())
+    return sum(len(p.lines) for p in space.planes if p.name == "/host:CPU")
+
+
+def test_lines_read_by_workers_add_up_to_the_one_process_pass(
+    run_dir: Path, lines_read_here: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = _args(run_dir)
+    parallel = read_trace(_xplane(run_dir), **args)
+    read_here = list(lines_read_here)
+    monkeypatch.setenv(pool.WORKERS_ENV, "0")
+    serial = read_trace(_xplane(run_dir), **args)
+    # Exactly equal, floats included: the parts are added in the serial pass's order.
+    assert parallel == serial
+    assert parallel.compile_count >= 2 and parallel.blocks and parallel.device_ops
+    total = _host_lines(run_dir)
+    assert total >= 4 and 0 < len(read_here) < total, (read_here, total)
+
+
+def test_a_worker_that_fails_costs_time_not_the_result(
+    run_dir: Path, lines_read_here: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = _args(run_dir)
+    monkeypatch.setenv(pool.WORKERS_ENV, "0")
+    serial = read_trace(_xplane(run_dir), **args)
+    lines_read_here.clear()
+    monkeypatch.setenv(pool.WORKERS_ENV, "2")
+    monkeypatch.setattr(pool, "_WORKER_MODULE", "xprof_magic._no_such_worker")
+    assert read_trace(_xplane(run_dir), **args) == serial
+    assert sorted(lines_read_here) == list(range(_host_lines(run_dir)))
+
+
+def test_no_workers_for_the_kernels_quick_pass(
+    run_dir: Path, lines_read_here: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[Any] = []
+    monkeypatch.setattr(pool.subprocess, "Popen", lambda *a, **k: started.append(a))
+    facts = read_trace(_xplane(run_dir), deadline=time.perf_counter() + 60)
+    assert facts.events and started == []
+    read_trace(_xplane(run_dir))
+    assert len(started) == 2, "without a deadline, the same call starts its workers"
+
+
+def test_workers_do_not_run_the_callers_script_again(run_dir: Path, tmp_path: Path) -> None:
+    # multiprocessing's spawn would import an unguarded __main__ again in each worker.
+    marker = tmp_path / "runs.txt"
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import resource
+            import xprof_magic
+            from xprof_magic._analysis import pool
+
+            with open({str(marker)!r}, "a") as f:
+                f.write("ran\\n")
+            pool.START_BYTES = pool.LINE_MIN_BYTES = 0
+            summary = xprof_magic.summarize({str(run_dir)!r})
+            assert summary.complete, summary.missing
+            assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime > 0, "no worker ran"
+            """
+        ),
+        encoding="utf-8",
+    )
+    env = {**os.environ, pool.WORKERS_ENV: "2", "PYTHONPATH": str(Path(__file__).parents[1])}
+    subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=120)
+    assert marker.read_text(encoding="utf-8") == "ran\n"
+
+
+def test_the_biggest_lines_go_to_workers_and_small_ones_stay() -> None:
+    mb = 1_000_000
+    # Longest first, to whoever is free soonest; a worker starts 8 MB behind this process.
+    lines = [40 * mb, 9 * mb, 41 * mb, mb // 2, 3 * mb]
+    assert pool.assign(lines, workers=1) == [0, -1, -1, -1, 0]
+    assert pool.assign([40 * mb, 41 * mb, 39 * mb], workers=2) == [0, -1, 1]
+    assert pool.assign([2 * mb, mb // 2], workers=3) == [-1, -1]
+    assert pool.assign([40 * mb, 41 * mb], workers=0) == [-1, -1]

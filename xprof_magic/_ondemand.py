@@ -100,12 +100,13 @@ class Captured:
     metadata: dict[str, Any] = field(default_factory=dict)
     upload: str = ""
 
-    def text(self) -> str:
-        """One line saying what was captured, then a line per failed address, then how the
-        upload to a ``gs://`` log directory went."""
+    def text(self, failures: bool = True) -> str:
+        """One line saying what was captured, then a line per failed address (unless
+        ``failures`` is False: the run's summary, shown next, has them as notes), then how
+        the upload to a ``gs://`` log directory went."""
         names = ", ".join(f"{host} ({address})" for host, address in self.hosts.items())
         lines = [f"xprof: captured {len(self.hosts)} host(s) into run {self.run}: {names}"]
-        lines += [f"xprof: {failure}" for failure in self.failures]
+        lines += [f"xprof: {failure}" for failure in self.failures if failures]
         lines += [f"xprof: {self.upload}"] if self.upload else []
         return "\n".join(lines)
 
@@ -139,17 +140,18 @@ def host_name(address: str) -> str:
     return _HOST_UNSAFE.sub("_", address).strip("_") or "host"
 
 
-def own_address(port: int) -> tuple[str, str]:
+def own_address(port: int, backend: str = "torch_xla") -> tuple[str, str]:
     """This process's own profiler server as an address, started now if needed.
 
-    Starting it imports torch_xla but does not start its runtime. Returns the address and
-    what the backend said (empty when nothing worth saying); raises :class:`CaptureError`
-    when no server of this process listens on ``port``.
+    ``backend`` is the profiler whose server it is (torch_xla's or JAX's: a JAX kernel
+    never imports torch_xla for this). Starting torch_xla's imports torch_xla but does not
+    start its runtime. Returns the address and what the backend said (empty when nothing
+    worth saying); raises :class:`CaptureError` when no server of this process listens on
+    ``port``.
     """
-    from xprof_magic._backends import get_backend
-    from xprof_magic._backends.torch_xla import listens_here
+    from xprof_magic._backends import get_backend, listens_here
 
-    status = get_backend("torch_xla").start_server(port)
+    status = get_backend(backend).start_server(port)
     if status.started and status.port is not None:
         return f"localhost:{status.port}", status.message
     if listens_here(port):

@@ -157,6 +157,8 @@ def _read_metadata(path: Path) -> tuple[RunMetadata, list[str], list[Note]]:
     if meta.problems and meta == RunMetadata():
         return meta, [f"{meta.problems[0]}; metrics and wall time are unknown"], []
     warnings = [Note("warning", f"{p}; those values are unknown.") for p in meta.problems]
+    # What the capture itself said, e.g. which address of an on-demand capture gave nothing.
+    warnings += [Note("warning", message) for message in meta.messages]
     return meta, [], warnings
 
 

@@ -20,7 +20,16 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis import xspace
 
-__all__ = ["Floats", "Ints", "Line", "Plane", "object_planes", "xspace_planes"]
+__all__ = [
+    "Floats",
+    "Ints",
+    "Line",
+    "Plane",
+    "SerializedLines",
+    "object_planes",
+    "read_line",
+    "xspace_planes",
+]
 
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -49,12 +58,31 @@ class Line:
 
 
 @dataclass
+class SerializedLines:
+    """A plane's lines still serialized, with what reading one of them needs.
+
+    Plain data (picklable), so a line can be read in another process: the timeline pass
+    hands the biggest lines of a big capture to worker processes this way.
+    """
+
+    data: Sequence[bytes]
+    names: dict[int, str]
+    stat_ids: dict[str, set[int]]
+
+    def line(self, index: int) -> Line:
+        """Line ``index`` as arrays."""
+        return read_line(self.data[index], self.names, self.stat_ids)
+
+
+@dataclass
 class Plane:
     """One plane: its name, its stats as text, and its lines, read one at a time."""
 
     name: str
     stats: list[tuple[str, str]]
     lines: Callable[[], Iterator[Line]]
+    serialized: SerializedLines | None = None
+    """The lines before reading, when the plane comes from a file (not from objects)."""
 
 
 def xspace_planes(space: Any) -> list[Plane]:
@@ -75,12 +103,19 @@ def _proto_plane(plane: Any) -> Plane:
     stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
     stats = [(stat_names.get(s.metadata_id, ""), xspace.stat_value(s)) for s in plane.stats]
 
+    serialized = SerializedLines(plane.lines, names, stat_ids)
+
     def lines() -> Iterator[Line]:
         stat_id = _StatIds()
         for i in range(len(plane.lines)):
             yield _proto_line(xspace.parse_line(plane.lines[i]), names, stat_ids, stat_id)
 
-    return Plane(plane.name, stats, lines)
+    return Plane(plane.name, stats, lines, serialized)
+
+
+def read_line(data: bytes, names: dict[int, str], stat_ids: dict[str, set[int]]) -> Line:
+    """One serialized line of a plane as arrays (``names``, ``stat_ids``: the plane's)."""
+    return _proto_line(xspace.parse_line(data), names, stat_ids, _StatIds())
 
 
 class _StatIds(dict[bytes, int]):

@@ -48,8 +48,16 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from numpy.typing import NDArray
 
-from xprof_magic._analysis import nesting, xspace
-from xprof_magic._analysis.lines import Floats, Ints, Line, Plane, object_planes, xspace_planes
+from xprof_magic._analysis import nesting, pool, xspace
+from xprof_magic._analysis.lines import (
+    Floats,
+    Ints,
+    Line,
+    Plane,
+    SerializedLines,
+    object_planes,
+    xspace_planes,
+)
 from xprof_magic._backends import TimelineNames
 from xprof_magic._backends.torch_xla_vocabulary import (
     COMPILE_EVENTS,
@@ -64,6 +72,7 @@ __all__ = [
     "Block",
     "ReadAborted",
     "TraceFacts",
+    "read_parts",
     "read_planes",
     "read_trace",
 ]
@@ -143,8 +152,27 @@ def read_trace(
     own host events (its vocabulary's ``runtime_names`` and ``runtime_prefixes``), runtime
     rather than the user's traces, and its ``compile_events``, besides torch_xla's below.
     """
+    path = Path(path)
     try:
-        data = Path(path).read_bytes()
+        size = path.stat().st_size
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    # Workers only where nothing waits on a deadline: the kernel's own quick pass has one.
+    with pool.Pool(pool.worker_count(size) if deadline is None else 0) as workers:
+        return _read(
+            xspace_planes(_parse(path)),
+            host=path.name[: -len(".xplane.pb")],
+            label_names=label_names,
+            cell_ns=cell_ns,
+            deadline=deadline,
+            runtime=runtime,
+            workers=workers,
+        )
+
+
+def _parse(path: Path) -> Any:
+    try:
+        data = path.read_bytes()
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error}") from error
     space = xspace.LazyXSpace()
@@ -152,18 +180,10 @@ def read_trace(
         space.ParseFromString(data)
     except DecodeError as error:
         raise ValueError(
-            f"{Path(path).name} is not a profiler timeline (an XSpace protobuf): {error}; "
+            f"{path.name} is not a profiler timeline (an XSpace protobuf): {error}; "
             "capture again, or check that the file was copied whole"
         ) from None
-    del data
-    return _read(
-        xspace_planes(space),
-        host=Path(path).name[: -len(".xplane.pb")],
-        label_names=label_names,
-        cell_ns=cell_ns,
-        deadline=deadline,
-        runtime=runtime,
-    )
+    return space
 
 
 def read_planes(
@@ -197,6 +217,7 @@ def _read(
     cell_ns: tuple[int, int] | None,
     deadline: float | None,
     runtime: TimelineNames | None = None,
+    workers: pool.Pool | None = None,
 ) -> TraceFacts:
     facts = TraceFacts(host=host)
     reader = _Reader(facts, label_names, deadline)
@@ -218,6 +239,9 @@ def _read(
             facts.window = (float(lo), float(hi))
     for plane in planes:
         if plane.name.startswith("/host:") and plane.name != "/host:metadata":
+            if workers is not None and workers.workers and plane.serialized is not None:
+                _host_lines_in_parallel(reader, plane.serialized, workers)
+                continue
             for line in plane.lines():
                 reader.host_line(line)
                 del line  # before the next line is parsed: one line in memory at a time
@@ -238,6 +262,77 @@ def _runtime_name(name: str) -> bool:
     return "::" in name or name in RUNTIME_NAMES or name.startswith(RUNTIME_PREFIXES)
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """What reading one line takes besides the line: plain data, for a worker process."""
+
+    host: str
+    label_names: frozenset[str]
+    runtime: tuple[frozenset[str], tuple[str, ...]]
+    compile_events: frozenset[str]
+    window: tuple[float, float] | None
+
+    def reader(self) -> _Reader:
+        reader = _Reader(TraceFacts(self.host, window=self.window), self.label_names, None)
+        reader.runtime, reader.compile_events = self.runtime, self.compile_events
+        return reader
+
+
+@dataclass
+class _Part:
+    """One line's share of the facts, added to the whole in line order (:meth:`_Reader.absorb`)."""
+
+    facts: TraceFacts
+    compile_durations: list[float]
+    cpu_op_spans: list[tuple[Floats, Floats]]
+    orphan_compiles: list[tuple[float, float]]
+
+
+def read_parts(
+    data: list[bytes], names: dict[int, str], stat_ids: dict[str, set[int]], settings: _Settings
+) -> list[_Part]:
+    """A worker's task: serialized host lines of one plane (``names``, ``stat_ids``: the
+    plane's), each read on its own."""
+    lines = SerializedLines(data, names, stat_ids)
+    return [_read_part(lines, i, settings) for i in range(len(data))]
+
+
+def _read_part(lines: SerializedLines, index: int, settings: _Settings) -> _Part:
+    reader = settings.reader()
+    reader.host_line(lines.line(index))
+    return _Part(
+        reader.facts, reader.compile_durations, reader.cpu_op_spans, reader.orphan_compiles
+    )
+
+
+def _host_lines_in_parallel(reader: _Reader, lines: SerializedLines, workers: pool.Pool) -> None:
+    """The plane's biggest lines in the workers, the rest here; added up in line order.
+
+    The sums are the serial pass's to the last bit: each line's part starts from zero, and
+    :meth:`_Reader.absorb` adds each part's numbers in the order the serial pass would.
+    A worker that fails costs time only: its lines are read here.
+    """
+    settings = reader.settings()
+    sizes = [len(line) for line in lines.data]
+    owner = pool.assign(sizes, workers.workers)
+    shares = [[i for i, o in enumerate(owner) if o == k] for k in range(workers.workers)]
+    for k, share in enumerate(shares):
+        if share:
+            data = [lines.data[i] for i in share]
+            workers.send(k, (data, lines.names, lines.stat_ids, settings))
+            del data
+    parts = {i: _read_part(lines, i, settings) for i, o in enumerate(owner) if o < 0}
+    for k, share in enumerate(shares):
+        if not share:
+            continue
+        try:
+            parts.update(zip(share, workers.receive(k), strict=True))
+        except (pool.WorkerFailed, TypeError, ValueError):
+            parts.update((i, _read_part(lines, i, settings)) for i in share)
+    for i in range(len(sizes)):
+        reader.absorb(parts[i])
+
+
 class _Reader:
     """The pass: per line, nesting by time gives parents, self time and blocks."""
 
@@ -249,6 +344,47 @@ class _Reader:
         self.deadline = deadline
         self.cpu_op_spans: list[tuple[Floats, Floats]] = []
         self.orphan_compiles: list[tuple[float, float]] = []
+        self.compile_durations: list[float] = []
+
+    def settings(self) -> _Settings:
+        return _Settings(
+            self.facts.host,
+            self.label_names,
+            self.runtime,
+            self.compile_events,
+            self.facts.window,
+        )
+
+    def absorb(self, part: _Part) -> None:
+        """Add one line's part, read by a reader of its own, as if this reader had read it."""
+        facts, theirs = self.facts, part.facts
+        facts.events += theirs.events
+        facts.has_cpu_client |= theirs.has_cpu_client
+        offset = len(facts.blocks)
+        for block in theirs.blocks:
+            if block.parent >= 0:
+                block.parent += offset
+            facts.blocks.append(block)
+        facts.compile_count += theirs.compile_count
+        for dur in part.compile_durations:
+            facts.compile_ns += dur
+        facts.compiles_outside += theirs.compiles_outside
+        for name, group in theirs.groups.items():
+            mine = facts.groups.setdefault(name, GroupFacts())
+            mine.threads += group.threads
+            mine.busy_ns += group.busy_ns
+        tables: list[tuple[dict[Any, list[float]], dict[Any, list[float]]]] = [
+            (facts.host_ops, theirs.host_ops),
+            (facts.device_ops, theirs.device_ops),
+            (facts.compile_ops, theirs.compile_ops),
+        ]
+        for table, rows in tables:
+            for key, (count, total) in rows.items():
+                row = table.setdefault(key, [0, 0.0])
+                row[0] += count
+                row[1] += total
+        self.cpu_op_spans.extend(part.cpu_op_spans)
+        self.orphan_compiles.extend(part.orphan_compiles)
 
     def check(self) -> None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
@@ -389,6 +525,7 @@ class _Reader:
         facts = self.facts
         facts.compile_count += 1
         facts.compile_ns += dur
+        self.compile_durations.append(dur)
         if group != "python":
             self.orphan_compiles.append((start, dur))
             return

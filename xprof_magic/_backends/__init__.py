@@ -12,7 +12,9 @@ module registered in :data:`VOCABULARIES`. This module imports neither a profile
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ __all__ = [
     "Vocabulary",
     "get_backend",
     "get_vocabulary",
+    "listens_here",
     "metrics_delta",
     "reset_profile_state",
 ]
@@ -254,3 +257,38 @@ def reset_profile_state(module: Any) -> None:
     if state is not None and getattr(state, "profile_session", None) is not None:
         with state.lock:
             state.reset()
+
+
+def listens_here(port: int) -> bool:
+    """Whether this very process listens on TCP ``port`` (Linux's ``/proc``; else False).
+
+    A listening socket of ``/proc/self/net/tcp*`` whose inode is one of this process's
+    open file descriptors.
+    """
+    inodes: set[str] = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return True
+    return False

@@ -37,6 +37,7 @@ from xprof_magic._backends import (
     MetricsSnapshot,
     ServerStatus,
     TraceAlreadyRunning,
+    listens_here,
     reset_profile_state,
 )
 
@@ -428,41 +429,6 @@ def _targets_here(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         return True
     local = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "", socket.gethostname())
     return host.strip("[]") in local and listens_here(number)
-
-
-def listens_here(port: int) -> bool:
-    """Whether this very process listens on TCP ``port`` (Linux's ``/proc``; else False).
-
-    A listening socket of ``/proc/self/net/tcp*`` whose inode is one of this process's
-    open file descriptors.
-    """
-    inodes: set[str] = set()
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if (
-                len(fields) > 9
-                and fields[3] == "0A"
-                and int(fields[1].rsplit(":", 1)[1], 16) == port
-            ):
-                inodes.add(fields[9])
-    if not inodes:
-        return False
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.startswith("socket:[") and target[8:-1] in inodes:
-                return True
-    return False
 
 
 def _executions() -> int:

@@ -199,12 +199,18 @@ def _capture_parser() -> _Parser:
     parser.add_argument("--python-tracer-level", type=int, default=0, help="0-1 (default 0)")
     parser.add_argument("--delay-ms", type=int, default=0, help="wait before tracing")
     parser.add_argument("--port", type=int, default=None, help="own server's port (no address)")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "torch_xla", "jax"),
+        default="auto",
+        help="whose server is this kernel's own (no address; default: what the kernel imported)",
+    )
     parser.add_argument("--no-display", action="store_true", help="print the summary only")
     return parser
 
 
 def _capture(session: Session, shell: Any, words: list[str]) -> None:
-    from xprof_magic._plan import DEFAULT_PORT
+    from xprof_magic._plan import DEFAULT_PORT, choose_backend
 
     try:
         args = _capture_parser().parse_args(words)
@@ -224,7 +230,10 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
             delay_ms=args.delay_ms,
         )
         if args.addresses is None:
-            address, said = _ondemand.own_address(args.port or DEFAULT_PORT)
+            backend = args.backend
+            if backend == "auto":
+                backend, _ = choose_backend("", getattr(shell, "user_ns", {}))
+            address, said = _ondemand.own_address(args.port or DEFAULT_PORT, backend)
             if said:
                 print(f"xprof: {said}")
             addresses = [address]
@@ -234,7 +243,7 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
     except (_ondemand.CaptureError, _store.LogdirError, ValueError) as error:
         raise UsageError(f"%xprof capture: {error}") from None
     session.logdir, session.remote = logdir, remote
-    print(captured.text())
+    print(captured.text(failures=False))  # the summary below says which address failed
     _tell_viewers(list(captured.hosts.values()))
     if args.no_display:
         from xprof_magic._notebook import show

@@ -16,7 +16,7 @@ import ipaddress
 import json
 import os
 import posixpath
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +66,28 @@ def allow_capture(info_dir: str | os.PathLike[str], addresses: Iterable[str]) ->
     The list lives in the viewers' per-user info folder, so every viewer of this user reads
     it at its next capture request; it only grows.
     """
-    known = capture_allowed(info_dir)
-    added = sorted(known | {_address(a) for a in addresses})
-    if added != sorted(known):
-        _store.write_json(Path(info_dir) / CAPTURE_ALLOWED_FILE, {"addresses": list(added)})
+    with _locked(Path(info_dir) / f".{CAPTURE_ALLOWED_FILE}.lock"):
+        known = capture_allowed(info_dir)
+        added = sorted(known | {_address(a) for a in addresses})
+        if added != sorted(known):
+            _store.write_json(Path(info_dir) / CAPTURE_ALLOWED_FILE, {"addresses": list(added)})
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock between this user's kernels (POSIX ``flock``; none elsewhere), so two
+    kernels adding addresses at once do not lose one's."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no kernels race on one machine's folder there in practice
+        yield
+        return
+    with open(path, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def capture_allowed(info_dir: str | os.PathLike[str] | None) -> frozenset[str]:
