@@ -382,8 +382,8 @@ def write_report(results: dict[str, Any], command: str) -> str:
             "Real training captures (3-layer MLP, batch 256, SGD with momentum, labels and "
             "`torch_xla.sync()` per step), each route in a fresh process, median of the "
             "repetitions; the time runs from before the route's imports to its end, the CPU "
-            "time beside it is the process's own. Targets for 100 MB: ≤ 3 s, ≤ 0.7 GB, "
-            "≤ 0.35× `overview_page`.",
+            "time beside it is the process's own (+ its workers', for the summary that has "
+            "them). Targets for 100 MB: ≤ 3 s, ≤ 0.7 GB, ≤ 0.35× `overview_page`.",
             "",
             captures.report(summary),
             "",
