@@ -472,6 +472,7 @@ def bench_summary(quick: bool) -> dict[str, Any]:
     sizes = ["5MB"] if quick else list(captures.SIZES)
     routes = ["summary", "summary_serial", "overview_page", "parse"]
     result: dict[str, Any] = {"summary": captures.measure(sizes, routes, 1 if quick else 3)}
+    result["step_window"] = captures.step_window()
     if not quick:
         result["trace_viewer"] = captures.trace_viewer_costs()
     return result

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SIZES", "build_capture", "measure", "trace_viewer_costs"]
+__all__ = ["SIZES", "build_capture", "measure", "step_window", "trace_viewer_costs"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".captures"
@@ -244,6 +244,68 @@ def trace_viewer_costs(name: str = "30MB") -> list[dict[str, Any]]:
     return rows
 
 
+_WINDOW_CHILD = """
+import json, sys, time
+from pathlib import Path
+import torch, torch_xla
+import torch_xla.core.xla_model as xm
+import xprof_magic
+
+logdir, window, steps = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+dev = torch_xla.device()
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+    torch.nn.Linear(256, 10),
+).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+loss_fn = torch.nn.CrossEntropyLoss()
+x, y = torch.randn(256, 512, device=dev), torch.randint(0, 10, (256,), device=dev)
+def step():
+    with xprof_magic.label("forward"):
+        loss = loss_fn(model(x), y)
+    with xprof_magic.label("backward"):
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch_xla.sync()
+for _ in range(3):  # compiled before either capture
+    step()
+xm.wait_device_ops()
+started = time.perf_counter()
+with xprof_magic.capture(logdir=logdir, name=window or "whole", server=False,
+                         steps=window or True) as cap:
+    for _ in range(steps):
+        step()
+took = time.perf_counter() - started
+meta = json.loads((cap.result.run_dir / "xprof_magic.json").read_text())
+size = sum(p.stat().st_size for p in cap.result.run_dir.glob("*.xplane.pb"))
+print(json.dumps({"window": window or "whole cell", "steps": steps, "cell_s": took,
+                  "xplane_bytes": size, "steps_in_run": len(meta.get("steps") or [])}))
+"""
+
+
+def step_window(steps: int = 400, window: str = "100:103") -> list[dict[str, Any]]:
+    """The same 400-step loop captured whole and with ``--steps 100:103``, each in a fresh
+    process: the run's size, the steps it holds, and the cell's time."""
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryDirectory() as logdir:
+        for which in ("", window):
+            out = subprocess.run(
+                [sys.executable, "-c", _WINDOW_CHILD, logdir, which, str(steps)],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                env=_env(),
+            ).stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+            print(f"step window: {rows[-1]}", file=sys.stderr)
+    return rows
+
+
 def report(result: dict[str, Any]) -> str:
     """The figures as Markdown, for BENCHMARKS.md."""
     lines = [
@@ -272,6 +334,19 @@ def report(result: dict[str, Any]) -> str:
         else:
             cells.append("")
         lines.append("| " + " | ".join(cells) + " |")
+    windows = result.get("step_window", [])
+    if windows:
+        lines += [
+            "",
+            "| the same 400-step loop | run size | steps in the run | cell time |",
+            "| --- | --- | --- | --- |",
+        ]
+        for row in windows:
+            lines.append(
+                f"| {'--steps ' + row['window'] if ':' in row['window'] else row['window']} "
+                f"| {row['xplane_bytes'] / 1e6:.2f} MB | {row['steps_in_run']} "
+                f"| {row['cell_s']:.2f} s |"
+            )
     for call in result.get("trace_viewer", []):
         first = "first call, " if call.get("first") else ""
         lines.append(
@@ -290,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         "--routes", nargs="*", default=["summary", "summary_serial", "overview_page", "parse"]
     )
     parser.add_argument("--viewer", action="store_true", help="also time trace_viewer@ calls")
+    parser.add_argument(
+        "--window", action="store_true", help="also capture a step window against the whole loop"
+    )
     args = parser.parse_args(argv)
     if args.build:
         started = time.perf_counter()
@@ -300,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"summary": measure(args.sizes, args.routes, args.reps)}
     if args.viewer:
         result["trace_viewer"] = trace_viewer_costs()
+    if args.window:
+        result["step_window"] = step_window()
     CACHE.mkdir(parents=True, exist_ok=True)
     (CACHE / "results.json").write_text(json.dumps(result, indent=1))
     print(report(result))
