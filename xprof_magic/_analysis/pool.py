@@ -90,8 +90,7 @@ class Pool:
         self._writers: dict[int, threading.Thread] = {}
         if workers <= 0:
             return
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        env = _worker_env()
         for _ in range(workers):
             try:
                 proc = subprocess.Popen(
@@ -161,6 +160,19 @@ class Pool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _worker_env() -> dict[str, str]:
+    """This process's environment, with this package importable in the worker: a checkout
+    added to ``sys.path`` at run time is put on ``PYTHONPATH``; an installed package needs
+    nothing (and putting site-packages ahead of the standard library could shadow it)."""
+    import site
+
+    env = dict(os.environ)
+    installed = {*site.getsitepackages(), site.getusersitepackages()}
+    if _PACKAGE_ROOT not in {str(Path(p).resolve()) for p in installed}:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    return env
 
 
 def _write(proc: subprocess.Popen[bytes], payload: bytes) -> None:
