@@ -10,6 +10,7 @@ converters always call www.googleapis.com; the viewer serves the local mirror in
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -176,7 +177,11 @@ def test_on_demand_capture_of_a_worker_lands_in_the_bucket(
     assert f"uploaded to gs://{BUCKET}/od/plugins/profile/demand (" in shown, shown
     host = f"localhost_{port}"
     stored = objects("od/plugins/profile/demand/")
-    assert set(stored) == {f"{host}.xplane.pb", _store.METADATA_FILE}
+    assert set(stored) == {f"{host}.xplane.pb", _store.METADATA_FILE, _gcs.UPLOADED_FILE}
+    assert json.loads(stored[_gcs.UPLOADED_FILE])["files"] == [
+        _store.METADATA_FILE,
+        f"{host}.xplane.pb",
+    ], "the metadata claims the name first, the timeline goes last"
     local = _store.run_path(_store.local_logdir(f"gs://{BUCKET}/od"), "demand")
     assert stored[f"{host}.xplane.pb"] == (local / f"{host}.xplane.pb").read_bytes()
     assert labels_of(local / f"{host}.xplane.pb", {"gcs_worker"}) == {"gcs_worker"}
@@ -243,16 +248,22 @@ def test_the_viewer_lists_and_serves_runs_other_hosts_wrote(
     (mine,) = _store.runs(mirror)
     host = mine.hosts[0]
     bucket = _gcs._client().bucket(BUCKET)
-    # Another host's finished run, and one still uploading (its timeline not there yet).
-    for name in (f"{host}.xplane.pb", _store.METADATA_FILE):
-        blob = bucket.blob(f"shared/plugins/profile/theirs/{name}")
-        blob.upload_from_filename(str(mine.path / name))
-    bucket.blob(f"shared/plugins/profile/half/{_store.METADATA_FILE}").upload_from_string(b"{}")
+    # Another host's finished run; one still uploading (its timeline is there, the list of
+    # its files not yet); one of another tool (a timeline, no metadata of ours).
+    files = [_store.METADATA_FILE, f"{host}.xplane.pb"]
+    for name in files:
+        for run_name in ("theirs", "half"):
+            blob = bucket.blob(f"shared/plugins/profile/{run_name}/{name}")
+            blob.upload_from_filename(str(mine.path / name))
+    listing = json.dumps({"files": files}).encode()
+    bucket.blob(f"shared/plugins/profile/theirs/{_gcs.UPLOADED_FILE}").upload_from_string(listing)
+    other = bucket.blob(f"shared/plugins/profile/other_tool/{host}.xplane.pb")
+    other.upload_from_filename(str(mine.path / f"{host}.xplane.pb"))
     capsys.readouterr()
     ip.run_line_magic("xprof", f"runs {logdir}")
     shown = capsys.readouterr().out
-    assert f"copied 1 run(s) from {logdir}: theirs" in shown, shown
-    assert {r.name for r in _store.runs(mirror)} == {"mine", "theirs"}
+    assert f"copied 2 run(s) from {logdir}: other_tool, theirs" in shown, shown
+    assert {r.name for r in _store.runs(mirror)} == {"mine", "theirs", "other_tool"}
     assert not (mirror / "plugins" / "profile" / "half").exists()
 
     outcome = ensure_viewer(mirror)
@@ -262,3 +273,74 @@ def test_the_viewer_lists_and_serves_runs_other_hosts_wrote(
     assert fetch_json(viewer, "hosts", run="theirs", tag="overview_page") == [{"hostname": host}]
     trace = fetch_json(viewer, "data", run="theirs", tag="trace_viewer@", host=host)
     assert trace["traceEvents"]
+
+
+@pytest.fixture
+def preconditions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What real Cloud Storage does and the emulator does not: refuse, with 412, to create
+    an object that exists (``ifGenerationMatch=0``). The one fake of this file."""
+    from google.api_core import exceptions as api
+    from google.cloud.storage import Blob
+
+    real = Blob.upload_from_string
+
+    def upload(self: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("if_generation_match") == 0 and self.bucket.get_blob(self.name):
+            raise api.PreconditionFailed("At least one of the pre-conditions did not hold.")
+        return real(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(Blob, "upload_from_string", upload)
+
+
+def _local_run(ip: Any, tmp_path: Path, name: str) -> Path:
+    assert run(ip, str(tmp_path), CELL, f"--name {name}").error_in_exec is None  # type: ignore[arg-type]
+    (found,) = [r for r in _store.runs(tmp_path) if r.name == name]
+    return found.path
+
+
+def test_two_hosts_uploading_one_name_get_two_runs(
+    emulator: str, preconditions: None, ip: Any, tmp_path: Path
+) -> None:
+    run_dir = _local_run(ip, tmp_path, "race")
+    remote = _gcs.parse(f"gs://{BUCKET}/claims")
+    # The other host claimed "race" a moment earlier: its metadata is there, ours is not.
+    theirs = b'{"run": "race", "host": "other-host"}'
+    claim = f"claims/plugins/profile/race/{_store.METADATA_FILE}"
+    _gcs._client().bucket(BUCKET).blob(claim).upload_from_string(theirs)
+    uploaded = _gcs.upload(remote, run_dir)
+    assert uploaded.run_dir == run_dir.with_name("race-2") and uploaded.run_dir.is_dir()
+    assert not run_dir.exists(), "the local copy was renamed, not copied"
+    meta = _metadata.read(uploaded.run_dir)
+    assert meta is not None and meta.run == "race-2"
+    assert objects("claims/plugins/profile/race/") == {_store.METADATA_FILE: theirs}
+    stored = objects("claims/plugins/profile/race-2/")
+    assert stored[_store.METADATA_FILE] == (uploaded.run_dir / _store.METADATA_FILE).read_bytes()
+    assert (
+        _gcs.UPLOADED_FILE in stored
+        and len(stored) == len(list(run_dir.parent.glob("race-2/*"))) + 1
+    )
+
+
+def test_a_retried_write_of_the_same_bytes_is_not_a_clash_but_other_bytes_are(
+    emulator: str, preconditions: None, ip: Any, tmp_path: Path
+) -> None:
+    run_dir = _local_run(ip, tmp_path, "again")
+    remote = _gcs.parse(f"gs://{BUCKET}/retried")
+    bucket = _gcs._client().bucket(BUCKET)
+    prefix = "retried/plugins/profile/again/"
+    # A first attempt's metadata arrived although its answer was lost: the same bytes.
+    metadata = (run_dir / _store.METADATA_FILE).read_bytes()
+    bucket.blob(prefix + _store.METADATA_FILE).upload_from_string(metadata)
+    assert _gcs.upload(remote, run_dir).run_dir == run_dir
+    (xplane,) = run_dir.glob("*.xplane.pb")
+    assert objects(prefix)[xplane.name] == xplane.read_bytes()
+
+    other = _local_run(ip, tmp_path, "clash")
+    (timeline,) = other.glob("*.xplane.pb")
+    bucket.blob(f"retried/plugins/profile/clash/{timeline.name}").upload_from_string(b"theirs")
+    with pytest.raises(_gcs.UploadError) as caught:
+        _gcs.upload(remote, other)
+    message = str(caught.value)
+    assert "nothing there was replaced" in message and f"the run is kept in {other}" in message
+    assert objects("retried/plugins/profile/clash/")[timeline.name] == b"theirs"
+    assert _gcs.UPLOADED_FILE not in objects("retried/plugins/profile/clash/")

@@ -354,6 +354,29 @@ def test_a_worker_that_fails_costs_time_not_the_result(
     assert sorted(lines_read_here) == list(range(_host_lines(run_dir)))
 
 
+def test_a_worker_that_never_answers_is_stopped_and_its_lines_read_here(
+    run_dir: Path, lines_read_here: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = _args(run_dir)
+    monkeypatch.setenv(pool.WORKERS_ENV, "0")
+    serial = read_trace(_xplane(run_dir), **args)
+    lines_read_here.clear()
+    monkeypatch.setenv(pool.WORKERS_ENV, "2")
+    monkeypatch.setattr(pool, "_WORKER_MODULE", "tests._hanging_worker")
+    monkeypatch.setattr(pool, "ANSWER_S", 1.0)
+    started: list[Any] = []
+    popen = pool.subprocess.Popen
+
+    def recorded(*a: Any, **k: Any) -> Any:
+        started.append(popen(*a, **k))
+        return started[-1]
+
+    monkeypatch.setattr(pool.subprocess, "Popen", recorded)
+    assert read_trace(_xplane(run_dir), **args) == serial
+    assert sorted(lines_read_here) == list(range(_host_lines(run_dir)))
+    assert len(started) == 2 and all(p.poll() is not None for p in started), "left running"
+
+
 def test_no_workers_for_the_kernels_quick_pass(
     run_dir: Path, lines_read_here: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:

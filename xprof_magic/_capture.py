@@ -420,7 +420,8 @@ class Capture:
             )
             return
         if self.plan.remote is not None:
-            self._messages.append(_upload(self.plan.remote, run_dir))
+            said, run_dir = _upload(self.plan.remote, run_dir)
+            self._messages.append(said)
         warning = size_warning(_store.xplane_bytes(run_dir))
         if warning:
             self._messages.append(f"warning: {warning}")
@@ -503,14 +504,16 @@ _STOP = {
 }
 
 
-def _upload(remote: str, run_dir: Path) -> str:
-    """Upload a committed run to its ``gs://`` log directory; the line that says how it went."""
+def _upload(remote: str, run_dir: Path) -> tuple[str, Path]:
+    """Upload a committed run to its ``gs://`` log directory: the line that says how it went,
+    and the run's folder (renamed if the bucket had its name by then)."""
     from xprof_magic import _gcs
 
     try:
-        return _gcs.upload(_gcs.parse(remote), run_dir).text()
+        uploaded = _gcs.upload(_gcs.parse(remote), run_dir)
     except (_gcs.UploadError, _store.LogdirError) as error:
-        return f"warning: {error}"
+        return f"warning: {error}", run_dir
+    return uploaded.text(), uploaded.run_dir
 
 
 def _message(exc: BaseException) -> str:

@@ -39,6 +39,7 @@ from xprof_magic._units import data_size, seconds
 
 __all__ = [
     "EMULATOR_ENV",
+    "UPLOADED_FILE",
     "Remote",
     "Synced",
     "UploadError",
@@ -57,6 +58,10 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 # Files of a run worth copying down; XProf's caches (``.cached_tools.json``, ``*.SSTABLE``,
 # ``*.op_stats_v2.pb``, ...) are rebuilt locally instead.
 _RUN_FILES = (_store.XPLANE_SUFFIX, ".trace.json.gz", _store.METADATA_FILE)
+UPLOADED_FILE = "xprof_magic.uploaded"
+"""Written last by :func:`upload`: the run's files, so a copy down knows the run is whole."""
+_CLAIM_ATTEMPTS = 20
+TAKEN_TIMEOUT_S = 10.0
 _CREDENTIALS_FIX = (
     "on Colab run `from google.colab import auth; auth.authenticate_user()`, elsewhere "
     "`gcloud auth application-default login` (a TPU VM uses its service account)"
@@ -93,12 +98,14 @@ class Remote:
 
 @dataclass(frozen=True)
 class Uploaded:
-    """A run copied to the bucket."""
+    """A run copied to the bucket; ``run_dir`` is its local copy, renamed when another
+    writer had taken the name in the bucket meanwhile."""
 
     url: str
     files: int
     size: int
     seconds: float
+    run_dir: Path
 
     def text(self) -> str:
         return (
@@ -136,7 +143,9 @@ def _endpoint() -> str:
 def _client_for(endpoint: str) -> Any:
     from google.cloud import storage
 
-    return storage.Client()
+    # No project: listing and writing objects need none, and Colab's credentials name none
+    # ("Project was not passed and could not be determined").
+    return storage.Client(project=None)
 
 
 def _client() -> Any:
@@ -203,68 +212,127 @@ def check(remote: Remote) -> set[str]:
     try:
         return _names(remote, None, CHECK_TIMEOUT_S)
     except Exception as error:
-        line = problem(error, remote, "listing")
-        if line is None:
-            raise
+        line = problem(error, remote, "listing") or (
+            f"cannot list {remote.url}: {_one_line(error)}; check --logdir and the "
+            "credentials (gcloud auth application-default login)"
+        )
         raise _store.LogdirError(line) from None
 
 
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
+
+
 def taken(remote: Remote) -> set[str]:
-    """The run names taken in the bucket now (with retries), for naming a run at commit."""
+    """The run names taken in the bucket now, for naming a run at commit: best effort (a
+    few retries for :data:`TAKEN_TIMEOUT_S`, then none known), since the capture must be
+    stored whatever the network does; the upload's claim (:func:`upload`) still keeps two
+    runs apart."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     try:
-        return _names(remote, DEFAULT_RETRY, 60)
-    except Exception as error:
-        if problem(error, remote, "listing") is None:
-            raise
+        return _names(remote, DEFAULT_RETRY.with_timeout(TAKEN_TIMEOUT_S), TAKEN_TIMEOUT_S)
+    except Exception:
         return set()
 
 
 def _upload_order(run_dir: Path) -> list[Path]:
-    """Every file of the run, timelines last: XProf finds a run's tools through them."""
+    """Every file of the run: the metadata first (it claims the name), the timelines last
+    (XProf finds a run's tools through them)."""
     files = [p for p in run_dir.iterdir() if p.is_file() and not p.name.startswith(".")]
-    return sorted(files, key=lambda p: (p.name.endswith(_store.XPLANE_SUFFIX), p.name))
+    return sorted(
+        files,
+        key=lambda p: (
+            p.name != _store.METADATA_FILE,
+            p.name.endswith(_store.XPLANE_SUFFIX),
+            p.name,
+        ),
+    )
 
 
 def upload(remote: Remote, run_dir: Path) -> Uploaded:
     """Copy a committed run to ``gs://.../plugins/profile/<run>/``, never replacing an object.
 
-    Raises :class:`UploadError` (one line, naming the local copy that is kept).
+    The run's metadata goes first and claims the name: when another writer (another host of
+    a pod, running the same cell) created it first, the local run takes the next free name
+    (``-2``, ``-3``, ...) and claims that. The timelines go last, then
+    :data:`UPLOADED_FILE`, listing the files, which says the run is whole. A retried write
+    that finds its own object already there carries on. Raises :class:`UploadError` (one
+    line, naming the local copy that is kept) for anything else.
     """
+    from google.api_core import exceptions as api
+
+    started = time.perf_counter()
+    bucket = _client().bucket(remote.bucket)
+    try:
+        run_dir = _claim(remote, bucket, run_dir, _upload_order(run_dir)[0].name)
+        files = _upload_order(run_dir)
+        for path in files[1:]:
+            _put(remote, bucket, run_dir, path.name, path.read_bytes())
+        listing = json.dumps({"files": [p.name for p in files]}, indent=1).encode()
+        _put(remote, bucket, run_dir, UPLOADED_FILE, listing)
+    except api.PreconditionFailed as error:
+        raise UploadError(
+            f"the upload to {remote.run_url(run_dir.name)} stopped: {error.message}; "
+            f"nothing there was replaced; {_keep(remote, run_dir)}"
+        ) from None
+    except UploadError:
+        raise
+    except Exception as error:
+        line = problem(error, remote, "writing to") or _one_line(error)
+        raise UploadError(f"the upload failed: {line}; {_keep(remote, run_dir)}") from None
+    size = sum(p.stat().st_size for p in files)
+    return Uploaded(
+        remote.run_url(run_dir.name), len(files), size, time.perf_counter() - started, run_dir
+    )
+
+
+def _keep(remote: Remote, run_dir: Path) -> str:
+    url = remote.run_url(run_dir.name)
+    return f"the run is kept in {run_dir}; copy it with: gcloud storage cp -n {run_dir}/* {url}/"
+
+
+def _claim(remote: Remote, bucket: Any, run_dir: Path, first: str) -> Path:
+    """Create the run's first object (its metadata) under a name nobody has; the run's local
+    copy, renamed to that name if it had to change."""
+    from google.api_core import exceptions as api
+
+    for _ in range(_CLAIM_ATTEMPTS):
+        try:
+            _put(remote, bucket, run_dir, first, (run_dir / first).read_bytes())
+            return run_dir
+        except api.PreconditionFailed:
+            run_dir = _store.rename_run(run_dir, taken(remote))
+    raise UploadError(
+        f"no free run name found in {remote.url} after {_CLAIM_ATTEMPTS} tries; "
+        f"{_keep(remote, run_dir)}"
+    )
+
+
+def _put(remote: Remote, bucket: Any, run_dir: Path, name: str, data: bytes) -> None:
+    """Create one object of the run, only if absent; one already there with the very same
+    bytes (a write retried after its answer was lost) counts as written."""
     from google.api_core import exceptions as api
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    url = remote.run_url(run_dir.name)
-    bucket = _client().bucket(remote.bucket)
-    started = time.perf_counter()
-    size = 0
-    files = _upload_order(run_dir)
-    keep = f"the run is kept in {run_dir}; copy it with: gcloud storage cp -n {run_dir}/* {url}/"
+    blob = bucket.blob(f"{remote.profile_prefix()}{run_dir.name}/{name}")
     try:
-        for path in files:
-            blob = bucket.blob(f"{remote.profile_prefix()}{run_dir.name}/{path.name}")
-            blob.upload_from_filename(str(path), if_generation_match=0, retry=DEFAULT_RETRY)
-            size += path.stat().st_size
+        blob.upload_from_string(data, if_generation_match=0, retry=DEFAULT_RETRY)
     except api.PreconditionFailed:
-        raise UploadError(
-            f"the upload to {url} stopped: another writer created the same run at the same "
-            f"time, and nothing of it was replaced; {keep.replace(url, url + '-2')}"
-        ) from None
-    except Exception as error:
-        line = problem(error, remote, "writing to")
-        if line is None and not isinstance(error, OSError):
+        there = bucket.get_blob(blob.name)
+        if there is None or there.size != len(data) or there.download_as_bytes() != data:
             raise
-        raise UploadError(f"the upload failed: {line or error}; {keep}") from None
-    return Uploaded(url, len(files), size, time.perf_counter() - started)
 
 
-def _complete(names: set[str], metadata: dict[str, Any] | None) -> bool:
-    """A run in the bucket is complete once its timelines are there: one at least, and every
-    host its metadata names (an on-demand run's hosts are uploaded one after another)."""
-    xplanes = {n[: -len(_store.XPLANE_SUFFIX)] for n in names if n.endswith(_store.XPLANE_SUFFIX)}
-    hosts = ((metadata or {}).get("options") or {}).get("hosts")
-    return bool(xplanes) and (not isinstance(hosts, dict) or set(hosts) <= xplanes)
+def _complete(names: set[str], listing: dict[str, Any] | None) -> bool:
+    """Whether a run in the bucket is whole. One this package uploaded (it has our metadata)
+    is whole once :data:`UPLOADED_FILE` is there and every file it lists; a run written by
+    another tool, once it has a timeline."""
+    if _store.METADATA_FILE not in names:
+        return any(n.endswith(_store.XPLANE_SUFFIX) for n in names)
+    files = (listing or {}).get("files")
+    return isinstance(files, list) and {str(f) for f in files} <= names
 
 
 def sync(remote: Remote) -> Synced:
@@ -296,11 +364,11 @@ def _download(remote: Remote, name: str, profile: Path) -> bool:
         for b in _client().list_blobs(remote.bucket, prefix=prefix, delimiter="/")
     }
     wanted = {n: b for n, b in blobs.items() if n.endswith(_RUN_FILES)}
-    metadata = None
-    if _store.METADATA_FILE in wanted:
+    listing = None
+    if UPLOADED_FILE in blobs:
         with contextlib.suppress(ValueError):
-            metadata = json.loads(wanted[_store.METADATA_FILE].download_as_bytes())
-    if not _complete(set(wanted), metadata if isinstance(metadata, dict) else None):
+            listing = json.loads(blobs[UPLOADED_FILE].download_as_bytes())
+    if not _complete(set(blobs), listing if isinstance(listing, dict) else None):
         return False
     staging = remote.mirror / _store.STAGING_DIR / uuid.uuid4().hex
     folder = staging / name

@@ -214,12 +214,17 @@ def capture(
     run_name = run_name or _store.default_run_name(datetime.now(), None)
     meta = _run_metadata(addresses, hosts, options, failures, started_ns, ended_ns, wall_s)
     if remote is not None:
-        taken |= _gcs.taken(_gcs.parse(remote))
+        try:
+            taken |= _gcs.taken(_gcs.parse(remote))
+        except BaseException:
+            _store.discard(staging)
+            raise
     path = _store.commit(staging, run_name, meta, taken)
     upload = ""
     if remote is not None:
         try:
-            upload = _gcs.upload(_gcs.parse(remote), path).text()
+            uploaded = _gcs.upload(_gcs.parse(remote), path)
+            upload, path = uploaded.text(), uploaded.run_dir
         except _gcs.UploadError as error:
             upload = f"warning: {error}"
     return Captured(

@@ -43,6 +43,7 @@ __all__ = [
     "local_logdir",
     "profile_dir",
     "read_metadata",
+    "rename_run",
     "run_path",
     "runs",
     "safe_run_name",
@@ -238,6 +239,16 @@ def commit(
         return target
     finally:
         discard(staging)
+
+
+def rename_run(run_dir: Path, taken: Collection[str] = ()) -> Path:
+    """Give a committed run the next free name (``-2``, ``-3``, ...; none in ``taken``
+    either), its metadata saying so; the run's new folder."""
+    metadata = read_metadata(run_dir) or {}
+    target = _claim(run_dir.parent, run_dir.name, run_dir, frozenset(taken) | {run_dir.name})
+    if metadata:
+        write_json(target / METADATA_FILE, {**metadata, "run": target.name})
+    return target
 
 
 def _staged_session(staging: Staging) -> Path:

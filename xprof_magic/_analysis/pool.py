@@ -20,8 +20,10 @@ process); by default it is one less than the CPUs this process may use, at most 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import select
 import subprocess
 import sys
 import threading
@@ -40,6 +42,9 @@ LINE_MIN_BYTES = 1_000_000
 START_BYTES = 6_000_000
 """What a worker's start (interpreter, imports, receiving its lines) is worth, in bytes of
 timeline this process reads meanwhile."""
+ANSWER_S = 60.0
+"""How long a worker may take before its answer begins, besides a second per MB it reads
+(it reads tens of MB a second): this only catches a worker that hangs."""
 _WORKER_MODULE = "xprof_magic._analysis.worker"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -99,6 +104,7 @@ class Pool:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
                     env=env,
+                    cwd=_PACKAGE_ROOT,  # ``-m`` puts the folder first on sys.path: not the user's
                 )
             except OSError:
                 break
@@ -106,7 +112,12 @@ class Pool:
 
     @property
     def workers(self) -> int:
-        return len(self._procs)
+        """Workers still waiting for a task."""
+        return len(self.live())
+
+    def live(self) -> list[int]:
+        """The numbers of the workers still waiting for a task (each takes one)."""
+        return [k for k, proc in enumerate(self._procs) if proc is not None]
 
     def send(self, worker: int, task: Any) -> None:
         """Give worker ``worker`` its task (it answers once), from a thread: the worker may
@@ -119,15 +130,19 @@ class Pool:
         writer.start()
         self._writers[worker] = writer
 
-    def receive(self, worker: int) -> Any:
-        """Worker ``worker``'s answer; :class:`WorkerFailed` when there is none."""
+    def receive(self, worker: int, timeout_s: float) -> Any:
+        """Worker ``worker``'s answer; :class:`WorkerFailed` when there is none, or none
+        begins within ``timeout_s`` (the worker is stopped then)."""
         proc = self._procs[worker]
         if proc is None or proc.stdout is None:
             raise WorkerFailed(f"worker {worker} is not running")
         writer = self._writers.pop(worker, None)
         try:
             if writer is not None:
-                writer.join()
+                writer.join(timeout_s)
+            with contextlib.suppress(OSError, ValueError):  # no select on this pipe: wait
+                if not select.select([proc.stdout], [], [], timeout_s)[0]:
+                    raise WorkerFailed(f"worker {worker} gave no answer in {timeout_s:.0f} s")
             answer = pickle.load(proc.stdout)
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError) as error:
             raise WorkerFailed(f"worker {worker} gave no answer: {error!r}") from None

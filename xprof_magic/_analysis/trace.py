@@ -314,19 +314,21 @@ def _host_lines_in_parallel(reader: _Reader, lines: SerializedLines, workers: po
     """
     settings = reader.settings()
     sizes = [len(line) for line in lines.data]
-    owner = pool.assign(sizes, workers.workers)
-    shares = [[i for i, o in enumerate(owner) if o == k] for k in range(workers.workers)]
-    for k, share in enumerate(shares):
+    live = workers.live()
+    owner = pool.assign(sizes, len(live))
+    shares = [[i for i, o in enumerate(owner) if o == k] for k in range(len(live))]
+    for worker, share in zip(live, shares, strict=True):
         if share:
             data = [lines.data[i] for i in share]
-            workers.send(k, (data, lines.names, lines.stat_ids, settings))
+            workers.send(worker, (data, lines.names, lines.stat_ids, settings))
             del data
     parts = {i: _read_part(lines, i, settings) for i, o in enumerate(owner) if o < 0}
-    for k, share in enumerate(shares):
+    for worker, share in zip(live, shares, strict=True):
         if not share:
             continue
+        timeout_s = pool.ANSWER_S + sum(sizes[i] for i in share) / 1e6
         try:
-            parts.update(zip(share, workers.receive(k), strict=True))
+            parts.update(zip(share, workers.receive(worker, timeout_s), strict=True))
         except (pool.WorkerFailed, TypeError, ValueError):
             parts.update((i, _read_part(lines, i, settings)) for i in share)
     for i in range(len(sizes)):
