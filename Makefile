@@ -67,6 +67,8 @@ typecheck: install
 
 # The newest stack runs everything but the tests of Colab's pinned stack; the pinned stack
 # runs the kernel tests again, and the Colab ones.
+# Every test's prerequisite is installed above, so a missing one fails instead of skipping.
+pytest: export XPROF_MAGIC_TESTS_STRICT = 1
 pytest: install colab-env browser-deps
 	$(BIN)/python -m pytest -q -ra -m "not pinned" $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; \

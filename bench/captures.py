@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,9 @@ CACHE = ROOT / "bench" / ".captures"
 SIZES = {"5MB": 400, "30MB": 2500, "100MB": 8400}
 
 
-def _train(steps: int) -> None:
+def make_step() -> Callable[[int], None]:
+    """The benchmark's training step (the MLP above, batch ``i % 4``, two labels and a
+    ``torch_xla.sync()``), its model and data made now."""
     import torch
     import torch_xla
 
@@ -62,15 +65,26 @@ def _train(steps: int) -> None:
     xs = [torch.randn(256, 512, device=dev) for _ in range(4)]
     ys = [torch.randint(0, 10, (256,), device=dev) for _ in range(4)]
     torch_xla.sync()
+
+    def step(i: int) -> None:
+        with xprof_magic.label("forward"):
+            loss = loss_fn(model(xs[i % 4]), ys[i % 4])
+        with xprof_magic.label("backward"):
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        torch_xla.sync()
+
+    return step
+
+
+def _train(steps: int) -> None:
+    import xprof_magic
+
+    step = make_step()
     for i in range(steps):
         with xprof_magic.step():
-            with xprof_magic.label("forward"):
-                loss = loss_fn(model(xs[i % 4]), ys[i % 4])
-            with xprof_magic.label("backward"):
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            torch_xla.sync()
+            step(i)
 
 
 def build_capture(steps: int, logdir: Path, name: str) -> Path:
@@ -146,16 +160,21 @@ print(json.dumps({
 """
 
 
-def _child(route: str, xplane: Path) -> dict[str, float]:
+def _run_child(code: str, *args: str) -> Any:
+    """``python -c code args`` in a fresh process; the JSON of its last line of output."""
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, route, str(xplane)],
+        [sys.executable, "-c", code, *args],
         check=True,
         capture_output=True,
         text=True,
         cwd=ROOT,
         env=_env(),
     ).stdout
-    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _child(route: str, xplane: Path) -> dict[str, float]:
+    result: dict[str, float] = _run_child(_CHILD, route, str(xplane))
     return result
 
 
@@ -228,15 +247,7 @@ def trace_viewer_costs(name: str = "30MB") -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for calls in sequences:
         _clean_caches(run_dir)
-        out = subprocess.run(
-            [sys.executable, "-c", _VIEWER_CHILD, str(xplane), json.dumps(calls)],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=_env(),
-        ).stdout
-        found: list[dict[str, Any]] = json.loads(out.strip().splitlines()[-1])
+        found: list[dict[str, Any]] = _run_child(_VIEWER_CHILD, str(xplane), json.dumps(calls))
         found[0]["first"] = True
         rows.extend(found)
         print(f"trace_viewer@: {found}", file=sys.stderr)
@@ -247,36 +258,20 @@ def trace_viewer_costs(name: str = "30MB") -> list[dict[str, Any]]:
 _WINDOW_CHILD = """
 import json, sys, time
 from pathlib import Path
-import torch, torch_xla
 import torch_xla.core.xla_model as xm
 import xprof_magic
+from bench.captures import make_step
 
 logdir, window, steps = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-dev = torch_xla.device()
-torch.manual_seed(0)
-model = torch.nn.Sequential(
-    torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
-    torch.nn.Linear(256, 10),
-).to(dev)
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-loss_fn = torch.nn.CrossEntropyLoss()
-x, y = torch.randn(256, 512, device=dev), torch.randint(0, 10, (256,), device=dev)
-def step():
-    with xprof_magic.label("forward"):
-        loss = loss_fn(model(x), y)
-    with xprof_magic.label("backward"):
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    torch_xla.sync()
-for _ in range(3):  # compiled before either capture
-    step()
+step = make_step()
+for i in range(3):  # compiled before either capture
+    step(i)
 xm.wait_device_ops()
 started = time.perf_counter()
 with xprof_magic.capture(logdir=logdir, name=window or "whole", server=False,
                          steps=window or True) as cap:
-    for _ in range(steps):
-        step()
+    for i in range(steps):
+        step(i)
 took = time.perf_counter() - started
 meta = json.loads((cap.result.run_dir / "xprof_magic.json").read_text())
 size = sum(p.stat().st_size for p in cap.result.run_dir.glob("*.xplane.pb"))
@@ -293,15 +288,7 @@ def step_window(steps: int = 400, window: str = "100:103") -> list[dict[str, Any
     rows = []
     with tempfile.TemporaryDirectory() as logdir:
         for which in ("", window):
-            out = subprocess.run(
-                [sys.executable, "-c", _WINDOW_CHILD, logdir, which, str(steps)],
-                check=True,
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
-                env=_env(),
-            ).stdout
-            rows.append(json.loads(out.strip().splitlines()[-1]))
+            rows.append(_run_child(_WINDOW_CHILD, logdir, which, str(steps)))
             print(f"step window: {rows[-1]}", file=sys.stderr)
     return rows
 

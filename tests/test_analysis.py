@@ -65,7 +65,6 @@ LOOP = "for i in range(3):"
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    pytest.importorskip("torch_xla")
     logdir = tmp_path_factory.mktemp("analysis")
     return {
         "shapes": make_run(logdir, "shapes", shapes_cell),

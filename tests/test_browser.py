@@ -31,7 +31,7 @@ from tests._browser import (
     wait_until,
     write_notebook,
 )
-from tests.conftest import ARTIFACTS
+from tests.conftest import ARTIFACTS, missing
 
 pytestmark = pytest.mark.browser
 
@@ -72,7 +72,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     chromium = find_chromium()
     if chromium is None:
-        pytest.skip("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
+        missing("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

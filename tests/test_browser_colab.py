@@ -38,7 +38,7 @@ from tests._browser import (
     wait_until,
     write_notebook,
 )
-from tests.conftest import ARTIFACTS
+from tests.conftest import ARTIFACTS, missing
 from xprof_magic._notebook import colab
 
 pytestmark = [pytest.mark.browser, pytest.mark.pinned]
@@ -115,7 +115,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str]
     then stops at ``localStorage``)."""
     chromium = find_chromium()
     if chromium is None:
-        pytest.skip("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
+        missing("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

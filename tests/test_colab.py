@@ -20,6 +20,8 @@ from urllib.parse import unquote
 
 import pytest
 
+from tests.conftest import missing
+
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "tests" / "colab-constraints.txt"
 # What Colab's kernel has imported when a notebook's first cell runs: never to be replaced.
@@ -76,7 +78,7 @@ def test_install_on_colab_upgrades_only_what_the_readme_names(tmp_path: Path) ->
     """``pip install --dry-run`` of the project with Colab's pins as constraints, all but the
     two XProf forces: it resolves, keeps the kernel's stack, and changes only those two."""
     if not pypi_reachable():
-        pytest.skip(f"PyPI is not reachable ({PYPI}): the resolution needs it")
+        missing(f"PyPI is not reachable ({PYPI}): the resolution needs it")
     pins = colab_pins()
     constraints = tmp_path / "constraints.txt"
     constraints.write_text(

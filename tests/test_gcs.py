@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests._kernel import free_port
-from tests.conftest import run
+from tests.conftest import missing, run
 from xprof_magic import _gcs, _metadata, _store
 from xprof_magic._viewer.client import fetch_json
 from xprof_magic._viewer.manager import Launched, Reused, ensure_viewer
@@ -42,7 +42,7 @@ def _listening(port: int) -> bool:
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The emulator's endpoint, with bucket ``xprof-test``; the mirror in a private folder."""
     if importlib.util.find_spec("gcp_storage_emulator") is None:
-        pytest.skip("needs the Cloud Storage emulator: pip install gcp-storage-emulator")
+        missing("needs the Cloud Storage emulator: pip install gcp-storage-emulator")
     port = free_port()
     command = ["start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"]
     process = subprocess.Popen(

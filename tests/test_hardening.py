@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import xprof_magic
+from tests.conftest import missing
 from xprof_magic import _store
 
 
@@ -27,7 +28,7 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
         text=True,
     )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); needs root")
+        missing(f"cannot mount a tmpfs here ({done.stderr.strip()}); needs root")
     try:
         yield mount
     finally:

@@ -198,20 +198,32 @@ assert ready.wait(120)
 """
 
 
-def test_no_address_captures_a_training_thread_of_this_kernel(tmp_path: Path) -> None:
+def capture_own_thread(
+    tmp_path: Path, thread: str, flags: str = "", probe: str = ""
+) -> tuple[str, list[dict[str, Any]], int, str]:
+    """In a kernel of its own, start ``thread`` (a training loop in a thread), take
+    ``%xprof capture`` with no address, then run ``probe``: what the capture showed, its
+    outputs, the port captured, and what the probe printed."""
     k = Kernel(with_server())
     try:
         k.ok("%load_ext xprof_magic")
-        k.ok(TRAINING_THREAD)
+        k.ok(thread)
         port = free_port()
         content, outputs = k.run(
-            f"%xprof capture --duration-ms 1500 --port {port} --logdir {tmp_path}", timeout=240
+            f"%xprof capture --duration-ms 1500 --port {port} --logdir {tmp_path} {flags}",
+            timeout=240,
         )
         shown = text(outputs)
         assert content["status"] == "ok", shown
+        probed = k.ok(probe) if probe else ""
         k.ok("stop.set(); trainer.join()")
     finally:
         k.close()
+    return shown, outputs, port, probed
+
+
+def test_no_address_captures_a_training_thread_of_this_kernel(tmp_path: Path) -> None:
+    shown, outputs, port, _ = capture_own_thread(tmp_path, TRAINING_THREAD)
     assert f"localhost_{port} (localhost:{port})" in shown, shown
     (run,) = _store.runs(tmp_path)
     assert run.hosts == (f"localhost_{port}",)
@@ -291,22 +303,12 @@ assert ready.wait(120)
 
 
 def test_no_address_in_a_jax_kernel_uses_jaxs_server_without_torch_xla(tmp_path: Path) -> None:
-    pytest.importorskip("jax")
-    k = Kernel(with_server())
-    try:
-        k.ok("%load_ext xprof_magic")
-        k.ok(JAX_TRAINING_THREAD)
-        port = free_port()
-        content, outputs = k.run(
-            f"%xprof capture --duration-ms 1500 --port {port} --logdir {tmp_path} --no-display",
-            timeout=240,
-        )
-        shown = text(outputs)
-        assert content["status"] == "ok", shown
-        imported = k.ok("import sys; print('torch_xla' in sys.modules)")
-        k.ok("stop.set(); trainer.join()")
-    finally:
-        k.close()
+    _, _, port, imported = capture_own_thread(
+        tmp_path,
+        JAX_TRAINING_THREAD,
+        flags="--no-display",
+        probe="import sys; print('torch_xla' in sys.modules)",
+    )
     assert imported.strip() == "False", "capturing a JAX kernel imported torch_xla"
     (run,) = _store.runs(tmp_path)
     assert run.hosts == (f"localhost_{port}",)

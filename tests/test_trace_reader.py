@@ -78,7 +78,6 @@ def _background(batches: int) -> None:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.environ.setdefault("PJRT_DEVICE", "CPU")
-    pytest.importorskip("torch_xla")
     import torch_xla.core.xla_model as xm
 
     import xprof_magic
@@ -318,6 +317,14 @@ def lines_read_here(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return here
 
 
+@pytest.fixture(scope="module")
+def one_process(run_dir: Path) -> TraceFacts:
+    """The capture read in this process alone: what the workers' pass must equal."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(pool.WORKERS_ENV, "0")
+        return read_trace(_xplane(run_dir), **_args(run_dir))
+
+
 def _host_lines(run_dir: Path) -> int:
     from xprof_magic._analysis import xspace
 
@@ -327,41 +334,33 @@ def _host_lines(run_dir: Path) -> int:
 
 
 def test_lines_read_by_workers_add_up_to_the_one_process_pass(
-    run_dir: Path, lines_read_here: list[int], monkeypatch: pytest.MonkeyPatch
+    run_dir: Path, lines_read_here: list[int], one_process: TraceFacts
 ) -> None:
-    args = _args(run_dir)
-    parallel = read_trace(_xplane(run_dir), **args)
-    read_here = list(lines_read_here)
-    monkeypatch.setenv(pool.WORKERS_ENV, "0")
-    serial = read_trace(_xplane(run_dir), **args)
+    parallel = read_trace(_xplane(run_dir), **_args(run_dir))
     # Exactly equal, floats included: the parts are added in the serial pass's order.
-    assert parallel == serial
+    assert parallel == one_process
     assert parallel.compile_count >= 2 and parallel.blocks and parallel.device_ops
     total = _host_lines(run_dir)
-    assert total >= 4 and 0 < len(read_here) < total, (read_here, total)
+    assert total >= 4 and 0 < len(lines_read_here) < total, (lines_read_here, total)
 
 
 def test_a_worker_that_fails_costs_time_not_the_result(
-    run_dir: Path, lines_read_here: list[int], monkeypatch: pytest.MonkeyPatch
+    run_dir: Path,
+    lines_read_here: list[int],
+    one_process: TraceFacts,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    args = _args(run_dir)
-    monkeypatch.setenv(pool.WORKERS_ENV, "0")
-    serial = read_trace(_xplane(run_dir), **args)
-    lines_read_here.clear()
-    monkeypatch.setenv(pool.WORKERS_ENV, "2")
     monkeypatch.setattr(pool, "_WORKER_MODULE", "xprof_magic._no_such_worker")
-    assert read_trace(_xplane(run_dir), **args) == serial
+    assert read_trace(_xplane(run_dir), **_args(run_dir)) == one_process
     assert sorted(lines_read_here) == list(range(_host_lines(run_dir)))
 
 
 def test_a_worker_that_never_answers_is_stopped_and_its_lines_read_here(
-    run_dir: Path, lines_read_here: list[int], monkeypatch: pytest.MonkeyPatch
+    run_dir: Path,
+    lines_read_here: list[int],
+    one_process: TraceFacts,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    args = _args(run_dir)
-    monkeypatch.setenv(pool.WORKERS_ENV, "0")
-    serial = read_trace(_xplane(run_dir), **args)
-    lines_read_here.clear()
-    monkeypatch.setenv(pool.WORKERS_ENV, "2")
     monkeypatch.setattr(pool, "_WORKER_MODULE", "tests._hanging_worker")
     monkeypatch.setattr(pool, "ANSWER_S", 1.0)
     started: list[Any] = []
@@ -372,7 +371,7 @@ def test_a_worker_that_never_answers_is_stopped_and_its_lines_read_here(
         return started[-1]
 
     monkeypatch.setattr(pool.subprocess, "Popen", recorded)
-    assert read_trace(_xplane(run_dir), **args) == serial
+    assert read_trace(_xplane(run_dir), **_args(run_dir)) == one_process
     assert sorted(lines_read_here) == list(range(_host_lines(run_dir)))
     assert len(started) == 2 and all(p.poll() is not None for p in started), "left running"
 

@@ -214,11 +214,7 @@ def capture(
     run_name = run_name or _store.default_run_name(datetime.now(), None)
     meta = _run_metadata(addresses, hosts, options, failures, started_ns, ended_ns, wall_s)
     if remote is not None:
-        try:
-            taken |= _gcs.taken(_gcs.parse(remote))
-        except BaseException:
-            _store.discard(staging)
-            raise
+        taken |= _gcs.taken(_gcs.parse(remote))  # best effort: never raises for the network
     path = _store.commit(staging, run_name, meta, taken)
     upload = ""
     if remote is not None:

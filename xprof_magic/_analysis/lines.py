@@ -10,7 +10,7 @@ into an array; stats are read later, for the few events whose kind depends on on
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -27,7 +27,6 @@ __all__ = [
     "Plane",
     "SerializedLines",
     "object_planes",
-    "read_line",
     "xspace_planes",
 ]
 
@@ -61,17 +60,19 @@ class Line:
 class SerializedLines:
     """A plane's lines still serialized, with what reading one of them needs.
 
-    Plain data (picklable), so a line can be read in another process: the timeline pass
+    Plain data, which a worker process rebuilds from the bytes of its lines: the timeline pass
     hands the biggest lines of a big capture to worker processes this way.
     """
 
     data: Sequence[bytes]
     names: dict[int, str]
     stat_ids: dict[str, set[int]]
+    _stat_id: _StatIds = field(default_factory=lambda: _StatIds(), repr=False)
 
     def line(self, index: int) -> Line:
         """Line ``index`` as arrays."""
-        return read_line(self.data[index], self.names, self.stat_ids)
+        line = xspace.parse_line(self.data[index])
+        return _proto_line(line, self.names, self.stat_ids, self._stat_id)
 
 
 @dataclass
@@ -106,16 +107,10 @@ def _proto_plane(plane: Any) -> Plane:
     serialized = SerializedLines(plane.lines, names, stat_ids)
 
     def lines() -> Iterator[Line]:
-        stat_id = _StatIds()
         for i in range(len(plane.lines)):
-            yield _proto_line(xspace.parse_line(plane.lines[i]), names, stat_ids, stat_id)
+            yield serialized.line(i)
 
     return Plane(plane.name, stats, lines, serialized)
-
-
-def read_line(data: bytes, names: dict[int, str], stat_ids: dict[str, set[int]]) -> Line:
-    """One serialized line of a plane as arrays (``names``, ``stat_ids``: the plane's)."""
-    return _proto_line(xspace.parse_line(data), names, stat_ids, _StatIds())
 
 
 class _StatIds(dict[bytes, int]):
