@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import nbformat
 
+from tests._kernel import free_port
+
 __all__ = [
     "CHROMIUM",
     "CHROMIUM_ARGS",
@@ -35,10 +36,10 @@ __all__ = [
     "DataFetches",
     "JupyterLab",
     "find_chromium",
-    "free_port",
     "isolated",
     "leftover_processes",
     "machine_environment",
+    "select_run",
     "start_classic_notebook",
     "start_jupyterlab",
     "stop_viewers",
@@ -82,11 +83,14 @@ def find_chromium() -> str | None:
     return shutil.which("chromium")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+def select_run(widget: Any, run: str) -> None:
+    """Choose ``run`` in the widget's runs dropdown (its labels carry a time too; ipywidgets
+    7 and 8 both show each label with non-breaking spaces)."""
+    dropdown = widget.locator(".xprof-runs select")
+    labels: list[str] = dropdown.evaluate("s => Array.from(s.options).map(o => o.textContent)")
+    chosen = [t for t in labels if t.replace("\xa0", " ").split(" ")[0] == run]
+    assert chosen, f"run {run!r} is not in the runs dropdown: {labels}"
+    dropdown.select_option(label=chosen[0])
 
 
 def wait_until(

@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import pytest
 
@@ -48,6 +48,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "pinned" in item.keywords:
             item.add_marker(skip)
+
+
+class FakeEvent:
+    """A profiler event that logs when it opens and closes, to check nesting and what was
+    recorded (closing records it) without a profiler. Reset ``FakeEvent.log`` before use."""
+
+    log: ClassVar[list[tuple[str, str, dict[str, Any]]]] = []
+
+    def __init__(self, name: str, **stats: Any) -> None:
+        self.name, self.stats = name, stats
+
+    def __enter__(self) -> None:
+        FakeEvent.log.append(("open", self.name, self.stats))
+
+    def __exit__(self, *exc: object) -> None:
+        FakeEvent.log.append(("close", self.name, self.stats))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -26,6 +26,7 @@ from tests._browser import (
     DataFetches,
     JupyterLab,
     find_chromium,
+    select_run,
     shut_down,
     start_jupyterlab,
     wait_until,
@@ -186,15 +187,6 @@ def shown(widget: Any, frame: Any, text: str) -> None:
     """
     widget.locator("iframe.xprof-outer").scroll_into_view_if_needed()
     frame.get_by_text(text).filter(visible=True).first.wait_for(timeout=LOAD_TIMEOUT_S * 1000)
-
-
-def select_run(widget: Any, run: str) -> None:
-    """Choose ``run`` in the widget's runs dropdown (its options are labelled with a time)."""
-    dropdown = widget.locator(".xprof-runs select")
-    values: list[str] = dropdown.evaluate("s => Array.from(s.options).map(o => o.value)")
-    chosen = [v for v in values if v.replace("\xa0", " ").split(" ")[0] == run]
-    assert chosen, f"run {run!r} is not in the runs dropdown: {values}"
-    dropdown.select_option(value=chosen[0])
 
 
 def check_route(route: str, lab: JupyterLab, frame_url: str, page: str) -> None:

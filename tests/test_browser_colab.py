@@ -32,12 +32,13 @@ from tests._browser import (
     DataFetches,
     JupyterLab,
     find_chromium,
-    free_port,
+    select_run,
     shut_down,
     start_classic_notebook,
     wait_until,
     write_notebook,
 )
+from tests._kernel import free_port
 from tests.conftest import ARTIFACTS, missing
 from xprof_magic._notebook import colab
 
@@ -265,15 +266,6 @@ class ClassicNotebook:
     def screenshot(self, name: str) -> None:
         ARTIFACTS.mkdir(exist_ok=True)
         self.page.screenshot(path=str(ARTIFACTS / f"browser-colab-{name}.png"), full_page=True)
-
-
-def select_run(widget: Any, run: str) -> None:
-    """Choose ``run`` in the widget's runs dropdown (its labels carry a time too)."""
-    dropdown = widget.locator(".xprof-runs select")
-    labels: list[str] = dropdown.evaluate("s => Array.from(s.options).map(o => o.textContent)")
-    chosen = [t for t in labels if t.replace("\xa0", " ").split(" ")[0] == run]
-    assert chosen, f"run {run!r} is not in the runs dropdown: {labels}"
-    dropdown.select_option(label=chosen[0])
 
 
 def run_of(frame: Any) -> str:

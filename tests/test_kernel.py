@@ -15,7 +15,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from tests._kernel import Kernel, plain, text
+from tests._kernel import Kernel, free_port, plain, text
 from xprof_magic import _store
 
 pytestmark = pytest.mark.kernel
@@ -154,12 +154,10 @@ def test_profiler_server_starts_once_and_a_busy_port_is_said_once(tmp_path: Path
             assert f"port {busy_port} is busy" in first and "--no-server" in first
             assert "is busy" not in second
             assert k.run("ran")[1][-1]["data"]["text/plain"] == "1"
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                free_port = probe.getsockname()[1]
-            content, outputs = k.run(f"%%xprof --logdir {tmp_path} --port {free_port}\nx = 1")
+            port = free_port()
+            content, outputs = k.run(f"%%xprof --logdir {tmp_path} --port {port}\nx = 1")
             assert content["status"] == "ok", text(outputs)
-            with socket.create_connection(("127.0.0.1", free_port), timeout=5):
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
                 pass  # torch_xla's profiler server answers on the port
         finally:
             k.close()

@@ -4,27 +4,13 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
+from tests.conftest import FakeEvent
 from xprof_magic import _labels
 from xprof_magic._rewrite import find_markers, label_for, rewrite
-
-
-class FakeEvent:
-    """Records which events were open, to check nesting without a profiler."""
-
-    log: ClassVar[list[tuple[str, str, dict[str, Any]]]] = []
-
-    def __init__(self, name: str, **stats: Any) -> None:
-        self.name, self.stats = name, stats
-
-    def __enter__(self) -> None:
-        FakeEvent.log.append(("enter", self.name, self.stats))
-
-    def __exit__(self, *exc: object) -> None:
-        FakeEvent.log.append(("exit", self.name, self.stats))
 
 
 def run(source: str, **options: Any) -> tuple[dict[str, Any], _labels.Recorder, Any]:
@@ -151,7 +137,7 @@ def test_steps_mark_each_iteration_of_top_level_loops() -> None:
     assert cell.step_loops == 1
     assert len(rec.steps()) == 4
     step_events = [
-        stats for kind, name, stats in FakeEvent.log if kind == "enter" and name == "step"
+        stats for kind, name, stats in FakeEvent.log if kind == "open" and name == "step"
     ]
     assert [s["step_num"] for s in step_events] == [0, 1, 2, 3]
     assert all(s["_r"] == 1 for s in step_events)

@@ -12,30 +12,15 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 import xprof_magic
-from tests.conftest import host_events, only_run, run, step_numbers
+from tests.conftest import FakeEvent, host_events, only_run, run, step_numbers
 from xprof_magic import _labels, _metadata, _steps, _store
 from xprof_magic._capture import parse_steps
 from xprof_magic._rewrite import rewrite
-
-
-class FakeEvent:
-    """A profiler event that logs when it opens and closes (closing records it)."""
-
-    log: ClassVar[list[tuple[str, str, dict[str, Any]]]] = []
-
-    def __init__(self, name: str, **stats: Any) -> None:
-        self.name, self.stats = name, stats
-
-    def __enter__(self) -> None:
-        FakeEvent.log.append(("open", self.name, self.stats))
-
-    def __exit__(self, *exc: object) -> None:
-        FakeEvent.log.append(("close", self.name, self.stats))
 
 
 def recorded_steps() -> list[int]:

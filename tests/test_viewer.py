@@ -7,7 +7,6 @@ which then checks that none is left.
 
 from __future__ import annotations
 
-import ast
 import http.client
 import json
 import os
@@ -23,6 +22,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import pytest
 
+from tests._kernel import free_port
 from xprof_magic._viewer import client as _client
 from xprof_magic._viewer import guard as _guard
 from xprof_magic._viewer import launch as _launch
@@ -599,12 +599,6 @@ def old_server(tmp_path: Path, fresh_logdir: Path) -> Iterator[tuple[subprocess.
         process.wait(5)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_a_viewer_of_the_earlier_layout_is_found_reused_and_stopped(
     viewer_dir: Path, fresh_logdir: Path, old_server: tuple[subprocess.Popen[str], int]
 ) -> None:
@@ -632,14 +626,14 @@ def test_an_old_record_of_an_unrelated_process_never_signals_it(
     """The pid was recycled: the process lives, but its command line is not a viewer's."""
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        record = _old_record(viewer_dir, other.pid, _free_port(), fresh_logdir, "x" * 20)
+        record = _old_record(viewer_dir, other.pid, free_port(), fresh_logdir, "x" * 20)
         stale = _viewer._read_info(record)
         assert stale is not None and stale.pid == other.pid
         assert stop_viewer(stale) is False
         assert other.poll() is None
         assert not record.exists()
 
-        record = _old_record(viewer_dir, other.pid, _free_port(), fresh_logdir, "x" * 20)
+        record = _old_record(viewer_dir, other.pid, free_port(), fresh_logdir, "x" * 20)
         assert other.pid not in [v.pid for v in list_viewers()]
         assert find_viewer(fresh_logdir) is None
         assert other.poll() is None
@@ -662,44 +656,6 @@ def test_a_record_of_a_newer_format_is_left_alone(
         assert process.poll() is None
     finally:
         record.unlink()
-
-
-# The subpackage's shape.
-
-VIEWER_PACKAGE = Path(_viewer.__file__).resolve().parent
-
-
-def _imports(path: Path) -> set[str]:
-    """Every module an ``import`` names in this file, those inside functions included."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
-
-
-def test_the_viewer_modules_import_no_ipython_and_no_cycle() -> None:
-    modules = {
-        f"xprof_magic._viewer.{p.stem}" if p.stem != "__init__" else "xprof_magic._viewer": p
-        for p in VIEWER_PACKAGE.glob("*.py")
-    }
-    assert {"client", "guard", "launch", "manager", "server"} <= {p.stem for p in modules.values()}
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        imported = _imports(path)
-        assert not {m for m in imported if m.split(".")[0] in ("IPython", "ipywidgets")}, name
-        graph[name] = {m for m in imported if m in modules and m != name}
-        if name != "xprof_magic._viewer":
-            assert "xprof_magic._viewer" not in graph[name], f"{name} imports via the package"
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        ahead = graph[start] - seen
-        return goal in ahead or any(reaches(m, goal, seen | {m}) for m in ahead)
-
-    assert [name for name in graph if reaches(name, name, set())] == []
 
 
 def _kernel(logdir: Path, grace_s: float) -> subprocess.Popen[str]:
