@@ -4,6 +4,9 @@
 :mod:`bench.captures`): real training captures of 5, 30 and 100 MB.
 ``python -m bench first-paint``: from ``%xprof view`` on the 30 MB capture to the first
 paint of its timeline in JupyterLab and Chromium (see :mod:`bench.first_paint`).
+``python -m bench load-ext`` and ``python -m bench host-steps``: the load time against
+TensorBoard's, and the step time of a slow host in an on-demand capture (see
+:mod:`bench.timings`).
 
 Every number in one run, written to BENCHMARKS.md with the machine and the command:
 
@@ -11,7 +14,9 @@ Every number in one run, written to BENCHMARKS.md with the machine and the comma
   warm viewer, interleaved in one real kernel; medians and ratios;
 - the first capture of a kernel (which starts the viewer), apart;
 - time from a finished capture to a viewer that serves its tools and trace data, warm and cold;
-- ``%load_ext`` time, against TensorBoard's extension;
+- ``%load_ext`` time, against TensorBoard's extension, and their ratio;
+- the step time the summary gives each host of an on-demand capture of a fast and a slow
+  worker;
 - summary cost against capture size (time and peak memory);
 - kernel memory growth over 100 captures.
 """
@@ -23,7 +28,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -232,28 +236,6 @@ def bench_stop(reps: int, logdir: Path) -> list[dict[str, float]]:
     return rows
 
 
-def bench_load_ext(reps: int) -> dict[str, list[float]]:
-    """``%load_ext`` in fresh processes; TensorBoard's extension for reference."""
-    code = (
-        "import sys, time\n"
-        "from IPython.testing.globalipapp import start_ipython\n"
-        "ip = start_ipython()\n"
-        "t = time.perf_counter(); ip.run_line_magic('load_ext', sys.argv[1])\n"
-        "took = time.perf_counter() - t\n"
-        "assert 'torch' not in sys.modules or sys.argv[1] != 'xprof_magic'\n"
-        "print(took)\n"
-    )
-    found: dict[str, list[float]] = {}
-    for ext in ("xprof_magic", "tensorboard"):
-        found[ext] = []
-        for _ in range(reps):
-            out = subprocess.run(
-                [sys.executable, "-c", code, ext], capture_output=True, text=True, check=True
-            )
-            found[ext].append(float(out.stdout.strip().splitlines()[-1]))
-    return found
-
-
 def bench_memory(captures: int, logdir: Path) -> dict[str, Any]:
     """Kernel RSS over many small captures with the widget shown each time."""
     kernel = Kernel(extra={"XPROF_MAGIC_NO_SERVER": "1"})
@@ -364,12 +346,20 @@ def write_report(results: dict[str, Any], command: str) -> str:
         lines.append("")
     load = results.get("load_ext")
     if load:
+        from bench import timings
+
+        lines += ["## `%load_ext`", "", timings.load_ext_report(load), ""]
+    hosts = results.get("host_steps")
+    if hosts:
+        from bench import timings
+
         lines += [
-            "## `%load_ext`",
+            "## Step time per host of an on-demand capture",
             "",
-            f"- `%load_ext xprof_magic`: median **{fmt_ms(median(load['xprof_magic']))}** "
-            f"({len(load['xprof_magic'])} fresh processes; torch not imported); target ≤ 50 ms.",
-            f"- `%load_ext tensorboard`, for reference: {fmt_ms(median(load['tensorboard']))}.",
+            "`%xprof capture` of two torch_xla workers at once for 1.5 s (tests/_worker.py), "
+            "one of them waiting 20 ms in each step.",
+            "",
+            timings.host_steps_report(hosts),
             "",
         ]
     summary = results.get("summary")
@@ -421,6 +411,10 @@ def main() -> int:
         from bench import first_paint
 
         return first_paint.main(sys.argv[2:])
+    if sys.argv[1:2] in (["load-ext"], ["host-steps"]):
+        from bench import timings
+
+        return timings.main(sys.argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--only", nargs="*", default=None, help="run these parts only")
@@ -428,7 +422,16 @@ def main() -> int:
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     reps = 3 if args.quick else 9
-    every = ["overhead", "time_to_view", "stop", "load_ext", "summary", "first_paint", "memory"]
+    every = [
+        "overhead",
+        "time_to_view",
+        "stop",
+        "load_ext",
+        "host_steps",
+        "summary",
+        "first_paint",
+        "memory",
+    ]
     wanted = set(args.only or every)
     with tempfile.TemporaryDirectory(prefix="xprof-bench-") as tmp:
         os.environ["XPROF_MAGIC_VIEWER_DIR"] = str(Path(tmp) / "viewers")
@@ -438,6 +441,7 @@ def main() -> int:
             "time_to_view": lambda: bench_time_to_view(reps, Path(tmp) / "view"),
             "stop": lambda: bench_stop(reps, Path(tmp) / "stop"),
             "load_ext": lambda: bench_load_ext(reps + 6),
+            "host_steps": bench_host_steps,
             "summary": lambda: bench_summary(quick=args.quick),
             "first_paint": lambda: bench_first_paint(quick=args.quick),
             "memory": lambda: bench_memory(25 if args.quick else 100, Path(tmp) / "memory"),
@@ -476,6 +480,20 @@ def bench_summary(quick: bool) -> dict[str, Any]:
     if not quick:
         result["trace_viewer"] = captures.trace_viewer_costs()
     return result
+
+
+def bench_load_ext(reps: int) -> dict[str, list[float]]:
+    """``%load_ext xprof_magic`` against ``%load_ext tensorboard`` (see bench.timings)."""
+    from bench import timings
+
+    return timings.load_ext(reps)
+
+
+def bench_host_steps() -> dict[str, Any]:
+    """The step time of a fast and a slow host in one on-demand capture (see bench.timings)."""
+    from bench import timings
+
+    return timings.host_steps()
 
 
 def bench_first_paint(quick: bool) -> dict[str, Any]:

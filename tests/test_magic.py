@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -227,39 +228,49 @@ def test_line_magic_lists_runs_and_rejects_unknown_subcommands(
     assert "unknown subcommand" in capsys.readouterr().err
 
 
-def test_help_documents_every_option(ip: Any) -> None:
+def readme_options() -> set[str]:
+    """The options that the first table of README.md's "Options" section documents."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Options\n", 1)[1].split("\n## ", 1)[0]
+    rows = section.split("\n\n| ", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    first_cells = [row.split(" | ", 1)[0] for row in rows]
+    return {option for cell in first_cells for option in re.findall(r"`(--[a-z-]+)", cell)}
+
+
+def test_the_readme_documents_exactly_the_magics_options() -> None:
+    from xprof_magic._notebook.magic import XprofMagics
+
+    parser = XprofMagics.xprof.parser  # what magic_arguments parses the line with
+    real = {o for a in parser._actions for o in a.option_strings if o not in ("-h", "--help")}
+    assert len(real) >= 12
+    documented = readme_options()
+    missing, unknown = sorted(real - documented), sorted(documented - real)
+    assert not missing, f"README.md's Options table lacks {missing}: add a row for each"
+    assert not unknown, f"README.md's Options table names {unknown}, which %%xprof lacks"
+
+
+def test_help_says_what_the_options_alone_do_not(ip: Any) -> None:
     doc = " ".join(ip.find_cell_magic("xprof").__doc__.split())
-    for option in (
-        "--logdir",
-        "--name",
-        "--port",
-        "--no-server",
-        "--no-labels",
-        "--steps",
-        "--sync",
-        "--no-display",
-        "await",
-        "ALL interfaces",
-    ):
-        assert option in doc
+    assert "await" in doc and "ALL interfaces" in doc
 
 
-def test_load_ext_is_cheap_and_unload_removes_the_magics() -> None:
+def test_load_ext_imports_no_torch_and_unload_removes_the_magics() -> None:
+    """Loading registers the magics without importing the profiler; unloading removes them.
+    (How long the load takes is measured by ``python -m bench load-ext``.)"""
     code = (
-        "import sys, time\n"
+        "import sys\n"
         "from IPython.testing.globalipapp import start_ipython\n"
         "ip = start_ipython()\n"
-        "t = time.perf_counter(); ip.run_line_magic('load_ext', 'xprof_magic')\n"
-        "took = time.perf_counter() - t\n"
+        "ip.run_line_magic('load_ext', 'xprof_magic')\n"
         "assert 'xprof' in ip.magics_manager.magics['cell']\n"
         "assert 'torch' not in sys.modules and 'torch_xla' not in sys.modules\n"
         "ip.run_line_magic('unload_ext', 'xprof_magic')\n"
         "assert 'xprof' not in ip.magics_manager.magics['cell']\n"
         "assert 'xprof' not in ip.magics_manager.magics['line']\n"
-        "print(took)\n"
+        "print('unloaded')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert float(out.stdout.strip().splitlines()[-1]) < 1.0
+    assert out.stdout.strip().splitlines()[-1] == "unloaded"
 
 
 def test_a_syntax_error_shows_the_users_line_not_the_magics_insides(

@@ -157,7 +157,7 @@ def test_two_workers_and_a_dead_address_make_one_run_without_torch_xla(
     fast, slow = rows[f"localhost_{a}"], rows[f"localhost_{b}"]
     assert (fast.step_name, slow.step_name) == ("worker_a", "worker_b")
     assert fast.step_s is not None and slow.step_s is not None
-    assert slow.step_s >= 0.02 > fast.step_s
+    assert slow.step_s > fast.step_s  # the figures: `python -m bench host-steps`
     assert fast.steps > slow.steps > 10
     assert fast.busy_s and slow.busy_s and fast.busy_s > slow.busy_s
     assert summary.slowest_host == f"localhost_{b}"
