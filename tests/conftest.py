@@ -92,6 +92,19 @@ def ip() -> Any:
     return shell
 
 
+@pytest.fixture(scope="module")
+def kernel() -> Iterator[Any]:
+    """A real kernel (ipykernel through jupyter_client) with the extension, torch and torch_xla
+    loaded and no profiler server; one per test module."""
+    from tests._kernel import Kernel
+
+    k = Kernel(extra={"XPROF_MAGIC_NO_SERVER": "1"})
+    content, _ = k.run("%load_ext xprof_magic\nimport torch, torch_xla")
+    assert content["status"] == "ok"
+    yield k
+    k.close()
+
+
 @pytest.fixture
 def logdir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "logs"

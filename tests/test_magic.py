@@ -120,12 +120,6 @@ def test_an_exception_fails_the_cell_once_and_the_capture_is_kept(
     assert meta["error"] == {"type": "ZeroDivisionError", "message": "division by zero"}
 
 
-def test_keyboard_interrupt_is_the_cells_outcome(ip: Any, logdir: Path) -> None:
-    result = run(ip, logdir, "raise KeyboardInterrupt")
-    assert isinstance(result.error_in_exec, KeyboardInterrupt)
-    assert (only_run(logdir).metadata or {})["error"]["type"] == "KeyboardInterrupt"
-
-
 def test_a_syntax_error_runs_nothing_and_writes_nothing(
     ip: Any, logdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -307,27 +301,6 @@ def test_labels_follow_lines_joined_by_a_continued_magic(ip: Any, logdir: Path) 
     assert last is not None
     names = [stat.path[-1] for stat in last.labels]
     assert "x = 1" in names and "y = 2" in names
-
-
-def test_an_interrupt_while_stopping_still_stops_the_trace(
-    ip: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from xprof_magic._backends import get_backend
-
-    backend = get_backend()
-
-    def interrupted() -> None:
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(backend, "wait_for_device", interrupted)
-    result = run(ip, logdir, "x = 5", "--name stopped")
-    assert isinstance(result.error_in_exec, KeyboardInterrupt)
-    monkeypatch.undo()
-    assert run(ip, logdir, "y = 6", "--name after").success
-    meta = {r.name: r.metadata or {} for r in _store.runs(logdir)}
-    assert meta["stopped"]["error"]["type"] == "KeyboardInterrupt"
-    assert meta["after"]["status"] == "ok"
-    assert not (logdir / _store.STAGING_DIR).exists()
 
 
 def test_xprofs_step_tools_detect_the_steps_of_steps_option(
