@@ -1,5 +1,6 @@
-# Two entry points for a fresh machine: `make demo` and `make test`.
-# Both install into .venv first; the install is redone only when pyproject.toml changes.
+# Two entry points for a fresh machine: `make demo` and `make test`; `make check` is the
+# developer's inner loop (lint, types, the fast tests; newest stack only).
+# All install into .venv first; the install is redone only when pyproject.toml changes.
 # `make test` also builds .venv-colab, Colab's TPU runtime stack (Python 3.13, IPython 7.34,
 # ipywidgets 7.7, Notebook 6.5), redone only when tests/colab-constraints.txt or
 # pyproject.toml changes, and runs the kernel and Colab tests there too.
@@ -25,7 +26,7 @@ export PYTHONUNBUFFERED := 1
 # TensorFlow/XLA C++ logging would otherwise fill the outputs.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install colab-env demo test lint typecheck pytest browser-deps bench clean
+.PHONY: install colab-env demo test check lint typecheck pytest fast-pytest browser-deps bench clean
 
 install: $(STAMP)
 
@@ -78,6 +79,18 @@ pytest: install colab-env browser-deps
 
 test: lint typecheck pytest
 
+# The fast tests: in-process and subprocess tests on the newest stack; no kernel, Colab,
+# browser or Binder tests, nor the ones marked slow. `make check PYTEST_ARGS="-k name"` runs
+# some of them.
+FAST_TESTS := not (kernel or colab or pinned or browser or binder or slow)
+fast-pytest: export XPROF_MAGIC_TESTS_STRICT = 1
+fast-pytest: install
+	$(BIN)/python -m pytest -q -ra -m "$(FAST_TESTS)" $(PYTEST_ARGS)
+
+check: lint typecheck fast-pytest
+
+# Every benchmark, written to BENCHMARKS.md; `python -m bench load-ext` (and the other
+# parts named in bench/__main__.py) runs one alone.
 bench: install
 	$(BIN)/python -m bench
 

@@ -113,6 +113,7 @@ def test_a_hundred_captures_are_all_kept_without_leaking(ip: Any, tmp_path: Path
     assert not (logdir / _store.STAGING_DIR).exists()
 
 
+@pytest.mark.slow
 def test_two_kernels_writing_one_log_directory_at_once(tmp_path: Path) -> None:
     logdir = tmp_path / "shared"
     script = (

@@ -156,6 +156,7 @@ def test_a_cell_lands_complete_in_the_bucket_and_is_never_overwritten(
     assert _store.read_metadata(mirror / "plugins" / "profile" / "first-3") is not None
 
 
+@pytest.mark.slow
 def test_on_demand_capture_of_a_worker_lands_in_the_bucket(
     emulator: str, ip: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -120,6 +120,7 @@ def test_nothing_answering_leaves_no_run(tmp_path: Path) -> None:
     assert not (tmp_path / _store.STAGING_DIR).exists()
 
 
+@pytest.mark.slow
 def test_two_workers_and_a_dead_address_make_one_run_without_torch_xla(
     kernel: Kernel, workers: dict[str, int], tmp_path: Path
 ) -> None:
@@ -166,6 +167,7 @@ def test_two_workers_and_a_dead_address_make_one_run_without_torch_xla(
     assert "localhost_" in _analysis.render_html(summary).split("Hosts — 2 captured")[1]
 
 
+@pytest.mark.slow
 def test_mistakes_are_one_usage_line(kernel: Kernel, tmp_path: Path) -> None:
     assert "--duration-ms" in refused(kernel, "%xprof capture localhost:1 --duration-ms 0")
     assert "invalid int value" in refused(kernel, "%xprof capture --delay-ms soon")
@@ -222,6 +224,7 @@ def capture_own_thread(
     return shown, outputs, port, probed
 
 
+@pytest.mark.slow
 def test_no_address_captures_a_training_thread_of_this_kernel(tmp_path: Path) -> None:
     shown, outputs, port, _ = capture_own_thread(tmp_path, TRAINING_THREAD)
     assert f"localhost_{port} (localhost:{port})" in shown, shown
@@ -251,6 +254,7 @@ def test_capture_targets(query: list[tuple[str, str]], allowed: bool) -> None:
     assert (reason is None) == allowed, reason
 
 
+@pytest.mark.slow
 def test_the_viewers_capture_button_reaches_loopback_and_captured_addresses_only(
     workers: dict[str, int], tmp_path: Path
 ) -> None:
@@ -302,6 +306,7 @@ assert ready.wait(120)
 """
 
 
+@pytest.mark.slow
 def test_no_address_in_a_jax_kernel_uses_jaxs_server_without_torch_xla(tmp_path: Path) -> None:
     _, _, port, imported = capture_own_thread(
         tmp_path,

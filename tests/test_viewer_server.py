@@ -687,6 +687,7 @@ def _end(kernel: subprocess.Popen[str]) -> None:
     kernel.wait(30)
 
 
+@pytest.mark.slow
 def test_the_viewer_exits_a_grace_period_after_its_last_kernel(
     viewer_dir: Path, fresh_logdir: Path
 ) -> None:
@@ -715,6 +716,7 @@ def test_the_viewer_exits_a_grace_period_after_its_last_kernel(
     assert "no kernel using it, and no request, for 3 s; exiting" in log
 
 
+@pytest.mark.slow
 def test_a_request_keeps_the_viewer_past_its_kernels(viewer_dir: Path, fresh_logdir: Path) -> None:
     kernel = _kernel(fresh_logdir, grace_s=2.0)
     pid, _ = _viewer_of(kernel)
