@@ -135,8 +135,9 @@ def host_steps_report(found: dict[str, Any]) -> str:
         step = "none" if row["step_s"] is None else f"{row['step_s'] * 1e3:.1f} ms"
         lines.append(f"| {label} | {row['sleep_s'] * 1e3:.0f} ms | {row['steps']} | {step} |")
     slow = found["worker_b"]["step_s"]
-    ok = slow is not None and slow >= SLOW_STEP_S
-    lines += ["", f"- The slow host's step holds its {SLOW_STEP_S * 1e3:.0f} ms wait: **{ok}**."]
+    held = "yes" if slow is not None and slow >= SLOW_STEP_S else "no"
+    wait = f"{SLOW_STEP_S * 1e3:.0f} ms"
+    lines += ["", f"- The slow host's step holds its {wait} wait: **{held}**."]
     return "\n".join(lines)
 
 
