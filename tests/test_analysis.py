@@ -491,7 +491,9 @@ def test_tpu_busy_and_idle_share_from_device_planes() -> None:
         (("profile_start_time", "1000"), ("profile_stop_time", str(int(1000 + 100 * ms)))),
     )
     facts = read_planes(
-        [_Plane("/host:CPU", [python]), device, env], label_names=frozenset({"train"})
+        [_Plane("/host:CPU", [python]), device, env],
+        label_names=frozenset({"train"}),
+        runtime=TORCH_XLA_WORDS.timeline,
     )
     assert facts.devices == [("/device:TPU:0", 20 * ms)]
     assert facts.device_ops["fusion.1"] == [2, 10 * ms]

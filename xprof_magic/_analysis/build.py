@@ -19,6 +19,7 @@ from xprof_magic import _metadata
 from xprof_magic._analysis import blocks, hosts
 from xprof_magic._analysis.cache import estimate_read_s
 from xprof_magic._analysis.device import device_info, top_host_ops, top_ops
+from xprof_magic._analysis.facts import ReadAborted, TraceFacts
 from xprof_magic._analysis.model import (
     Compiles,
     CompileSite,
@@ -30,7 +31,7 @@ from xprof_magic._analysis.model import (
     Timed,
 )
 from xprof_magic._analysis.notes import notes_for
-from xprof_magic._analysis.trace import ReadAborted, TraceFacts, read_trace
+from xprof_magic._analysis.trace import read_trace
 from xprof_magic._backends import Vocabulary, get_vocabulary
 from xprof_magic._metadata import MetricTotal, RunMetadata
 from xprof_magic._steps import STEP_EVENT

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from xprof_magic._analysis import blocks
 from xprof_magic._analysis.device import device_info
+from xprof_magic._analysis.facts import LABEL, TRACE, TraceFacts
 from xprof_magic._analysis.model import HostRow
-from xprof_magic._analysis.trace import LABEL, TRACE, TraceFacts, read_trace
+from xprof_magic._analysis.trace import read_trace
 from xprof_magic._backends import Vocabulary
 from xprof_magic._metadata import RunMetadata
 
