@@ -99,9 +99,44 @@ def render_html(summary: Summary) -> str:
     s = summary
     words = get_vocabulary(s.backend)
     parts = [f'<div class="xprof-magic-summary" style="{_BOX}">']
+    parts += _heading(s)
+    chart = chart_svg(s)
+    if chart:
+        parts.append(f'<div style="margin:6px 0">{chart}</div>')
+    if s.steps:
+        parts.append(f'<div style="{_H}">Steps</div><div>{_e(steps_line(s.steps))}</div>')
+    parts += _labels(s)
+    parts += _hosts(s)
+    parts += _device(s)
+    parts.append(f'<div style="{_H}">{_e(words.headings.metrics)}</div>')
+    parts.append(_table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set()))
+    parts += _compile_sites(s)
+    if s.fallbacks:
+        parts.append(f'<div style="{_H}">{_e(words.headings.fallbacks)}</div>')
+        parts.append(
+            _table(
+                ["op", "calls", "hint"],
+                [[_e(f.op), str(f.count), _e(f.hint)] for f in s.fallbacks],
+                {1},
+            )
+        )
+    parts += _ops(s)
+    if s.missing:
+        items = "".join(f"<li>{_e(m)}</li>" for m in s.missing)
+        parts.append(f'<div style="{_H}">Missing from this summary</div>')
+        parts.append(f'<ul style="margin:2px 0">{items}</ul>')
     parts.append(
-        f'<div style="font-weight:600;margin-bottom:4px">xprof summary — {_e(header(s))}</div>'
+        f'<div style="opacity:0.7;font-size:11px;margin-top:6px">{s.events} timeline events read '
+        f"in {seconds(s.read_s)} · {_e(s.run_dir)}</div></div>"
     )
+    return "".join(parts)
+
+
+def _heading(s: Summary) -> list[str]:
+    """The title, the device badge with its statement, and the notes."""
+    parts = [
+        f'<div style="font-weight:600;margin-bottom:4px">xprof summary — {_e(header(s))}</div>'
+    ]
     badge_color = _ORANGE if s.device.kind != "TPU" else "#2ca02c"
     parts.append(
         f'<div style="margin:4px 0"><span style="background:{badge_color};color:#fff;'
@@ -116,38 +151,43 @@ def render_html(summary: Summary) -> str:
             f'<div style="border-left:4px solid {color};padding:2px 8px;margin:3px 0">'
             f"<b>{_e(note.level)}</b> {_e(note.text)}</div>"
         )
-    chart = chart_svg(s)
-    if chart:
-        parts.append(f'<div style="margin:6px 0">{chart}</div>')
-    if s.steps:
-        parts.append(f'<div style="{_H}">Steps</div><div>{_e(steps_line(s.steps))}</div>')
-    if s.labels:
-        source = {"trace": "from the timeline", "metadata": "from the magic's timers"}.get(
-            s.label_source, ""
+    return parts
+
+
+def _labels(s: Summary) -> list[str]:
+    """The labelled blocks as an indented tree, at most :data:`HTML_LABEL_ROWS` rows."""
+    if not s.labels:
+        return []
+    source = {"trace": "from the timeline", "metadata": "from the magic's timers"}.get(
+        s.label_source, ""
+    )
+    parts = [f'<div style="{_H}">Labelled blocks — host time {_e(source)}</div>']
+    rows = []
+    for row in s.labels[:HTML_LABEL_ROWS]:
+        pad = 14 * (len(row.path) - 1)
+        name = f'<span style="padding-left:{pad}px">{_e(label_name(row))}</span>'
+        compiles = "" if not row.compiles else f"{row.compiles} ({seconds(row.compile_s)})"
+        rows.append(
+            [
+                name,
+                seconds(row.total_s),
+                seconds(row.mean_s),
+                str(row.count),
+                _bar(row.share),
+                compiles,
+            ]
         )
-        parts.append(f'<div style="{_H}">Labelled blocks — host time {_e(source)}</div>')
-        rows = []
-        for row in s.labels[:HTML_LABEL_ROWS]:
-            pad = 14 * (len(row.path) - 1)
-            name = f'<span style="padding-left:{pad}px">{_e(label_name(row))}</span>'
-            compiles = "" if not row.compiles else f"{row.compiles} ({seconds(row.compile_s)})"
-            rows.append(
-                [
-                    name,
-                    seconds(row.total_s),
-                    seconds(row.mean_s),
-                    str(row.count),
-                    _bar(row.share),
-                    compiles,
-                ]
-            )
-        parts.append(
-            _table(["block", "total", "mean", "runs", "share of cell", "compiles"], rows, {1, 2, 3})
-        )
-        if len(s.labels) > HTML_LABEL_ROWS:
-            parts.append(f"<div>… {len(s.labels) - HTML_LABEL_ROWS} more blocks</div>")
-    parts.extend(_hosts(s))
-    parts.append(f'<div style="{_H}">Device and host threads</div>')
+    parts.append(
+        _table(["block", "total", "mean", "runs", "share of cell", "compiles"], rows, {1, 2, 3})
+    )
+    if len(s.labels) > HTML_LABEL_ROWS:
+        parts.append(f"<div>… {len(s.labels) - HTML_LABEL_ROWS} more blocks</div>")
+    return parts
+
+
+def _device(s: Summary) -> list[str]:
+    """How busy the device (or the CPU client) and each group of host threads were."""
+    parts = [f'<div style="{_H}">Device and host threads</div>']
     d = s.device
     if d.busy_s is not None and d.window_s:
         what = "XLA ops were running on the CPU client" if d.on_cpu else "Device busy"
@@ -177,34 +217,30 @@ def render_html(summary: Summary) -> str:
                 {1, 2, 3},
             )
         )
-    parts.append(f'<div style="{_H}">{_e(words.headings.metrics)}</div>')
-    parts.append(_table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set()))
-    if s.compiles.sites:
-        parts.append(
-            _table(
-                ["compiled inside", "compiles", "time", "runs that compiled", ""],
-                [
-                    [
-                        _e(" › ".join(x.path)),
-                        str(x.compiles),
-                        seconds(x.total_s),
-                        f"{x.compiled_runs} of {x.runs}",
-                        "<b>recompiled</b>" if x.recompiled and not x.warm_up else "",
-                    ]
-                    for x in s.compiles.sites[:20]
-                ],
-                {1, 2, 3},
-            )
-        )
-    if s.fallbacks:
-        parts.append(f'<div style="{_H}">{_e(words.headings.fallbacks)}</div>')
-        parts.append(
-            _table(
-                ["op", "calls", "hint"],
-                [[_e(f.op), str(f.count), _e(f.hint)] for f in s.fallbacks],
-                {1},
-            )
-        )
+    return parts
+
+
+def _compile_sites(s: Summary) -> list[str]:
+    """The blocks that compiled, the first 20 (nothing if none did)."""
+    if not s.compiles.sites:
+        return []
+    rows = [
+        [
+            _e(" › ".join(x.path)),
+            str(x.compiles),
+            seconds(x.total_s),
+            f"{x.compiled_runs} of {x.runs}",
+            "<b>recompiled</b>" if x.recompiled and not x.warm_up else "",
+        ]
+        for x in s.compiles.sites[:20]
+    ]
+    head = ["compiled inside", "compiles", "time", "runs that compiled", ""]
+    return [_table(head, rows, {1, 2, 3})]
+
+
+def _ops(s: Summary) -> list[str]:
+    """One table per kind of operation (host, device, compile), by self time."""
+    parts = []
     for title, ops in op_sections(s):
         parts.append(f'<div style="{_H}">{_e(title)} (self time)</div>')
         parts.append(
@@ -223,15 +259,7 @@ def render_html(summary: Summary) -> str:
                 {2, 3, 4},
             )
         )
-    if s.missing:
-        items = "".join(f"<li>{_e(m)}</li>" for m in s.missing)
-        parts.append(f'<div style="{_H}">Missing from this summary</div>')
-        parts.append(f'<ul style="margin:2px 0">{items}</ul>')
-    parts.append(
-        f'<div style="opacity:0.7;font-size:11px;margin-top:6px">{s.events} timeline events read '
-        f"in {seconds(s.read_s)} · {_e(s.run_dir)}</div></div>"
-    )
-    return "".join(parts)
+    return parts
 
 
 # --- the chart --------------------------------------------------------------------------
