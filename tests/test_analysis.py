@@ -532,7 +532,12 @@ VOCABULARY = Vocabulary(
         fallback_prefix="fake.host/",
         host_read="fake.host/read",
     ),
-    timeline=TimelineNames(thread_roles={"python": "fake role: the user's threads"}),
+    # The runs it reads are torch_xla captures: its timeline's events are torch_xla's.
+    timeline=TimelineNames(
+        compile_events=TORCH_XLA_WORDS.timeline.compile_events,
+        runtime_names=TORCH_XLA_WORDS.timeline.runtime_names,
+        thread_roles={"python": "fake role: the user's threads"},
+    ),
     advice=Advice(
         fallback_hints={"fake.host/gather": "fake hint: gather on the device"},
         fallback_hint="fake default hint",
