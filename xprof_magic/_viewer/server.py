@@ -32,10 +32,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xprof_magic._viewer.client import KINDS
 from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard
+
+if TYPE_CHECKING:
+    from cheroot import wsgi
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -322,26 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     server = wsgi.Server(("127.0.0.1", args.port), guarded, numthreads=8)
     server.shutdown_timeout = 2
-    try:
-        server.prepare()
-    except OSError as error:
-        cause = error.__cause__
-        in_use = os.strerror(errno.EADDRINUSE) in str(error)
-        if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
-            in_use = True
-        _log(f"cannot listen on 127.0.0.1:{args.port}: {error}")
-        return EXIT_PORT_IN_USE if in_use else 1
+    failed = _prepare(server, args.port)
+    if failed is not None:
+        return failed
     port = int(server.bind_addr[1])
-
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-
+    stop = _stop_on_signals()
     serving = threading.Thread(target=server.serve, name="xprof-viewer", daemon=True)
     serving.start()
     record = info_path(args.info_dir, pid)
@@ -359,28 +347,67 @@ def main(argv: list[str] | None = None) -> int:
         "grace": args.grace,
     }
     _write_info(record, info)
-    timeout = args.idle_timeout
     _log(f"{args.kind} viewer pid {pid} serving {logdir} on 127.0.0.1:{port}")
     try:
-        tick = min(0.5, timeout / 4) if timeout > 0 else 0.5
-        while not stop.wait(tick):
-            if not serving.is_alive():
-                _log("the server thread ended")
-                break
-            idle = activity.idle_for()
-            if timeout > 0 and idle > timeout:
-                _log(f"no request for {timeout:g} s; exiting")
-                break
-            gone = clients.gone_for()
-            if gone is not None and min(gone, idle) > args.grace:
-                _log(f"no kernel using it, and no request, for {args.grace:g} s; exiting")
-                break
+        _serve_until_done(args, stop, serving, activity, clients)
     finally:
         _remove(record)
         clients.remove()
         server.stop()
     _log("stopped")
     return 0
+
+
+def _prepare(server: wsgi.Server, port: int) -> int | None:
+    """Bind the server's socket; the exit code if that failed (the port in use: its own)."""
+    try:
+        server.prepare()
+    except OSError as error:
+        cause = error.__cause__
+        in_use = os.strerror(errno.EADDRINUSE) in str(error)
+        if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
+            in_use = True
+        _log(f"cannot listen on 127.0.0.1:{port}: {error}")
+        return EXIT_PORT_IN_USE if in_use else 1
+    return None
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT; SIGHUP (the kernel's terminal going) is ignored."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return stop
+
+
+def _serve_until_done(
+    args: argparse.Namespace,
+    stop: threading.Event,
+    serving: threading.Thread,
+    activity: Activity,
+    clients: Clients,
+) -> None:
+    """Return when stopped, when the server thread ends, after ``idle_timeout`` without a
+    request, or after ``grace`` without a request and without a kernel using the server."""
+    timeout = args.idle_timeout
+    tick = min(0.5, timeout / 4) if timeout > 0 else 0.5
+    while not stop.wait(tick):
+        if not serving.is_alive():
+            _log("the server thread ended")
+            return
+        idle = activity.idle_for()
+        if timeout > 0 and idle > timeout:
+            _log(f"no request for {timeout:g} s; exiting")
+            return
+        gone = clients.gone_for()
+        if gone is not None and min(gone, idle) > args.grace:
+            _log(f"no kernel using it, and no request, for {args.grace:g} s; exiting")
+            return
 
 
 if __name__ == "__main__":
