@@ -283,12 +283,7 @@ def _steps_svg(steps: StepStats, width: int, height: int) -> str:
     left, top, bottom = 56, 16, 18
     plot_w, plot_h = width - left - 8, height - top - bottom
     values = list(steps.durations_s)
-    compiling = set(steps.compiling)
-    buckets = max(1, -(-len(values) // 240))
-    bars: list[tuple[float, bool]] = []
-    for i in range(0, len(values), buckets):
-        chunk = range(i, min(i + buckets, len(values)))
-        bars.append((max(values[j] for j in chunk), any(j in compiling for j in chunk)))
+    bars, buckets = _step_bars(values, set(steps.compiling))
     rest = values[1:] or values
     ymax = max(values)
     clipped = ymax > 3 * max(rest)
@@ -334,6 +329,16 @@ def _steps_svg(steps: StepStats, width: int, height: int) -> str:
         f'viewBox="0 0 {width} {height}" role="img" aria-label="step times">'
         f"{axis}{''.join(shapes)}</svg>"
     )
+
+
+def _step_bars(values: list[float], compiling: set[int]) -> tuple[list[tuple[float, bool]], int]:
+    """At most 240 bars: each the longest of ``buckets`` steps, hot if one of them compiled."""
+    buckets = max(1, -(-len(values) // 240))
+    bars: list[tuple[float, bool]] = []
+    for i in range(0, len(values), buckets):
+        chunk = range(i, min(i + buckets, len(values)))
+        bars.append((max(values[j] for j in chunk), any(j in compiling for j in chunk)))
+    return bars, buckets
 
 
 def _labels_svg(rows: list[LabelRow], width: int) -> str:
