@@ -15,8 +15,9 @@ a 0600 info file, with the pid, port and :data:`INFO_FORMAT`. Every request goes
 :data:`DEFAULT_GRACE_S` after the last kernel that registered with it died (and no request
 came meanwhile), and after an idle timeout in any case.
 
-XProf and TensorBoard are imported in :func:`main` only: the kernel imports this module for
-the info-file names and the exit codes, and must not pay for them.
+XProf and TensorBoard are imported in :func:`main` only (:mod:`xprof_magic._viewer.apps`
+builds their apps): the kernel imports this module for the info-file names and the exit
+codes, and must not pay for them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from xprof_magic._viewer.apps import tensorboard_app, xprof_app
 from xprof_magic._viewer.client import KINDS
 from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard
 
@@ -195,58 +197,6 @@ def _counted(app: WSGIApp, activity: Activity) -> WSGIApp:
     return counted
 
 
-def _xprof_app(logdir: str) -> WSGIApp:
-    """XProf's own standalone app, without the gRPC worker and wildcard bind of ``xprof server``."""
-    from xprof.server import DataProvider, ProfilePluginLoader, TBContext, make_wsgi_app
-
-    context = TBContext(logdir, DataProvider(logdir), TBContext.Flags(False))
-    # The guard lets its capture through toward loopback and addresses the kernel captured.
-    context.hide_capture_profile_button = False
-    plugin = ProfilePluginLoader().load(context)
-    if plugin is None:
-        raise ImportError("XProf's profile plugin did not load; see the lines above")
-    app: WSGIApp = make_wsgi_app(plugin)
-    return app
-
-
-def _tensorboard_app(logdir: str, prefix: str) -> WSGIApp:
-    """TensorBoard's WSGI app with every installed plugin, profile included.
-
-    TensorBoard builds its app inside ``launch`` and hands it to a ``server_class``; this one
-    only keeps it, so that cheroot can serve it on loopback under the guard.
-    """
-    from tensorboard import default, program
-
-    kept: list[WSGIApp] = []
-
-    class _KeepApp:
-        def __init__(self, wsgi_app: WSGIApp, flags: Any) -> None:
-            kept.append(wsgi_app)
-
-        def serve_forever(self) -> None:
-            return None
-
-        def get_url(self) -> str:
-            return ""
-
-    board = program.TensorBoard(plugins=default.get_plugins(), server_class=_KeepApp)
-    board.configure(
-        argv=[
-            "tensorboard",
-            "--logdir",
-            logdir,
-            "--path_prefix",
-            prefix,
-            "--load_fast",
-            "false",
-            "--host",
-            "127.0.0.1",
-        ]
-    )
-    board.launch()
-    return kept[0]
-
-
 def _write_info(path: str, info: dict[str, Any]) -> None:
     """Write atomically with mode 0600: the file holds the secret."""
     tmp = f"{path}.tmp"
@@ -303,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from cheroot import wsgi
 
-        app = _xprof_app(logdir) if args.kind == "xprof" else _tensorboard_app(logdir, prefix)
+        app = xprof_app(logdir) if args.kind == "xprof" else tensorboard_app(logdir, prefix)
     except ImportError as error:
         _log(f"cannot load the {args.kind} viewer: {error}")
         return EXIT_MISSING_DEPENDENCY
@@ -312,18 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     pid = os.getpid()
     started = time.time()
     health = {"pid": pid, "kind": args.kind, "logdir": logdir, "started": started}
-    guarded = _counted(
-        guard(
-            app,
-            secret=secret,
-            logdir=logdir,
-            kind=args.kind,
-            health=health,
-            info_dir=args.info_dir,
-        ),
-        activity,
+    guarded = guard(
+        app, secret=secret, logdir=logdir, kind=args.kind, health=health, info_dir=args.info_dir
     )
-    server = wsgi.Server(("127.0.0.1", args.port), guarded, numthreads=8)
+    server = wsgi.Server(("127.0.0.1", args.port), _counted(guarded, activity), numthreads=8)
     server.shutdown_timeout = 2
     failed = _prepare(server, args.port)
     if failed is not None:
@@ -334,7 +276,23 @@ def main(argv: list[str] | None = None) -> int:
     serving.start()
     record = info_path(args.info_dir, pid)
     clients = Clients(clients_path(args.info_dir, pid), args.client_pid)
-    info = {
+    _write_info(record, _info(args, pid, port, logdir, secret, started))
+    _log(f"{args.kind} viewer pid {pid} serving {logdir} on 127.0.0.1:{port}")
+    try:
+        _serve_until_done(args, stop, serving, activity, clients)
+    finally:
+        _remove(record)
+        clients.remove()
+        server.stop()
+    _log("stopped")
+    return 0
+
+
+def _info(
+    args: argparse.Namespace, pid: int, port: int, logdir: str, secret: str, started: float
+) -> dict[str, Any]:
+    """What the info file says: how a kernel finds, reaches and recognises this server."""
+    return {
         "format": INFO_FORMAT,
         "pid": pid,
         "port": port,
@@ -346,16 +304,6 @@ def main(argv: list[str] | None = None) -> int:
         "idle_timeout": args.idle_timeout,
         "grace": args.grace,
     }
-    _write_info(record, info)
-    _log(f"{args.kind} viewer pid {pid} serving {logdir} on 127.0.0.1:{port}")
-    try:
-        _serve_until_done(args, stop, serving, activity, clients)
-    finally:
-        _remove(record)
-        clients.remove()
-        server.stop()
-    _log("stopped")
-    return 0
 
 
 def _prepare(server: wsgi.Server, port: int) -> int | None:
