@@ -491,7 +491,9 @@ def test_tpu_busy_and_idle_share_from_device_planes() -> None:
         (("profile_start_time", "1000"), ("profile_stop_time", str(int(1000 + 100 * ms)))),
     )
     facts = read_planes(
-        [_Plane("/host:CPU", [python]), device, env], label_names=frozenset({"train"})
+        [_Plane("/host:CPU", [python]), device, env],
+        label_names=frozenset({"train"}),
+        runtime=TORCH_XLA_WORDS.timeline,
     )
     assert facts.devices == [("/device:TPU:0", 20 * ms)]
     assert facts.device_ops["fusion.1"] == [2, 10 * ms]
@@ -530,7 +532,12 @@ VOCABULARY = Vocabulary(
         fallback_prefix="fake.host/",
         host_read="fake.host/read",
     ),
-    timeline=TimelineNames(thread_roles={"python": "fake role: the user's threads"}),
+    # The runs it reads are torch_xla captures: its timeline's events are torch_xla's.
+    timeline=TimelineNames(
+        compile_events=TORCH_XLA_WORDS.timeline.compile_events,
+        runtime_names=TORCH_XLA_WORDS.timeline.runtime_names,
+        thread_roles={"python": "fake role: the user's threads"},
+    ),
     advice=Advice(
         fallback_hints={"fake.host/gather": "fake hint: gather on the device"},
         fallback_hint="fake default hint",

@@ -22,8 +22,11 @@ from typing import Any
 import pytest
 
 from tests import _oracle_trace as oracle
-from xprof_magic._analysis import nesting, pool, render_text, summarize, trace
-from xprof_magic._analysis.trace import TraceFacts, read_planes, read_trace
+from xprof_magic._analysis import nesting, pool, render_text, summarize
+from xprof_magic._analysis import parallel as parallel_pass
+from xprof_magic._analysis.facts import TraceFacts
+from xprof_magic._analysis.trace import read_planes, read_trace
+from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 
 
 def _train(steps: int) -> None:
@@ -99,11 +102,13 @@ def _xplane(run_dir: Path) -> Path:
 
 
 def _args(run_dir: Path) -> dict[str, Any]:
-    """What the summary passes the reader: the labels' names and the cell's clock times."""
+    """What the summary passes the reader: the labels' names, the cell's clock times and
+    the backend's timeline names."""
     meta = json.loads((run_dir / "xprof_magic.json").read_text(encoding="utf-8"))
     return {
         "label_names": frozenset(label["path"][-1] for label in meta["labels"]),
         "cell_ns": (meta["start_ns"], meta["end_ns"]),
+        "runtime": TORCH_XLA_WORDS.timeline,
     }
 
 
@@ -145,7 +150,7 @@ def test_facts_equal_the_former_readers(run_dir: Path) -> None:
 
 
 def test_the_whole_timeline_without_a_cell_window(run_dir: Path) -> None:
-    new = read_trace(_xplane(run_dir))
+    new = read_trace(_xplane(run_dir), runtime=TORCH_XLA_WORDS.timeline)
     old = oracle.read_trace(_xplane(run_dir))
     _same(new, old)
     assert {b.kind for b in new.blocks} == {"trace", "step"}, "no label names: traces"
@@ -211,7 +216,7 @@ class _Plane:
 
 
 def _both(planes: list[_Plane], **kwargs: Any) -> TraceFacts:
-    new = read_planes(planes, **kwargs)
+    new = read_planes(planes, runtime=TORCH_XLA_WORDS.timeline, **kwargs)
     _same(new, oracle.read_planes(planes, **kwargs))
     return new
 
@@ -307,13 +312,13 @@ def lines_read_here(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(pool, "LINE_MIN_BYTES", 0)
     monkeypatch.setenv(pool.WORKERS_ENV, "2")
     here: list[int] = []
-    read_part = trace._read_part
+    read_part = parallel_pass._read_part
 
     def recorded(lines: Any, index: int, settings: Any) -> Any:
         here.append(index)
         return read_part(lines, index, settings)
 
-    monkeypatch.setattr(trace, "_read_part", recorded)
+    monkeypatch.setattr(parallel_pass, "_read_part", recorded)
     return here
 
 

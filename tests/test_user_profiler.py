@@ -14,6 +14,7 @@ from tests._kernel import Kernel, free_port, with_server
 from tests.conftest import event_names
 from xprof_magic import _store
 from xprof_magic._analysis.trace import read_trace
+from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 
 pytestmark = pytest.mark.kernel
 
@@ -67,10 +68,12 @@ def test_a_profiled_cell_leaves_the_runtime_to_spawn_later_and_inside(tmp_path: 
         assert k.value("xprof_magic.last().status") == "ok"
         run_dir = Path(k.value("str(xprof_magic.last().run_dir)"))
         for host in ("rank0", "rank0-2"):
-            facts = read_trace(run_dir / f"{host}.xplane.pb")
+            facts = read_trace(run_dir / f"{host}.xplane.pb", runtime=TORCH_XLA_WORDS.timeline)
             assert "worker_block_0" in {b.name for b in facts.blocks}, host
             assert facts.compile_count >= 1
-        assert "worker_block_0" not in {b.name for b in read_trace(host_file(run_dir)).blocks}
+        assert "worker_block_0" not in {
+            b.name for b in read_trace(host_file(run_dir), runtime=TORCH_XLA_WORDS.timeline).blocks
+        }
         assert not list((run_dir.parent.parent.parent).rglob("workers"))
         saved = k.value("xprof_magic.last().metadata.to_json()['messages']")
         assert any("rank0, rank0-2" in m for m in saved), saved

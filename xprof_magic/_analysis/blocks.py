@@ -10,8 +10,8 @@ from __future__ import annotations
 import bisect
 import statistics
 
+from xprof_magic._analysis.facts import STEP, Block, TraceFacts
 from xprof_magic._analysis.model import LabelRow, StepStats
-from xprof_magic._analysis.trace import STEP, Block, TraceFacts
 from xprof_magic._metadata import RunMetadata
 
 __all__ = [
@@ -59,14 +59,29 @@ def labels_from_trace(
     ran in.
     """
     blocks = facts.blocks
-    compiled: RunsByRow = {}
     if not blocks:
-        return (), compiled, {}
+        return (), {}, {}
+    groups = _groups(blocks, _main_line(blocks, input_pipeline), own_steps, input_pipeline)
+    window_s = (facts.window[1] - facts.window[0]) / 1e9 if facts.window else None
+    return _rows(groups, blocks, wall_s or window_s)
+
+
+def _main_line(blocks: list[Block], input_pipeline: frozenset[str]) -> str:
+    """The line (thread) whose outermost blocks, the loader's aside, hold the most time."""
     time_by_line: dict[str, float] = {}
     for b in blocks:
         if b.parent < 0 and b.name not in input_pipeline:
             time_by_line[b.line] = time_by_line.get(b.line, 0.0) + b.end - b.start
-    main_line = max(time_by_line, key=lambda k: time_by_line[k]) if time_by_line else ""
+    return max(time_by_line, key=lambda k: time_by_line[k]) if time_by_line else ""
+
+
+def _groups(
+    blocks: list[Block],
+    main_line: str,
+    own_steps: frozenset[str],
+    input_pipeline: frozenset[str],
+) -> dict[RowKey, _Agg]:
+    """The blocks summed by (thread, path), in the order each row first appears."""
     paths: list[tuple[str, ...]] = []
     groups: dict[RowKey, _Agg] = {}
     pipeline_key: RowKey = ("", (INPUT_PIPELINE,))
@@ -94,8 +109,15 @@ def labels_from_trace(
         if agg is None:
             agg = groups[key] = _Agg(b.kind, b.start)
         agg.add(b)
-    window_s = (facts.window[1] - facts.window[0]) / 1e9 if facts.window else None
-    cell_s = wall_s or window_s
+    return groups
+
+
+def _rows(
+    groups: dict[RowKey, _Agg], blocks: list[Block], cell_s: float | None
+) -> tuple[tuple[LabelRow, ...], RunsByRow, RunsByRow]:
+    """The rows as a tree, thread by thread, each level in the order it first ran; at most
+    :data:`MAX_LABEL_ROWS`."""
+    compiled: RunsByRow = {}
     children: dict[RowKey, list[RowKey]] = {}
     for key in groups:
         children.setdefault((key[0], key[1][:-1]), []).append(key)

@@ -19,6 +19,7 @@ from xprof_magic import _metadata
 from xprof_magic._analysis import blocks, hosts
 from xprof_magic._analysis.cache import estimate_read_s
 from xprof_magic._analysis.device import device_info, top_host_ops, top_ops
+from xprof_magic._analysis.facts import ReadAborted, TraceFacts
 from xprof_magic._analysis.model import (
     Compiles,
     CompileSite,
@@ -26,12 +27,13 @@ from xprof_magic._analysis.model import (
     HostRow,
     LabelRow,
     Note,
+    StepStats,
     Summary,
     Timed,
 )
 from xprof_magic._analysis.notes import notes_for
-from xprof_magic._analysis.trace import ReadAborted, TraceFacts, read_trace
-from xprof_magic._backends import Vocabulary, get_vocabulary
+from xprof_magic._analysis.trace import read_trace
+from xprof_magic._backends import VOCABULARIES, TimelineNames, Vocabulary, get_vocabulary
 from xprof_magic._metadata import MetricTotal, RunMetadata
 from xprof_magic._steps import STEP_EVENT
 from xprof_magic._store import METADATA_FILE
@@ -80,53 +82,26 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
             notes=(Note("error", f"No capture at {path}: check the run name or --logdir."),),
         )
     meta, missing, warnings = _read_metadata(path)
+    words = get_vocabulary(meta.backend)
+    runtime = _reader_names(meta.backend)
+    deadline = None if budget_s is None else started + budget_s
     xplanes = sorted(path.glob("*.xplane.pb"))
     host_file = _pick_host(xplanes, meta.host)
     facts: TraceFacts | None = None
     pending = False
+    host_table: tuple[HostRow, ...] = ()
     if host_file is None:
         missing.append(
             f"no <host>.xplane.pb in {path}: the profiler wrote no timeline, so labels from "
             "the trace, compile sites, ops and busy time are absent"
         )
     else:
-        if budget_s is not None and estimate_read_s(path) > budget_s:
-            pending = True
-        else:
-            try:
-                facts = read_trace(
-                    host_file,
-                    label_names=blocks.label_names(meta),
-                    cell_ns=meta.cell_ns,
-                    deadline=None if budget_s is None else started + budget_s,
-                    runtime=get_vocabulary(meta.backend).timeline,
-                )
-            except ReadAborted:
-                pending = True
-            except (ValueError, OSError) as error:
-                missing.append(f"the timeline {host_file.name} could not be read ({error})")
-        if pending:
-            size_mb = sum(p.stat().st_size for p in xplanes) / 1e6
-            why = (
-                f"reading it takes longer than the {budget_s:g} s budget"
-                if budget_s
-                else "it was left for the full summary"
-            )
-            missing.append(
-                f"the timeline ({size_mb:.1f} MB) was not read: {why}, so labels and steps "
-                "come from the magic's timers and compile sites, ops and busy time are absent"
-            )
-    words = get_vocabulary(meta.backend)
-    host_table: tuple[HostRow, ...] = ()
+        facts, pending = _read_host(host_file, xplanes, meta, runtime, budget_s, deadline, missing)
     if host_file is not None and len(xplanes) > 1:
         if facts is not None:
             try:
                 host_table = hosts.host_rows(
-                    xplanes,
-                    {host_file: facts},
-                    meta,
-                    words,
-                    None if budget_s is None else started + budget_s,
+                    xplanes, {host_file: facts}, meta, words, runtime, deadline
                 )
             except ReadAborted:
                 pending = True
@@ -136,6 +111,63 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
     summary = _build(path, meta, words, facts, host_file, tuple(missing), pending)
     summary = replace(summary, hosts=host_table, slowest_host=hosts.slowest(host_table))
     return replace(summary, notes=(*notes_for(summary, words), *warnings))
+
+
+def _reader_names(backend: str) -> TimelineNames:
+    """The event names the timeline reader is given for a run of ``backend``.
+
+    The backend's own (its vocabulary's timeline names). A run that does not say which
+    backend made it (no or unreadable metadata) gets every known backend's: any of them may
+    have, and none's events occur in another's timeline.
+    """
+    if backend in VOCABULARIES:
+        return get_vocabulary(backend).timeline
+    every = [get_vocabulary(name).timeline for name in VOCABULARIES]
+    return TimelineNames(
+        compile_events=tuple(e for t in every for e in t.compile_events),
+        runtime_names=frozenset(n for t in every for n in t.runtime_names),
+        runtime_prefixes=tuple(p for t in every for p in t.runtime_prefixes),
+    )
+
+
+def _read_host(
+    host_file: Path,
+    xplanes: list[Path],
+    meta: RunMetadata,
+    runtime: TimelineNames,
+    budget_s: float | None,
+    deadline: float | None,
+    missing: list[str],
+) -> tuple[TraceFacts | None, bool]:
+    """The facts of the host the summary reads in depth, unless the budget says not now
+    (then ``pending``); what is missing for want of them goes into ``missing``."""
+    facts: TraceFacts | None = None
+    pending = budget_s is not None and estimate_read_s(host_file.parent) > budget_s
+    if not pending:
+        try:
+            facts = read_trace(
+                host_file,
+                label_names=blocks.label_names(meta),
+                cell_ns=meta.cell_ns,
+                deadline=deadline,
+                runtime=runtime,
+            )
+        except ReadAborted:
+            pending = True
+        except (ValueError, OSError) as error:
+            missing.append(f"the timeline {host_file.name} could not be read ({error})")
+    if pending:
+        size_mb = sum(p.stat().st_size for p in xplanes) / 1e6
+        why = (
+            f"reading it takes longer than the {budget_s:g} s budget"
+            if budget_s
+            else "it was left for the full summary"
+        )
+        missing.append(
+            f"the timeline ({size_mb:.1f} MB) was not read: {why}, so labels and steps "
+            "come from the magic's timers and compile sites, ops and busy time are absent"
+        )
+    return facts, pending
 
 
 def _read_metadata(path: Path) -> tuple[RunMetadata, list[str], list[Note]]:
@@ -180,22 +212,7 @@ def _build(
 ) -> Summary:
     names = words.metrics
     counters, timers = meta.metrics.counters, meta.metrics.metrics
-    compiled: blocks.RunsByRow = {}
-    in_steps: blocks.RunsByRow = {}
-    if facts is not None:
-        own_steps = (
-            frozenset({STEP_EVENT}) if meta.step_rule in ("sync", "iteration") else frozenset()
-        )
-        labels, compiled, in_steps = blocks.labels_from_trace(
-            facts, meta.wall_s, own_steps, words.timeline.input_pipeline
-        )
-        label_source = "trace"
-        steps = blocks.steps_from_trace(facts) or blocks.steps_from_metadata(meta)
-    else:
-        labels, label_source = blocks.labels_from_metadata(meta, meta.wall_s), "metadata"
-        steps = blocks.steps_from_metadata(meta)
-    if not labels:
-        label_source = "none"
+    labels, label_source, steps, compiled, in_steps = _blocks(meta, words, facts)
     missing_all = list(missing)
     if facts is not None:
         missing_all.extend(blocks.labels_not_in_trace(meta, facts))
@@ -231,6 +248,30 @@ def _build(
     )
 
 
+def _blocks(
+    meta: RunMetadata, words: Vocabulary, facts: TraceFacts | None
+) -> tuple[tuple[LabelRow, ...], str, StepStats | None, blocks.RunsByRow, blocks.RunsByRow]:
+    """Labels, where they came from, and steps: from the timeline when it was read, else
+    from the magic's timers; with the runs of each label that compiled, and their steps."""
+    compiled: blocks.RunsByRow = {}
+    in_steps: blocks.RunsByRow = {}
+    if facts is not None:
+        own_steps = (
+            frozenset({STEP_EVENT}) if meta.step_rule in ("sync", "iteration") else frozenset()
+        )
+        labels, compiled, in_steps = blocks.labels_from_trace(
+            facts, meta.wall_s, own_steps, words.timeline.input_pipeline
+        )
+        label_source = "trace"
+        steps = blocks.steps_from_trace(facts) or blocks.steps_from_metadata(meta)
+    else:
+        labels, label_source = blocks.labels_from_metadata(meta, meta.wall_s), "metadata"
+        steps = blocks.steps_from_metadata(meta)
+    if not labels:
+        label_source = "none"
+    return labels, label_source, steps, compiled, in_steps
+
+
 def _error_text(error: _metadata.RunError | None) -> str | None:
     if error is None:
         return None
@@ -259,28 +300,7 @@ def _compiles(
     names = words.metrics
     compile_time = _timed(timers, names.compile_time)
     hits = counters.get(names.compile_cache_hits) if names.compile_cache_hits else None
-    sites: list[CompileSite] = []
-    for row in labels:
-        if not row.compiles:
-            continue
-        runs = compiled.get((row.thread, row.path), ())
-        compiled_runs = row.compiled_runs or 0
-        loop = row.path[-1].lstrip().startswith(("for ", "while ", "async for "))
-        many = MANY_COMPILES_IN_A_LOOP if loop else MANY_COMPILES_IN_A_CALL
-        recompiled = compiled_runs >= 2 or (row.count == 1 and row.compiles >= many)
-        sites.append(
-            CompileSite(
-                path=row.path,
-                runs=row.count,
-                compiled_runs=compiled_runs,
-                compiles=row.compiles,
-                total_s=row.compile_s or 0.0,
-                first_runs=runs[:8],
-                first_steps=in_steps.get((row.thread, row.path), ())[:8],
-                recompiled=recompiled,
-                warm_up=recompiled and compiled_runs >= 2 and all(i < 2 for i in runs),
-            )
-        )
+    sites = [_site(row, compiled, in_steps) for row in labels if row.compiles]
     # A metrics delta leaves out what did not change: no compile metric means none compiled.
     none_compiled = bool(timers) and bool(names.compile_time) and compile_time is None
     known_hits = bool(counters) and bool(names.compile_cache_hits)
@@ -298,6 +318,26 @@ def _compiles(
             for name, _, why in (note.partition(": ") for note in meta_notes)
             if why
         ),
+    )
+
+
+def _site(row: LabelRow, compiled: blocks.RunsByRow, in_steps: blocks.RunsByRow) -> CompileSite:
+    """A label that compiled: recompiled when two of its runs did, or one run many times."""
+    runs = compiled.get((row.thread, row.path), ())
+    compiles, compiled_runs = row.compiles or 0, row.compiled_runs or 0
+    loop = row.path[-1].lstrip().startswith(("for ", "while ", "async for "))
+    many = MANY_COMPILES_IN_A_LOOP if loop else MANY_COMPILES_IN_A_CALL
+    recompiled = compiled_runs >= 2 or (row.count == 1 and compiles >= many)
+    return CompileSite(
+        path=row.path,
+        runs=row.count,
+        compiled_runs=compiled_runs,
+        compiles=compiles,
+        total_s=row.compile_s or 0.0,
+        first_runs=runs[:8],
+        first_steps=in_steps.get((row.thread, row.path), ())[:8],
+        recompiled=recompiled,
+        warm_up=recompiled and compiled_runs >= 2 and all(i < 2 for i in runs),
     )
 
 

@@ -41,73 +41,16 @@ class Comparison:
 
 def compare(a: Summary, b: Summary) -> Comparison:
     """Put two runs side by side: device, wall, steps, compiles, fallbacks, labels."""
-    rows: list[CompareRow] = []
-
-    def add(
-        section: str,
-        name: str,
-        x: float | str | None,
-        y: float | str | None,
-        unit: str,
-        path: tuple[str, ...] = (),
-    ) -> None:
-        if x is not None or y is not None:
-            rows.append(CompareRow(section, name, x, y, unit, path))
-
-    add("run", "device", a.device.kind, b.device.kind, "text")
-    add("run", "status", a.status, b.status, "text")
-    add("run", "wall time", a.wall_s, b.wall_s, "s")
-    for name, get in (
-        ("count", lambda s: float(s.count)),
-        ("first step", lambda s: s.first_s),
-        ("median of the rest", lambda s: s.rest_median_s),
-        ("max of the rest", lambda s: s.rest_max_s),
-    ):
-        add(
-            "steps",
-            name,
-            get(a.steps) if a.steps else None,
-            get(b.steps) if b.steps else None,
-            "count" if name == "count" else "s",
-        )
-    add("compile", "compilations", _opt(a.compiles.count), _opt(b.compiles.count), "count")
-    add("compile", "compile time", a.compiles.total_s, b.compiles.total_s, "s")
-    add(
-        "compile",
-        "blocks that recompiled",
-        float(sum(s.recompiled and not s.warm_up for s in a.compiles.sites)),
-        float(sum(s.recompiled and not s.warm_up for s in b.compiles.sites)),
-        "count",
-    )
-    for label, ta, tb in (
-        ("executions", a.executions, b.executions),
-        ("to device", a.to_device, b.to_device),
-        ("from device", a.from_device, b.from_device),
-    ):
-        add(
-            "runtime",
-            f"{label} (count)",
-            _opt(ta.count if ta else None),
-            _opt(tb.count if tb else None),
-            "count",
-        )
-        add(
-            "runtime",
-            f"{label} (time)",
-            ta.total_s if ta else None,
-            tb.total_s if tb else None,
-            "s",
-        )
-    fa = {f.op: f.count for f in a.fallbacks}
-    fb = {f.op: f.count for f in b.fallbacks}
-    for op in list(fa) + [op for op in fb if op not in fa]:
-        add("CPU fallbacks", op, float(fa.get(op, 0)), float(fb.get(op, 0)), "count")
-    la = {(r.thread, r.path): r for r in a.labels}
-    lb = {(r.thread, r.path): r for r in b.labels}
-    for key in _tree_order(list(la) + [k for k in lb if k not in la]):
-        ra, rb = la.get(key), lb.get(key)
-        name = (f"[{key[0]}] " if key[0] else "") + key[1][-1]
-        add("labels", name, ra.total_s if ra else None, rb.total_s if rb else None, "s", key[1])
+    rows = [
+        *_row("run", "device", a.device.kind, b.device.kind, "text"),
+        *_row("run", "status", a.status, b.status, "text"),
+        *_row("run", "wall time", a.wall_s, b.wall_s, "s"),
+        *_step_rows(a, b),
+        *_compile_rows(a, b),
+        *_runtime_rows(a, b),
+        *_fallback_rows(a, b),
+        *_label_rows(a, b),
+    ]
     notes: list[str] = []
     if a.device.kind != b.device.kind:
         notes.append(
@@ -118,6 +61,100 @@ def compare(a: Summary, b: Summary) -> Comparison:
         if s.missing:
             notes.append(f"{which} is incomplete: {s.missing[0]}")
     return Comparison(a.run, b.run, tuple(rows), tuple(notes))
+
+
+def _row(
+    section: str,
+    name: str,
+    x: float | str | None,
+    y: float | str | None,
+    unit: str,
+    path: tuple[str, ...] = (),
+) -> list[CompareRow]:
+    """One row, or none where neither run has the value."""
+    if x is None and y is None:
+        return []
+    return [CompareRow(section, name, x, y, unit, path)]
+
+
+def _step_rows(a: Summary, b: Summary) -> list[CompareRow]:
+    rows: list[CompareRow] = []
+    for name, get in (
+        ("count", lambda s: float(s.count)),
+        ("first step", lambda s: s.first_s),
+        ("median of the rest", lambda s: s.rest_median_s),
+        ("max of the rest", lambda s: s.rest_max_s),
+    ):
+        rows += _row(
+            "steps",
+            name,
+            get(a.steps) if a.steps else None,
+            get(b.steps) if b.steps else None,
+            "count" if name == "count" else "s",
+        )
+    return rows
+
+
+def _compile_rows(a: Summary, b: Summary) -> list[CompareRow]:
+    return [
+        *_row("compile", "compilations", _opt(a.compiles.count), _opt(b.compiles.count), "count"),
+        *_row("compile", "compile time", a.compiles.total_s, b.compiles.total_s, "s"),
+        *_row(
+            "compile",
+            "blocks that recompiled",
+            float(sum(s.recompiled and not s.warm_up for s in a.compiles.sites)),
+            float(sum(s.recompiled and not s.warm_up for s in b.compiles.sites)),
+            "count",
+        ),
+    ]
+
+
+def _runtime_rows(a: Summary, b: Summary) -> list[CompareRow]:
+    rows: list[CompareRow] = []
+    for label, ta, tb in (
+        ("executions", a.executions, b.executions),
+        ("to device", a.to_device, b.to_device),
+        ("from device", a.from_device, b.from_device),
+    ):
+        rows += _row(
+            "runtime",
+            f"{label} (count)",
+            _opt(ta.count if ta else None),
+            _opt(tb.count if tb else None),
+            "count",
+        )
+        rows += _row(
+            "runtime",
+            f"{label} (time)",
+            ta.total_s if ta else None,
+            tb.total_s if tb else None,
+            "s",
+        )
+    return rows
+
+
+def _fallback_rows(a: Summary, b: Summary) -> list[CompareRow]:
+    fa = {f.op: f.count for f in a.fallbacks}
+    fb = {f.op: f.count for f in b.fallbacks}
+    return [
+        row
+        for op in list(fa) + [op for op in fb if op not in fa]
+        for row in _row("CPU fallbacks", op, float(fa.get(op, 0)), float(fb.get(op, 0)), "count")
+    ]
+
+
+def _label_rows(a: Summary, b: Summary) -> list[CompareRow]:
+    """The labels of both runs as one tree: A's order, then what only B has."""
+    la = {(r.thread, r.path): r for r in a.labels}
+    lb = {(r.thread, r.path): r for r in b.labels}
+    rows: list[CompareRow] = []
+    for key in _tree_order(list(la) + [k for k in lb if k not in la]):
+        ra, rb = la.get(key), lb.get(key)
+        name = (f"[{key[0]}] " if key[0] else "") + key[1][-1]
+        rows += _row(
+            "labels", name, ra.total_s if ra else None, rb.total_s if rb else None, "s", key[1]
+        )
+    return rows
 
 
 LabelKey = tuple[str, tuple[str, ...]]

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from xprof_magic._analysis import blocks
 from xprof_magic._analysis.device import device_info
+from xprof_magic._analysis.facts import LABEL, TRACE, TraceFacts
 from xprof_magic._analysis.model import HostRow
-from xprof_magic._analysis.trace import LABEL, TRACE, TraceFacts, read_trace
-from xprof_magic._backends import Vocabulary
+from xprof_magic._analysis.trace import read_trace
+from xprof_magic._backends import TimelineNames, Vocabulary
 from xprof_magic._metadata import RunMetadata
 
 __all__ = ["host_rows", "slowest"]
@@ -28,10 +29,12 @@ def host_rows(
     read: dict[Path, TraceFacts],
     meta: RunMetadata,
     words: Vocabulary,
+    runtime: TimelineNames,
     deadline: float | None,
 ) -> tuple[HostRow, ...]:
-    """One row per timeline; ``read`` holds those already read. Raises ``ReadAborted`` when
-    ``deadline`` (``time.perf_counter``) passes."""
+    """One row per timeline; ``read`` holds those already read, the others are read with
+    ``runtime`` (:func:`~xprof_magic._analysis.trace.read_trace`'s). Raises ``ReadAborted``
+    when ``deadline`` (``time.perf_counter``) passes."""
     rows = []
     for path in xplanes:
         host = path.name[: -len(_SUFFIX)]
@@ -42,7 +45,7 @@ def host_rows(
                     path,
                     label_names=blocks.label_names(meta),
                     deadline=deadline,
-                    runtime=words.timeline,
+                    runtime=runtime,
                 )
             except (ValueError, OSError) as error:
                 rows.append(HostRow(host, problem=f"could not be read ({error})"))

@@ -1,4 +1,4 @@
-"""A summary, and two side by side, as static HTML with one inline SVG chart.
+"""A summary, and two side by side, as static HTML with one inline SVG chart (:mod:`.chart`).
 
 The HTML carries no script, no external resource and no ``<style>`` block (inline styles
 only), so it shows the same in a live notebook, a saved one opened without a kernel, and
@@ -7,11 +7,11 @@ viewers that strip scripts. Every string that came from the user's cell is escap
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Sequence
 
-from xprof_magic._analysis.blocks import INPUT_PIPELINE
-from xprof_magic._analysis.model import CompareRow, LabelRow, StepStats, Summary
+from xprof_magic._analysis.chart import BLUE, GREY, ORANGE, chart_svg
+from xprof_magic._analysis.chart import escape as _e
+from xprof_magic._analysis.model import CompareRow, Summary
 from xprof_magic._analysis.text import (
     compare_cell,
     compare_delta,
@@ -27,8 +27,7 @@ from xprof_magic._units import NONE, percent, seconds
 __all__ = ["chart_svg", "compare_html", "render_html"]
 
 HTML_LABEL_ROWS = 60
-_BLUE, _ORANGE, _GREY = "#4e79a7", "#e8833a", "rgba(127,127,127,0.35)"
-_LEVEL_COLOR = {"error": "#d62728", "warning": _ORANGE, "info": _BLUE}
+_LEVEL_COLOR = {"error": "#d62728", "warning": ORANGE, "info": BLUE}
 _BOX = (
     "font-family:system-ui,-apple-system,'Segoe UI',sans-serif;font-size:13px;"
     "line-height:1.4;max-width:980px;border:1px solid rgba(127,127,127,0.35);"
@@ -39,10 +38,6 @@ _TH = "text-align:left;padding:2px 8px;border-bottom:1px solid rgba(127,127,127,
 _TD = "padding:1px 8px;vertical-align:top;"
 _NUM = _TD + "text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
 _H = "margin:10px 0 2px 0;font-size:13px;font-weight:600;"
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def _table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int]) -> str:
@@ -62,9 +57,9 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int]
 def _bar(share: float | None) -> str:
     width = max(0.0, min(1.0, share or 0.0)) * 80
     return (
-        f'<span style="display:inline-block;width:80px;height:8px;background:{_GREY};'
+        f'<span style="display:inline-block;width:80px;height:8px;background:{GREY};'
         f'vertical-align:middle;margin-right:6px"><span style="display:block;height:8px;'
-        f'width:{width:.1f}px;background:{_BLUE}"></span></span>{percent(share)}'
+        f'width:{width:.1f}px;background:{BLUE}"></span></span>{percent(share)}'
     )
 
 
@@ -99,10 +94,45 @@ def render_html(summary: Summary) -> str:
     s = summary
     words = get_vocabulary(s.backend)
     parts = [f'<div class="xprof-magic-summary" style="{_BOX}">']
+    parts += _heading(s)
+    chart = chart_svg(s)
+    if chart:
+        parts.append(f'<div style="margin:6px 0">{chart}</div>')
+    if s.steps:
+        parts.append(f'<div style="{_H}">Steps</div><div>{_e(steps_line(s.steps))}</div>')
+    parts += _labels(s)
+    parts += _hosts(s)
+    parts += _device(s)
+    parts.append(f'<div style="{_H}">{_e(words.headings.metrics)}</div>')
+    parts.append(_table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set()))
+    parts += _compile_sites(s)
+    if s.fallbacks:
+        parts.append(f'<div style="{_H}">{_e(words.headings.fallbacks)}</div>')
+        parts.append(
+            _table(
+                ["op", "calls", "hint"],
+                [[_e(f.op), str(f.count), _e(f.hint)] for f in s.fallbacks],
+                {1},
+            )
+        )
+    parts += _ops(s)
+    if s.missing:
+        items = "".join(f"<li>{_e(m)}</li>" for m in s.missing)
+        parts.append(f'<div style="{_H}">Missing from this summary</div>')
+        parts.append(f'<ul style="margin:2px 0">{items}</ul>')
     parts.append(
-        f'<div style="font-weight:600;margin-bottom:4px">xprof summary — {_e(header(s))}</div>'
+        f'<div style="opacity:0.7;font-size:11px;margin-top:6px">{s.events} timeline events read '
+        f"in {seconds(s.read_s)} · {_e(s.run_dir)}</div></div>"
     )
-    badge_color = _ORANGE if s.device.kind != "TPU" else "#2ca02c"
+    return "".join(parts)
+
+
+def _heading(s: Summary) -> list[str]:
+    """The title, the device badge with its statement, and the notes."""
+    parts = [
+        f'<div style="font-weight:600;margin-bottom:4px">xprof summary — {_e(header(s))}</div>'
+    ]
+    badge_color = ORANGE if s.device.kind != "TPU" else "#2ca02c"
     parts.append(
         f'<div style="margin:4px 0"><span style="background:{badge_color};color:#fff;'
         f'border-radius:4px;padding:1px 7px;font-weight:600">{_e(s.device.kind)}</span> '
@@ -111,43 +141,48 @@ def render_html(summary: Summary) -> str:
     for note in s.notes:
         if note.text == s.device.statement:
             continue
-        color = _LEVEL_COLOR.get(note.level, _BLUE)
+        color = _LEVEL_COLOR.get(note.level, BLUE)
         parts.append(
             f'<div style="border-left:4px solid {color};padding:2px 8px;margin:3px 0">'
             f"<b>{_e(note.level)}</b> {_e(note.text)}</div>"
         )
-    chart = chart_svg(s)
-    if chart:
-        parts.append(f'<div style="margin:6px 0">{chart}</div>')
-    if s.steps:
-        parts.append(f'<div style="{_H}">Steps</div><div>{_e(steps_line(s.steps))}</div>')
-    if s.labels:
-        source = {"trace": "from the timeline", "metadata": "from the magic's timers"}.get(
-            s.label_source, ""
+    return parts
+
+
+def _labels(s: Summary) -> list[str]:
+    """The labelled blocks as an indented tree, at most :data:`HTML_LABEL_ROWS` rows."""
+    if not s.labels:
+        return []
+    source = {"trace": "from the timeline", "metadata": "from the magic's timers"}.get(
+        s.label_source, ""
+    )
+    parts = [f'<div style="{_H}">Labelled blocks — host time {_e(source)}</div>']
+    rows = []
+    for row in s.labels[:HTML_LABEL_ROWS]:
+        pad = 14 * (len(row.path) - 1)
+        name = f'<span style="padding-left:{pad}px">{_e(label_name(row))}</span>'
+        compiles = "" if not row.compiles else f"{row.compiles} ({seconds(row.compile_s)})"
+        rows.append(
+            [
+                name,
+                seconds(row.total_s),
+                seconds(row.mean_s),
+                str(row.count),
+                _bar(row.share),
+                compiles,
+            ]
         )
-        parts.append(f'<div style="{_H}">Labelled blocks — host time {_e(source)}</div>')
-        rows = []
-        for row in s.labels[:HTML_LABEL_ROWS]:
-            pad = 14 * (len(row.path) - 1)
-            name = f'<span style="padding-left:{pad}px">{_e(label_name(row))}</span>'
-            compiles = "" if not row.compiles else f"{row.compiles} ({seconds(row.compile_s)})"
-            rows.append(
-                [
-                    name,
-                    seconds(row.total_s),
-                    seconds(row.mean_s),
-                    str(row.count),
-                    _bar(row.share),
-                    compiles,
-                ]
-            )
-        parts.append(
-            _table(["block", "total", "mean", "runs", "share of cell", "compiles"], rows, {1, 2, 3})
-        )
-        if len(s.labels) > HTML_LABEL_ROWS:
-            parts.append(f"<div>… {len(s.labels) - HTML_LABEL_ROWS} more blocks</div>")
-    parts.extend(_hosts(s))
-    parts.append(f'<div style="{_H}">Device and host threads</div>')
+    parts.append(
+        _table(["block", "total", "mean", "runs", "share of cell", "compiles"], rows, {1, 2, 3})
+    )
+    if len(s.labels) > HTML_LABEL_ROWS:
+        parts.append(f"<div>… {len(s.labels) - HTML_LABEL_ROWS} more blocks</div>")
+    return parts
+
+
+def _device(s: Summary) -> list[str]:
+    """How busy the device (or the CPU client) and each group of host threads were."""
+    parts = [f'<div style="{_H}">Device and host threads</div>']
     d = s.device
     if d.busy_s is not None and d.window_s:
         what = "XLA ops were running on the CPU client" if d.on_cpu else "Device busy"
@@ -177,34 +212,30 @@ def render_html(summary: Summary) -> str:
                 {1, 2, 3},
             )
         )
-    parts.append(f'<div style="{_H}">{_e(words.headings.metrics)}</div>')
-    parts.append(_table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set()))
-    if s.compiles.sites:
-        parts.append(
-            _table(
-                ["compiled inside", "compiles", "time", "runs that compiled", ""],
-                [
-                    [
-                        _e(" › ".join(x.path)),
-                        str(x.compiles),
-                        seconds(x.total_s),
-                        f"{x.compiled_runs} of {x.runs}",
-                        "<b>recompiled</b>" if x.recompiled and not x.warm_up else "",
-                    ]
-                    for x in s.compiles.sites[:20]
-                ],
-                {1, 2, 3},
-            )
-        )
-    if s.fallbacks:
-        parts.append(f'<div style="{_H}">{_e(words.headings.fallbacks)}</div>')
-        parts.append(
-            _table(
-                ["op", "calls", "hint"],
-                [[_e(f.op), str(f.count), _e(f.hint)] for f in s.fallbacks],
-                {1},
-            )
-        )
+    return parts
+
+
+def _compile_sites(s: Summary) -> list[str]:
+    """The blocks that compiled, the first 20 (nothing if none did)."""
+    if not s.compiles.sites:
+        return []
+    rows = [
+        [
+            _e(" › ".join(x.path)),
+            str(x.compiles),
+            seconds(x.total_s),
+            f"{x.compiled_runs} of {x.runs}",
+            "<b>recompiled</b>" if x.recompiled and not x.warm_up else "",
+        ]
+        for x in s.compiles.sites[:20]
+    ]
+    head = ["compiled inside", "compiles", "time", "runs that compiled", ""]
+    return [_table(head, rows, {1, 2, 3})]
+
+
+def _ops(s: Summary) -> list[str]:
+    """One table per kind of operation (host, device, compile), by self time."""
+    parts = []
     for title, ops in op_sections(s):
         parts.append(f'<div style="{_H}">{_e(title)} (self time)</div>')
         parts.append(
@@ -223,119 +254,7 @@ def render_html(summary: Summary) -> str:
                 {2, 3, 4},
             )
         )
-    if s.missing:
-        items = "".join(f"<li>{_e(m)}</li>" for m in s.missing)
-        parts.append(f'<div style="{_H}">Missing from this summary</div>')
-        parts.append(f'<ul style="margin:2px 0">{items}</ul>')
-    parts.append(
-        f'<div style="opacity:0.7;font-size:11px;margin-top:6px">{s.events} timeline events read '
-        f"in {seconds(s.read_s)} · {_e(s.run_dir)}</div></div>"
-    )
-    return "".join(parts)
-
-
-# --- the chart --------------------------------------------------------------------------
-
-
-def chart_svg(summary: Summary, width: int = 560, height: int = 150) -> str:
-    """Step times as bars (compiling steps orange), else the largest labels; "" if neither."""
-    if summary.steps and summary.steps.count >= 2:
-        return _steps_svg(summary.steps, width, height)
-    rows = [
-        r
-        for r in summary.labels
-        if len(r.path) <= 2 and not r.thread and r.path[0] != INPUT_PIPELINE
-    ]
-    if rows:
-        return _labels_svg(sorted(rows, key=lambda r: -r.total_s)[:8], width)
-    return ""
-
-
-def _steps_svg(steps: StepStats, width: int, height: int) -> str:
-    left, top, bottom = 56, 16, 18
-    plot_w, plot_h = width - left - 8, height - top - bottom
-    values = list(steps.durations_s)
-    compiling = set(steps.compiling)
-    buckets = max(1, -(-len(values) // 240))
-    bars: list[tuple[float, bool]] = []
-    for i in range(0, len(values), buckets):
-        chunk = range(i, min(i + buckets, len(values)))
-        bars.append((max(values[j] for j in chunk), any(j in compiling for j in chunk)))
-    rest = values[1:] or values
-    ymax = max(values)
-    clipped = ymax > 3 * max(rest)
-    if clipped:
-        ymax = max(rest) * 1.25
-    step_w = plot_w / len(bars)
-    gap = 1.0 if step_w > 3 else 0.0
-    shapes = []
-    for i, (value, hot) in enumerate(bars):
-        h = min(value, ymax) / ymax * plot_h if ymax > 0 else 0
-        x = left + i * step_w
-        color = _ORANGE if hot else _BLUE
-        shapes.append(
-            f'<rect x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{max(step_w - gap, 0.6):.1f}" '
-            f'height="{h:.1f}" fill="{color}">'
-            f"<title>step {i * buckets}: {seconds(value)}</title></rect>"
-        )
-        if clipped and value > ymax:
-            shapes.append(
-                f'<text x="{x + 2:.1f}" y="{top - 4}" font-size="10" fill="currentColor">'
-                f"↑ {seconds(value)}</text>"
-            )
-    if steps.rest_median_s is not None and ymax > 0:
-        y = top + plot_h - min(steps.rest_median_s, ymax) / ymax * plot_h
-        shapes.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
-            f'stroke="currentColor" stroke-dasharray="4 3" stroke-opacity="0.6"/>'
-            f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="10" text-anchor="end" '
-            f'fill="currentColor">{seconds(steps.rest_median_s)}</text>'
-        )
-    axis = (
-        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}" stroke="{_GREY}"/>'
-        f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}" '
-        f'stroke="{_GREY}"/>'
-        f'<text x="{left - 4}" y="{top + 8}" font-size="10" text-anchor="end" '
-        f'fill="currentColor">{seconds(ymax)}</text>'
-        f'<text x="{left}" y="{height - 4}" font-size="10" fill="currentColor">'
-        f"{_e(steps.name)} times, {steps.count} steps (orange: compiled; dashed: median of "
-        "the rest)</text>"
-    )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="step times">'
-        f"{axis}{''.join(shapes)}</svg>"
-    )
-
-
-def _labels_svg(rows: list[LabelRow], width: int) -> str:
-    row_h, name_w, top = 18, 200, 4
-    height = top + row_h * len(rows) + 18
-    biggest = max(r.total_s for r in rows) or 1.0
-    plot_w = width - name_w - 80
-    shapes = []
-    for i, r in enumerate(rows):
-        y = top + i * row_h
-        name = " › ".join(r.path)
-        short = name if len(name) <= 32 else name[:31] + "…"
-        w = r.total_s / biggest * plot_w
-        shapes.append(
-            f'<text x="{name_w - 6}" y="{y + 12}" font-size="11" text-anchor="end" '
-            f'fill="currentColor">{_e(short)}<title>{_e(name)}</title></text>'
-            f'<rect x="{name_w}" y="{y + 3}" width="{max(w, 0.5):.1f}" height="{row_h - 6}" '
-            f'fill="{_BLUE}"/>'
-            f'<text x="{name_w + w + 4:.1f}" y="{y + 12}" font-size="11" '
-            f'fill="currentColor">{seconds(r.total_s)}</text>'
-        )
-    caption = (
-        f'<text x="{name_w}" y="{height - 4}" font-size="10" fill="currentColor">'
-        "host time of the largest labelled blocks</text>"
-    )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="label times">'
-        f"{''.join(shapes)}{caption}</svg>"
-    )
+    return parts
 
 
 def compare_html(a: str, b: str, rows: Sequence[CompareRow], notes: Sequence[str]) -> str:
@@ -344,7 +263,7 @@ def compare_html(a: str, b: str, rows: Sequence[CompareRow], notes: Sequence[str
     parts.append(f'<div style="font-weight:600">xprof compare — A: {_e(a)} · B: {_e(b)}</div>')
     for note in notes:
         parts.append(
-            f'<div style="border-left:4px solid {_ORANGE};padding:2px 8px;margin:3px 0">'
+            f'<div style="border-left:4px solid {ORANGE};padding:2px 8px;margin:3px 0">'
             f"{_e(note)}</div>"
         )
     section = ""

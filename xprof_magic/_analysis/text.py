@@ -127,41 +127,10 @@ def render_text(summary: Summary) -> str:
     out = [f"xprof summary — {header(s)}"]
     out.extend(f"  {_LEVEL_MARK.get(n.level, '·')} {n.text}" for n in s.notes)
     out.extend(hosts_lines(s))
-    if s.labels:
-        source = {"trace": "the timeline", "metadata": "the magic's timers"}.get(
-            s.label_source, s.label_source
-        )
-        cell = f"the {seconds(s.wall_s)} cell" if s.wall_s else "the capture"
-        out += ["", f"Labels — host time from {source}; share of {cell}"]
-        out.append(f"  {'total':>9} {'mean':>9} {'runs':>6} {'share':>6} {'compiles':>8}  block")
-        for row in s.labels[:TEXT_LABEL_ROWS]:
-            compiles = "" if row.compiles is None else str(row.compiles or "")
-            indent = "  " * (len(row.path) - 1)
-            out.append(
-                f"  {seconds(row.total_s):>9} {seconds(row.mean_s):>9} {row.count:>6} "
-                f"{percent(row.share):>6} {compiles:>8}  {indent}{label_name(row)}"
-            )
-        if len(s.labels) > TEXT_LABEL_ROWS:
-            out.append(f"  … {len(s.labels) - TEXT_LABEL_ROWS} more blocks")
+    out.extend(_labels_lines(s))
     if s.steps:
         out += ["", f"Steps: {steps_line(s.steps)}"]
-    d = s.device
-    out += ["", f"Device {d.kind} and host threads:"]
-    if d.busy_s is not None and d.window_s:
-        what = "XLA ops ran (any CPU client thread)" if d.on_cpu else "the device was busy"
-        out.append(
-            f"  {what} {seconds(d.busy_s)} of the {seconds(d.window_s)} window "
-            f"({percent(d.busy_share)})"
-            + ("" if d.on_cpu else f"; idle {percent(1 - (d.busy_share or 0))}")
-        )
-    for dev in d.devices[:8]:
-        out.append(f"  {dev.name}: busy {seconds(dev.busy_s)} ({percent(dev.share)})")
-    if d.threads:
-        out.append("  host threads (busy thread time, share of the window):")
-        for g in d.threads:
-            out.append(
-                f"    {g.name} ×{g.threads}: {seconds(g.busy_s)} ({percent(g.share)}) — {g.role}"
-            )
+    out.extend(_device_lines(s))
     out += ["", f"{words.headings.metrics}:"]
     out.extend(f"  {name}: {value}" for name, value in runtime_parts(s))
     if s.compiles.sites:
@@ -189,6 +158,50 @@ def render_text(summary: Summary) -> str:
         out.extend(f"  - {m}" for m in s.missing)
     out += ["", f"({s.events} timeline events read in {seconds(s.read_s)}; run folder {s.run_dir})"]
     return "\n".join(out)
+
+
+def _labels_lines(s: Summary) -> list[str]:
+    """The labelled blocks as an indented table, at most :data:`TEXT_LABEL_ROWS` rows."""
+    if not s.labels:
+        return []
+    source = {"trace": "the timeline", "metadata": "the magic's timers"}.get(
+        s.label_source, s.label_source
+    )
+    cell = f"the {seconds(s.wall_s)} cell" if s.wall_s else "the capture"
+    out = ["", f"Labels — host time from {source}; share of {cell}"]
+    out.append(f"  {'total':>9} {'mean':>9} {'runs':>6} {'share':>6} {'compiles':>8}  block")
+    for row in s.labels[:TEXT_LABEL_ROWS]:
+        compiles = "" if row.compiles is None else str(row.compiles or "")
+        indent = "  " * (len(row.path) - 1)
+        out.append(
+            f"  {seconds(row.total_s):>9} {seconds(row.mean_s):>9} {row.count:>6} "
+            f"{percent(row.share):>6} {compiles:>8}  {indent}{label_name(row)}"
+        )
+    if len(s.labels) > TEXT_LABEL_ROWS:
+        out.append(f"  … {len(s.labels) - TEXT_LABEL_ROWS} more blocks")
+    return out
+
+
+def _device_lines(s: Summary) -> list[str]:
+    """How busy the device (or the CPU client), each device and each host thread group was."""
+    d = s.device
+    out = ["", f"Device {d.kind} and host threads:"]
+    if d.busy_s is not None and d.window_s:
+        what = "XLA ops ran (any CPU client thread)" if d.on_cpu else "the device was busy"
+        out.append(
+            f"  {what} {seconds(d.busy_s)} of the {seconds(d.window_s)} window "
+            f"({percent(d.busy_share)})"
+            + ("" if d.on_cpu else f"; idle {percent(1 - (d.busy_share or 0))}")
+        )
+    for dev in d.devices[:8]:
+        out.append(f"  {dev.name}: busy {seconds(dev.busy_s)} ({percent(dev.share)})")
+    if d.threads:
+        out.append("  host threads (busy thread time, share of the window):")
+        for g in d.threads:
+            out.append(
+                f"    {g.name} ×{g.threads}: {seconds(g.busy_s)} ({percent(g.share)}) — {g.role}"
+            )
+    return out
 
 
 def op_sections(s: Summary) -> list[tuple[str, tuple[OpRow, ...]]]:

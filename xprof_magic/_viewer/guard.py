@@ -236,13 +236,7 @@ def guard(
             # Relative, so that a proxy's path prefix in front of ours survives the redirect.
             target = f"{secret}/{ui_below}" if rest == "" else ui_below
             return _respond(start_response, "302 Found", b"", headers=(("Location", target),))
-        from werkzeug.wrappers import Request
-
-        query = Request(environ).args.items(multi=True)
-        allowed = None
-        if info_dir is not None and rest.rstrip("/").endswith("/" + CAPTURE_ROUTE):
-            allowed = capture_allowed(info_dir)
-        reason = refusal(rest, query, logdir, allowed)
+        reason = _request_refusal(environ, rest, logdir, info_dir)
         if reason is not None:
             message = f"Forbidden: {reason}."
             return _respond(start_response, "403 Forbidden", message.encode())
@@ -252,3 +246,17 @@ def guard(
         return app(environ, start_response)
 
     return guarded
+
+
+def _request_refusal(
+    environ: dict[str, Any], rest: str, logdir: str, info_dir: str | None
+) -> str | None:
+    """:func:`refusal` for one request below the prefix, with its query parsed as the
+    viewer will parse it, and for a capture the addresses allowed now."""
+    from werkzeug.wrappers import Request
+
+    query = Request(environ).args.items(multi=True)
+    allowed = None
+    if info_dir is not None and rest.rstrip("/").endswith("/" + CAPTURE_ROUTE):
+        allowed = capture_allowed(info_dir)
+    return refusal(rest, query, logdir, allowed)

@@ -142,29 +142,7 @@ def spawn(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_path = directory / f"viewer-{kind}-{stamp}-{secrets.token_hex(3)}.log"
     secret = secrets.token_urlsafe(24)
-    command = [
-        sys.executable,
-        "-c",
-        _BOOTSTRAP,
-        _PACKAGE_ROOT,
-        _SERVER_SCRIPT,
-        "--logdir",
-        logdir,
-        "--kind",
-        kind,
-        "--port",
-        str(port or 0),
-        "--idle-timeout",
-        repr(float(idle_timeout)),
-        "--client-pid",
-        str(os.getpid()),
-        "--grace",
-        repr(float(grace_s)),
-        "--info-dir",
-        str(directory),
-        "--log-path",
-        str(log_path),
-    ]
+    command = _command(directory, logdir, kind, port, idle_timeout, grace_s, log_path)
     try:
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as error:
@@ -194,6 +172,41 @@ def spawn(
     with contextlib.suppress(BrokenPipeError):
         process.stdin.close()
     return process, log_path
+
+
+def _command(
+    directory: Path,
+    logdir: str,
+    kind: str,
+    port: int | None,
+    idle_timeout: float,
+    grace_s: float,
+    log_path: Path,
+) -> list[str]:
+    """The server's command line: this Python, the package root first on its path."""
+    return [
+        sys.executable,
+        "-c",
+        _BOOTSTRAP,
+        _PACKAGE_ROOT,
+        _SERVER_SCRIPT,
+        "--logdir",
+        logdir,
+        "--kind",
+        kind,
+        "--port",
+        str(port or 0),
+        "--idle-timeout",
+        repr(float(idle_timeout)),
+        "--client-pid",
+        str(os.getpid()),
+        "--grace",
+        repr(float(grace_s)),
+        "--info-dir",
+        str(directory),
+        "--log-path",
+        str(log_path),
+    ]
 
 
 def pid_alive(pid: int) -> bool:

@@ -351,18 +351,9 @@ def begin_viewer(
     if pending is not None and pending.poll() is None and port in (None, pending.port):
         _starting[(resolved, kind)] = pending
         return pending
-    if kind == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
-        message = (
-            "kind='tensorboard' needs TensorBoard and its profile plugin: "
-            "pip install tensorboard tensorboard-plugin-profile, then run the cell again."
-        )
-        return ViewerStart(kind, outcome=Failed(message))
-    if port is not None:
-        if not 0 < port < 65536:
-            message = f"Port {port} is not a TCP port; give one from 1 to 65535, or none."
-            return ViewerStart(kind, outcome=Failed(message))
-        if not port_free(port):
-            return ViewerStart(kind, outcome=Failed(port_busy_message(port, kind)))
+    refusal = _cannot_start(kind, port)
+    if refusal is not None:
+        return ViewerStart(kind, outcome=Failed(refusal))
     try:
         process, log_path = spawn(directory, resolved, kind, port, idle_timeout, grace_s)
     except LaunchError as error:
@@ -377,6 +368,21 @@ def begin_viewer(
     )
     _starting[(resolved, kind)] = start
     return start
+
+
+def _cannot_start(kind: ViewerKind, port: int | None) -> str | None:
+    """Why a new viewer of ``kind`` on ``port`` cannot start (None: it can try)."""
+    if kind == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+        return (
+            "kind='tensorboard' needs TensorBoard and its profile plugin: "
+            "pip install tensorboard tensorboard-plugin-profile, then run the cell again."
+        )
+    if port is not None:
+        if not 0 < port < 65536:
+            return f"Port {port} is not a TCP port; give one from 1 to 65535, or none."
+        if not port_free(port):
+            return port_busy_message(port, kind)
+    return None
 
 
 def ensure_viewer(

@@ -15,8 +15,9 @@ a 0600 info file, with the pid, port and :data:`INFO_FORMAT`. Every request goes
 :data:`DEFAULT_GRACE_S` after the last kernel that registered with it died (and no request
 came meanwhile), and after an idle timeout in any case.
 
-XProf and TensorBoard are imported in :func:`main` only: the kernel imports this module for
-the info-file names and the exit codes, and must not pay for them.
+XProf and TensorBoard are imported in :func:`main` only (:mod:`xprof_magic._viewer.apps`
+builds their apps): the kernel imports this module for the info-file names and the exit
+codes, and must not pay for them.
 """
 
 from __future__ import annotations
@@ -32,10 +33,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from xprof_magic._viewer.apps import tensorboard_app, xprof_app
 from xprof_magic._viewer.client import KINDS
 from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard
+
+if TYPE_CHECKING:
+    from cheroot import wsgi
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -192,58 +197,6 @@ def _counted(app: WSGIApp, activity: Activity) -> WSGIApp:
     return counted
 
 
-def _xprof_app(logdir: str) -> WSGIApp:
-    """XProf's own standalone app, without the gRPC worker and wildcard bind of ``xprof server``."""
-    from xprof.server import DataProvider, ProfilePluginLoader, TBContext, make_wsgi_app
-
-    context = TBContext(logdir, DataProvider(logdir), TBContext.Flags(False))
-    # The guard lets its capture through toward loopback and addresses the kernel captured.
-    context.hide_capture_profile_button = False
-    plugin = ProfilePluginLoader().load(context)
-    if plugin is None:
-        raise ImportError("XProf's profile plugin did not load; see the lines above")
-    app: WSGIApp = make_wsgi_app(plugin)
-    return app
-
-
-def _tensorboard_app(logdir: str, prefix: str) -> WSGIApp:
-    """TensorBoard's WSGI app with every installed plugin, profile included.
-
-    TensorBoard builds its app inside ``launch`` and hands it to a ``server_class``; this one
-    only keeps it, so that cheroot can serve it on loopback under the guard.
-    """
-    from tensorboard import default, program
-
-    kept: list[WSGIApp] = []
-
-    class _KeepApp:
-        def __init__(self, wsgi_app: WSGIApp, flags: Any) -> None:
-            kept.append(wsgi_app)
-
-        def serve_forever(self) -> None:
-            return None
-
-        def get_url(self) -> str:
-            return ""
-
-    board = program.TensorBoard(plugins=default.get_plugins(), server_class=_KeepApp)
-    board.configure(
-        argv=[
-            "tensorboard",
-            "--logdir",
-            logdir,
-            "--path_prefix",
-            prefix,
-            "--load_fast",
-            "false",
-            "--host",
-            "127.0.0.1",
-        ]
-    )
-    board.launch()
-    return kept[0]
-
-
 def _write_info(path: str, info: dict[str, Any]) -> None:
     """Write atomically with mode 0600: the file holds the secret."""
     tmp = f"{path}.tmp"
@@ -300,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from cheroot import wsgi
 
-        app = _xprof_app(logdir) if args.kind == "xprof" else _tensorboard_app(logdir, prefix)
+        app = xprof_app(logdir) if args.kind == "xprof" else tensorboard_app(logdir, prefix)
     except ImportError as error:
         _log(f"cannot load the {args.kind} viewer: {error}")
         return EXIT_MISSING_DEPENDENCY
@@ -309,44 +262,37 @@ def main(argv: list[str] | None = None) -> int:
     pid = os.getpid()
     started = time.time()
     health = {"pid": pid, "kind": args.kind, "logdir": logdir, "started": started}
-    guarded = _counted(
-        guard(
-            app,
-            secret=secret,
-            logdir=logdir,
-            kind=args.kind,
-            health=health,
-            info_dir=args.info_dir,
-        ),
-        activity,
+    guarded = guard(
+        app, secret=secret, logdir=logdir, kind=args.kind, health=health, info_dir=args.info_dir
     )
-    server = wsgi.Server(("127.0.0.1", args.port), guarded, numthreads=8)
+    server = wsgi.Server(("127.0.0.1", args.port), _counted(guarded, activity), numthreads=8)
     server.shutdown_timeout = 2
-    try:
-        server.prepare()
-    except OSError as error:
-        cause = error.__cause__
-        in_use = os.strerror(errno.EADDRINUSE) in str(error)
-        if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
-            in_use = True
-        _log(f"cannot listen on 127.0.0.1:{args.port}: {error}")
-        return EXIT_PORT_IN_USE if in_use else 1
+    failed = _prepare(server, args.port)
+    if failed is not None:
+        return failed
     port = int(server.bind_addr[1])
-
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-
+    stop = _stop_on_signals()
     serving = threading.Thread(target=server.serve, name="xprof-viewer", daemon=True)
     serving.start()
     record = info_path(args.info_dir, pid)
     clients = Clients(clients_path(args.info_dir, pid), args.client_pid)
-    info = {
+    _write_info(record, _info(args, pid, port, logdir, secret, started))
+    _log(f"{args.kind} viewer pid {pid} serving {logdir} on 127.0.0.1:{port}")
+    try:
+        _serve_until_done(args, stop, serving, activity, clients)
+    finally:
+        _remove(record)
+        clients.remove()
+        server.stop()
+    _log("stopped")
+    return 0
+
+
+def _info(
+    args: argparse.Namespace, pid: int, port: int, logdir: str, secret: str, started: float
+) -> dict[str, Any]:
+    """What the info file says: how a kernel finds, reaches and recognises this server."""
+    return {
         "format": INFO_FORMAT,
         "pid": pid,
         "port": port,
@@ -358,29 +304,58 @@ def main(argv: list[str] | None = None) -> int:
         "idle_timeout": args.idle_timeout,
         "grace": args.grace,
     }
-    _write_info(record, info)
-    timeout = args.idle_timeout
-    _log(f"{args.kind} viewer pid {pid} serving {logdir} on 127.0.0.1:{port}")
+
+
+def _prepare(server: wsgi.Server, port: int) -> int | None:
+    """Bind the server's socket; the exit code if that failed (the port in use: its own)."""
     try:
-        tick = min(0.5, timeout / 4) if timeout > 0 else 0.5
-        while not stop.wait(tick):
-            if not serving.is_alive():
-                _log("the server thread ended")
-                break
-            idle = activity.idle_for()
-            if timeout > 0 and idle > timeout:
-                _log(f"no request for {timeout:g} s; exiting")
-                break
-            gone = clients.gone_for()
-            if gone is not None and min(gone, idle) > args.grace:
-                _log(f"no kernel using it, and no request, for {args.grace:g} s; exiting")
-                break
-    finally:
-        _remove(record)
-        clients.remove()
-        server.stop()
-    _log("stopped")
-    return 0
+        server.prepare()
+    except OSError as error:
+        cause = error.__cause__
+        in_use = os.strerror(errno.EADDRINUSE) in str(error)
+        if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
+            in_use = True
+        _log(f"cannot listen on 127.0.0.1:{port}: {error}")
+        return EXIT_PORT_IN_USE if in_use else 1
+    return None
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT; SIGHUP (the kernel's terminal going) is ignored."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return stop
+
+
+def _serve_until_done(
+    args: argparse.Namespace,
+    stop: threading.Event,
+    serving: threading.Thread,
+    activity: Activity,
+    clients: Clients,
+) -> None:
+    """Return when stopped, when the server thread ends, after ``idle_timeout`` without a
+    request, or after ``grace`` without a request and without a kernel using the server."""
+    timeout = args.idle_timeout
+    tick = min(0.5, timeout / 4) if timeout > 0 else 0.5
+    while not stop.wait(tick):
+        if not serving.is_alive():
+            _log("the server thread ended")
+            return
+        idle = activity.idle_for()
+        if timeout > 0 and idle > timeout:
+            _log(f"no request for {timeout:g} s; exiting")
+            return
+        gone = clients.gone_for()
+        if gone is not None and min(gone, idle) > args.grace:
+            _log(f"no kernel using it, and no request, for {args.grace:g} s; exiting")
+            return
 
 
 if __name__ == "__main__":

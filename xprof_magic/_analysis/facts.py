@@ -1,0 +1,79 @@
+"""What the timeline reader finds in one host's timeline: plain facts, no protobuf, no arrays.
+
+:func:`~xprof_magic._analysis.trace.read_trace` fills a :class:`TraceFacts`; the rest of the
+analysis (:mod:`.blocks`, :mod:`.device`, :mod:`.hosts`, :mod:`.build`) reads it and never
+the file. Kept apart from the reader so that those modules import the facts, not the pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CATEGORIES",
+    "COMPILE",
+    "LABEL",
+    "RUNTIME",
+    "STEP",
+    "TRACE",
+    "XLA_OP",
+    "Block",
+    "GroupFacts",
+    "ReadAborted",
+    "TraceFacts",
+]
+
+LABEL, TRACE, STEP = "label", "trace", "step"
+RUNTIME, COMPILE, XLA_OP = "runtime", "compile", "XLA op"
+CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
+"""What an event is, in this order: the reader keeps each event's category as its index."""
+
+
+class ReadAborted(Exception):
+    """Reading the timeline would run past its deadline."""
+
+
+@dataclass
+class Block:
+    """One run of an annotation (label, user trace or step) on a Python thread."""
+
+    name: str
+    kind: str
+    start: float
+    end: float
+    parent: int
+    line: str
+    step_num: int | None = None
+    compiles: int = 0
+    compile_ns: float = 0.0
+    holds_compile: bool = False
+    continued: bool = False
+    """A label block reopened after a step boundary cut it (``continued=1``): the same entry."""
+
+
+@dataclass
+class GroupFacts:
+    threads: int = 0
+    busy_ns: float = 0.0
+
+
+@dataclass
+class TraceFacts:
+    """Everything the summary takes from one host's timeline."""
+
+    host: str
+    profile_start_ns: int | None = None
+    window: tuple[float, float] | None = None
+    blocks: list[Block] = field(default_factory=list)
+    compile_count: int = 0
+    compile_ns: float = 0.0
+    compiles_outside: int = 0
+    host_ops: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    device_ops: dict[str, list[float]] = field(default_factory=dict)
+    compile_ops: dict[str, list[float]] = field(default_factory=dict)
+    groups: dict[str, GroupFacts] = field(default_factory=dict)
+    devices: list[tuple[str, float]] = field(default_factory=list)
+    cpu_xla_busy_ns: float = 0.0
+    has_cpu_client: bool = False
+    events: int = 0
+    planes: list[str] = field(default_factory=list)

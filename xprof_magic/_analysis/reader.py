@@ -1,0 +1,365 @@
+"""The timeline pass over one line (thread) at a time: categories, blocks, compiles, tables.
+
+Each line's events become arrays (:mod:`~xprof_magic._analysis.lines`), nesting by time
+gives each event its parent (:mod:`~xprof_magic._analysis.nesting`), and the steps below
+run over those arrays in an order the former event-by-event reader's results depend on:
+categories level by level, then blocks, compile charges and the per-name self-time tables.
+Python touches single events only where a stat decides: whether an event is a step
+(``step_num``) or an XLA op (``hlo_op``), and each compilation.
+
+What the pass relies on (verified on torch_xla 2.9.0 and jax 0.10 captures):
+
+* Labels, user traces and steps sit on ``/host:CPU`` lines of Python threads (not named
+  ``tf_*``); a step carries a ``step_num`` stat.
+* The backend's own host events (sync, compile, transfer, execute) nest inside those; they
+  are C++-qualified (``::``), start with one of XLA's :data:`XLA_RUNTIME_PREFIXES`, or are
+  named in the backend's vocabulary (``runtime_names``, ``runtime_prefixes``), which the
+  caller passes. A compilation is one of the vocabulary's ``compile_events``.
+* On the CPU, XLA ops run on :data:`XLA_CPU_CLIENT_GROUPS` threads as events with an
+  ``hlo_op`` stat; compilation passes run on ``tf_xla-cpu-codegen/*``.
+* On a TPU, each ``/device:TPU:N`` plane has ``XLA Modules`` and ``XLA Ops`` lines.
+* Events on a line nest: a child ends inside its parent. A line where one does not is
+  walked with an explicit stack instead, with the same result.
+
+Only XLA's own names are written here, which every backend built on XLA shares; no
+profiler's (torch_xla's, JAX's) are: without a vocabulary the pass knows no compile event.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xprof_magic._analysis import nesting
+from xprof_magic._analysis.facts import (
+    CATEGORIES,
+    COMPILE,
+    XLA_OP,
+    Block,
+    GroupFacts,
+    ReadAborted,
+    TraceFacts,
+)
+from xprof_magic._analysis.lines import Floats, Ints, Line, Plane
+
+__all__ = ["NO_RUNTIME", "XLA_CPU_CLIENT_GROUPS", "XLA_RUNTIME_PREFIXES", "Reader", "Runtime"]
+
+Runtime = tuple[frozenset[str], tuple[str, ...]]
+"""A backend's own host events: exact names and name prefixes (its vocabulary's)."""
+NO_RUNTIME: Runtime = (frozenset(), ())
+
+XLA_RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
+"""Host events of XLA's PjRt runtime and thread pools, under any backend built on it."""
+XLA_CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
+"""The threads of XLA's CPU client that run the compiled XLA ops."""
+_XLA_CODEGEN = "tf_xla-cpu-codegen"
+
+_LABEL, _TRACE, _STEP, _RUNTIME, _COMPILE, _XLA_OP = range(len(CATEGORIES))
+
+
+class Reader:
+    """The pass: per line, nesting by time gives parents, self time and blocks.
+
+    ``runtime`` and ``compile_events`` are the backend's (its vocabulary's timeline names);
+    the defaults name none.
+    """
+
+    def __init__(
+        self,
+        facts: TraceFacts,
+        label_names: frozenset[str],
+        deadline: float | None,
+        runtime: Runtime = NO_RUNTIME,
+        compile_events: frozenset[str] = frozenset(),
+    ):
+        self.facts = facts
+        self.label_names = label_names
+        self.runtime = runtime
+        self.compile_events = compile_events
+        self.deadline = deadline
+        self.cpu_op_spans: list[tuple[Floats, Floats]] = []
+        self.orphan_compiles: list[tuple[float, float]] = []
+        self.compile_durations: list[float] = []
+
+    def check(self) -> None:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise ReadAborted
+
+    def host_line(self, line: Line) -> None:
+        group = _group(line.name)
+        n = len(line.start)
+        self.check()
+        self.facts.events += n
+        if not n:
+            return
+        if group in XLA_CPU_CLIENT_GROUPS:
+            self.facts.has_cpu_client = True
+        order, start, dur, name_id = nesting.time_order(line)
+        end = start + dur
+        names = line.names
+        flag = _name_flags(names, self.label_names, self.runtime, self.compile_events)
+        pushed = (dur > 0) & ~flag["end"][name_id]
+        nest = nesting.nest(start, end, pushed)
+        steps: dict[int, int | None] = {}
+        cat = self._categories(line, group, order, name_id, nest, pushed, flag, steps)
+        blocks = self._blocks(line, order, start, end, nest, cat, steps)
+        is_compile = pushed & (cat == _COMPILE) & flag["compile"][name_id]
+        has_parent = nest.parent >= 0
+        parent_cat = np.where(has_parent, cat[nest.parent], -1)
+        is_compile &= parent_cat != _COMPILE
+        for i in np.flatnonzero(is_compile).tolist():
+            self._compile(float(start[i]), float(dur[i]), i, nest.parent, blocks, group)
+        top = pushed & ~has_parent
+        busy = top & ~flag["wait"][name_id]
+        facts = self.facts
+        group_facts = facts.groups.setdefault(group, GroupFacts())
+        group_facts.threads += 1
+        group_facts.busy_ns += nesting.union_ns(start[busy], end[busy], facts.window)
+        ops = pushed & (cat == _XLA_OP) & (parent_cat != _XLA_OP)
+        if ops.any():
+            self.cpu_op_spans.append((start[ops], end[ops]))
+        self._tables(start, end, dur, name_id, names, nest, cat)
+
+    def _categories(
+        self,
+        line: Line,
+        group: str,
+        order: Ints,
+        name_id: Ints,
+        nest: nesting.Nesting,
+        pushed: NDArray[np.bool_],
+        flag: dict[str, NDArray[np.bool_]],
+        steps: dict[int, int | None],
+    ) -> NDArray[np.int8]:
+        """Each pushed event's category, level by level (a child's depends on its parent's).
+
+        Fills ``steps`` with the ``step_num`` of each block, by position in the line.
+        """
+        cat = np.full(len(name_id), -1, np.int8)
+        python = group == "python"
+        for level in range(int(nest.depth.max(initial=0)) + 1):
+            here = np.flatnonzero(pushed & (nest.depth == level))
+            if not len(here):
+                continue
+            parent = nest.parent[here]
+            parent_cat = np.where(parent >= 0, cat[parent], -1)
+            ids = name_id[here]
+            compile_ = (parent_cat == _COMPILE) | flag["compile"][ids]
+            runtime = flag["runtime"][ids]
+            mine = np.full(len(here), _RUNTIME, np.int8)
+            if python:
+                open_ = ~np.isin(parent_cat, (_RUNTIME, _XLA_OP))
+                maybe_block = open_ & ~(runtime & ~flag["label"][ids]) & ~compile_
+                for j in np.flatnonzero(maybe_block).tolist():
+                    at = int(here[j])
+                    steps[at] = step_num = _step_num(line, int(order[at]))
+                    if step_num is not None:
+                        mine[j] = _STEP
+                    else:
+                        mine[j] = _LABEL if flag["label"][ids[j]] else _TRACE
+            elif group.startswith(_XLA_CODEGEN):
+                mine[:] = _COMPILE
+            elif group in XLA_CPU_CLIENT_GROUPS:
+                inside = parent_cat == _XLA_OP
+                mine[inside] = _XLA_OP
+                maybe_op = np.flatnonzero(~inside & ~runtime & ~compile_)
+                mine[maybe_op[line.has(order[here[maybe_op]], "hlo_op")]] = _XLA_OP
+            mine[compile_] = _COMPILE
+            cat[here] = mine
+        return cat
+
+    def _blocks(
+        self,
+        line: Line,
+        order: Ints,
+        start: Floats,
+        end: Floats,
+        nest: nesting.Nesting,
+        cat: NDArray[np.int8],
+        steps: dict[int, int | None],
+    ) -> dict[int, int]:
+        """Append the line's blocks in time order; their index by position in the line."""
+        blocks = self.facts.blocks
+        found: dict[int, int] = {}
+        at = np.flatnonzero((cat >= 0) & (cat <= _STEP))
+        rows = zip(
+            at.tolist(),
+            line.name_id[order[at]].tolist(),
+            cat[at].tolist(),
+            start[at].tolist(),
+            end[at].tolist(),
+            nest.parent[at].tolist(),
+            strict=True,
+        )
+        for i, name, kind, begin, finish, parent in rows:
+            blocks.append(
+                Block(
+                    line.names[name],
+                    CATEGORIES[kind],
+                    begin,
+                    finish,
+                    found.get(parent, -1),
+                    line.name,
+                    steps[i],
+                    continued=kind == _LABEL and line.stat(int(order[i]), "continued") == "1",
+                )
+            )
+            found[i] = len(blocks) - 1
+        return found
+
+    def _compile(
+        self,
+        start: float,
+        dur: float,
+        at: int,
+        parent: Ints,
+        blocks: dict[int, int],
+        group: str,
+    ) -> None:
+        """Count one compilation and charge it to the blocks whose span holds it."""
+        facts = self.facts
+        facts.compile_count += 1
+        facts.compile_ns += dur
+        self.compile_durations.append(dur)
+        if group != "python":
+            self.orphan_compiles.append((start, dur))
+            return
+        innermost = True
+        up = int(parent[at])
+        while up >= 0:
+            if up in blocks:
+                self._charge(blocks[up], dur, innermost)
+                innermost = False
+            up = int(parent[up])
+        if innermost:
+            facts.compiles_outside += 1
+
+    def _charge(self, index: int, dur: float, innermost: bool) -> None:
+        block = self.facts.blocks[index]
+        block.holds_compile = True
+        if innermost:
+            block.compiles += 1
+            block.compile_ns += dur
+
+    def _tables(
+        self,
+        start: Floats,
+        end: Floats,
+        dur: Floats,
+        name_id: Ints,
+        names: list[str],
+        nest: nesting.Nesting,
+        cat: NDArray[np.int8],
+    ) -> None:
+        """Self time (a child's time is not its parent's) summed per name and category.
+
+        Names enter the tables in the order their first event closes, as they did when
+        each event was added on closing.
+        """
+        n = len(start)
+        kids = np.flatnonzero(nest.parent >= 0)
+        kids = kids[cat[kids] >= 0]
+        parent = nest.parent[kids]
+        child_ns = np.bincount(
+            parent, weights=np.minimum(end[kids], end[parent]) - start[kids], minlength=n
+        )
+        self_ns = np.maximum(0.0, dur - child_ns)
+        closed = nest.closed
+        key = cat[closed].astype(np.int64) * len(names) + name_id[closed]
+        unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        counts = np.bincount(inverse, minlength=len(unique))
+        sums = np.bincount(inverse, weights=self_ns[closed], minlength=len(unique))
+        facts = self.facts
+        for u in np.argsort(first, kind="stable").tolist():
+            category, name = (
+                CATEGORIES[int(unique[u]) // len(names)],
+                names[int(unique[u]) % len(names)],
+            )
+            if category == XLA_OP:
+                table = facts.device_ops.setdefault(name, [0, 0.0])
+            elif category == COMPILE:
+                table = facts.compile_ops.setdefault(name, [0, 0.0])
+            else:
+                table = facts.host_ops.setdefault((name, category), [0, 0.0])
+            table[0] += int(counts[u])
+            table[1] += float(sums[u])
+
+    def device_plane(self, plane: Plane) -> None:
+        lines = {line.name: line for line in plane.lines()}
+        busy_line = lines.get("XLA Modules") or lines.get("XLA Ops")
+        busy = 0.0
+        for name, line in lines.items():
+            self.facts.events += len(line.start)
+            self.check()
+            if line is busy_line:
+                busy = nesting.union_ns(line.start, line.start + line.dur, self.facts.window)
+            if name == "XLA Ops":
+                self._device_ops(line)
+        self.facts.devices.append((plane.name, busy))
+
+    def _device_ops(self, line: Line) -> None:
+        """Self time of a device's XLA ops (an op's nested ops are not its own time)."""
+        _, start, dur, name_id = nesting.time_order(line)
+        end = start + dur
+        pushed = dur > 0
+        nest = nesting.nest(start, end, pushed)
+        cat = np.where(pushed, _XLA_OP, -1).astype(np.int8)
+        self._tables(start, end, dur, name_id, line.names, nest, cat)
+
+    def finish(self) -> None:
+        """Union the CPU op spans; charge compilations seen off the Python threads by time."""
+        facts = self.facts
+        if self.cpu_op_spans:
+            lo = np.concatenate([lo for lo, _ in self.cpu_op_spans])
+            hi = np.concatenate([hi for _, hi in self.cpu_op_spans])
+            facts.cpu_xla_busy_ns = nesting.union_ns(lo, hi, facts.window)
+        for start, dur in self.orphan_compiles:
+            holders = [i for i, b in enumerate(facts.blocks) if b.start <= start < b.end]
+            if not holders:
+                facts.compiles_outside += 1
+            for i in holders:
+                self._charge(
+                    i, dur, innermost=not any(facts.blocks[j].parent == i for j in holders)
+                )
+
+
+def _name_flags(
+    names: list[str],
+    label_names: frozenset[str],
+    runtime: Runtime,
+    compile_events: frozenset[str],
+) -> dict[str, NDArray[np.bool_]]:
+    """Per distinct name: what the pass asks of it, computed once per line."""
+    more, prefixes = runtime
+    return {
+        "end": np.array([n.startswith("end: ") for n in names], bool),
+        "compile": np.array([n in compile_events for n in names], bool),
+        "runtime": np.array(
+            [_runtime_name(n) or n in more or n.startswith(prefixes) for n in names], bool
+        ),
+        "label": np.array([n in label_names for n in names], bool),
+        "wait": np.array(["wait" in n.lower() for n in names], bool),
+    }
+
+
+def _step_num(line: Line, event: int) -> int | None:
+    value = line.stat(event, "step_num")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _group(line_name: str) -> str:
+    if not line_name.startswith("tf_"):
+        return "python"
+    return line_name.split("/", 1)[0]
+
+
+def _runtime_name(name: str) -> bool:
+    return "::" in name or name.startswith(XLA_RUNTIME_PREFIXES)

@@ -1,0 +1,66 @@
+"""The viewer's WSGI app: XProf's own, or TensorBoard's with every installed plugin.
+
+Built in the viewer's process only (:func:`xprof_magic._viewer.server.main`), which serves it
+on loopback behind :func:`xprof_magic._viewer.guard.guard`. XProf and TensorBoard are
+imported inside these functions, so that importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xprof_magic._viewer.guard import WSGIApp
+
+__all__ = ["tensorboard_app", "xprof_app"]
+
+
+def xprof_app(logdir: str) -> WSGIApp:
+    """XProf's own standalone app, without the gRPC worker and wildcard bind of ``xprof server``."""
+    from xprof.server import DataProvider, ProfilePluginLoader, TBContext, make_wsgi_app
+
+    context = TBContext(logdir, DataProvider(logdir), TBContext.Flags(False))
+    # The guard lets its capture through toward loopback and addresses the kernel captured.
+    context.hide_capture_profile_button = False
+    plugin = ProfilePluginLoader().load(context)
+    if plugin is None:
+        raise ImportError("XProf's profile plugin did not load; see the lines above")
+    app: WSGIApp = make_wsgi_app(plugin)
+    return app
+
+
+def tensorboard_app(logdir: str, prefix: str) -> WSGIApp:
+    """TensorBoard's WSGI app with every installed plugin, profile included.
+
+    TensorBoard builds its app inside ``launch`` and hands it to a ``server_class``; this one
+    only keeps it, so that cheroot can serve it on loopback under the guard.
+    """
+    from tensorboard import default, program
+
+    kept: list[WSGIApp] = []
+
+    class _KeepApp:
+        def __init__(self, wsgi_app: WSGIApp, flags: Any) -> None:
+            kept.append(wsgi_app)
+
+        def serve_forever(self) -> None:
+            return None
+
+        def get_url(self) -> str:
+            return ""
+
+    board = program.TensorBoard(plugins=default.get_plugins(), server_class=_KeepApp)
+    board.configure(
+        argv=[
+            "tensorboard",
+            "--logdir",
+            logdir,
+            "--path_prefix",
+            prefix,
+            "--load_fast",
+            "false",
+            "--host",
+            "127.0.0.1",
+        ]
+    )
+    board.launch()
+    return kept[0]
