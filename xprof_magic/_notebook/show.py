@@ -113,7 +113,7 @@ class CellDisplay:
         self.handle = display(self.bundle(), raw=True, display_id=True)
         if self.widgets:
             display(self.view.widget_bundle(), raw=True)
-            self.view.page.display()
+            self.view.page_frame.display()
 
     def update(self, summary: Summary) -> None:
         self.rendered = Rendered.of(summary)

@@ -134,7 +134,7 @@ class ViewerWidget:
         self.logdir = Path(logdir)
         self.logdir_key = str(self.logdir.resolve())
         self.height = height
-        self.page = frame if frame is not None else context.frame(viewer, height)
+        self.page_frame = frame if frame is not None else context.frame(viewer, height)
         self._list_tools = list_tools
         self._tools_cache: dict[str, list[str]] = {}
         # Each run's summary as HTML, rendered once: handed in, or read from its saved file.
@@ -328,7 +328,7 @@ class ViewerWidget:
             if self._updating:
                 return
             src, full = self.urls()
-            inner, link = self.page.show(src, full)
+            inner, link = self.page_frame.show(src, full)
             if src is None:
                 inner = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
             self.frame.value, self.link.value = inner, link
