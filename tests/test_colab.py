@@ -176,6 +176,7 @@ def test_colab_frame_is_made_in_the_browser_and_updated_in_place(
     replaces the frame's output through its display id."""
     import types
 
+    from xprof_magic._analysis import summary_of
     from xprof_magic._notebook import colab, show
     from xprof_magic._notebook import context as _context
     from xprof_magic._notebook import widget as _widget
@@ -188,8 +189,8 @@ def test_colab_frame_is_made_in_the_browser_and_updated_in_place(
         ip.display_pub, "publish", lambda data, **kw: published.append({"data": data, **kw})
     )
     view = _widget.ViewerWidget(viewer, context, logdir, run="older", height=321)
-    summary = show.summary_now(logdir / "plugins" / "profile" / "older")
-    show.CellDisplay(summary, view, widgets=True).show()
+    summary = summary_of(logdir / "plugins" / "profile" / "older", budget_s=show.SUMMARY_BUDGET_S)
+    show.CellDisplay(show.Rendered.of(summary), view, widgets=True).show()
 
     summary_out, widget_out, frame_out = published
     assert "text/html" in summary_out["data"]

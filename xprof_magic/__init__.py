@@ -7,7 +7,6 @@ only when a capture first needs it. Scripts use :func:`capture`, :func:`last` an
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +41,10 @@ def summarize(
     """The summary of a run: a :class:`CaptureResult`, a run folder, or a run's name in
     ``logdir`` (default ``$XPROF_MAGIC_LOGDIR``, else ``./xprof_logs``).
 
-    Reads the whole timeline (seconds for a 100 MB capture) and saves the summary beside
-    the run. Its fields (``notes``, ``labels``, ``steps``, ``compiles``, ``device`` …) are
-    plain values; :func:`summary_text` renders it as the magic prints it. Never raises for
-    a damaged run: ``missing`` says what is absent.
+    The summary saved beside the run when there is one; else reads the whole timeline
+    (seconds for a 100 MB capture) and saves the summary. Its fields (``notes``, ``labels``,
+    ``steps``, ``compiles``, ``device`` …) are plain values; :func:`summary_text` renders it
+    as the magic prints it. Never raises for a damaged run: ``missing`` says what is absent.
     """
     from pathlib import Path
 
@@ -60,11 +59,7 @@ def summarize(
                 _store.local_logdir(logdir) if logdir is not None else _store.default_logdir(),
                 str(run),
             )
-    summary = _analysis.summarize(folder, budget_s=None)
-    if summary.complete:
-        with contextlib.suppress(OSError):
-            _analysis.save_summary(summary, folder)
-    return summary
+    return _analysis.summary_of(folder, budget_s=None)
 
 
 def summary_text(summary: Summary) -> str:

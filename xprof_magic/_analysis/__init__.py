@@ -4,8 +4,10 @@ Which device ran the work, where the cell's time went (labels, steps), whether t
 compiled again, which ops fell back to the CPU, what the device and the host threads were
 busy with. The modules, in the order data flows through them:
 
-* :mod:`.trace` reads the timeline (``<host>.xplane.pb``) through XProf's ``ProfileData``
-  API into plain facts; no protobuf is parsed by hand, and reading never writes into the run;
+* the timeline reader (:mod:`.trace` and the modules it uses) parses ``<host>.xplane.pb``
+  with the protobuf runtime and a schema of its own (:mod:`.xspace`), one thread's line at
+  a time, into numpy arrays (:mod:`.lines`) and then plain facts; big timelines are shared
+  with worker processes (:mod:`.pool`, :mod:`.worker`); reading never writes into the run;
 * :mod:`.build` turns the run's metadata (:class:`~xprof_magic._metadata.RunMetadata`) and
   those facts into a :class:`Summary` (:mod:`.model`), with :mod:`.blocks` (labels, steps)
   and :mod:`.device` (device, threads, top ops); :mod:`.notes` adds the headlines;
@@ -13,11 +15,15 @@ busy with. The modules, in the order data flows through them:
 * :mod:`.text` and :mod:`.html` render them (static HTML, inline SVG, no JavaScript, so a
   saved notebook shows the summary without a kernel);
 * :mod:`.cache` keeps a summary beside its capture and reads big ones in a process of its
-  own (``python -m xprof_magic._analysis RUN_DIR``, :mod:`.__main__`).
+  own (``python -m xprof_magic._analysis RUN_DIR``, :mod:`.__main__`);
+* :func:`summary_of` (:mod:`.entry`) is what front ends call: it picks the saved summary,
+  a quick one within a time budget, or the whole one, here or in a process of its own.
 
 The backend's metric names, event names and advice come from its
-:class:`~xprof_magic._backends.Vocabulary`. :func:`summarize` never raises: a capture it
-cannot read gives a summary whose ``missing`` says what is absent and why. IPython-free.
+:class:`~xprof_magic._backends.Vocabulary`. :func:`summarize` and :func:`summary_of` never
+raise: a capture they cannot read gives a summary whose ``missing`` says what is absent
+and why. IPython-free; importing it loads numpy and protobuf, so the notebook imports it
+only when a summary is first needed.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from xprof_magic._analysis.cache import (
     summarize_in_subprocess,
 )
 from xprof_magic._analysis.compare import Comparison, compare
+from xprof_magic._analysis.entry import summary_of
 from xprof_magic._analysis.html import chart_svg, render_html
 from xprof_magic._analysis.model import (
     CompareRow,
@@ -75,4 +82,5 @@ __all__ = [
     "save_summary",
     "summarize",
     "summarize_in_subprocess",
+    "summary_of",
 ]

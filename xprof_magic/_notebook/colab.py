@@ -20,11 +20,10 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from typing import Any
 
 from IPython.display import DisplayHandle, display
 
-__all__ = ["BLOCKED_HINT", "ColabFrame", "display_frame", "frame_of", "script", "show_frame"]
+__all__ = ["BLOCKED_HINT", "MIME", "PROBE_PATH", "ColabFrame", "script"]
 
 BLOCKED_HINT = (
     "xprof: Colab's proxy refused the viewer's frame (HTTP 403), which happens when the browser "
@@ -38,6 +37,48 @@ UNREACHABLE_HINT = (
 # 76 bytes of XProf's static files: fetched to learn whether the proxy lets the frame in.
 PROBE_PATH = "/data/plugin/profile/index.js"
 MIME = "application/javascript"
+
+
+# The output frame's script; :func:`script` calls it with its arguments as ``a``.
+_FRAME_JS = (
+    "async (a) => {\n"
+    "  const host = (typeof element !== 'undefined' && element && element.get)\n"
+    "    ? element.get(0) : document.body;\n"
+    "  for (const old of document.querySelectorAll('[data-xprof-frame]')) {\n"
+    "    if (old.dataset.xprofFrame === a.id) old.remove();\n"
+    "  }\n"
+    "  const box = document.createElement('div');\n"
+    "  box.dataset.xprofFrame = a.id;\n"
+    "  box.className = 'xprof-colab';\n"
+    "  const hint = document.createElement('div');\n"
+    "  hint.className = 'xprof-colab-hint';\n"
+    "  hint.style.cssText = 'color:#b00;font-family:monospace;margin:4px 0';\n"
+    "  hint.hidden = true;\n"
+    "  box.appendChild(hint);\n"
+    "  host.appendChild(box);\n"
+    "  let base;\n"
+    "  try {\n"
+    "    base = String(await google.colab.kernel.proxyPort(a.port, {cache: false}));\n"
+    "  } catch (e) {\n"
+    "    hint.textContent = a.unreachable; hint.hidden = false; return;\n"
+    "  }\n"
+    "  base = base.replace(/\\/+$/, '');\n"
+    "  const frame = document.createElement('iframe');\n"
+    "  frame.className = 'xprof-inner';\n"
+    "  frame.src = base + a.path;\n"
+    "  frame.allow = 'clipboard-write; fullscreen';\n"
+    "  frame.style.cssText = 'width:100%;border:1px solid #ccc;border-radius:2px';\n"
+    "  frame.height = String(a.height);\n"
+    "  box.appendChild(frame);\n"
+    "  const probe = document.createElement('link');\n"
+    "  probe.rel = 'preload'; probe.as = 'script'; probe.href = base + a.probe;\n"
+    "  probe.onload = () => probe.remove();\n"
+    "  probe.onerror = () => {\n"
+    "    probe.remove(); frame.remove(); hint.textContent = a.blocked; hint.hidden = false;\n"
+    "  };\n"
+    "  document.head.appendChild(probe);\n"
+    "}"
+)
 
 
 def script(port: int, path: str, probe: str, height: int, frame_id: str) -> str:
@@ -55,49 +96,12 @@ def script(port: int, path: str, probe: str, height: int, frame_id: str) -> str:
             "unreachable": UNREACHABLE_HINT.format(port=int(port)),
         }
     )
-    return (
-        "(async (a) => {\n"
-        "  const host = (typeof element !== 'undefined' && element && element.get)\n"
-        "    ? element.get(0) : document.body;\n"
-        "  for (const old of document.querySelectorAll('[data-xprof-frame]')) {\n"
-        "    if (old.dataset.xprofFrame === a.id) old.remove();\n"
-        "  }\n"
-        "  const box = document.createElement('div');\n"
-        "  box.dataset.xprofFrame = a.id;\n"
-        "  box.className = 'xprof-colab';\n"
-        "  const hint = document.createElement('div');\n"
-        "  hint.className = 'xprof-colab-hint';\n"
-        "  hint.style.cssText = 'color:#b00;font-family:monospace;margin:4px 0';\n"
-        "  hint.hidden = true;\n"
-        "  box.appendChild(hint);\n"
-        "  host.appendChild(box);\n"
-        "  let base;\n"
-        "  try {\n"
-        "    base = String(await google.colab.kernel.proxyPort(a.port, {cache: false}));\n"
-        "  } catch (e) {\n"
-        "    hint.textContent = a.unreachable; hint.hidden = false; return;\n"
-        "  }\n"
-        "  base = base.replace(/\\/+$/, '');\n"
-        "  const frame = document.createElement('iframe');\n"
-        "  frame.className = 'xprof-inner';\n"
-        "  frame.src = base + a.path;\n"
-        "  frame.allow = 'clipboard-write; fullscreen';\n"
-        "  frame.style.cssText = 'width:100%;border:1px solid #ccc;border-radius:2px';\n"
-        "  frame.height = String(a.height);\n"
-        "  box.appendChild(frame);\n"
-        "  const probe = document.createElement('link');\n"
-        "  probe.rel = 'preload'; probe.as = 'script'; probe.href = base + a.probe;\n"
-        "  probe.onload = () => probe.remove();\n"
-        "  probe.onerror = () => {\n"
-        "    probe.remove(); frame.remove(); hint.textContent = a.blocked; hint.hidden = false;\n"
-        "  };\n"
-        "  document.head.appendChild(probe);\n"
-        f"}})({args});\n"
-    )
+    return f"({_FRAME_JS})({args});\n"
 
 
 class ColabFrame:
-    """One output holding the viewer's iframe, updated in place as the selection changes."""
+    """The viewer's iframe in an output of its own, under the widget, updated in place as
+    the selection changes (a :class:`~xprof_magic._notebook.frame.Frame`)."""
 
     def __init__(self, port: int, secret_prefix: str, height: int) -> None:
         self.port = port
@@ -111,42 +115,20 @@ class ColabFrame:
     def bundle(self) -> dict[str, str]:
         return {MIME: self.source, "text/plain": ""}
 
-    def show(self, path: str | None) -> None:
-        """Point the frame at ``path`` (None: no run, no frame), in place once displayed.
-        Called from the widget's observers and from its tools thread."""
-        source = script(self.port, path, self.probe, self.height, self.frame_id) if path else ""
+    def show(self, src: str | None, full: str | None) -> tuple[str, str]:
+        """Point the output at ``src`` (None: no run, no frame), in place once displayed.
+        The widget gets no iframe and no link: proxied URLs answer 403 outside the output
+        frame."""
+        source = script(self.port, src, self.probe, self.height, self.frame_id) if src else ""
         with self._lock:
-            if source == self.source:
-                return
-            self.source = source
-            if self.handle is not None:
-                self.handle.update(self.bundle(), raw=True)
+            if source != self.source:
+                self.source = source
+                if self.handle is not None:
+                    self.handle.update(self.bundle(), raw=True)
+        return "", ""
 
     def display(self) -> None:
         """Display the output, under the widget; later selections update it."""
         with self._lock:
             if self.handle is None:
                 self.handle = display(self.bundle(), raw=True, display_id=True)
-
-
-def frame_of(view: Any) -> ColabFrame:
-    """The Colab frame of a viewer widget, made on first use."""
-    frame: ColabFrame | None = getattr(view, "colab_frame", None)
-    if frame is None:
-        frame = ColabFrame(view.viewer.port, view.viewer.base_path, view.height)
-        view.colab_frame = frame
-    return frame
-
-
-def show_frame(view: Any, path: str | None) -> None:
-    """The widget's hook in Colab: no HTML iframe and no link in the widget, the frame in an
-    output of its own (displayed by :func:`display_frame`)."""
-    if path:
-        view.frame.value = ""
-    view.link.value = ""
-    frame_of(view).show(path)
-
-
-def display_frame(view: Any) -> None:
-    """Display the frame's output right after the widget (the cell display's hook)."""
-    frame_of(view).display()

@@ -122,14 +122,20 @@ def _view(session: Session, shell: Any, run: str | None) -> None:
 
     logdir, name = _run_name(session, run)
     start = manager.begin_viewer(logdir, port=session.viewer_port, kind=session.viewer_kind)
-    show.show_run(shell, start, logdir, name, DEFAULT_HEIGHT)
+    show.show_run(shell, start, logdir, _store.run_path(logdir, name), DEFAULT_HEIGHT)
+
+
+def _whole_summary(run_dir: Path) -> Any:
+    """The run's complete summary: saved, or read now (in a process of its own when big)."""
+    from xprof_magic import _analysis
+    from xprof_magic._notebook import show
+
+    return _analysis.summary_of(run_dir, budget_s=show.SUMMARY_BUDGET_S, apart=True)
 
 
 def _full_summary(session: Session, run: str | None) -> Any:
-    from xprof_magic._notebook import show
-
     logdir, name = _run_name(session, run)
-    return show.full_summary(_store.run_path(logdir, name))
+    return _whole_summary(_store.run_path(logdir, name))
 
 
 def _summary(session: Session, run: str | None) -> None:
@@ -248,7 +254,7 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
     if args.no_display:
         from xprof_magic._notebook import show
 
-        display(show.summary_bundle(show.full_summary(captured.path)), raw=True)
+        display(show.summary_bundle(_whole_summary(captured.path)), raw=True)
         return
     _view(session, shell, captured.run)
 

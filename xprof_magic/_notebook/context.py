@@ -11,7 +11,8 @@ the kernel's machine; each context reaches it differently:
 - no widget frontend (terminal IPython): text only, with the loopback URL.
 
 One function (:func:`detect`) decides, from one dispatch table, as TensorBoard's notebook
-module does.
+module does; the context then picks the widget's frame (:meth:`Context.frame`), the only
+other place Colab is told apart.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from xprof_magic._notebook.frame import Frame
+    from xprof_magic._viewer.client import Viewer
 
 __all__ = ["PROXY_ENV", "Context", "ContextKind", "detect"]
 
@@ -58,6 +63,17 @@ class Context:
                 return f"{scheme}://{host}", f"/{path}" if path else ""
             return "", prefix
         return f"http://127.0.0.1:{port}", ""
+
+    def frame(self, viewer: Viewer, height: int) -> Frame:
+        """Where the widget shows the selected page, ``height`` pixels tall: Colab's
+        output-frame JavaScript, else an iframe inside the widget."""
+        if self.kind == "colab":
+            from xprof_magic._notebook.colab import ColabFrame
+
+            return ColabFrame(viewer.port, viewer.base_path, height)
+        from xprof_magic._notebook.frame import IframeFrame
+
+        return IframeFrame(height)
 
     def describe(self) -> str:
         return {

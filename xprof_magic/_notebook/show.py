@@ -8,26 +8,26 @@ display is updated in place when it is ready.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.display import DisplayHandle, display
 
-from xprof_magic import _analysis, _store
-from xprof_magic._analysis import Summary
-from xprof_magic._result import PROTOBUF_LIMIT_BYTES
+if TYPE_CHECKING:
+    from xprof_magic._analysis import Summary
+    from xprof_magic._store import RunInfo
 
 __all__ = [
     "SUMMARY_BUDGET_S",
     "CellDisplay",
+    "Rendered",
     "finish_summary",
-    "full_summary",
+    "report",
+    "show_run",
     "summary_bundle",
-    "summary_now",
     "waits_for_updates",
 ]
 
@@ -35,70 +35,17 @@ __all__ = [
 # 20 MB of timeline on a busy 2-core machine (bench: 10 MB in 0.3-0.5 s); a bigger one is
 # shown from the metadata first and finished in a process of its own.
 SUMMARY_BUDGET_S = 1.0
-# Protobuf cannot parse a message over 2 GiB: such a timeline cannot be read at all.
-FULL_SUMMARY_MAX_BYTES = PROTOBUF_LIMIT_BYTES - 1
-
-
-def too_big(run_dir: Path) -> int | None:
-    """The timeline's size when it is too large to read for a summary, else None."""
-    size = _store.xplane_bytes(run_dir)
-    return size if size > FULL_SUMMARY_MAX_BYTES else None
-
-
-def metadata_only(run_dir: Path, size: int) -> Summary:
-    """A summary from the metadata alone, saying why the timeline was not read."""
-    quick = _analysis.summarize(run_dir, budget_s=0.0)
-    reason = (
-        f"the timeline ({size / 2**20:.0f} MB) is too large to read: protobuf cannot parse "
-        "a message over 2 GB, so labels, steps and the backend's metrics come from the "
-        "capture's metadata; profile fewer steps next time (--steps A:B traces only a window)"
-    )
-    return replace(quick, pending=False, missing=(*quick.missing, reason))
-
-
-def full_summary(run_dir: Path) -> Summary:
-    """The complete summary, saved beside the capture; big ones read in a process of their own."""
-    saved = _analysis.load_summary(run_dir)
-    if saved is not None and not saved.pending:
-        return saved
-    size = too_big(run_dir)
-    if size is not None:
-        return metadata_only(run_dir, size)
-    if _analysis.estimate_read_s(run_dir) > SUMMARY_BUDGET_S:
-        saved, _ = _analysis.summarize_in_subprocess(run_dir)
-        if saved is not None:
-            return saved
-    summary = _analysis.summarize(run_dir, budget_s=None)
-    if summary.complete:
-        with contextlib.suppress(OSError):
-            _analysis.save_summary(summary, run_dir)
-    return summary
-
-
-def summary_now(run_dir: Path, budget_s: float | None = None) -> Summary:
-    """The saved summary, or one read within ``budget_s`` (default :data:`SUMMARY_BUDGET_S`),
-    or a quick one marked pending."""
-    budget_s = SUMMARY_BUDGET_S if budget_s is None else budget_s
-    saved = _analysis.load_summary(run_dir)
-    if saved is not None and saved.complete:
-        return saved
-    size = too_big(run_dir)
-    if size is not None:
-        return metadata_only(run_dir, size)
-    summary = _analysis.summarize(run_dir, budget_s=budget_s)
-    if summary.complete:
-        with contextlib.suppress(OSError):
-            _analysis.save_summary(summary, run_dir)
-    return summary
 
 
 def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> threading.Thread:
     """Read the whole timeline in a subprocess; call ``on_ready`` from a thread when done."""
 
     def work() -> None:
+        from xprof_magic import _analysis
+
         summary, reason = _analysis.summarize_in_subprocess(run_dir)
         if summary is None:
-            summary = _analysis.summarize(run_dir, budget_s=0.0)
+            summary = _analysis.summary_of(run_dir, budget_s=0.0)
             print(f"xprof: the full summary of {run_dir.name} failed: {reason}")
         on_ready(summary)
 
@@ -107,14 +54,35 @@ def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> thread
     return thread
 
 
-def summary_bundle(summary: Summary, extra_text: str = "") -> dict[str, Any]:
+@dataclass(frozen=True)
+class Rendered:
+    """A summary rendered once: the text and the static HTML that all its displays use."""
+
+    summary: Summary
+    text: str
+    page: str
+
+    @classmethod
+    def of(cls, summary: Summary) -> Rendered:
+        from xprof_magic import _analysis
+
+        return cls(summary, _analysis.render_text(summary), _analysis.render_html(summary))
+
+    def bundle(self, extra_text: str = "") -> dict[str, Any]:
+        """text/plain and static text/html; a pending summary says the full one follows."""
+        text, page = self.text, self.page
+        if self.summary.pending:
+            text += (
+                "\n(summary pending: the full one replaces this; "
+                f"%xprof summary {self.summary.run})"
+            )
+            page += "<p><i>Summary pending: the full one replaces this when ready.</i></p>"
+        return {"text/plain": text + extra_text, "text/html": page}
+
+
+def summary_bundle(summary: Summary) -> dict[str, Any]:
     """text/plain and static text/html of a summary."""
-    text = _analysis.render_text(summary)
-    page = _analysis.render_html(summary)
-    if summary.pending:
-        text += f"\n(summary pending: the full one replaces this; %xprof summary {summary.run})"
-        page += "<p><i>Summary pending: the full one replaces this when ready.</i></p>"
-    return {"text/plain": text + extra_text, "text/html": page}
+    return Rendered.of(summary).bundle()
 
 
 class CellDisplay:
@@ -125,8 +93,8 @@ class CellDisplay:
     again, and the viewer's iframe would load XProf a second time.
     """
 
-    def __init__(self, summary: Summary, view: Any = None, widgets: bool = False) -> None:
-        self.summary = summary
+    def __init__(self, rendered: Rendered, view: Any = None, widgets: bool = False) -> None:
+        self.rendered = rendered
         self.view = view
         self.widgets = widgets and view is not None
         self.handle: DisplayHandle | None = None
@@ -135,9 +103,9 @@ class CellDisplay:
         """The summary's bundle; without widgets, it also says where the viewer is."""
         if not self.widgets:
             extra_text = f"\n{self.view.text()}" if self.view is not None else ""
-            return summary_bundle(self.summary, extra_text)
-        self.view.show_summary(self.summary)
-        data = summary_bundle(self.summary)
+            return self.rendered.bundle(extra_text)
+        self.view.show_summary(self.rendered.summary, self.rendered.page)
+        data = self.rendered.bundle()
         data.update(self.view.summary_widget_bundle())
         return data
 
@@ -145,13 +113,10 @@ class CellDisplay:
         self.handle = display(self.bundle(), raw=True, display_id=True)
         if self.widgets:
             display(self.view.widget_bundle(), raw=True)
-            if self.view.context.kind == "colab":
-                from xprof_magic._notebook import colab
-
-                colab.display_frame(self.view)
+            self.view.page_frame.display()
 
     def update(self, summary: Summary) -> None:
-        self.summary = summary
+        self.rendered = Rendered.of(summary)
         if self.handle is not None:
             self.handle.update(self.bundle(), raw=True)
 
@@ -185,22 +150,34 @@ def report(shell: Any, result: Any, start: Any, logdir: Path, height: int) -> No
         return
     try:
         print(result.text())
-        _widget().announce(logdir)
+        found = _widget().announce(logdir)
         if start is not None:
-            show_run(shell, start, logdir, result.run, height)
+            show_run(shell, start, logdir, result.run_dir, height, found=found)
     except Exception as error:
         print(f"xprof: the run was stored, but showing it failed: {error!r}")
 
 
-def show_run(shell: Any, start: Any, logdir: Path, run: str, height: int) -> None:
-    """The summary and the viewer under the cell; a pending summary updates in place."""
+def show_run(
+    shell: Any,
+    start: Any,
+    logdir: Path,
+    run_dir: Path,
+    height: int,
+    *,
+    found: Sequence[RunInfo] | None = None,
+) -> None:
+    """The summary of ``run_dir`` and the viewer of ``logdir`` (whose runs are ``found``,
+    when the caller has listed them) under the cell; a pending summary updates in place.
+
+    A client that stops listening when the cell ends gets the full summary now, read in a
+    process of its own when it is big.
+    """
+    from xprof_magic import _analysis
     from xprof_magic._notebook.context import detect
     from xprof_magic._viewer import manager
 
-    run_dir = _store.run_path(logdir, run)
-    summary = summary_now(run_dir)
-    if summary.pending and not waits_for_updates(shell):
-        summary = full_summary(run_dir)
+    apart = not waits_for_updates(shell)
+    rendered = Rendered.of(_analysis.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=apart))
     outcome = start.wait(timeout=VIEWER_WAIT_S)
     view = None
     context = detect(shell)
@@ -209,10 +186,19 @@ def show_run(shell: Any, start: Any, logdir: Path, run: str, height: int) -> Non
     else:
         if isinstance(outcome, manager.Restarted | manager.Launched):
             print(f"xprof: {outcome.message} Stop it with %xprof viewer stop.")
-        view = _widget().ViewerWidget(outcome.viewer, context, logdir, run=run, height=height)
-    shown = CellDisplay(summary, view, widgets=context.has_widgets)
+        view = _widget().ViewerWidget(
+            outcome.viewer,
+            context,
+            logdir,
+            run=run_dir.name,
+            height=height,
+            frame=context.frame(outcome.viewer, height),
+            summary_html=rendered.page,
+            found=found,
+        )
+    shown = CellDisplay(rendered, view, widgets=context.has_widgets)
     shown.show()
-    if summary.pending and context.has_widgets:
+    if rendered.summary.pending and context.has_widgets:
         finish_summary(run_dir, shown.update)
 
 

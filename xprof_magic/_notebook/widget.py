@@ -1,9 +1,9 @@
 """The widget under a cell: runs, tools and hosts dropdowns over the embedded XProf page.
 
 Core ipywidgets only, so that it renders in JupyterLab, Notebook 7, VS Code and Colab
-without a custom widget manager. The page is embedded through a ``srcdoc`` wrapper iframe:
-XProf's UI calls ``window.parent.history.pushState``, which in a same-origin frame (a
-Jupyter proxy) would rewrite the notebook page's own URL; the wrapper takes that call.
+without a custom widget manager. Where the selected page shows is the
+:class:`~xprof_magic._notebook.frame.Frame` the notebook context picks (an iframe inside the
+widget, or Colab's output of its own); the widget only tells it what to show.
 
 The tools of a run come from the viewer (its ``run_tools`` route), which can take seconds
 while XProf reads a large run. So the answer is awaited in a short-lived thread, never in a
@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from xprof_magic import _analysis, _store
+from xprof_magic import _store
 from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
+from xprof_magic._notebook.frame import Frame
 from xprof_magic._viewer.client import (
     DEFAULT_HEIGHT,
     TRACE_VIEWER_TOOL,
@@ -36,7 +37,10 @@ from xprof_magic._viewer.client import (
     fetch_json,
 )
 
-__all__ = ["TOOL_ORDER", "ViewerWidget", "announce", "embed_html", "order_tools"]
+if TYPE_CHECKING:
+    from xprof_magic._analysis import Summary
+
+__all__ = ["TOOL_ORDER", "ViewerWidget", "announce", "order_tools"]
 
 TOOL_ORDER = (
     TRACE_VIEWER_TOOL,
@@ -85,36 +89,25 @@ def list_tools(viewer: Viewer, run: str) -> list[str]:
     return [str(t) for t in found] if isinstance(found, list) else []
 
 
-def embed_html(src: str, height: int) -> str:
-    """The page at ``src`` inside a ``srcdoc`` wrapper iframe, ``height`` pixels tall."""
-    # XProf also calls history.replaceState on its parent: make that a no-op here.
-    inner = (
-        "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}"
-        "iframe{border:0;width:100%;height:100%}</style><script>"
-        "history.pushState=history.replaceState=function(){};</script></head><body>"
-        f'<iframe class="xprof-inner" src="{html.escape(src, quote=True)}" '
-        'allow="clipboard-write; fullscreen"></iframe></body></html>'
-    )
-    return (
-        f'<iframe class="xprof-outer" srcdoc="{html.escape(inner, quote=True)}" '
-        f'style="width:100%;height:{int(height)}px;border:1px solid #ccc;border-radius:2px">'
-        "</iframe>"
-    )
-
-
 # ipywidgets keeps every widget alive, so only the most recent ones are kept up to date:
 # refreshing them all would cost more with every cell.
 LIVE_WIDGETS = 16
 _live: collections.deque[ViewerWidget] = collections.deque(maxlen=LIVE_WIDGETS)
 
 
-def announce(logdir: Path) -> None:
-    """Tell the widgets recently shown for ``logdir`` that a capture finished there."""
+def announce(logdir: Path) -> list[_store.RunInfo] | None:
+    """Tell the widgets recently shown for ``logdir`` that a capture finished there. The runs
+    are listed once for all of them, and returned for the next widget (None: no widget was
+    there to tell, and nothing was listed)."""
     resolved = str(Path(logdir).resolve())
-    for view in list(_live):
-        if view.logdir_key == resolved:
-            with contextlib.suppress(Exception):
-                view.refresh_runs()
+    views = [view for view in list(_live) if view.logdir_key == resolved]
+    if not views:
+        return None
+    found = _store.runs(logdir)
+    for view in views:
+        with contextlib.suppress(Exception):
+            view.refresh_runs(found=found)
+    return found
 
 
 class ViewerWidget:
@@ -128,21 +121,43 @@ class ViewerWidget:
         run: str | None = None,
         *,
         height: int = DEFAULT_HEIGHT,
+        frame: Frame | None = None,
+        summary_html: str | None = None,
+        found: Sequence[_store.RunInfo] | None = None,
         list_tools: ToolLister = list_tools,
     ) -> None:
+        """``frame``: where the page shows (default: the one ``context`` picks);
+        ``summary_html``: ``run``'s summary, when the caller has rendered it; ``found``: the
+        runs in ``logdir``, when the caller has listed them."""
         self.viewer = viewer
         self.context = context
         self.logdir = Path(logdir)
         self.logdir_key = str(self.logdir.resolve())
         self.height = height
+        self.page_frame = frame if frame is not None else context.frame(viewer, height)
         self._list_tools = list_tools
         self._tools_cache: dict[str, list[str]] = {}
+        # Each run's summary as HTML, rendered once: handed in, or read from its saved file.
+        self._summaries: dict[str, str] = {}
+        if run is not None and summary_html is not None:
+            self._summaries[run] = summary_html
         # Held while the dropdowns change, by the kernel's thread or a tools answer's thread.
         self._lock = threading.RLock()
         self._updating = False
         self._tools_asked = 0
         self._tools_error = ""
         self._tool_threads: list[threading.Thread] = []
+        self._build()
+        self.runs.observe(self._on_run, names="value")
+        self.tools.observe(self._on_view, names="value")
+        self.hosts.observe(self._on_view, names="value")
+        self.refresh.on_click(lambda _: self.refresh_runs())
+        self.refresh_runs(select=run, found=found)
+        _live.append(self)
+
+    def _build(self) -> None:
+        """The dropdowns, the areas they fill, and the two displays: the viewer box and the
+        summary panel."""
         self.runs = widgets.Dropdown(description="Run", layout=widgets.Layout(width="auto"))
         self.tools = widgets.Dropdown(description="Tool", layout=widgets.Layout(width="auto"))
         self.hosts = widgets.Dropdown(description="Host", layout=widgets.Layout(width="auto"))
@@ -175,16 +190,14 @@ class ViewerWidget:
         self.box = widgets.VBox([controls, self.status, self.frame])
         self.box.add_class("xprof-viewer")
         self.summary_panel.add_class("xprof-summary-panel")
-        self.runs.observe(self._on_run, names="value")
-        self.tools.observe(self._on_view, names="value")
-        self.hosts.observe(self._on_view, names="value")
-        self.refresh.on_click(lambda _: self.refresh_runs())
-        self.refresh_runs(select=run)
-        _live.append(self)
 
-    def refresh_runs(self, select: str | None = None) -> None:
-        """Re-list the runs, newest first, keeping (or moving to) the selected one."""
-        found = _store.runs(self.logdir)
+    def refresh_runs(
+        self, select: str | None = None, found: Sequence[_store.RunInfo] | None = None
+    ) -> None:
+        """Re-list the runs (``found``, else read now), newest first, keeping (or moving to)
+        the selected one."""
+        if found is None:
+            found = _store.runs(self.logdir)
         with self._lock:
             current = select or self.runs.value
             options = [(_run_label(r), r.name) for r in found]
@@ -217,7 +230,7 @@ class ViewerWidget:
                 self._updating = False
             if run is not None and run not in self._tools_cache:
                 self._ask_tools(run)
-            self._show_saved_summary()
+            self.summary.value = self._summary_of(run)
             self._on_view()
 
     def _offer_tools(self, tools: list[str]) -> None:
@@ -271,22 +284,32 @@ class ViewerWidget:
             thread.join(max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._tool_threads)
 
-    def show_summary(self, summary: _analysis.Summary) -> None:
-        """Show a run's summary, if that run is the one selected."""
-        if summary.run == self.runs.value:
-            self.summary.value = _analysis.render_html(summary)
+    def show_summary(self, summary: Summary, page: str | None = None) -> None:
+        """Show a run's summary (``page``: its HTML, if the caller has rendered it), at once
+        if that run is the one selected, else when it is selected."""
+        if page is None:
+            from xprof_magic._analysis import render_html
 
-    def _show_saved_summary(self) -> None:
-        run = self.runs.value
+            page = render_html(summary)
+        with self._lock:
+            self._summaries[summary.run] = page
+            if summary.run == self.runs.value:
+                self.summary.value = page
+
+    def _summary_of(self, run: str | None) -> str:
+        """The panel's HTML for ``run``: the summary given or saved, rendered once."""
         if run is None:
-            self.summary.value = ""
-            return
-        saved = _analysis.load_summary(_store.run_path(self.logdir, run))
-        self.summary.value = (
-            _analysis.render_html(saved)
-            if saved is not None
-            else f"<i>No summary of {html.escape(run)} yet: %xprof summary {html.escape(run)}</i>"
-        )
+            return ""
+        page = self._summaries.get(run)
+        if page is None:
+            from xprof_magic import _analysis
+
+            saved = _analysis.load_summary(_store.run_path(self.logdir, run))
+            if saved is None:
+                name = html.escape(run)
+                return f"<i>No summary of {name} yet: %xprof summary {name}</i>"
+            page = self._summaries[run] = _analysis.render_html(saved)
+        return page
 
     def widget_bundle(self) -> dict[str, Any]:
         """The viewer's MIME bundle (dropdowns and the embedded page); text/plain says where."""
@@ -305,21 +328,10 @@ class ViewerWidget:
             if self._updating:
                 return
             src, full = self.urls()
-            if self.context.kind == "colab":
-                from xprof_magic._notebook import colab
-
-                colab.show_frame(self, src)
-                if src is not None:
-                    return
+            inner, link = self.page_frame.show(src, full)
             if src is None:
-                self.frame.value = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
-                self.link.value = ""
-                return
-            self.frame.value = embed_html(src, self.height)
-            self.link.value = (
-                f'<a class="xprof-open" href="{html.escape(full or src, quote=True)}" '
-                'target="_blank" rel="noopener">open in new tab ↗</a>'
-            )
+                inner = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
+            self.frame.value, self.link.value = inner, link
 
     def urls(self) -> tuple[str | None, str | None]:
         """The embedded page's URL and the full UI's URL for the selection, as the browser
