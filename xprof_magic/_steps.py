@@ -1,8 +1,10 @@
 """Steps: where they begin and end in a cell, how they are marked, and step windows.
 
 IPython- and torch-free, like :mod:`xprof_magic._labels`, which feeds the tracker: the
-backend reports syncs and the user's own markers, the rewritten cell its loops, and the
-capture starts and stops the trace for a window.
+backend reports syncs and the user's own markers, the rewritten cell its loops. Ownership
+runs one way: the tracker splits the label blocks (:class:`LabelBlocks`) at step ends and
+asks its :class:`TraceWindow`, if any, which steps are traced; the window starts and stops
+the capture's trace (:class:`TraceSwitch`). Nothing below calls back into what owns it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from xprof_magic._units import seconds
+
 __all__ = [
     "STEP_EVENT",
     "STEP_RULES",
@@ -23,6 +27,8 @@ __all__ = [
     "LabelBlocks",
     "StepTracker",
     "StepWindow",
+    "TraceSwitch",
+    "TraceWindow",
     "end_messages",
     "never_started",
     "parse_steps",
@@ -61,6 +67,73 @@ class StepWindow:
 
     def __str__(self) -> str:
         return f"{self.start}:{'' if self.stop is None else self.stop}"
+
+
+class TraceSwitch(Protocol):
+    """The capture's trace, as a step window turns it on and off."""
+
+    def start(self) -> None:
+        """Start tracing now; raise when the trace cannot start."""
+
+    def pause(self, doing: str) -> None:
+        """Stop tracing mid-cell once the device is done with what was launched; a failure
+        is told as ``<doing> failed: <why>``, never raised."""
+
+
+class TraceWindow:
+    """``--steps A:B``: starts the trace where step A starts and stops it where step B-1 ends.
+
+    ``state`` is ``before`` the window, ``inside`` it, ``after`` it, or ``failed`` (the trace
+    could not start). What the user should know is appended to ``messages``.
+    """
+
+    def __init__(
+        self,
+        steps: StepWindow,
+        trace: TraceSwitch,
+        stop_hint: str = "the profiler's stop_trace()",
+        messages: list[str] | None = None,
+    ) -> None:
+        self.steps = steps
+        self.state = "before"
+        self.messages: list[str] = [] if messages is None else messages
+        self._trace = trace
+        self._stop_hint = stop_hint
+
+    def __str__(self) -> str:
+        return str(self.steps)
+
+    def step_starts(self, number: int) -> bool:
+        """Step ``number`` starts: the trace starts at the window's first; whether it is traced."""
+        if self.state == "before" and number >= self.steps.start:
+            try:
+                self._trace.start()
+            except Exception as error:
+                self.state = "failed"
+                self.messages.append(
+                    f"--steps {self}: the trace could not start: {error}; stop the trace that "
+                    f"runs ({self._stop_hint}) and run the cell again"
+                )
+            else:
+                self.state = "inside"
+        return self.state == "inside"
+
+    def is_last(self, number: int) -> bool:
+        """Whether step ``number`` is the window's last one."""
+        stop = self.steps.stop
+        return self.state == "inside" and stop is not None and number >= stop - 1
+
+    def stop_after(self, number: int) -> None:
+        """Stop the trace after step ``number``, the device done with it: the cell waits here
+        for the device to finish the steps launched, then for the profiler to write."""
+        self.state = "after"
+        t0 = time.perf_counter()
+        self._trace.pause("stopping the trace after the window")
+        paused = seconds(time.perf_counter() - t0)
+        self.messages.append(
+            f"the trace stopped after step {number}; the cell went on untraced "
+            f"(it paused {paused} to stop)"
+        )
 
 
 @dataclass
@@ -108,30 +181,26 @@ class StepTracker:
     are closed at the step's end and reopened, under the same names, in the next step; a
     reopened piece carries ``continued=1``, for readers that count entries.
 
-    With a window, ``start_trace`` is called where step ``window.start`` starts and
-    ``stop_trace`` where step ``window.stop - 1`` ends; counting goes on to the cell's end.
+    With a ``window``, only the steps inside it are traced and marked; the window starts and
+    stops the trace; counting goes on to the cell's end.
     """
 
     def __init__(
         self,
         make_event: EventFactory,
+        labels: LabelBlocks | None = None,
         *,
         watch_syncs: bool = False,
-        window: StepWindow | None = None,
-        start_trace: Callable[[], bool] | None = None,
-        stop_trace: Callable[[], None] | None = None,
+        window: TraceWindow | None = None,
     ) -> None:
         self._make_event = make_event
+        self._labels = labels
         self.watch_syncs = watch_syncs
         self.window = window
-        self._start_trace = start_trace
-        self._stop_trace = stop_trace
         self.rule: str | None = None
-        self.state = "inside" if window is None else "before"
         self.first: int | None = None
         self.last: int | None = None
         self.ended = 0
-        self.recorder: LabelBlocks | None = None
         self._lock = threading.RLock()
         self._armed = False
         self._by_loop = False
@@ -142,6 +211,11 @@ class StepTracker:
         self._user_depth = 0
         self._kept: list[AbstractContextManager[Any]] = []
         self._durations: list[int] = []
+
+    @property
+    def state(self) -> str:
+        """Where the cell is relative to the window: ``inside`` when there is none."""
+        return "inside" if self.window is None else self.window.state
 
     def durations(self) -> list[float]:
         """Host time of each step in the trace, in seconds."""
@@ -191,12 +265,12 @@ class StepTracker:
                 return
             if self._by_loop and not self._iterated:
                 return
-            recorder = self.recorder
-            pieces = [] if recorder is None else recorder.split(current.labels_before)
+            labels = self._labels
+            pieces = [] if labels is None else labels.split(current.labels_before)
             self._end(current)
             self._sync = self._begin(self.ended)
-            if recorder is not None:
-                recorder.resume(pieces)
+            if labels is not None:
+                labels.resume(pieces)
 
     def iteration_started(self) -> None:
         with self._lock:
@@ -254,11 +328,7 @@ class StepTracker:
             self._kept.clear()
 
     def _begin(self, number: int, mark: bool = True) -> _Open:
-        window = self.window
-        if window is not None and self.state == "before" and number >= window.start:
-            started = self._start_trace() if self._start_trace is not None else True
-            self.state = "inside" if started else "failed"
-        traced = self.state == "inside"
+        traced = True if self.window is None else self.window.step_starts(number)
         marker: AbstractContextManager[Any] | None = None
         if traced and mark:
             try:
@@ -266,8 +336,8 @@ class StepTracker:
                 marker.__enter__()
             except Exception:
                 marker = None
-        labels = 0 if self.recorder is None else self.recorder.opened_count()
-        return _Open(number, time.perf_counter_ns(), marker, traced, labels)
+        opened = 0 if self._labels is None else self._labels.opened_count()
+        return _Open(number, time.perf_counter_ns(), marker, traced, opened)
 
     def _end(self, step: _Open) -> None:
         elapsed = time.perf_counter_ns() - step.start_ns
@@ -282,12 +352,11 @@ class StepTracker:
             self.first = step.number
         self.last = step.number
         window = self.window
-        if window is not None and window.stop is not None and step.number >= window.stop - 1:
-            self.state = "after"
-            if self.recorder is not None:
-                self.recorder.clip()
-            if self._stop_trace is not None:
-                self._stop_trace()
+        if window is not None and window.is_last(step.number):
+            if self._labels is not None:
+                self._labels.clip()
+            window.stop_after(step.number)
+            self.release()
 
     def _drop(self, step: _Open | None) -> None:
         if step is not None and step.marker is not None:
@@ -345,16 +414,13 @@ def steps_line(count: int, rule: str | None, window: str | None, first: int | No
     return f"{count} {noun} ({which} of the cell, --steps {window}{how})"
 
 
-def end_messages(tracker: StepTracker, marking: bool) -> list[str]:
-    """What the user should know about the steps when the cell has ended."""
+def end_messages(tracker: StepTracker, marking: bool, no_steps: str) -> list[str]:
+    """What the user should know about the steps when the cell has ended; ``no_steps`` (the
+    backend's words) says why none was found and how to mark them."""
     window = tracker.window
     if window is None:
         if marking and not tracker.durations():
-            return [
-                "--steps found no step to mark: the cell neither synced (torch_xla.sync(), "
-                "xm.mark_step(), MpDeviceLoader) nor ran a loop; mark steps yourself with "
-                "xprof_magic.step() or torch_xla.debug.profiler.StepTrace"
-            ]
+            return [f"--steps found no step to mark: {no_steps}"]
         return []
     if tracker.state == "before":
         return [never_started(tracker)]

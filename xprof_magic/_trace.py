@@ -1,0 +1,124 @@
+"""The capture's one trace, and the workers' timelines it gathers.
+
+IPython-free, and free of any profiler: the trace asks its :class:`~xprof_magic._backends.
+Backend`. A :class:`~xprof_magic._capture.Capture` owns it; a step window
+(:class:`~xprof_magic._steps.TraceWindow`) switches it on and off mid-cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from pathlib import Path
+
+from xprof_magic import _labels, _store
+from xprof_magic._backends import Backend
+
+__all__ = ["WORKERS", "Trace", "collect_workers"]
+
+WORKERS = "workers"
+"""The staging folder's subfolder where traced workers write their own timelines."""
+
+
+class Trace:
+    """The capture's one trace into the staging folder: started with the cell or by a step
+    window, cut by a window's end or the user's own trace, stopped at the cell's end."""
+
+    def __init__(
+        self, backend: Backend, folder: Path, recorder: _labels.Recorder, messages: list[str]
+    ) -> None:
+        self.running = False
+        self.partial = False
+        self.started_ns: int | None = None
+        self.stopped_ns: int | None = None
+        self.workers: list[str] = []
+        self._backend, self._folder, self._recorder = backend, folder, recorder
+        self._messages = messages
+        self._workers_said = False
+
+    def begin(self) -> None:
+        """Start tracing with the cell."""
+        self._backend.start_trace(str(self._folder))
+        self.running = True
+
+    def start(self) -> None:
+        """Start tracing mid-cell (a step window's first step)."""
+        self.begin()
+        self.started_ns = time.time_ns()
+        self._recorder.tracing = True
+
+    def pause(self, doing: str) -> None:
+        """Stop tracing mid-cell, once the device is done with what was launched (only when
+        the user's code started the runtime: the magic never starts it)."""
+        self._recorder.tracing = False
+        try:
+            if self._backend.runtime_started():
+                self._backend.wait_for_device()
+            self._backend.stop_trace()
+        except Exception as error:
+            self._messages.append(f"{doing} failed: {error}")
+        self.running = False
+        if self.stopped_ns is None:
+            self.stopped_ns = time.time_ns()
+
+    def stop(self) -> None:
+        """Stop tracing at the capture's end, writing the capture; raises when it cannot."""
+        if self.running:
+            self.running = False
+            self._backend.stop_trace()
+
+    def abandon(self) -> None:
+        """Stop a trace still running after a failure; never raises."""
+        if self.running:
+            self.running = False
+            with contextlib.suppress(Exception):
+                self._backend.stop_trace()
+
+    def span(self, start_ns: int, end_ns: int) -> tuple[int, int]:
+        """Where the trace began and ended, within the cell from ``start_ns`` to ``end_ns``."""
+        return self.started_ns or start_ns, self.stopped_ns or end_ns
+
+    def worker_folder(self, start_method: str, traceable: bool, how: str) -> str | None:
+        """The code starts worker processes: the folder they trace themselves into, when
+        they can (forked, while this trace runs); else say, once, that the run lacks them."""
+        if traceable and self.running:
+            self.workers.append(start_method)
+            return str(self._folder / WORKERS / str(len(self.workers)))
+        if not self._workers_said:
+            self._workers_said = True
+            self._messages.append(
+                f"the cell started worker processes (start method {start_method!r}); their "
+                f"own timelines are not in this run, which holds this process only. {how}"
+            )
+        return None
+
+
+def collect_workers(staging: Path, spawns: int) -> str:
+    """Move the workers' timelines into the run's session, one host ``rank<N>`` each; what
+    the user should know of them ("" when the cell traced no workers)."""
+    folder = staging / WORKERS
+    if not spawns:
+        return ""
+    sessions = [p for p in _store.profile_dir(staging).glob("*") if p.is_dir()]
+    hosts: list[str] = []
+    ranks = sorted(folder.glob("*/rank*"), key=lambda p: (int(p.parent.name), p.name))
+    for rank in ranks if len(sessions) == 1 else []:
+        for xplane in sorted(rank.glob("plugins/profile/*/*.xplane.pb")):
+            host, taken = rank.name, 1
+            while host in hosts:
+                taken += 1
+                host = f"{rank.name}-{taken}"
+            with contextlib.suppress(OSError):
+                xplane.rename(sessions[0] / f"{host}.xplane.pb")
+                hosts.append(host)
+    shutil.rmtree(folder, ignore_errors=True)
+    if hosts:
+        return (
+            f"the workers' timelines are in this run as hosts {', '.join(hosts)} "
+            "(XProf's host menu; the summary's hosts table compares them)"
+        )
+    return (
+        "the cell started worker processes, but none wrote its timeline (killed, "
+        "or its trace could not start), so this run holds this process only"
+    )
