@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from xprof_magic import _backends, _capture, _labels, _ondemand, _store
+from xprof_magic import _backends, _capture, _labels, _logdir, _ondemand, _store
 from xprof_magic._backends import Backend, MetricsSnapshot, ServerStatus, TraceAlreadyRunning
 from xprof_magic._plan import Plan
 from xprof_magic._steps import parse_steps
@@ -159,7 +159,7 @@ def make(logdir: Path, said: Said | None = None, **plan: Any) -> _capture.Captur
     steps, window = parse_steps(plan.pop("steps", False))
     return _capture.Capture(
         Plan(
-            logdir=_store.Logdir.parse(logdir),
+            logdir=_logdir.Logdir.parse(logdir),
             name=plan.pop("name", "new"),
             steps=steps,
             step_window=window,
@@ -347,7 +347,7 @@ def test_an_on_demand_capture_fails_to_commit_with_the_same_error(
     monkeypatch.setattr(_ondemand, "_capture_all", captured)
     monkeypatch.setattr(_store, "write_json", full)
     with pytest.raises(_store.LogdirError) as caught:
-        _ondemand.capture(["localhost:1"], _store.Logdir.parse(logdir))
+        _ondemand.capture(["localhost:1"], _logdir.Logdir.parse(logdir))
     said = Said()
     with make(logdir, said):
         pass

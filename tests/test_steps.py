@@ -18,7 +18,7 @@ import pytest
 
 import xprof_magic
 from tests.conftest import host_events, only_run, run, step_numbers
-from xprof_magic import _labels, _metadata, _steps, _store
+from xprof_magic import _labels, _metadata, _steps, _store, _trace
 from xprof_magic._capture import parse_steps
 from xprof_magic._rewrite import rewrite
 
@@ -103,7 +103,7 @@ def test_a_window_starts_and_stops_the_trace_at_its_steps() -> None:
     tracker = _steps.StepTracker(
         FakeEvent,
         watch_syncs=True,
-        window=_steps.TraceWindow(_steps.StepWindow(2, 4), Trace()),
+        window=_trace.TraceWindow(_steps.StepWindow(2, 4), Trace()),
     )
     tracker.arm()
     for _ in range(6):

@@ -5,12 +5,10 @@ IPython-free: the magic and the script API (:func:`capture`) share this machiner
 code raised, that exception is what the caller sees; if storing the run fails, the code's
 result still stands and the problem is reported in one line.
 
-What a capture opens (the staging folder, the backend's watch, the trace, the hooks around
-the cell) sits on one ``ExitStack``, so a failure at any point closes exactly what was
-opened. Ownership runs one way: the capture owns its trace (:mod:`xprof_magic._trace`), the
-step tracker and the label recorder; the tracker asks its step window
-(:class:`~xprof_magic._steps.TraceWindow`), which switches the trace; nothing calls back
-into what owns it.
+What a capture opens (staging folder, the backend's watch, the trace, the hooks around the
+cell) sits on one ``ExitStack``, so a failure anywhere closes just what was opened. The
+capture owns its trace (:mod:`xprof_magic._trace`), step tracker and label recorder; the
+tracker asks its step window, which switches the trace: nothing calls back into its owner.
 """
 
 from __future__ import annotations
@@ -22,13 +20,12 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from xprof_magic import _labels, _metadata, _store
+from xprof_magic import _labels, _logdir, _metadata, _store
 from xprof_magic._backends import (
     Backend,
     CaptureWords,
@@ -39,8 +36,8 @@ from xprof_magic._backends import (
 )
 from xprof_magic._plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
 from xprof_magic._result import CaptureResult, size_warning
-from xprof_magic._steps import StepTracker, TraceWindow, end_messages, parse_steps
-from xprof_magic._trace import Trace, collect_workers
+from xprof_magic._steps import StepTracker, end_messages, parse_steps
+from xprof_magic._trace import Trace, TraceWindow, collect_workers
 
 __all__ = [
     "DEFAULT_PORT",
@@ -118,7 +115,7 @@ class Capture:
         """
         plan = self.plan
         with ExitStack() as stack:
-            staging = _store.stage(plan.logdir)
+            staging = _logdir.stage(plan.logdir)
             stack.callback(_store.discard, staging)
             backend = get_backend(plan.backend)
             _enter_quietly(stack, backend.watch())
@@ -289,9 +286,9 @@ class Capture:
             if said:
                 self._messages.append(said)
             metadata = self._metadata(run, exc, wall_s, time.time_ns())
-            stored = _store.store(plan.logdir, run.staging, plan.name, metadata.to_json())
+            stored = _logdir.store(plan.logdir, run.staging, plan.name, metadata.to_json())
         except Exception as error:
-            failure = _store.StoreError.of(plan.logdir, error)
+            failure = _logdir.StoreError.of(plan.logdir, error)
             self.notify(f"xprof: {failure}. The cell's own result is unaffected.")
             return
         if stored.upload:
@@ -299,7 +296,13 @@ class Capture:
         warning = size_warning(_store.xplane_bytes(stored.run_dir), run.words.shrink)
         if warning:
             self._messages.append(f"warning: {warning}")
-        self.result = _result(plan, run, stored.run_dir, metadata, wall_s, self._messages)
+        self.result = CaptureResult.stored(
+            stored.run_dir,
+            plan.logdir.local.absolute(),
+            metadata,
+            run.recorder.labels(),
+            self._messages,
+        )
         global _last
         _last = self.result
 
@@ -351,32 +354,6 @@ def _enter_quietly(stack: ExitStack, manager: AbstractContextManager[Any]) -> No
     stack.callback(close)
 
 
-def _result(
-    plan: Plan,
-    run: _Running,
-    run_dir: Path,
-    metadata: _metadata.RunMetadata,
-    wall_s: float,
-    messages: list[str],
-) -> CaptureResult:
-    return CaptureResult(
-        run=run_dir.name,
-        run_dir=run_dir,
-        logdir=plan.logdir.local.absolute(),
-        wall_s=wall_s,
-        status=metadata.status,
-        error=None
-        if metadata.error is None
-        else {"type": metadata.error.type, "message": metadata.error.message},
-        labels=run.recorder.labels(),
-        steps=run.tracker.durations(),
-        backend=run.backend.name,
-        device=metadata.device,
-        metadata=replace(metadata, run=run_dir.name),
-        messages=messages,
-    )
-
-
 def _message(exc: BaseException) -> str:
     try:
         return str(exc)
@@ -409,7 +386,7 @@ def capture(
     """
     marks, window = parse_steps(steps)
     plan = Plan(
-        logdir=_store.Logdir.parse(logdir),
+        logdir=_logdir.Logdir.parse(logdir),
         name=name,
         labels=False,
         steps=marks,

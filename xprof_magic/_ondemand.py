@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xprof_magic import _metadata, _store
+from xprof_magic import _logdir, _metadata, _store
 
 __all__ = [
     "DEFAULT_DURATION_MS",
@@ -163,7 +163,7 @@ def own_address(port: int, backend: str = "torch_xla") -> tuple[str, str]:
 
 def capture(
     addresses: list[str],
-    logdir: _store.Logdir | str | os.PathLike[str],
+    logdir: _logdir.Logdir | str | os.PathLike[str],
     options: Options | None = None,
     name: str | None = None,
 ) -> Captured:
@@ -177,17 +177,17 @@ def capture(
     options = options or Options()
     if not addresses:
         raise CaptureError("no address given; give HOST:PORT, several separated by commas")
-    if not isinstance(logdir, _store.Logdir):
-        logdir = _store.Logdir.parse(logdir)
+    if not isinstance(logdir, _logdir.Logdir):
+        logdir = _logdir.Logdir.parse(logdir)
     run_name = _store.safe_run_name(name) if name else None
-    staging = _store.stage(logdir)
+    staging = _logdir.stage(logdir)
     started_ns = time.time_ns()
     try:
         hosts, failures, wall_s = _gather(addresses, staging.path, options)
         ended_ns = time.time_ns()
         run_name = run_name or _store.default_run_name(datetime.now(), None)
         meta = _run_metadata(addresses, hosts, options, failures, started_ns, ended_ns, wall_s)
-        stored = _store.store(logdir, staging, run_name, meta)
+        stored = _logdir.store(logdir, staging, run_name, meta)
     finally:
         _store.discard(staging)
     return Captured(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from xprof_magic import _store
+from xprof_magic import _logdir, _store
 from xprof_magic._steps import StepWindow
 
 __all__ = ["DEFAULT_PORT", "NO_SERVER_ENV", "Plan", "choose_backend", "server_by_default"]
@@ -34,7 +34,7 @@ def server_by_default() -> bool:
 class Plan:
     """Everything a capture was asked to do, decided before any of it happens."""
 
-    logdir: _store.Logdir = field(default_factory=_store.Logdir.parse)
+    logdir: _logdir.Logdir = field(default_factory=_logdir.Logdir.parse)
     name: str | None = None
     labels: bool = True
     steps: bool = False

@@ -7,7 +7,7 @@ IPython-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from xprof_magic import _labels, _metadata, _store
@@ -63,6 +63,32 @@ class CaptureResult:
     device: str
     metadata: _metadata.RunMetadata
     messages: list[str] = field(default_factory=list)
+
+    @classmethod
+    def stored(
+        cls,
+        run_dir: Path,
+        logdir: Path,
+        metadata: _metadata.RunMetadata,
+        labels: list[_labels.LabelStat],
+        messages: list[str],
+    ) -> CaptureResult:
+        """The result of a run just stored in ``run_dir``, from the metadata stored with it."""
+        error = metadata.error
+        return cls(
+            run=run_dir.name,
+            run_dir=run_dir,
+            logdir=logdir,
+            wall_s=metadata.wall_s or 0.0,
+            status=metadata.status,
+            error=None if error is None else {"type": error.type, "message": error.message},
+            labels=labels,
+            steps=list(metadata.steps),
+            backend=metadata.backend,
+            device=metadata.device,
+            metadata=replace(metadata, run=run_dir.name),
+            messages=messages,
+        )
 
     @property
     def hosts(self) -> tuple[str, ...]:

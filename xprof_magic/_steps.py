@@ -3,8 +3,8 @@
 IPython- and torch-free, like :mod:`xprof_magic._labels`, which feeds the tracker: the
 backend reports syncs and the user's own markers, the rewritten cell its loops. Ownership
 runs one way: the tracker splits the label blocks (:class:`LabelBlocks`) at step ends and
-asks its :class:`TraceWindow`, if any, which steps are traced; the window starts and stops
-the capture's trace (:class:`TraceSwitch`). Nothing below calls back into what owns it.
+asks its step :class:`Window`, if any, which steps are traced; the window starts and stops
+the capture's trace. Nothing here calls back into what owns it.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from xprof_magic._units import seconds
-
 __all__ = [
     "STEP_EVENT",
     "STEP_RULES",
@@ -27,8 +25,7 @@ __all__ = [
     "LabelBlocks",
     "StepTracker",
     "StepWindow",
-    "TraceSwitch",
-    "TraceWindow",
+    "Window",
     "end_messages",
     "never_started",
     "parse_steps",
@@ -69,71 +66,20 @@ class StepWindow:
         return f"{self.start}:{'' if self.stop is None else self.stop}"
 
 
-class TraceSwitch(Protocol):
-    """The capture's trace, as a step window turns it on and off."""
+class Window(Protocol):
+    """A step window as the tracker asks it (:class:`xprof_magic._trace.TraceWindow`): it
+    starts the trace at its first step and stops it after its last; ``str()`` is ``A:B``."""
 
-    def start(self) -> None:
-        """Start tracing now; raise when the trace cannot start."""
-
-    def pause(self, doing: str) -> None:
-        """Stop tracing mid-cell once the device is done with what was launched; a failure
-        is told as ``<doing> failed: <why>``, never raised."""
-
-
-class TraceWindow:
-    """``--steps A:B``: starts the trace where step A starts and stops it where step B-1 ends.
-
-    ``state`` is ``before`` the window, ``inside`` it, ``after`` it, or ``failed`` (the trace
-    could not start). What the user should know is appended to ``messages``.
-    """
-
-    def __init__(
-        self,
-        steps: StepWindow,
-        trace: TraceSwitch,
-        stop_hint: str = "the profiler's stop_trace()",
-        messages: list[str] | None = None,
-    ) -> None:
-        self.steps = steps
-        self.state = "before"
-        self.messages: list[str] = [] if messages is None else messages
-        self._trace = trace
-        self._stop_hint = stop_hint
-
-    def __str__(self) -> str:
-        return str(self.steps)
+    state: str
 
     def step_starts(self, number: int) -> bool:
-        """Step ``number`` starts: the trace starts at the window's first; whether it is traced."""
-        if self.state == "before" and number >= self.steps.start:
-            try:
-                self._trace.start()
-            except Exception as error:
-                self.state = "failed"
-                self.messages.append(
-                    f"--steps {self}: the trace could not start: {error}; stop the trace that "
-                    f"runs ({self._stop_hint}) and run the cell again"
-                )
-            else:
-                self.state = "inside"
-        return self.state == "inside"
+        """Step ``number`` starts; whether it is traced."""
 
     def is_last(self, number: int) -> bool:
         """Whether step ``number`` is the window's last one."""
-        stop = self.steps.stop
-        return self.state == "inside" and stop is not None and number >= stop - 1
 
     def stop_after(self, number: int) -> None:
-        """Stop the trace after step ``number``, the device done with it: the cell waits here
-        for the device to finish the steps launched, then for the profiler to write."""
-        self.state = "after"
-        t0 = time.perf_counter()
-        self._trace.pause("stopping the trace after the window")
-        paused = seconds(time.perf_counter() - t0)
-        self.messages.append(
-            f"the trace stopped after step {number}; the cell went on untraced "
-            f"(it paused {paused} to stop)"
-        )
+        """Step ``number``, the last, has ended: stop the trace."""
 
 
 @dataclass
@@ -191,7 +137,7 @@ class StepTracker:
         labels: LabelBlocks | None = None,
         *,
         watch_syncs: bool = False,
-        window: TraceWindow | None = None,
+        window: Window | None = None,
     ) -> None:
         self._make_event = make_event
         self._labels = labels

@@ -5,14 +5,10 @@ profiler writes into a private staging folder; the finished session folder, meta
 included, is then moved into place with one ``rename``. So a run appears only when
 complete, two captures in the same second never collide, and no run is ever overwritten.
 
-A log directory travels as one :class:`Logdir`, parsed once: its local folder, and the
-``gs://bucket/prefix`` it mirrors, if any. A remote one is written through its local mirror
-(:func:`local_logdir`), where all of the above holds; :func:`store`, the one commit for every
-kind of capture, then hands the committed run to :mod:`xprof_magic._gcs` for upload. That
-module (and google-cloud-storage) is imported only for a ``gs://`` log directory.
-
-Long because writing a run (stage, claim a name, commit whole) and reading runs back share
-one layout, and are only checkable read together.
+A ``gs://bucket/prefix`` log directory is written through a local mirror folder
+(:func:`local_logdir`), where all of the above holds; :mod:`xprof_magic._logdir` commits
+there and hands the run to :mod:`xprof_magic._gcs` for upload. This module only knows where
+the mirror is: no network here.
 """
 
 from __future__ import annotations
@@ -28,21 +24,15 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from xprof_magic._gcs import Remote
+from typing import Any
 
 __all__ = [
     "GCS_CACHE_ENV",
     "LOGDIR_ENV",
     "METADATA_FILE",
-    "Logdir",
     "LogdirError",
     "RunInfo",
     "Staging",
-    "StoreError",
-    "Stored",
     "begin",
     "commit",
     "default_logdir",
@@ -58,8 +48,6 @@ __all__ = [
     "run_path",
     "runs",
     "safe_run_name",
-    "stage",
-    "store",
     "write_json",
     "xplane_bytes",
     "xplanes",
@@ -80,51 +68,6 @@ class LogdirError(Exception):
     """The log directory cannot hold captures; the message says why and what to do."""
 
 
-class StoreError(LogdirError):
-    """A finished capture could not be stored, and nothing of it was kept."""
-
-    @classmethod
-    def of(cls, logdir: Logdir, error: BaseException) -> StoreError:
-        """The one line for ``error``, raised while storing into ``logdir``, and its fix."""
-        if isinstance(error, StoreError):
-            return error
-        full = (isinstance(error, OSError) and error.errno == errno.ENOSPC) or (
-            "No space left" in str(error)
-        )
-        hint = (
-            "free space or choose another --logdir"
-            if full
-            else f"check that {logdir.local} can be written, or choose another --logdir"
-        )
-        return cls(f"the capture could not be stored in {logdir.local}: {error}; {hint}")
-
-
-@dataclass(frozen=True)
-class Logdir:
-    """A log directory, parsed once: the local folder runs are written to and read from,
-    and the ``gs://`` location it mirrors, if any. ``str()`` gives what the user typed."""
-
-    text: str
-    local: Path
-    remote: Remote | None = None
-
-    def __str__(self) -> str:
-        return self.text
-
-    @classmethod
-    def parse(cls, text: str | os.PathLike[str] | None = None) -> Logdir:
-        """A folder or ``gs://bucket/prefix`` as given; None: the default
-        (``$XPROF_MAGIC_LOGDIR``, else ``xprof_logs``). Raises :class:`LogdirError` for a
-        ``gs://`` text that names no bucket."""
-        given = default_logdir_text() if text is None else os.fspath(text)
-        if not is_remote(given):
-            return cls(given, Path(given).expanduser())
-        from xprof_magic import _gcs
-
-        remote = _gcs.parse(given)
-        return cls(given, remote.mirror, remote)
-
-
 @dataclass(frozen=True)
 class Staging:
     """A private folder the profiler writes into before the run is moved into place;
@@ -133,15 +76,6 @@ class Staging:
     logdir: Path
     path: Path
     taken: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Stored:
-    """A committed run: its folder (renamed if the bucket took its name meanwhile), and how
-    its upload went, one line ("" for a local log directory)."""
-
-    run_dir: Path
-    upload: str = ""
 
 
 @dataclass(frozen=True)
@@ -277,48 +211,6 @@ def begin(logdir: Path) -> Staging:
             "pass --logdir a folder you can write"
         ) from None
     return Staging(logdir, staging)
-
-
-def stage(logdir: Logdir) -> Staging:
-    """Check that ``logdir`` (and its bucket) can hold a run and open a staging folder.
-
-    Raises :class:`LogdirError` before anything is written.
-    """
-    taken: frozenset[str] = frozenset()
-    if logdir.remote is not None:
-        from xprof_magic import _gcs
-
-        taken = frozenset(_gcs.check(logdir.remote))
-    staging = begin(logdir.local)
-    return Staging(staging.logdir, staging.path, taken)
-
-
-def store(logdir: Logdir, staging: Staging, name: str, metadata: dict[str, Any]) -> Stored:
-    """Commit a staged run into ``logdir`` (see :func:`commit`), then upload it to the bucket
-    it mirrors: the one way every capture is stored.
-
-    Raises :class:`StoreError` when the run could not be committed (the staging folder is
-    gone, no run half-written); an upload that fails keeps the local run and says so.
-    """
-    try:
-        taken = set(staging.taken)
-        if logdir.remote is not None:
-            from xprof_magic import _gcs
-
-            taken |= _gcs.taken(logdir.remote)  # best effort: never raises for the network
-        run_dir = commit(staging, name, metadata, taken)
-    except Exception as error:
-        discard(staging)
-        raise StoreError.of(logdir, error) from error
-    if logdir.remote is None:
-        return Stored(run_dir)
-    from xprof_magic import _gcs
-
-    try:
-        uploaded = _gcs.upload(logdir.remote, run_dir)
-    except (_gcs.UploadError, LogdirError) as error:
-        return Stored(run_dir, f"warning: {error}")
-    return Stored(uploaded.run_dir, uploaded.text())
 
 
 def discard(staging: Staging) -> None:

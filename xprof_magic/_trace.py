@@ -1,8 +1,8 @@
-"""The capture's one trace, and the workers' timelines it gathers.
+"""The capture's one trace, the step window that switches it, and the workers' timelines.
 
 IPython-free, and free of any profiler: the trace asks its :class:`~xprof_magic._backends.
-Backend`. A :class:`~xprof_magic._capture.Capture` owns it; a step window
-(:class:`~xprof_magic._steps.TraceWindow`) switches it on and off mid-cell.
+Backend`. A :class:`~xprof_magic._capture.Capture` owns the trace and the step tracker; the
+tracker asks its :class:`TraceWindow`, which starts and stops the trace mid-cell.
 """
 
 from __future__ import annotations
@@ -11,14 +11,84 @@ import contextlib
 import shutil
 import time
 from pathlib import Path
+from typing import Protocol
 
 from xprof_magic import _labels, _store
 from xprof_magic._backends import Backend
+from xprof_magic._steps import StepWindow
+from xprof_magic._units import seconds
 
-__all__ = ["WORKERS", "Trace", "collect_workers"]
+__all__ = ["WORKERS", "Trace", "TraceSwitch", "TraceWindow", "collect_workers"]
 
 WORKERS = "workers"
 """The staging folder's subfolder where traced workers write their own timelines."""
+
+
+class TraceSwitch(Protocol):
+    """The capture's trace, as a step window turns it on and off."""
+
+    def start(self) -> None:
+        """Start tracing now; raise when the trace cannot start."""
+
+    def pause(self, doing: str) -> None:
+        """Stop tracing mid-cell once the device is done with what was launched; a failure
+        is told as ``<doing> failed: <why>``, never raised."""
+
+
+class TraceWindow:
+    """``--steps A:B``: starts the trace where step A starts and stops it where step B-1 ends.
+
+    ``state`` is ``before`` the window, ``inside`` it, ``after`` it, or ``failed`` (the trace
+    could not start). What the user should know is appended to ``messages``.
+    """
+
+    def __init__(
+        self,
+        steps: StepWindow,
+        trace: TraceSwitch,
+        stop_hint: str = "the profiler's stop_trace()",
+        messages: list[str] | None = None,
+    ) -> None:
+        self.steps = steps
+        self.state = "before"
+        self.messages: list[str] = [] if messages is None else messages
+        self._trace = trace
+        self._stop_hint = stop_hint
+
+    def __str__(self) -> str:
+        return str(self.steps)
+
+    def step_starts(self, number: int) -> bool:
+        """Step ``number`` starts: the trace starts at the window's first; whether it is traced."""
+        if self.state == "before" and number >= self.steps.start:
+            try:
+                self._trace.start()
+            except Exception as error:
+                self.state = "failed"
+                self.messages.append(
+                    f"--steps {self}: the trace could not start: {error}; stop the trace that "
+                    f"runs ({self._stop_hint}) and run the cell again"
+                )
+            else:
+                self.state = "inside"
+        return self.state == "inside"
+
+    def is_last(self, number: int) -> bool:
+        """Whether step ``number`` is the window's last one."""
+        stop = self.steps.stop
+        return self.state == "inside" and stop is not None and number >= stop - 1
+
+    def stop_after(self, number: int) -> None:
+        """Stop the trace after step ``number``, the device done with it: the cell waits here
+        for the device to finish the steps launched, then for the profiler to write."""
+        self.state = "after"
+        t0 = time.perf_counter()
+        self._trace.pause("stopping the trace after the window")
+        paused = seconds(time.perf_counter() - t0)
+        self.messages.append(
+            f"the trace stopped after step {number}; the cell went on untraced "
+            f"(it paused {paused} to stop)"
+        )
 
 
 class Trace:

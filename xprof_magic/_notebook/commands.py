@@ -15,7 +15,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.display import display
 
-from xprof_magic import _ondemand, _store
+from xprof_magic import _logdir, _ondemand, _store
 from xprof_magic._viewer.client import DEFAULT_HEIGHT
 
 __all__ = ["SUBCOMMANDS", "Session", "run_command"]
@@ -30,16 +30,16 @@ SUBCOMMANDS = (
 class Session:
     """What the line commands remember of this kernel's profiled cells."""
 
-    logdir: _store.Logdir | None = None
+    logdir: _logdir.Logdir | None = None
     viewer_kind: Any = "xprof"
     viewer_port: int | None = None
 
-    def current(self) -> _store.Logdir:
+    def current(self) -> _logdir.Logdir:
         """The log directory the last profiled cell used, else the default."""
         if self.logdir is not None:
             return self.logdir
         try:
-            return _store.Logdir.parse()
+            return _logdir.Logdir.parse()
         except _store.LogdirError as error:
             raise UsageError(f"${_store.LOGDIR_ENV}: {error}") from None
 
@@ -78,7 +78,7 @@ def run_command(session: Session, shell: Any, line: str) -> None:
     )
 
 
-def _sync(logdir: _store.Logdir) -> None:
+def _sync(logdir: _logdir.Logdir) -> None:
     """Copy down the runs other hosts wrote to a ``gs://`` log directory, saying which."""
     if logdir.remote is None:
         return
@@ -97,7 +97,7 @@ def _sync(logdir: _store.Logdir) -> None:
 
 def _runs(text: str | None) -> None:
     try:
-        logdir = _store.Logdir.parse(text)
+        logdir = _logdir.Logdir.parse(text)
     except _store.LogdirError as error:
         raise UsageError(str(error)) from None
     _sync(logdir)
@@ -221,7 +221,7 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
     except _Done:
         return
     try:
-        logdir = _store.Logdir.parse(args.logdir) if args.logdir else session.current()
+        logdir = _logdir.Logdir.parse(args.logdir) if args.logdir else session.current()
         options = _ondemand.Options(
             duration_ms=args.duration_ms,
             host_tracer_level=args.host_tracer_level,

@@ -15,7 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from xprof_magic import _capture, _plan, _store
+from xprof_magic import _capture, _logdir, _plan, _store
 from xprof_magic._backends import BACKENDS, TraceAlreadyRunning, get_vocabulary
 from xprof_magic._notebook import commands, execute, show
 from xprof_magic._steps import parse_steps
@@ -221,7 +221,7 @@ class XprofMagics(Magics):
         except ValueError as error:
             raise UsageError(f"--steps {error}") from None
         try:
-            logdir = _store.Logdir.parse(args.logdir or None)
+            logdir = _logdir.Logdir.parse(args.logdir or None)
         except _store.LogdirError as error:
             raise UsageError(str(error)) from None
         options = {key: value for key, value in vars(args).items() if value not in (None, False)}
