@@ -9,18 +9,20 @@ from typing import Any
 import pytest
 
 from tests.conftest import FakeEvent
-from xprof_magic import _labels
+from xprof_magic import _labels, _steps
 from xprof_magic._rewrite import find_markers, label_for, rewrite
 
 
-def run(source: str, **options: Any) -> tuple[dict[str, Any], _labels.Recorder, Any]:
+def run(
+    source: str, tracker: _steps.StepTracker | None = None, **options: Any
+) -> tuple[dict[str, Any], _labels.Recorder, Any]:
     source = textwrap.dedent(source)
     tree = ast.parse(source)
     cell = rewrite(tree, source.splitlines(), markers=find_markers(source), **options)
     namespace: dict[str, Any] = {}
     FakeEvent.log = []
     recorder = _labels.Recorder(FakeEvent)
-    with _labels.recording(recorder):
+    with _labels.recording(recorder, tracker):
         exec(compile(cell.tree, "<cell>", "exec"), namespace)
     namespace.pop("__builtins__", None)
     return namespace, recorder, cell
@@ -126,16 +128,18 @@ def test_final_expression_value_is_kept_and_plain_statements_are_not() -> None:
 
 
 def test_steps_mark_each_iteration_of_top_level_loops() -> None:
+    tracker = _steps.StepTracker(FakeEvent)
     _, rec, cell = run(
         """
         for i in range(4):
             # xprof: work
             pass
         """,
+        tracker,
         steps=True,
     )
     assert cell.step_loops == 1
-    assert len(rec.steps()) == 4
+    assert len(tracker.durations()) == 4
     step_events = [
         stats for kind, name, stats in FakeEvent.log if kind == "open" and name == "step"
     ]

@@ -18,7 +18,7 @@ import pytest
 
 import xprof_magic
 from tests.conftest import FakeEvent, host_events, only_run, run, step_numbers
-from xprof_magic import _labels, _metadata, _steps, _store
+from xprof_magic import _labels, _metadata, _steps, _store, _trace
 from xprof_magic._capture import parse_steps
 from xprof_magic._rewrite import rewrite
 
@@ -78,16 +78,17 @@ def test_the_users_markers_win_and_ours_are_dropped() -> None:
 def test_a_window_starts_and_stops_the_trace_at_its_steps() -> None:
     calls: list[tuple[str, int]] = []
 
-    def start() -> bool:
-        calls.append(("start", tracker.ended))
-        return True
+    class Trace:
+        def start(self) -> None:
+            calls.append(("start", tracker.ended))
+
+        def pause(self, doing: str) -> None:
+            calls.append(("stop", tracker.ended))
 
     tracker = _steps.StepTracker(
         FakeEvent,
         watch_syncs=True,
-        window=_steps.StepWindow(2, 4),
-        start_trace=start,
-        stop_trace=lambda: calls.append(("stop", tracker.ended)),
+        window=_trace.TraceWindow(_steps.StepWindow(2, 4), Trace()),
     )
     tracker.arm()
     for _ in range(6):
@@ -155,12 +156,13 @@ def test_the_innermost_loops_are_the_iterations_and_functions_are_left_alone() -
 
 def test_nested_loops_without_syncs_give_one_step_per_inner_iteration() -> None:
     cell, _ = rewritten("for epoch in range(2):\n    for batch in range(3):\n        pass\n")
-    recorder = _labels.Recorder(FakeEvent, _steps.StepTracker(FakeEvent, watch_syncs=True))
-    with _labels.recording(recorder):
-        recorder.tracker.arm()
+    recorder = _labels.Recorder(FakeEvent)
+    tracker = _steps.StepTracker(FakeEvent, recorder, watch_syncs=True)
+    with _labels.recording(recorder, tracker):
+        tracker.arm()
         exec(compile(cell.tree, "<cell>", "exec"), {})
-        recorder.tracker.finish()
-    assert recorder.tracker.rule == "iteration"
+        tracker.finish()
+    assert tracker.rule == "iteration"
     assert recorded_steps() == list(range(6))
 
 

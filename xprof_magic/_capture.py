@@ -5,32 +5,39 @@ IPython-free: the magic and the script API (:func:`capture`) share this machiner
 code raised, that exception is what the caller sees; if storing the run fails, the code's
 result still stands and the problem is reported in one line.
 
-Long because a capture is one lifecycle (start, step window, stop, store, result) whose
-failure paths are only right when read together.
+What a capture opens (staging folder, the backend's watch, the trace, the hooks around the
+cell) sits on one ``ExitStack``, so a failure anywhere closes just what was opened. The
+capture owns its trace (:mod:`xprof_magic._trace`), step tracker and label recorder; the
+tracker asks its step window, which switches the trace: nothing calls back into its owner.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import shutil
 import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from xprof_magic import _labels, _metadata, _store
-from xprof_magic._backends import Backend, MetricsSnapshot, get_backend, metrics_delta
+from xprof_magic import _labels, _logdir, _metadata, _store
+from xprof_magic._backends import (
+    Backend,
+    CaptureWords,
+    MetricsSnapshot,
+    get_backend,
+    get_vocabulary,
+    metrics_delta,
+)
 from xprof_magic._plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
 from xprof_magic._result import CaptureResult, size_warning
 from xprof_magic._steps import StepTracker, end_messages, parse_steps
-from xprof_magic._units import seconds
+from xprof_magic._trace import Trace, TraceWindow, collect_workers
 
 __all__ = [
     "DEFAULT_PORT",
@@ -44,6 +51,8 @@ __all__ = [
 ]
 
 _last: CaptureResult | None = None
+# What each backend's profiler server said already, so that each thing is said once.
+_server_said: dict[str, set[str]] = {}
 
 
 def last() -> CaptureResult | None:
@@ -59,6 +68,21 @@ def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+@dataclass
+class _Running:
+    """What a started capture holds until it stops."""
+
+    backend: Backend
+    words: CaptureWords
+    staging: _store.Staging
+    before: MetricsSnapshot
+    recorder: _labels.Recorder
+    tracker: StepTracker
+    trace: Trace
+    stack: ExitStack
+    cell: ExitStack
+
+
 class Capture:
     """One capture: :meth:`start`, :meth:`run` the code, :meth:`stop`; or a ``with`` block.
 
@@ -66,7 +90,8 @@ class Capture:
     the trace, and refuses with nothing written; ``run`` times the code; ``stop`` waits for
     the device, stops the trace and stores the run; ``result`` then holds it. The magic
     uses the three steps, so that setting up its display between start and run is not
-    counted as the cell's time; scripts use ``with``.
+    counted as the cell's time; scripts use ``with``. Raises ``ValueError`` for a run name
+    with no usable character.
     """
 
     def __init__(
@@ -77,23 +102,10 @@ class Capture:
         # The user's names, so that profiler functions they imported by name are guarded too.
         self.namespace = namespace
         self.result: CaptureResult | None = None
-        self.recorder: _labels.Recorder | None = None
-        self._backend: Backend | None = None
-        self._staging: _store.Staging | None = None
-        self._recording: Any = None
-        self._before = MetricsSnapshot()
+        self._run: _Running | None = None
+        self._messages: list[str] = []
         self._start_ns = 0
         self._t0 = 0.0
-        self._messages: list[str] = []
-        self._tracing = False
-        self._hooks: Any = None
-        self._user_hooks: Any = None
-        self._watch: Any = None
-        self._trace_ns: list[int] = []
-        self._partial = False
-        self._workers_said = False
-        self._worker_methods: list[str] = []
-        self._taken: set[str] = set()
 
     def start(self) -> Capture:
         """Check the log directory, start the server and the trace (or arm the window).
@@ -101,67 +113,60 @@ class Capture:
         Raises :class:`~xprof_magic._store.LogdirError` or
         :class:`~xprof_magic._backends.TraceAlreadyRunning` with nothing written.
         """
-        if self.plan.remote is not None:
-            from xprof_magic import _gcs
-
-            self._taken = _gcs.check(_gcs.parse(self.plan.remote))
-        staging = _store.begin(self.plan.logdir)
-        windowed = self.plan.step_window is not None
-        try:
-            backend = get_backend(self.plan.backend)
-            self._watch = backend.watch()
-            self._watch.__enter__()
-            self._before = backend.metrics()
-            if not windowed:
-                backend.start_trace(str(staging.path))
-                self._tracing = True
-        except BaseException:
-            self._unwatch()
-            _store.discard(staging)
-            raise
-        self._backend, self._staging = backend, staging
-        try:
-            if self.plan.server:
+        plan = self.plan
+        with ExitStack() as stack:
+            staging = _logdir.stage(plan.logdir)
+            stack.callback(_store.discard, staging)
+            backend = get_backend(plan.backend)
+            _enter_quietly(stack, backend.watch())
+            before = backend.metrics()
+            recorder = _labels.Recorder(backend.event)
+            recorder.tracing = plan.step_window is None
+            trace = Trace(backend, staging.path, recorder, self._messages)
+            stack.callback(trace.abandon)
+            if plan.step_window is None:
+                trace.begin()
+            if plan.server:
                 self._start_server(backend)
-        except BaseException:
-            self._abandon()
-            raise
-        tracker = StepTracker(
-            backend.event,
-            watch_syncs=self.plan.steps,
-            window=self.plan.step_window,
-            start_trace=self._start_window,
-            stop_trace=self._stop_window,
-        )
-        self.recorder = _labels.Recorder(backend.event, tracker)
-        self.recorder.tracing = not windowed
-        self._recording = _labels.recording(self.recorder)
-        self._recording.__enter__()
-        user_hooks = getattr(backend, "user_hooks", None)
-        if user_hooks is not None:
-            try:
-                self._user_hooks = user_hooks(self._user_trace, self._workers, self.namespace)
-                self._user_hooks.__enter__()
-            except BaseException:
-                self._user_hooks = None
-                self._recording.__exit__(None, None, None)
-                self._abandon()
-                raise
-        if self.plan.steps:
-            try:
-                self._hooks = backend.step_hooks(tracker.synced, tracker.user_step)
-                self._hooks.__enter__()
-            except BaseException:
-                self._recording.__exit__(None, None, None)
-                self._abandon()
-                raise
+            words = get_vocabulary(backend.name).capture
+            tracker = self._tracker(backend, recorder, trace, words)
+            cell = stack.enter_context(ExitStack())
+            run = _Running(backend, words, staging, before, recorder, tracker, trace, stack, cell)
+            self._hook_cell(run)
+            run.stack = stack.pop_all()
+        self._run = run
         return self
 
+    def _tracker(
+        self, backend: Backend, recorder: _labels.Recorder, trace: Trace, words: CaptureWords
+    ) -> StepTracker:
+        steps = self.plan.step_window
+        window = None
+        if steps is not None:
+            window = TraceWindow(steps, trace, words.stop_trace, self._messages)
+        return StepTracker(backend.event, recorder, watch_syncs=self.plan.steps, window=window)
+
+    def _hook_cell(self, run: _Running) -> None:
+        """Open what watches the cell: its labels and steps, the user's own tracing."""
+        backend, trace, cell = run.backend, run.trace, run.cell
+        cell.enter_context(_labels.recording(run.recorder, run.tracker))
+
+        def workers(start_method: str, traceable: bool) -> str | None:
+            return trace.worker_folder(start_method, traceable, run.words.workers)
+
+        _enter_quietly(cell, backend.user_hooks(self._user_trace, workers, self.namespace))
+        if self.plan.steps:
+            tracker = run.tracker
+            _enter_quietly(cell, backend.step_hooks(tracker.synced, tracker.user_step))
+
     def run(self, code: Callable[[], T]) -> T:
-        """Run the traced code and return its value; the capture's wall time starts here."""
+        """Run the traced code and return its value (the value the rewritten cell kept, if
+        it kept one); the capture's wall time starts here."""
         __tracebackhide__ = True
         self._begin()
-        return code()
+        value = code()
+        recorder = self._running().recorder
+        return recorder.value if recorder.has_value else value
 
     def stop(self, error: BaseException | None = None) -> CaptureResult | None:
         """Wait for the device, stop the trace and store the run; ``error`` is how the code
@@ -184,63 +189,16 @@ class Capture:
     ) -> None:
         self._stop(exc)
 
+    def _running(self) -> _Running:
+        if self._run is None:
+            raise RuntimeError("the capture is not running; call start() first")
+        return self._run
+
     def _begin(self) -> None:
         """The cell's wall time starts now, and steps are counted from here."""
         self._start_ns = time.time_ns()
         self._t0 = time.perf_counter()
-        assert self.recorder is not None
-        self.recorder.tracker.arm()
-
-    def _start_window(self) -> bool:
-        """Start the trace where the window's first step starts; never raise into the cell."""
-        backend, staging, recorder = self._backend, self._staging, self.recorder
-        assert backend is not None and staging is not None and recorder is not None
-        try:
-            backend.start_trace(str(staging.path))
-        except Exception as error:
-            window = recorder.tracker.window
-            stop = _STOP.get(backend.name, "the profiler's stop_trace()")
-            self._messages.append(
-                f"--steps {window}: the trace could not start: {error}; stop the trace that "
-                f"runs ({stop}) and run the cell again"
-            )
-            return False
-        self._tracing = True
-        self._trace_ns.append(time.time_ns())
-        recorder.tracing = True
-        return True
-
-    def _stop_window(self) -> None:
-        """Stop the trace where the window's last step ends, the device done with it.
-
-        The cell waits here: for the device to finish the steps already launched, then for
-        the profiler to write the capture.
-        """
-        backend, recorder = self._backend, self.recorder
-        assert backend is not None and recorder is not None
-        t0 = time.perf_counter()
-        self._halt("stopping the trace after the window")
-        self._trace_ns.append(time.time_ns())
-        recorder.tracker.release()
-        paused = seconds(time.perf_counter() - t0)
-        self._messages.append(
-            f"the trace stopped after step {recorder.tracker.last}; the cell went on "
-            f"untraced (it paused {paused} to stop)"
-        )
-
-    def _halt(self, doing: str) -> None:
-        """Stop the trace mid-cell, once the device is done with what was launched (only
-        when the user's code started the runtime: the magic never starts it)."""
-        backend, recorder = self._backend, self.recorder
-        assert backend is not None and recorder is not None
-        recorder.tracing = False
-        try:
-            if backend.runtime_started():
-                backend.wait_for_device()
-            backend.stop_trace()
-        except Exception as error:
-            self._messages.append(f"{doing} failed: {error}")
-        self._tracing = False
+        self._running().tracker.arm()
 
     def _user_trace(self, call: str) -> None:
         """The user's code starts its own trace: stop the capture's, keep what it holds.
@@ -248,248 +206,135 @@ class Capture:
         One profiling session per process, and the user's wins: their call goes ahead as it
         would without the capture, and the run, cut here, is marked ``partial``.
         """
-        backend, recorder = self._backend, self.recorder
-        assert backend is not None and recorder is not None
-        if not self._tracing:
+        run = self._running()
+        if not run.trace.running:
             return
-        self._halt(f"stopping the trace for your {call}()")
-        self._partial = True
-        if not self._trace_ns:
-            self._trace_ns.append(self._start_ns)
-        self._trace_ns.append(time.time_ns())
-        recorder.tracker.release()
-        message = (
+        run.trace.pause(f"stopping the trace for your {call}()")
+        run.trace.partial = True
+        run.tracker.release()
+        self._messages.append(
             f"your own {call}() started a trace, so the magic stopped its own there (one "
             "trace per process): this run is partial, and the rest of the cell is in yours"
         )
-        self._messages.append(message)
-
-    def _workers(self, start_method: str, traceable: bool) -> str | None:
-        """The code starts worker processes: the folder they trace themselves into, when
-        they can (forked, while this trace runs); else say that the run lacks them."""
-        if traceable and self._tracing and self._staging is not None:
-            self._worker_methods.append(start_method)
-            return str(self._staging.path / _WORKERS / str(len(self._worker_methods)))
-        if self._workers_said:
-            return None
-        self._workers_said = True
-        self._messages.append(
-            f"the cell started worker processes (start method {start_method!r}); their own "
-            "timelines are not in this run, which holds this process only. To capture a "
-            "worker, start a server in it, xp.start_server(9500 + rank, only_on_master=False) "
-            "(keep the object), and capture it from here with "
-            "xp.trace('localhost:<port>', logdir, duration_ms=...) while it runs; or use "
-            "start_method='fork', whose workers %%xprof traces as hosts rank<N>"
-        )
-        return None
-
-    def _collect_workers(self, staging: _store.Staging) -> None:
-        """Move the workers' timelines into the run's session, one host ``rank<N>`` each."""
-        folder = staging.path / _WORKERS
-        if not self._worker_methods:
-            return
-        sessions = [p for p in _store.profile_dir(staging.path).glob("*") if p.is_dir()]
-        hosts: list[str] = []
-        spawns = sorted(folder.glob("*/rank*"), key=lambda p: (int(p.parent.name), p.name))
-        for rank in spawns if len(sessions) == 1 else []:
-            for xplane in sorted(rank.glob("plugins/profile/*/*.xplane.pb")):
-                host, taken = rank.name, 1
-                while host in hosts:
-                    taken += 1
-                    host = f"{rank.name}-{taken}"
-                with contextlib.suppress(OSError):
-                    xplane.rename(sessions[0] / f"{host}.xplane.pb")
-                    hosts.append(host)
-        shutil.rmtree(folder, ignore_errors=True)
-        if hosts:
-            self._messages.append(
-                f"the workers' timelines are in this run as hosts {', '.join(hosts)} "
-                "(XProf's host menu; the summary's hosts table compares them)"
-            )
-        else:
-            self._messages.append(
-                "the cell started worker processes, but none wrote its timeline (killed, "
-                "or its trace could not start), so this run holds this process only"
-            )
 
     def _start_server(self, backend: Backend) -> None:
         status = backend.start_server(self.plan.port)
-        said: set[str] = backend.__dict__.setdefault("_xprof_said", set())
+        said = _server_said.setdefault(backend.name, set())
         if status.message and status.message not in said:
             said.add(status.message)
             self.notify(f"xprof: {status.message}")
 
-    def _unwatch(self) -> None:
-        """Close the backend's watch of this capture, once."""
-        watch, self._watch = self._watch, None
-        if watch is not None:
-            with contextlib.suppress(Exception):
-                watch.__exit__(None, None, None)
-
-    def _abandon(self) -> None:
-        """Stop the trace and drop the staged capture (a start that failed half-way)."""
-        self._unwatch()
-        if self._backend is not None and self._tracing:
-            self._tracing = False
-            with contextlib.suppress(Exception):
-                self._backend.stop_trace()
-        if self._staging is not None:
-            _store.discard(self._staging)
-
     def _stop(self, exc: BaseException | None) -> None:
-        backend, staging, recorder = self._backend, self._staging, self.recorder
-        assert backend is not None and staging is not None and recorder is not None
-        sync_error: BaseException | None = None
-        if exc is None and self.plan.sync and backend.runtime_started():
+        run, self._run = self._running(), None
+        with run.stack:
+            interrupt, wall_s = self._end_cell(run, exc)
+            if not run.trace.running and run.tracker.state in ("before", "failed"):
+                for message in self._messages:
+                    self.notify(f"xprof: {message}")
+            else:
+                interrupt = self._wait_for_device(run) or interrupt
+                try:
+                    self._store(run, exc or interrupt, wall_s)
+                except BaseException as error:  # KeyboardInterrupt: the trace is stopped
+                    interrupt = interrupt or error
+        if interrupt is not None and exc is None:
+            raise interrupt
+
+    def _end_cell(
+        self, run: _Running, exc: BaseException | None
+    ) -> tuple[BaseException | None, float]:
+        """Close what watched the cell (after ``--sync``, which is part of it); an interrupt
+        of the sync, to raise once the trace is stopped, and the cell's wall time."""
+        interrupt: BaseException | None = None
+        if exc is None and self.plan.sync and run.backend.runtime_started():
             # Part of the cell: in its wall time, and a block of its own, so that the
             # compile and run of the work it launches land in a labelled block.
             try:
-                with _labels.label(f"{backend.name}.sync() (--sync)"):
-                    backend.sync()
+                with _labels.label(run.words.sync_label):
+                    run.backend.sync()
             except Exception as error:
                 self._messages.append(f"--sync failed: {error}")
             except BaseException as error:  # KeyboardInterrupt: stop the trace all the same
-                sync_error = error
+                interrupt = error
         wall_s = time.perf_counter() - self._t0
-        self._recording.__exit__(None, None, None)
-        if self._user_hooks is not None:
-            with contextlib.suppress(Exception):
-                self._user_hooks.__exit__(None, None, None)
-        tracker = recorder.tracker
-        tracker.finish()
-        if self._hooks is not None:
-            with contextlib.suppress(Exception):
-                self._hooks.__exit__(None, None, None)
-        self._messages.extend(end_messages(tracker, self.plan.steps))
-        if not self._tracing and tracker.state in ("before", "failed"):
-            self._unwatch()
-            _store.discard(staging)
-            for message in self._messages:
-                self.notify(f"xprof: {message}")
-            if sync_error is not None and exc is None:
-                raise sync_error
-            return
-        interrupted: BaseException | None = sync_error
+        run.cell.close()
+        run.tracker.finish()
+        self._messages.extend(end_messages(run.tracker, self.plan.steps, run.words.no_steps))
+        return interrupt, wall_s
+
+    def _wait_for_device(self, run: _Running) -> BaseException | None:
+        """Wait for the device work the trace should hold; an interrupt, to raise later."""
         try:
-            if self._tracing and backend.runtime_started():
-                backend.wait_for_device()
+            if run.trace.running and run.backend.runtime_started():
+                run.backend.wait_for_device()
         except Exception as error:
             self._messages.append(f"waiting for the device failed: {error}")
         except BaseException as error:  # KeyboardInterrupt: stop the trace all the same
-            interrupted = error
-        try:
-            self._store(backend, staging, recorder, exc or interrupted, wall_s)
-        except BaseException as error:
-            interrupted = interrupted or error
-        finally:
-            self._unwatch()
-        if interrupted is not None and exc is None:
-            raise interrupted
+            return error
+        return None
 
-    def _store(
-        self,
-        backend: Backend,
-        staging: _store.Staging,
-        recorder: _labels.Recorder,
-        exc: BaseException | None,
-        wall_s: float,
-    ) -> None:
+    def _store(self, run: _Running, exc: BaseException | None, wall_s: float) -> None:
+        """Stop the trace and store the run; a failure is told in one line, never raised."""
+        plan = self.plan
+        assert plan.name is not None
         try:
-            if self._tracing:
-                self._tracing = False
-                try:
-                    backend.stop_trace()
-                finally:
-                    recorder.tracker.release()
-            self._collect_workers(staging)
-            end_ns = time.time_ns()
-            metadata = self._metadata(backend, recorder, exc, wall_s, end_ns)
-            assert self.plan.name is not None
-            run_dir = _store.commit(staging, self.plan.name, metadata.to_json(), self._taken_now())
-        except BaseException as error:
-            _store.discard(staging)
-            if not isinstance(error, Exception):
-                raise
-            full = (isinstance(error, OSError) and error.errno == errno.ENOSPC) or (
-                "No space left" in str(error)
-            )
-            hint = "free space or choose another --logdir" if full else "see the error above"
-            self.notify(
-                f"xprof: the capture could not be stored in {self.plan.logdir}: {error}. "
-                f"The cell's own result is unaffected; {hint}."
-            )
+            try:
+                run.trace.stop()
+            finally:
+                run.tracker.release()
+            said = collect_workers(run.staging.path, len(run.trace.workers))
+            if said:
+                self._messages.append(said)
+            metadata = self._metadata(run, exc, wall_s, time.time_ns())
+            stored = _logdir.store(plan.logdir, run.staging, plan.name, metadata.to_json())
+        except Exception as error:
+            failure = _logdir.StoreError.of(plan.logdir, error)
+            self.notify(f"xprof: {failure}. The cell's own result is unaffected.")
             return
-        if self.plan.remote is not None:
-            said, run_dir = _upload(self.plan.remote, run_dir)
-            self._messages.append(said)
-        warning = size_warning(_store.xplane_bytes(run_dir))
+        if stored.upload:
+            self._messages.append(stored.upload)
+        warning = size_warning(_store.xplane_bytes(stored.run_dir), run.words.shrink)
         if warning:
             self._messages.append(f"warning: {warning}")
-        self.result = CaptureResult(
-            run=run_dir.name,
-            run_dir=run_dir,
-            logdir=self.plan.logdir.absolute(),
-            wall_s=wall_s,
-            status=metadata.status,
-            error=None
-            if metadata.error is None
-            else {"type": metadata.error.type, "message": metadata.error.message},
-            labels=recorder.labels(),
-            steps=recorder.steps(),
-            backend=backend.name,
-            device=metadata.device,
-            metadata=replace(metadata, run=run_dir.name),
-            messages=self._messages,
-            value=recorder.value,
+        self.result = CaptureResult.stored(
+            stored.run_dir,
+            plan.logdir.local.absolute(),
+            metadata,
+            run.recorder.labels(),
+            self._messages,
         )
         global _last
         _last = self.result
 
-    def _taken_now(self) -> set[str]:
-        """Run names taken in the bucket (none for a local log directory)."""
-        if self.plan.remote is None:
-            return set()
-        from xprof_magic import _gcs
-
-        return self._taken | _gcs.taken(_gcs.parse(self.plan.remote))
-
     def _metadata(
-        self,
-        backend: Backend,
-        recorder: _labels.Recorder,
-        exc: BaseException | None,
-        wall_s: float,
-        end_ns: int,
+        self, run: _Running, exc: BaseException | None, wall_s: float, end_ns: int
     ) -> _metadata.RunMetadata:
         from xprof_magic._version import __version__
 
         error = None if exc is None else _metadata.RunError(type(exc).__name__, _message(exc))
-        delta = metrics_delta(self._before, backend.metrics())
-        tracker = recorder.tracker
-        start_ns = self._trace_ns[0] if self._trace_ns else self._start_ns
-        if len(self._trace_ns) > 1:
-            end_ns = self._trace_ns[1]
-        steps = tuple(recorder.steps())
+        backend, tracker, plan = run.backend, run.tracker, self.plan
+        start_ns, end_ns = run.trace.span(self._start_ns, end_ns)
+        steps = tuple(tracker.durations())
         return _metadata.RunMetadata(
-            run=self.plan.name or "",
-            cell=self.plan.cell,
-            cell_number=self.plan.cell_number,
-            labels=tuple(recorder.labels()),
+            run=plan.name or "",
+            cell=plan.cell,
+            cell_number=plan.cell_number,
+            labels=tuple(run.recorder.labels()),
             steps=steps,
-            options=self.plan.options,
+            options=plan.options,
             start=_iso(start_ns),
             end=_iso(end_ns),
             start_ns=start_ns,
             end_ns=end_ns,
             wall_s=wall_s,
-            status="error" if exc is not None else "partial" if self._partial else "ok",
+            status="error" if exc is not None else "partial" if run.trace.partial else "ok",
             error=error,
             backend=backend.name,
             device=backend.device(),
             host=socket.gethostname(),
             pid=os.getpid(),
             versions={**backend.versions(), "xprof_magic": __version__},
-            metrics=delta,
+            metrics=metrics_delta(run.before, backend.metrics()),
             step_rule=tracker.rule if steps else None,
             step_window=None if tracker.window is None else str(tracker.window),
             steps_first=tracker.first if steps else None,
@@ -497,23 +342,16 @@ class Capture:
         )
 
 
-_WORKERS = "workers"
-_STOP = {
-    "torch_xla": "torch_xla.debug.profiler.stop_trace()",
-    "jax": "jax.profiler.stop_trace()",
-}
+def _enter_quietly(stack: ExitStack, manager: AbstractContextManager[Any]) -> None:
+    """Open ``manager`` and close it with ``stack``; its own failure to close is dropped, so
+    that it never replaces the outcome of the user's code."""
+    manager.__enter__()
 
+    def close() -> None:
+        with contextlib.suppress(Exception):
+            manager.__exit__(None, None, None)
 
-def _upload(remote: str, run_dir: Path) -> tuple[str, Path]:
-    """Upload a committed run to its ``gs://`` log directory: the line that says how it went,
-    and the run's folder (renamed if the bucket had its name by then)."""
-    from xprof_magic import _gcs
-
-    try:
-        uploaded = _gcs.upload(_gcs.parse(remote), run_dir)
-    except (_gcs.UploadError, _store.LogdirError) as error:
-        return f"warning: {error}", run_dir
-    return uploaded.text(), uploaded.run_dir
+    stack.callback(close)
 
 
 def _message(exc: BaseException) -> str:
@@ -543,13 +381,12 @@ def capture(
     ``cap.result`` (also :func:`xprof_magic.last`) describes the run. Label blocks by hand
     with :func:`xprof_magic.label`; ``steps``/``sync`` mean what ``--steps``/``--sync`` do:
     ``steps=True`` marks steps, ``steps="100:103"`` traces only steps 100 to 102 (raises
-    ``ValueError`` for a window that is not one).
+    ``ValueError`` for a window that is not one, and
+    :class:`~xprof_magic._store.LogdirError` for a ``gs://`` location that is not one).
     """
     marks, window = parse_steps(steps)
-    text = str(logdir) if logdir is not None else _store.default_logdir_text()
     plan = Plan(
-        logdir=_store.local_logdir(text),
-        remote=text if _store.is_remote(text) else None,
+        logdir=_logdir.Logdir.parse(logdir),
         name=name,
         labels=False,
         steps=marks,

@@ -1,5 +1,9 @@
 """What rewritten cells call at run time: labels, steps and the kept final value.
 
+A capture hands :func:`recording` its :class:`Recorder` (label times, the open label blocks,
+the kept value) and its :class:`~xprof_magic._steps.StepTracker`, which the recorder does not
+know: the tracker splits the recorder's blocks at step ends, never the other way round.
+
 The rewritten code reaches this module through ``__import__``, so it must stay cheap to
 import and free of torch: the backend hands in its event factory when a capture starts.
 Outside a capture every call is a no-op, so functions defined in a profiled cell keep
@@ -46,12 +50,11 @@ class LabelStat:
 
 
 class Recorder:
-    """Collects one capture's label times, steps and final value."""
+    """Collects one capture's label times and final value; ``tracing`` says whether the
+    trace runs now (a label's time counts only when it ran from the block's entry to exit)."""
 
-    def __init__(self, make_event: EventFactory, tracker: StepTracker | None = None) -> None:
+    def __init__(self, make_event: EventFactory) -> None:
         self.make_event = make_event
-        self.tracker = tracker if tracker is not None else StepTracker(make_event)
-        self.tracker.recorder = self
         self.tracing = True
         self._lock = threading.Lock()
         self._totals: dict[tuple[str, ...], list[int]] = {}
@@ -114,22 +117,30 @@ class Recorder:
         with self._lock:
             return [LabelStat(p, c, t / 1e9) for p, (c, t) in self._totals.items()]
 
-    def steps(self) -> list[float]:
-        """Host time of each step the trace holds, in seconds."""
-        return self.tracker.durations()
+
+class _Active:
+    """The capture receiving labels and steps now."""
+
+    __slots__ = ("recorder", "tracker")
+
+    def __init__(self, recorder: Recorder, tracker: StepTracker) -> None:
+        self.recorder, self.tracker = recorder, tracker
 
 
-_active: Recorder | None = None
+_active: _Active | None = None
 _path: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
     "xprof_magic_label_path", default=()
 )
 
 
 @contextmanager
-def recording(recorder: Recorder) -> Iterator[Recorder]:
-    """Make ``recorder`` receive every label until the block ends."""
+def recording(recorder: Recorder, tracker: StepTracker | None = None) -> Iterator[Recorder]:
+    """Make ``recorder`` receive every label, and ``tracker`` (default: one that watches no
+    syncs and has no window) every step, until the block ends."""
     global _active
-    previous, _active = _active, recorder
+    if tracker is None:
+        tracker = StepTracker(recorder.make_event, recorder)
+    previous, _active = _active, _Active(recorder, tracker)
     token = _path.set(())
     try:
         yield recorder
@@ -157,12 +168,14 @@ class _Block:
         "_recorder",
         "_start",
         "_token",
+        "_tracker",
         "number",
         "thread",
     )
 
-    def __init__(self, recorder: Recorder, name: str) -> None:
+    def __init__(self, recorder: Recorder, tracker: StepTracker, name: str) -> None:
         self._recorder = recorder
+        self._tracker = tracker
         self._name = name
         self._event: AbstractContextManager[Any] | None = None
         self._token: contextvars.Token[tuple[str, ...]] | None = None
@@ -183,7 +196,7 @@ class _Block:
             self.number = self._recorder.opened(self)
         if outer:
             with contextlib.suppress(Exception):
-                self._recorder.tracker.outer_label()
+                self._tracker.outer_label()
         self._start = time.perf_counter_ns()
 
     def __exit__(
@@ -262,10 +275,10 @@ def _nothing() -> None:
 
 def label(name: str) -> _Block | _Nothing:
     """A labelled block: a profiler event plus its host time."""
-    recorder = _active
-    if recorder is None:
+    active = _active
+    if active is None:
         return _NOTHING
-    return _Block(recorder, name)
+    return _Block(active.recorder, active.tracker, name)
 
 
 def step() -> _Hook | _Nothing:
@@ -274,43 +287,43 @@ def step() -> _Hook | _Nothing:
     Explicit steps are the user's own markers: while a capture sees them, it marks no
     steps of its own.
     """
-    recorder = _active
-    if recorder is None:
+    active = _active
+    if active is None:
         return _NOTHING
-    tracker = recorder.tracker
+    tracker = active.tracker
     return _Hook(lambda: tracker.user_step(True, mark=True), lambda: tracker.user_step(False))
 
 
 def iteration() -> _Hook | _Nothing:
     """One iteration of a loop the rewriter chose: a step when nothing syncs."""
-    recorder = _active
-    if recorder is None:
+    active = _active
+    if active is None:
         return _NOTHING
-    tracker = recorder.tracker
+    tracker = active.tracker
     return _Hook(tracker.iteration_started, tracker.iteration_ended)
 
 
 def loops_ahead() -> None:
     """The cell has loops for steps: the first step starts at the first one, not here."""
-    recorder = _active
-    if recorder is not None:
+    active = _active
+    if active is not None:
         with contextlib.suppress(Exception):
-            recorder.tracker.disarm()
+            active.tracker.disarm()
 
 
 def loop() -> _Hook | _Nothing:
     """The cell's loop: its first entry is where the first step starts."""
-    recorder = _active
-    if recorder is None:
+    active = _active
+    if active is None:
         return _NOTHING
-    tracker = recorder.tracker
+    tracker = active.tracker
     return _Hook(lambda: tracker.arm(by_loop=True), _nothing)
 
 
 def keep(value: Any) -> Any:
-    """Hold the cell's final value for the magic to return as Out[n]."""
-    recorder = _active
-    if recorder is not None:
-        recorder.value = value
-        recorder.has_value = True
+    """Hold the cell's final value for the capture to return as Out[n]."""
+    active = _active
+    if active is not None:
+        active.recorder.value = value
+        active.recorder.has_value = True
     return value

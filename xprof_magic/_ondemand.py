@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xprof_magic import _metadata, _store
+from xprof_magic import _logdir, _metadata, _store
 
 __all__ = [
     "DEFAULT_DURATION_MS",
@@ -163,76 +163,71 @@ def own_address(port: int, backend: str = "torch_xla") -> tuple[str, str]:
 
 def capture(
     addresses: list[str],
-    logdir: Path,
+    logdir: _logdir.Logdir | str | os.PathLike[str],
     options: Options | None = None,
     name: str | None = None,
-    remote: str | None = None,
 ) -> Captured:
     """Capture ``addresses`` at once for ``options.duration_ms`` into one run of ``logdir``.
 
-    With ``remote`` (``gs://bucket/prefix``), ``logdir`` is its local mirror and the run is
-    uploaded once stored. Raises :class:`CaptureError` when no address gave a timeline (each
-    one's line in the message), and :class:`xprof_magic._store.LogdirError` when ``logdir``
-    (or the bucket) cannot hold a run, before anything is captured.
+    A ``gs://`` log directory's run is written to its local mirror and uploaded once
+    stored. Raises :class:`CaptureError` when no address gave a timeline (each one's line in
+    the message), and :class:`xprof_magic._store.LogdirError` when ``logdir`` (or the bucket)
+    cannot hold a run, before anything is captured, or the run could not be stored.
     """
     options = options or Options()
     if not addresses:
         raise CaptureError("no address given; give HOST:PORT, several separated by commas")
+    if not isinstance(logdir, _logdir.Logdir):
+        logdir = _logdir.Logdir.parse(logdir)
     run_name = _store.safe_run_name(name) if name else None
-    taken: set[str] = set()
-    if remote is not None:
-        from xprof_magic import _gcs
-
-        taken = _gcs.check(_gcs.parse(remote))
-    staging = _store.begin(Path(logdir))
+    staging = _logdir.stage(logdir)
     started_ns = time.time_ns()
-    started = time.perf_counter()
     try:
-        results = _capture_all(addresses, staging.path, options)
-        wall_s = time.perf_counter() - started
-        session = _store.profile_dir(staging.path) / "session"
-        session.mkdir(parents=True)
-        hosts: dict[str, str] = {}
-        failures: list[str] = []
-        for address, (xplane, failure) in zip(addresses, results, strict=True):
-            if xplane is None:
-                failures.append(failure)
-                continue
-            host = host_name(address)
-            os.replace(xplane, session / f"{host}{_store.XPLANE_SUFFIX}")
-            hosts[host] = address
-        for index in range(len(addresses)):
-            shutil.rmtree(staging.path / f"address{index}", ignore_errors=True)
-        if not hosts:
-            raise CaptureError(
-                "nothing was captured: " + ("; ".join(failures) or "no address gave a timeline")
-            )
-    except BaseException:
+        hosts, failures, wall_s = _gather(addresses, staging.path, options)
+        ended_ns = time.time_ns()
+        run_name = run_name or _store.default_run_name(datetime.now(), None)
+        meta = _run_metadata(addresses, hosts, options, failures, started_ns, ended_ns, wall_s)
+        stored = _logdir.store(logdir, staging, run_name, meta)
+    finally:
         _store.discard(staging)
-        raise
-    ended_ns = time.time_ns()
-    run_name = run_name or _store.default_run_name(datetime.now(), None)
-    meta = _run_metadata(addresses, hosts, options, failures, started_ns, ended_ns, wall_s)
-    if remote is not None:
-        taken |= _gcs.taken(_gcs.parse(remote))  # best effort: never raises for the network
-    path = _store.commit(staging, run_name, meta, taken)
-    upload = ""
-    if remote is not None:
-        try:
-            uploaded = _gcs.upload(_gcs.parse(remote), path)
-            upload, path = uploaded.text(), uploaded.run_dir
-        except _gcs.UploadError as error:
-            upload = f"warning: {error}"
     return Captured(
         logdir=staging.logdir,
-        run=path.name,
-        path=path,
+        run=stored.run_dir.name,
+        path=stored.run_dir,
         hosts=hosts,
         failures=tuple(failures),
         wall_s=wall_s,
         metadata=meta,
-        upload=upload,
+        upload=stored.upload,
     )
+
+
+def _gather(
+    addresses: list[str], staging: Path, options: Options
+) -> tuple[dict[str, str], list[str], float]:
+    """Capture every address into the staged session: the hosts (name to address), a line
+    per address that failed, and the wall time; :class:`CaptureError` when none gave one."""
+    started = time.perf_counter()
+    results = _capture_all(addresses, staging, options)
+    wall_s = time.perf_counter() - started
+    session = _store.profile_dir(staging) / "session"
+    session.mkdir(parents=True)
+    hosts: dict[str, str] = {}
+    failures: list[str] = []
+    for address, (xplane, failure) in zip(addresses, results, strict=True):
+        if xplane is None:
+            failures.append(failure)
+            continue
+        host = host_name(address)
+        os.replace(xplane, session / f"{host}{_store.XPLANE_SUFFIX}")
+        hosts[host] = address
+    for index in range(len(addresses)):
+        shutil.rmtree(staging / f"address{index}", ignore_errors=True)
+    if not hosts:
+        raise CaptureError(
+            "nothing was captured: " + ("; ".join(failures) or "no address gave a timeline")
+        )
+    return hosts, failures, wall_s
 
 
 def _capture_all(
@@ -275,7 +270,8 @@ def _capture_one(address: str, folder: Path, options: Options) -> tuple[Path | N
         reason = error.strerror or str(error) or type(error).__name__
         return None, (
             f"{address} does not answer ({reason}); is its profiler server running there, "
-            "e.g. xp.start_server(PORT, only_on_master=False)? The other hosts are kept"
+            "e.g. xp.start_server(PORT, only_on_master=False) or "
+            "jax.profiler.start_server(PORT)? The other hosts are kept"
         )
     from xprof.convert import _pywrap_profiler_plugin as client
 

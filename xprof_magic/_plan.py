@@ -14,10 +14,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from xprof_magic import _store
+from xprof_magic import _logdir, _store
 from xprof_magic._steps import StepWindow
 
 __all__ = ["DEFAULT_PORT", "NO_SERVER_ENV", "Plan", "choose_backend", "server_by_default"]
@@ -35,7 +34,7 @@ def server_by_default() -> bool:
 class Plan:
     """Everything a capture was asked to do, decided before any of it happens."""
 
-    logdir: Path = field(default_factory=_store.default_logdir)
+    logdir: _logdir.Logdir = field(default_factory=_logdir.Logdir.parse)
     name: str | None = None
     labels: bool = True
     steps: bool = False
@@ -47,12 +46,11 @@ class Plan:
     cell: str | None = None
     cell_number: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    # ``gs://bucket/prefix`` when the log directory is on Cloud Storage; ``logdir`` is then
-    # its local mirror, where the run is written before it is uploaded.
-    remote: str | None = None
 
     def with_name(self) -> Plan:
-        """The plan with its run name made safe, or a default one that sorts by time."""
+        """The plan with its run name made safe, or a default one that sorts by time; a
+        :class:`~xprof_magic._capture.Capture` calls it once. Raises ``ValueError`` for a
+        name with no usable character."""
         if self.name is None:
             name = _store.default_run_name(datetime.now(), self.cell_number)
         else:

@@ -7,9 +7,8 @@ IPython-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._steps import steps_line
@@ -26,13 +25,10 @@ BYTES_PER_EVENT = 15
 PROTOBUF_LIMIT_BYTES = 2 * 1024**3
 
 
-def size_warning(xplane_bytes: int) -> str | None:
-    """What a user should know about a capture this large, and how to shrink the next one."""
+def size_warning(xplane_bytes: int, shrink: str) -> str | None:
+    """What a user should know about a capture this large, and how to shrink the next one
+    (``shrink``: the advice in the run's backend's words)."""
     events = xplane_bytes // BYTES_PER_EVENT
-    shrink = (
-        "To shrink a capture, profile fewer steps (a shorter loop in the cell), or capture "
-        "on demand with torch_xla.debug.profiler.trace(..., host_tracer_level=1)."
-    )
     if xplane_bytes >= PROTOBUF_LIMIT_BYTES // 2:
         return (
             f"this capture is {xplane_bytes / 2**20:.0f} MB: near or past protobuf's 2 GB "
@@ -51,7 +47,8 @@ def size_warning(xplane_bytes: int) -> str | None:
 class CaptureResult:
     """One finished capture: what ran, how it went, and where the run is stored.
 
-    The viewer and the analysis attach to this object; ``value`` is the cell's result.
+    The viewer and the analysis attach to this object. The cell's value is not here:
+    :meth:`~xprof_magic._capture.Capture.run` returns it, stored or not.
     """
 
     run: str
@@ -66,7 +63,32 @@ class CaptureResult:
     device: str
     metadata: _metadata.RunMetadata
     messages: list[str] = field(default_factory=list)
-    value: Any = field(default=None, repr=False)
+
+    @classmethod
+    def stored(
+        cls,
+        run_dir: Path,
+        logdir: Path,
+        metadata: _metadata.RunMetadata,
+        labels: list[_labels.LabelStat],
+        messages: list[str],
+    ) -> CaptureResult:
+        """The result of a run just stored in ``run_dir``, from the metadata stored with it."""
+        error = metadata.error
+        return cls(
+            run=run_dir.name,
+            run_dir=run_dir,
+            logdir=logdir,
+            wall_s=metadata.wall_s or 0.0,
+            status=metadata.status,
+            error=None if error is None else {"type": error.type, "message": error.message},
+            labels=labels,
+            steps=list(metadata.steps),
+            backend=metadata.backend,
+            device=metadata.device,
+            metadata=replace(metadata, run=run_dir.name),
+            messages=messages,
+        )
 
     @property
     def hosts(self) -> tuple[str, ...]:

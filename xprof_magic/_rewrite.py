@@ -102,7 +102,7 @@ def rewrite(
     - With ``steps``, the cell's loops (``for`` and ``while`` outside functions and
       classes) report to the step tracker: the outermost ones where they start, the
       innermost ones each iteration. Whether iterations or syncs make the steps is decided
-      at run time (:class:`xprof_magic._labels.StepTracker`).
+      at run time (:class:`xprof_magic._steps.StepTracker`).
     - With ``keep_value``, a final expression's value is handed to the runtime, which is
       how the cell's result (Out[n]) survives the wrapping.
 

@@ -1,8 +1,10 @@
 """Steps: where they begin and end in a cell, how they are marked, and step windows.
 
 IPython- and torch-free, like :mod:`xprof_magic._labels`, which feeds the tracker: the
-backend reports syncs and the user's own markers, the rewritten cell its loops, and the
-capture starts and stops the trace for a window.
+backend reports syncs and the user's own markers, the rewritten cell its loops. Ownership
+runs one way: the tracker splits the label blocks (:class:`LabelBlocks`) at step ends and
+asks its step :class:`Window`, if any, which steps are traced; the window starts and stops
+the capture's trace. Nothing here calls back into what owns it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "LabelBlocks",
     "StepTracker",
     "StepWindow",
+    "Window",
     "end_messages",
     "never_started",
     "parse_steps",
@@ -61,6 +64,22 @@ class StepWindow:
 
     def __str__(self) -> str:
         return f"{self.start}:{'' if self.stop is None else self.stop}"
+
+
+class Window(Protocol):
+    """A step window as the tracker asks it (:class:`xprof_magic._trace.TraceWindow`): it
+    starts the trace at its first step and stops it after its last; ``str()`` is ``A:B``."""
+
+    state: str
+
+    def step_starts(self, number: int) -> bool:
+        """Step ``number`` starts; whether it is traced."""
+
+    def is_last(self, number: int) -> bool:
+        """Whether step ``number`` is the window's last one."""
+
+    def stop_after(self, number: int) -> None:
+        """Step ``number``, the last, has ended: stop the trace."""
 
 
 @dataclass
@@ -108,30 +127,26 @@ class StepTracker:
     are closed at the step's end and reopened, under the same names, in the next step; a
     reopened piece carries ``continued=1``, for readers that count entries.
 
-    With a window, ``start_trace`` is called where step ``window.start`` starts and
-    ``stop_trace`` where step ``window.stop - 1`` ends; counting goes on to the cell's end.
+    With a ``window``, only the steps inside it are traced and marked; the window starts and
+    stops the trace; counting goes on to the cell's end.
     """
 
     def __init__(
         self,
         make_event: EventFactory,
+        labels: LabelBlocks | None = None,
         *,
         watch_syncs: bool = False,
-        window: StepWindow | None = None,
-        start_trace: Callable[[], bool] | None = None,
-        stop_trace: Callable[[], None] | None = None,
+        window: Window | None = None,
     ) -> None:
         self._make_event = make_event
+        self._labels = labels
         self.watch_syncs = watch_syncs
         self.window = window
-        self._start_trace = start_trace
-        self._stop_trace = stop_trace
         self.rule: str | None = None
-        self.state = "inside" if window is None else "before"
         self.first: int | None = None
         self.last: int | None = None
         self.ended = 0
-        self.recorder: LabelBlocks | None = None
         self._lock = threading.RLock()
         self._armed = False
         self._by_loop = False
@@ -142,6 +157,11 @@ class StepTracker:
         self._user_depth = 0
         self._kept: list[AbstractContextManager[Any]] = []
         self._durations: list[int] = []
+
+    @property
+    def state(self) -> str:
+        """Where the cell is relative to the window: ``inside`` when there is none."""
+        return "inside" if self.window is None else self.window.state
 
     def durations(self) -> list[float]:
         """Host time of each step in the trace, in seconds."""
@@ -191,12 +211,12 @@ class StepTracker:
                 return
             if self._by_loop and not self._iterated:
                 return
-            recorder = self.recorder
-            pieces = [] if recorder is None else recorder.split(current.labels_before)
+            labels = self._labels
+            pieces = [] if labels is None else labels.split(current.labels_before)
             self._end(current)
             self._sync = self._begin(self.ended)
-            if recorder is not None:
-                recorder.resume(pieces)
+            if labels is not None:
+                labels.resume(pieces)
 
     def iteration_started(self) -> None:
         with self._lock:
@@ -254,11 +274,7 @@ class StepTracker:
             self._kept.clear()
 
     def _begin(self, number: int, mark: bool = True) -> _Open:
-        window = self.window
-        if window is not None and self.state == "before" and number >= window.start:
-            started = self._start_trace() if self._start_trace is not None else True
-            self.state = "inside" if started else "failed"
-        traced = self.state == "inside"
+        traced = True if self.window is None else self.window.step_starts(number)
         marker: AbstractContextManager[Any] | None = None
         if traced and mark:
             try:
@@ -266,8 +282,8 @@ class StepTracker:
                 marker.__enter__()
             except Exception:
                 marker = None
-        labels = 0 if self.recorder is None else self.recorder.opened_count()
-        return _Open(number, time.perf_counter_ns(), marker, traced, labels)
+        opened = 0 if self._labels is None else self._labels.opened_count()
+        return _Open(number, time.perf_counter_ns(), marker, traced, opened)
 
     def _end(self, step: _Open) -> None:
         elapsed = time.perf_counter_ns() - step.start_ns
@@ -282,12 +298,11 @@ class StepTracker:
             self.first = step.number
         self.last = step.number
         window = self.window
-        if window is not None and window.stop is not None and step.number >= window.stop - 1:
-            self.state = "after"
-            if self.recorder is not None:
-                self.recorder.clip()
-            if self._stop_trace is not None:
-                self._stop_trace()
+        if window is not None and window.is_last(step.number):
+            if self._labels is not None:
+                self._labels.clip()
+            window.stop_after(step.number)
+            self.release()
 
     def _drop(self, step: _Open | None) -> None:
         if step is not None and step.marker is not None:
@@ -345,16 +360,13 @@ def steps_line(count: int, rule: str | None, window: str | None, first: int | No
     return f"{count} {noun} ({which} of the cell, --steps {window}{how})"
 
 
-def end_messages(tracker: StepTracker, marking: bool) -> list[str]:
-    """What the user should know about the steps when the cell has ended."""
+def end_messages(tracker: StepTracker, marking: bool, no_steps: str) -> list[str]:
+    """What the user should know about the steps when the cell has ended; ``no_steps`` (the
+    backend's words) says why none was found and how to mark them."""
     window = tracker.window
     if window is None:
         if marking and not tracker.durations():
-            return [
-                "--steps found no step to mark: the cell neither synced (torch_xla.sync(), "
-                "xm.mark_step(), MpDeviceLoader) nor ran a loop; mark steps yourself with "
-                "xprof_magic.step() or torch_xla.debug.profiler.StepTrace"
-            ]
+            return [f"--steps found no step to mark: {no_steps}"]
         return []
     if tracker.state == "before":
         return [never_started(tracker)]

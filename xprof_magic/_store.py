@@ -6,8 +6,9 @@ included, is then moved into place with one ``rename``. So a run appears only wh
 complete, two captures in the same second never collide, and no run is ever overwritten.
 
 A ``gs://bucket/prefix`` log directory is written through a local mirror folder
-(:func:`local_logdir`), where all of the above holds; :mod:`xprof_magic._gcs` then uploads
-each committed run. This module only knows where the mirror is: no network here.
+(:func:`local_logdir`), where all of the above holds; :mod:`xprof_magic._logdir` commits
+there and hands the run to :mod:`xprof_magic._gcs` for upload. This module only knows where
+the mirror is: no network here.
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ class LogdirError(Exception):
 
 @dataclass(frozen=True)
 class Staging:
-    """A private folder the profiler writes into before the run is moved into place."""
+    """A private folder the profiler writes into before the run is moved into place;
+    ``taken``: run names a bucket already had when the capture started."""
 
     logdir: Path
     path: Path
+    taken: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

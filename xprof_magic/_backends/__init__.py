@@ -28,6 +28,7 @@ __all__ = [
     "VOCABULARIES",
     "Advice",
     "Backend",
+    "CaptureWords",
     "Headings",
     "MetricNames",
     "MetricsSnapshot",
@@ -99,6 +100,18 @@ class Backend(Protocol):
         """While open, report each sync, at any depth, after it launched the pending work
         (``True`` when there was work to launch), and where the user's own step markers
         begin (``True``) and end (``False``). Must not start the runtime."""
+
+    def user_hooks(
+        self,
+        on_user_trace: Callable[[str], None],
+        on_workers: Callable[[str, bool], str | None],
+        namespace: dict[str, Any] | None,
+    ) -> AbstractContextManager[None]:
+        """While open, call ``on_user_trace(call)`` before the user's own trace starts (one
+        trace per process: the capture stops its own), and ``on_workers(start_method,
+        traceable)`` when the code starts worker processes; a folder it returns is where
+        the workers trace themselves. Names in ``namespace`` (the user's) bound to the
+        hooked functions are hooked too. A backend that intercepts nothing opens nothing."""
 
     def sync(self) -> None:
         """Cut and run the pending lazy graph (only when the user asked for it)."""
@@ -180,6 +193,24 @@ class Headings:
 
 
 @dataclass(frozen=True)
+class CaptureWords:
+    """What a capture tells the user, in the backend's terms."""
+
+    stop_trace: str = "the profiler's stop_trace()"
+    """The call that stops a trace the user's code left running."""
+    sync_label: str = "sync (--sync)"
+    """The label of the block ``--sync`` adds at the cell's end: what the backend's sync runs."""
+    no_steps: str = (
+        "the cell neither synced nor ran a loop; mark steps yourself with xprof_magic.step()"
+    )
+    """Why ``--steps`` found no step, and how to mark them."""
+    shrink: str = "To shrink a capture, profile fewer steps (a shorter loop in the cell)."
+    """How to make the next capture smaller."""
+    workers: str = "start a profiler server in each worker and capture it with %xprof capture"
+    """How to capture worker processes the run does not hold."""
+
+
+@dataclass(frozen=True)
 class Vocabulary:
     """A backend's words, so that the analysis itself names no profiler.
 
@@ -192,6 +223,7 @@ class Vocabulary:
     timeline: TimelineNames = field(default_factory=TimelineNames)
     advice: Advice = field(default_factory=Advice)
     headings: Headings = field(default_factory=Headings)
+    capture: CaptureWords = field(default_factory=CaptureWords)
 
 
 NEUTRAL = Vocabulary()

@@ -203,6 +203,17 @@ class JaxBackend:
             else:
                 setattr(step_class, "__exit__", exit_)  # noqa: B010
 
+    def user_hooks(
+        self,
+        on_user_trace: Callable[[str], None],
+        on_workers: Callable[[str, bool], str | None],
+        namespace: dict[str, Any] | None = None,
+    ) -> AbstractContextManager[None]:
+        """Nothing is intercepted: the cell's own ``jax.profiler.start_trace`` fails while
+        the capture traces (one trace per process), as it does inside any trace, and JAX
+        starts no worker processes of its own."""
+        return contextlib.nullcontext()
+
     def sync(self) -> None:
         """No lazy graph to cut: wait for the dispatched work instead."""
         self.wait_for_device()

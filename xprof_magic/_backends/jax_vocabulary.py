@@ -10,7 +10,14 @@ recompiles).
 
 from __future__ import annotations
 
-from xprof_magic._backends import Advice, Headings, MetricNames, TimelineNames, Vocabulary
+from xprof_magic._backends import (
+    Advice,
+    CaptureWords,
+    Headings,
+    MetricNames,
+    TimelineNames,
+    Vocabulary,
+)
 
 __all__ = [
     "BACKEND_COMPILE",
@@ -84,5 +91,21 @@ VOCABULARY = Vocabulary(
     headings=Headings(
         metrics="JAX, this cell only",
         fallbacks="Ops that fell back to the CPU",
+    ),
+    capture=CaptureWords(
+        stop_trace="jax.profiler.stop_trace()",
+        sync_label="jax.block_until_ready(live arrays) (--sync)",
+        no_steps=(
+            "the cell ran no loop; mark steps yourself with xprof_magic.step() or "
+            "jax.profiler.StepTraceAnnotation"
+        ),
+        shrink=(
+            "To shrink a capture, profile fewer steps (a shorter loop in the cell), or capture "
+            "on demand with fewer host events: %xprof capture --host-tracer-level 1."
+        ),
+        workers=(
+            "To capture a worker, start a server in it, jax.profiler.start_server(9500 + "
+            "rank), and capture it from here with %xprof capture localhost:<port> while it runs"
+        ),
     ),
 )

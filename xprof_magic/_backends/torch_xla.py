@@ -75,11 +75,12 @@ class TorchXlaBackend:
     def __init__(self) -> None:
         self._server: object | None = None
         self._server_status: ServerStatus | None = None
+        self._told_port = False
 
     def start_server(self, port: int) -> ServerStatus:
         if self._server_status is not None and self._server_status.started:
             running = self._server_status.port
-            if running != port and not getattr(self, "_told_port", False):
+            if running != port and not self._told_port:
                 self._told_port = True
                 return ServerStatus(
                     running,
@@ -182,70 +183,8 @@ class TorchXlaBackend:
         where they are made and where they exit.
         """
         owner = threading.get_ident()
-        step_marker = _XLAC._xla_step_marker
-        run_closures = xm._run_step_closures
-        marked_step = xp.get_tracer_marked_step
-        trace_init, trace_exit = xp.Trace.__init__, xp.Trace.__exit__
-        since_last = [_executions()]
-        in_marker: list[bool | None] = [None]
-
-        def mark_step(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() != owner:
-                return step_marker(*args, **kwargs)
-            before = _executions()
-            try:
-                return step_marker(*args, **kwargs)
-            finally:
-                in_marker[0] = _executions() != before
-
-        def run_step_closures() -> Any:
-            devctx = run_closures()
-            if threading.get_ident() != owner:
-                return devctx
-            count = _executions()
-            ran = in_marker[0]
-            if ran is None:
-                ran = count != since_last[0]
-            in_marker[0], since_last[0] = None, count
-            with contextlib.suppress(Exception):
-                on_sync(ran)
-            return devctx
-
-        def get_marked_step() -> bool:
-            marked = bool(marked_step())
-            if marked and threading.get_ident() == owner:
-                with contextlib.suppress(Exception):
-                    on_sync(False)
-            return marked
-
-        def init(trace: Any, name: str, **kwargs: Any) -> None:
-            if kwargs.get("_r"):
-                trace.__dict__["_xprof_magic_step"] = True
-                with contextlib.suppress(Exception):
-                    on_user_step(True)
-            trace_init(trace, name, **kwargs)
-
-        def exit_(trace: Any, *exc: Any) -> Any:
-            try:
-                return trace_exit(trace, *exc)
-            finally:
-                if trace.__dict__.pop("_xprof_magic_step", False):
-                    with contextlib.suppress(Exception):
-                        on_user_step(False)
-
-        _XLAC._xla_step_marker = mark_step
-        xm._run_step_closures = run_step_closures
-        xp.get_tracer_marked_step = get_marked_step
-        xp.Trace.__init__ = init  # type: ignore[method-assign,assignment]
-        xp.Trace.__exit__ = exit_  # type: ignore[method-assign]
-        try:
+        with _patched(_sync_hooks(owner, on_sync) + _step_marker_hooks(on_user_step)):
             yield
-        finally:
-            _XLAC._xla_step_marker = step_marker
-            xm._run_step_closures = run_closures
-            xp.get_tracer_marked_step = marked_step
-            xp.Trace.__init__ = trace_init  # type: ignore[method-assign]
-            xp.Trace.__exit__ = trace_exit  # type: ignore[method-assign]
 
     @contextlib.contextmanager
     def user_hooks(
@@ -272,59 +211,16 @@ class TorchXlaBackend:
         torch_xla.debug.profiler import start_trace`` in an earlier cell, are rebound to the
         guarded ones while the hooks are open, and given back after.
         """
-        originals = {name: getattr(xp, name) for name in ("start_trace", "trace", "trace_detached")}
-        spawn = xmp.spawn
         fired = [False]
-
-        def guarded(name: str) -> Callable[..., Any]:
-            original = originals[name]
-
-            def call(*args: Any, **kwargs: Any) -> Any:
-                if not fired[0] and (name == "start_trace" or _targets_here(args, kwargs)):
-                    fired[0] = True
-                    with contextlib.suppress(Exception):
-                        on_user_trace(f"xp.{name}")
-                return original(*args, **kwargs)
-
-            return call
-
-        def spawn_(*args: Any, **kwargs: Any) -> Any:
-            try:
-                bound = inspect.signature(spawn).bind(*args, **kwargs)
-            except TypeError:
-                return spawn(*args, **kwargs)
-            arguments = bound.arguments
-            if arguments.get("nprocs") == 1:
-                return spawn(*args, **kwargs)
-            method = str(arguments.get("start_method", "spawn"))
-            folder = None
-            with contextlib.suppress(Exception):
-                folder = on_workers(method, method == "fork")
-            if folder is not None:
-                arguments["fn"] = _TracedWorker(arguments["fn"], folder)
-            return spawn(*bound.args, **bound.kwargs)
-
-        wrappers: dict[int, Callable[..., Any]] = {id(spawn): spawn_}
-        for name, original in originals.items():
-            wrappers[id(original)] = guarded(name)
-            setattr(xp, name, wrappers[id(original)])
-        xmp.spawn = spawn_
-        names: dict[str, Any] = namespace if namespace is not None else {}
-        rebound: dict[str, Any] = {}
-        for key, value in list(names.items()):
-            wrapper = wrappers.get(id(value))
-            if wrapper is not None and not key.startswith("_"):
-                rebound[key] = value
-                names[key] = wrapper
-        try:
+        wrappers = {
+            id(original): _guarded(f"xp.{name}", original, on_user_trace, fired)
+            for name, original in ((n, getattr(xp, n)) for n in _USER_TRACES)
+        }
+        wrappers[id(xmp.spawn)] = _spawning(xmp.spawn, on_workers)
+        patches = [(xp, name, wrappers[id(getattr(xp, name))]) for name in _USER_TRACES]
+        spawn = (xmp, "spawn", wrappers[id(xmp.spawn)])
+        with _patched([*patches, spawn]), _rebound(namespace, wrappers):
             yield
-        finally:
-            for name, original in originals.items():
-                setattr(xp, name, original)
-            xmp.spawn = spawn
-            for key, value in rebound.items():
-                if names.get(key) is wrappers[id(value)]:
-                    names[key] = value
 
     def sync(self) -> None:
         torch_xla.sync()
@@ -358,6 +254,148 @@ class TorchXlaBackend:
 
 
 _start_trace, _stop_trace = xp.start_trace, xp.stop_trace
+_USER_TRACES = ("start_trace", "trace", "trace_detached")
+Patch = tuple[object, str, Any]
+
+
+@contextlib.contextmanager
+def _patched(patches: list[Patch]) -> Iterator[None]:
+    """Replace each ``(owner, name, value)`` while open, and put back exactly what was there."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+@contextlib.contextmanager
+def _rebound(
+    namespace: dict[str, Any] | None, wrappers: dict[int, Callable[..., Any]]
+) -> Iterator[None]:
+    """Rebind the user's names bound to hooked functions to their wrappers while open; give
+    back those still bound to a wrapper after."""
+    names: dict[str, Any] = namespace if namespace is not None else {}
+    rebound: dict[str, Any] = {}
+    for key, value in list(names.items()):
+        wrapper = wrappers.get(id(value))
+        if wrapper is not None and not key.startswith("_"):
+            rebound[key] = value
+            names[key] = wrapper
+    try:
+        yield
+    finally:
+        for key, value in rebound.items():
+            if names.get(key) is wrappers[id(value)]:
+                names[key] = value
+
+
+def _sync_hooks(owner: int, on_sync: Callable[[bool], None]) -> list[Patch]:
+    """What every sync runs, wrapped to report the syncs of thread ``owner`` (see
+    :meth:`TorchXlaBackend.step_hooks`)."""
+    step_marker = _XLAC._xla_step_marker
+    run_closures = xm._run_step_closures
+    marked_step = xp.get_tracer_marked_step
+    since_last = [_executions()]
+    in_marker: list[bool | None] = [None]
+
+    def mark_step(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != owner:
+            return step_marker(*args, **kwargs)
+        before = _executions()
+        try:
+            return step_marker(*args, **kwargs)
+        finally:
+            in_marker[0] = _executions() != before
+
+    def run_step_closures() -> Any:
+        devctx = run_closures()
+        if threading.get_ident() != owner:
+            return devctx
+        count = _executions()
+        ran = in_marker[0]
+        if ran is None:
+            ran = count != since_last[0]
+        in_marker[0], since_last[0] = None, count
+        with contextlib.suppress(Exception):
+            on_sync(ran)
+        return devctx
+
+    def get_marked_step() -> bool:
+        marked = bool(marked_step())
+        if marked and threading.get_ident() == owner:
+            with contextlib.suppress(Exception):
+                on_sync(False)
+        return marked
+
+    return [
+        (_XLAC, "_xla_step_marker", mark_step),
+        (xm, "_run_step_closures", run_step_closures),
+        (xp, "get_tracer_marked_step", get_marked_step),
+    ]
+
+
+def _step_marker_hooks(on_user_step: Callable[[bool], None]) -> list[Patch]:
+    """``xp.Trace`` wrapped to report where the user's step markers (``_r``) begin and end."""
+    trace_init, trace_exit = xp.Trace.__init__, xp.Trace.__exit__
+
+    def init(trace: Any, name: str, **kwargs: Any) -> None:
+        if kwargs.get("_r"):
+            trace.__dict__["_xprof_magic_step"] = True
+            with contextlib.suppress(Exception):
+                on_user_step(True)
+        trace_init(trace, name, **kwargs)
+
+    def exit_(trace: Any, *exc: Any) -> Any:
+        try:
+            return trace_exit(trace, *exc)
+        finally:
+            if trace.__dict__.pop("_xprof_magic_step", False):
+                with contextlib.suppress(Exception):
+                    on_user_step(False)
+
+    return [(xp.Trace, "__init__", init), (xp.Trace, "__exit__", exit_)]
+
+
+def _guarded(
+    call: str, original: Callable[..., Any], on_user_trace: Callable[[str], None], fired: list[bool]
+) -> Callable[..., Any]:
+    """``original`` (a user-trace call), telling ``on_user_trace`` first, once per capture."""
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if not fired[0] and (call == "xp.start_trace" or _targets_here(args, kwargs)):
+            fired[0] = True
+            with contextlib.suppress(Exception):
+                on_user_trace(call)
+        return original(*args, **kwargs)
+
+    return guarded
+
+
+def _spawning(
+    spawn: Callable[..., Any], on_workers: Callable[[str, bool], str | None]
+) -> Callable[..., Any]:
+    """``xmp.spawn``, its workers traced into the folder ``on_workers`` gives (forked only)."""
+
+    def spawn_(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = inspect.signature(spawn).bind(*args, **kwargs)
+        except TypeError:
+            return spawn(*args, **kwargs)
+        arguments = bound.arguments
+        if arguments.get("nprocs") == 1:
+            return spawn(*args, **kwargs)
+        method = str(arguments.get("start_method", "spawn"))
+        folder = None
+        with contextlib.suppress(Exception):
+            folder = on_workers(method, method == "fork")
+        if folder is not None:
+            arguments["fn"] = _TracedWorker(arguments["fn"], folder)
+        return spawn(*bound.args, **bound.kwargs)
+
+    return spawn_
 
 
 class _TracedWorker:

@@ -10,7 +10,14 @@ that backend's vocabulary.
 
 from __future__ import annotations
 
-from xprof_magic._backends import Advice, Headings, MetricNames, TimelineNames, Vocabulary
+from xprof_magic._backends import (
+    Advice,
+    CaptureWords,
+    Headings,
+    MetricNames,
+    TimelineNames,
+    Vocabulary,
+)
 
 __all__ = [
     "COMPILE_EVENTS",
@@ -99,5 +106,24 @@ VOCABULARY = Vocabulary(
     headings=Headings(
         metrics="torch_xla, this cell only",
         fallbacks="Ops that fell back to the CPU (torch_xla aten:: counters)",
+    ),
+    capture=CaptureWords(
+        stop_trace="torch_xla.debug.profiler.stop_trace()",
+        sync_label="torch_xla.sync() (--sync)",
+        no_steps=(
+            "the cell neither synced (torch_xla.sync(), xm.mark_step(), MpDeviceLoader) nor "
+            "ran a loop; mark steps yourself with xprof_magic.step() or "
+            "torch_xla.debug.profiler.StepTrace"
+        ),
+        shrink=(
+            "To shrink a capture, profile fewer steps (a shorter loop in the cell), or capture "
+            "on demand with torch_xla.debug.profiler.trace(..., host_tracer_level=1)."
+        ),
+        workers=(
+            "To capture a worker, start a server in it, xp.start_server(9500 + rank, "
+            "only_on_master=False) (keep the object), and capture it from here with "
+            "xp.trace('localhost:<port>', logdir, duration_ms=...) while it runs; or use "
+            "start_method='fork', whose workers %%xprof traces as hosts rank<N>"
+        ),
     ),
 )

@@ -15,7 +15,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.display import display
 
-from xprof_magic import _ondemand, _store
+from xprof_magic import _logdir, _ondemand, _store
 from xprof_magic._viewer.client import DEFAULT_HEIGHT
 
 __all__ = ["SUBCOMMANDS", "Session", "run_command"]
@@ -30,20 +30,22 @@ SUBCOMMANDS = (
 class Session:
     """What the line commands remember of this kernel's profiled cells."""
 
-    logdir: Path | None = None
+    logdir: _logdir.Logdir | None = None
     viewer_kind: Any = "xprof"
     viewer_port: int | None = None
-    # The ``gs://`` location ``logdir`` mirrors, if any.
-    remote: str | None = None
+
+    def current(self) -> _logdir.Logdir:
+        """The log directory the last profiled cell used, else the default."""
+        if self.logdir is not None:
+            return self.logdir
+        try:
+            return _logdir.Logdir.parse()
+        except _store.LogdirError as error:
+            raise UsageError(f"${_store.LOGDIR_ENV}: {error}") from None
 
     def current_logdir(self) -> Path:
-        return self.logdir or _store.default_logdir()
-
-    def current_remote(self) -> str | None:
-        if self.logdir is not None:
-            return self.remote
-        text = _store.default_logdir_text()
-        return text if _store.is_remote(text) else None
+        """The local folder of :meth:`current`."""
+        return self.current().local
 
 
 def run_command(session: Session, shell: Any, line: str) -> None:
@@ -69,36 +71,39 @@ def run_command(session: Session, shell: Any, line: str) -> None:
     if command == "capture":
         return _capture(session, shell, rest)
     if command == "runs" and len(rest) <= 1:
-        return _runs(rest[0] if rest else _store.default_logdir_text())
+        return _runs(rest[0] if rest else None)
     raise UsageError(
         f"%xprof {command}: unknown subcommand or arguments; subcommands: {SUBCOMMANDS}. "
         "See %xprof?"
     )
 
 
-def _sync(remote: str | None) -> None:
+def _sync(logdir: _logdir.Logdir) -> None:
     """Copy down the runs other hosts wrote to a ``gs://`` log directory, saying which."""
-    if remote is None:
+    if logdir.remote is None:
         return
     from xprof_magic import _gcs
 
     try:
-        synced = _gcs.sync(_gcs.parse(remote))
+        synced = _gcs.sync(logdir.remote)
     except _store.LogdirError as error:
         print(f"xprof: {error}; showing the local copy only")
         return
     if synced.runs:
-        print(f"xprof: copied {len(synced.runs)} run(s) from {remote}: {', '.join(synced.runs)}")
+        print(f"xprof: copied {len(synced.runs)} run(s) from {logdir}: {', '.join(synced.runs)}")
     for failure in synced.failures:
         print(f"xprof: {failure}")
 
 
-def _runs(text: str) -> None:
-    _sync(text if _store.is_remote(text) else None)
-    logdir = _store.local_logdir(text)
-    found = _store.runs(logdir)
+def _runs(text: str | None) -> None:
+    try:
+        logdir = _logdir.Logdir.parse(text)
+    except _store.LogdirError as error:
+        raise UsageError(str(error)) from None
+    _sync(logdir)
+    found = _store.runs(logdir.local)
     if not found:
-        print(f"xprof: no runs in {logdir.absolute()}")
+        print(f"xprof: no runs in {logdir.local.absolute()}")
     for run in found:
         status = (run.metadata or {}).get("status", "?")
         print(f"{run.name}  [{status}]  {run.path}")
@@ -106,8 +111,9 @@ def _runs(text: str) -> None:
 
 def _run_name(session: Session, run: str | None) -> tuple[Path, str]:
     """The log directory in use and a run in it (the newest when none is named)."""
-    _sync(session.current_remote())
-    logdir = session.current_logdir()
+    current = session.current()
+    _sync(current)
+    logdir = current.local
     names = [r.name for r in _store.runs(logdir)]
     if not names:
         raise UsageError(f"no runs in {logdir.absolute()}; profile a cell with %%xprof first")
@@ -216,18 +222,12 @@ def _capture_parser() -> _Parser:
 
 
 def _capture(session: Session, shell: Any, words: list[str]) -> None:
-    from xprof_magic._plan import DEFAULT_PORT, choose_backend
-
     try:
         args = _capture_parser().parse_args(words)
     except _Done:
         return
-    if args.logdir:
-        remote = args.logdir if _store.is_remote(args.logdir) else None
-        logdir = _store.local_logdir(args.logdir)
-    else:
-        remote, logdir = session.current_remote(), session.current_logdir()
     try:
+        logdir = _logdir.Logdir.parse(args.logdir) if args.logdir else session.current()
         options = _ondemand.Options(
             duration_ms=args.duration_ms,
             host_tracer_level=args.host_tracer_level,
@@ -235,20 +235,11 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
             python_tracer_level=args.python_tracer_level,
             delay_ms=args.delay_ms,
         )
-        if args.addresses is None:
-            backend = args.backend
-            if backend == "auto":
-                backend, _ = choose_backend("", getattr(shell, "user_ns", {}))
-            address, said = _ondemand.own_address(args.port or DEFAULT_PORT, backend)
-            if said:
-                print(f"xprof: {said}")
-            addresses = [address]
-        else:
-            addresses = _ondemand.parse_addresses(args.addresses)
-        captured = _ondemand.capture(addresses, logdir, options, name=args.name, remote=remote)
+        addresses = _addresses(args, shell)
+        captured = _ondemand.capture(addresses, logdir, options, name=args.name)
     except (_ondemand.CaptureError, _store.LogdirError, ValueError) as error:
         raise UsageError(f"%xprof capture: {error}") from None
-    session.logdir, session.remote = logdir, remote
+    session.logdir = logdir
     print(captured.text(failures=False))  # the summary below says which address failed
     _tell_viewers(list(captured.hosts.values()))
     if args.no_display:
@@ -257,6 +248,21 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
         display(show.summary_bundle(_whole_summary(captured.path)), raw=True)
         return
     _view(session, shell, captured.run)
+
+
+def _addresses(args: Any, shell: Any) -> list[str]:
+    """The addresses to capture: those given, else this kernel's own server's."""
+    from xprof_magic._plan import DEFAULT_PORT, choose_backend
+
+    if args.addresses is not None:
+        return _ondemand.parse_addresses(args.addresses)
+    backend = args.backend
+    if backend == "auto":
+        backend, _ = choose_backend("", getattr(shell, "user_ns", {}))
+    address, said = _ondemand.own_address(args.port or DEFAULT_PORT, backend)
+    if said:
+        print(f"xprof: {said}")
+    return [address]
 
 
 def _tell_viewers(addresses: list[str]) -> None:

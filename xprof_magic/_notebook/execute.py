@@ -14,38 +14,58 @@ import asyncio
 import contextlib
 import inspect
 import threading
+from dataclasses import dataclass
 from types import CodeType, TracebackType
 from typing import Any
 
 from IPython.core.displayhook import DisplayHook
 
 from xprof_magic import _rewrite
-from xprof_magic._capture import Plan
-from xprof_magic._rewrite import RewrittenCell
+from xprof_magic._plan import Plan
 
-__all__ = ["compile_cell", "current_cell", "execute", "quiet", "trimmed"]
+__all__ = ["Cell", "compile_cell", "current_cell", "execute", "quiet", "read_cell", "trimmed"]
 
 
-def compile_cell(shell: Any, line: str, cell: str, plan: Plan) -> tuple[CodeType, RewrittenCell]:
-    """Transform (magics, ``!``), label and compile the cell as IPython would run it.
+@dataclass(frozen=True)
+class Cell:
+    """A cell read once: as the user wrote it, as IPython runs it, and its number."""
+
+    line: str
+    text: str
+    source: str
+    """After IPython's transforms (magics, ``!``), before the labels."""
+    number: int
+    raw: str
+    """The notebook cell's own text, ``%%xprof`` line included."""
+
+
+def read_cell(shell: Any, line: str, cell: str) -> Cell:
+    """The cell as IPython would run it, and its number and raw text (see :func:`current_cell`)."""
+    source = shell.transform_cell(cell) if shell is not None else cell
+    number, raw = current_cell(shell, line, cell)
+    return Cell(line, cell, source, number, raw)
+
+
+def compile_cell(shell: Any, cell: Cell, plan: Plan) -> CodeType:
+    """Label and compile the cell as IPython would run it.
 
     Line numbers match the notebook cell, whose first line is ``%%xprof``.
     """
-    source = shell.transform_cell(cell)
+    source = cell.source
     # IPython drops leading blank lines; put them back so line numbers stay the user's.
-    dropped = _leading_blank_lines(cell) - _leading_blank_lines(source)
+    dropped = _leading_blank_lines(cell.text) - _leading_blank_lines(source)
     source = "\n" * (1 + max(dropped, 0)) + source
-    number, raw = current_cell(shell, line, cell)
+    raw = cell.raw
     # The same name as the cell's own cache entry: tracebacks then show "%%xprof" and the
     # user's lines under "Cell In[n]", where IPython would show its translation.
-    header = raw.splitlines()[0] if raw.startswith("%%") else f"%%xprof {line}".rstrip()
-    filename = shell.compile.cache(header + source, number, raw_code=raw)
+    header = raw.splitlines()[0] if raw.startswith("%%") else f"%%xprof {cell.line}".rstrip()
+    filename = shell.compile.cache(header + source, cell.number, raw_code=raw)
     tree = ast.parse(source, filename=filename)
     tree = shell.transform_ast(tree)
     markers = _rewrite.find_markers(source) if plan.labels else []
     # Blocks are named after the user's lines, unless IPython joined some (a ``\``
     # continuation of a magic): then after the lines as they run.
-    lines = ["", *cell.splitlines()]
+    lines = ["", *cell.text.splitlines()]
     if len(lines) != len(source.splitlines()):
         lines = source.splitlines()
     rewritten = _rewrite.rewrite(
@@ -56,8 +76,8 @@ def compile_cell(shell: Any, line: str, cell: str, plan: Plan) -> tuple[CodeType
         markers=markers,
     )
     flags = shell.compile.flags | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-    code = compile(rewritten.tree, filename, "exec", flags=flags, dont_inherit=True)
-    return code, rewritten
+    code: CodeType = compile(rewritten.tree, filename, "exec", flags=flags, dont_inherit=True)
+    return code
 
 
 def execute(shell: Any, code: CodeType) -> Any:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from xprof_magic import _capture, _plan, _store
-from xprof_magic._backends import BACKENDS, TraceAlreadyRunning
+from xprof_magic import _capture, _logdir, _plan, _store
+from xprof_magic._backends import BACKENDS, TraceAlreadyRunning, get_vocabulary
 from xprof_magic._notebook import commands, execute, show
 from xprof_magic._steps import parse_steps
 from xprof_magic._viewer.client import DEFAULT_HEIGHT
@@ -43,14 +44,15 @@ class XprofMagics(Magics):
         "--port",
         type=int,
         default=_plan.DEFAULT_PORT,
-        help="Port of torch_xla's profiler server, for on-demand capture (default 9012). "
-        "That server listens on ALL interfaces (torch_xla offers no choice).",
+        help="Port of the backend's profiler server (torch_xla's or JAX's), for on-demand "
+        "capture (default 9012). That server listens on ALL interfaces (neither torch_xla "
+        "nor JAX offers a choice).",
     )
     @argument(
         "--no-server",
         action="store_true",
-        help="Do not start torch_xla's profiler server; %%%%xprof does not need it. "
-        "XPROF_MAGIC_NO_SERVER=1 makes this the default.",
+        help="Do not start the backend's profiler server (torch_xla's or JAX's); %%%%xprof "
+        "does not need it. XPROF_MAGIC_NO_SERVER=1 makes this the default.",
     )
     @argument(
         "--no-labels",
@@ -72,8 +74,9 @@ class XprofMagics(Magics):
     @argument(
         "--sync",
         action="store_true",
-        help="Run torch_xla.sync() at the end of the cell, for cells that leave lazy work "
-        "pending. Never added otherwise: it would cut the graph where you did not.",
+        help="At the end of the cell, run torch_xla.sync() (torch_xla), or wait for the "
+        "dispatched work (JAX), for cells that leave work pending. Never added otherwise: "
+        "it would cut the graph where you did not.",
     )
     @argument(
         "--no-display",
@@ -146,26 +149,36 @@ class XprofMagics(Magics):
             args = parse_argstring(self.xprof, re.sub(r"(--steps)\s+(-\d)", r"\1=\2", line))
         except ValueError as error:  # shlex: an unclosed quote
             raise UsageError(f"%%xprof {line}: {error}; check the quotes") from None
-        plan = self._plan(args, line, cell)
+        read = execute.read_cell(self.shell, line, cell)
+        plan = self._plan(args, read)
+        namespace = getattr(self.shell, "user_ns", None)
         try:
-            code, rewritten = execute.compile_cell(self.shell, line, cell, plan)
+            capture = _capture.Capture(plan, notify=print, namespace=namespace)
+        except ValueError as error:
+            raise UsageError(f"--name: {error}") from None
+        try:
+            code = execute.compile_cell(self.shell, read, plan)
         except SyntaxError:
             # IPython's own short form, at the user's line; then fail the cell in one line
             # (re-raising would also list the magic's frames).
             assert self.shell is not None
             self.shell.showsyntaxerror()
             raise UsageError("the cell was not run: fix the syntax error above") from None
-        namespace = getattr(self.shell, "user_ns", None)
-        capture = _capture.Capture(plan, notify=print, namespace=namespace)
+        return self._profile(capture, code, args, cell)
+
+    def _profile(self, capture: _capture.Capture, code: CodeType, args: Any, cell: str) -> Any:
+        """Run the compiled cell inside the capture and show the run under it."""
+        __tracebackhide__ = True
+        plan = capture.plan
         try:
             capture.start()
         except (_store.LogdirError, TraceAlreadyRunning) as error:
             raise UsageError(_refusal(error, plan.backend)) from None
-        self._session.logdir, self._session.remote = plan.logdir, plan.remote
+        self._session.logdir = plan.logdir
         start = None
         if not args.no_display:
             try:
-                start = self._begin_viewer(plan.logdir, args)
+                start = self._begin_viewer(plan.logdir.local, args)
             except Exception as error:  # the cell runs all the same, with the text summary
                 print(f"xprof: the viewer could not start: {error!r}")
         outcome: BaseException | None = None
@@ -178,11 +191,9 @@ class XprofMagics(Magics):
             capture.stop(outcome)
         except BaseException as error:  # interrupted while stopping: the trace is stopped
             outcome = error
-        show.report(self.shell, capture.result, start, plan.logdir, args.height)
+        show.report(self.shell, capture.result, start, plan.logdir.local, args.height)
         if outcome is not None:
             raise execute.trimmed(outcome, code.co_filename, self.shell)
-        if rewritten.keeps_value and capture.recorder is not None:
-            value = capture.recorder.value
         return None if execute.quiet(cell) else value
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
@@ -196,7 +207,7 @@ class XprofMagics(Magics):
         self._session.viewer_kind, self._session.viewer_port = args.viewer, args.viewer_port
         return manager.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)
 
-    def _plan(self, args: Any, line: str, cell: str) -> _plan.Plan:
+    def _plan(self, args: Any, cell: execute.Cell) -> _plan.Plan:
         if not 0 < args.port < 65536:
             raise UsageError(f"--port {args.port} is not a port; use a number from 1 to 65535")
         if args.viewer_port is not None and not 0 < args.viewer_port < 65536:
@@ -209,16 +220,18 @@ class XprofMagics(Magics):
             steps, window = parse_steps(args.steps)
         except ValueError as error:
             raise UsageError(f"--steps {error}") from None
-        text = args.logdir or _store.default_logdir_text()
-        logdir = _store.local_logdir(text)
+        try:
+            logdir = _logdir.Logdir.parse(args.logdir or None)
+        except _store.LogdirError as error:
+            raise UsageError(str(error)) from None
         options = {key: value for key, value in vars(args).items() if value not in (None, False)}
         backend = args.backend
         if backend == "auto":
-            source = self.shell.transform_cell(cell) if self.shell is not None else cell
-            backend, message = _plan.choose_backend(source, getattr(self.shell, "user_ns", {}))
+            namespace = getattr(self.shell, "user_ns", {})
+            backend, message = _plan.choose_backend(cell.source, namespace)
             if message:
                 print(f"xprof: {message}")
-        plan = _plan.Plan(
+        return _plan.Plan(
             logdir=logdir,
             name=args.name,
             labels=not args.no_labels,
@@ -228,22 +241,17 @@ class XprofMagics(Magics):
             server=_plan.server_by_default() and not args.no_server,
             port=args.port,
             backend=backend,
-            cell=cell,
-            cell_number=execute.current_cell(self.shell, line, cell)[0],
-            options={"line": line, **options},
-            remote=text if _store.is_remote(text) else None,
+            cell=cell.text,
+            cell_number=cell.number,
+            options={"line": cell.line, **options},
         )
-        try:
-            return plan.with_name()
-        except ValueError as error:
-            raise UsageError(f"--name: {error}") from None
 
 
 def _refusal(error: BaseException, backend: str) -> str:
     if isinstance(error, TraceAlreadyRunning):
-        stop = "jax.profiler" if backend == "jax" else "torch_xla.debug.profiler"
+        stop = get_vocabulary(backend).capture.stop_trace
         return (
             "a profiler trace is already running (started by your own code?); "
-            f"stop it with {stop}.stop_trace() and run the cell again"
+            f"stop it with {stop} and run the cell again"
         )
     return str(error)
