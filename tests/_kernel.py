@@ -86,8 +86,12 @@ class Kernel:
                 break
             if kind in ("stream", "execute_result", "error", "display_data"):
                 outputs.append({"type": kind, **content})
-        reply = self.client.get_shell_msg(timeout=timeout)
-        return reply["content"], outputs
+        # The shell channel may still hold replies to other requests: wait_for_ready sends
+        # kernel_info requests until one is answered, so a slow start leaves extra replies.
+        while True:
+            reply = self.client.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"], outputs
 
     def timed(
         self, code: str, timeout: float = 600
