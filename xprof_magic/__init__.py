@@ -1,22 +1,36 @@
 """xprof_magic: ``%%xprof`` profiles a notebook cell with XProf, labels included.
 
-``%load_ext xprof_magic`` registers the magics. Loading is cheap: torch_xla is imported
-only when a capture first needs it. Scripts use :func:`capture`, :func:`last` and
-:func:`runs` with the same machinery.
+``%load_ext xprof_magic`` registers the magics. Loading is cheap: the public names below
+are imported on first use (PEP 562), so the extension costs no more than the magic's
+options, and torch_xla or JAX only when a capture first needs one. Scripts use
+:func:`capture`, :func:`last` and :func:`runs` with the same machinery.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from xprof_magic._capture import Capture, CaptureResult, capture, last
-from xprof_magic._labels import label, step
-from xprof_magic._store import RunInfo, runs
 from xprof_magic._version import __version__
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
+    from xprof_magic._capture import Capture, CaptureResult, capture, last
+    from xprof_magic._labels import label, step
+    from xprof_magic._store import RunInfo, runs
+
+# Each public name and the module that defines it.
+_LAZY = {
+    "Capture": "xprof_magic._capture",
+    "CaptureResult": "xprof_magic._capture",
+    "capture": "xprof_magic._capture",
+    "last": "xprof_magic._capture",
+    "label": "xprof_magic._labels",
+    "step": "xprof_magic._labels",
+    "RunInfo": "xprof_magic._store",
+    "runs": "xprof_magic._store",
+}
 
 __all__ = [
     "Capture",
@@ -35,6 +49,20 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """The public names of :data:`_LAZY`, imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'xprof_magic' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 def summarize(
     run: str | os.PathLike[str] | CaptureResult, logdir: str | os.PathLike[str] | None = None
 ) -> Summary:
@@ -49,6 +77,7 @@ def summarize(
     from pathlib import Path
 
     from xprof_magic import _analysis, _store
+    from xprof_magic._capture import CaptureResult
 
     if isinstance(run, CaptureResult):
         folder = run.run_dir

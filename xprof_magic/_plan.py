@@ -17,11 +17,11 @@ from datetime import datetime
 from typing import Any
 
 from xprof_magic import _logdir, _store
+from xprof_magic._registry import DEFAULT_PORT
 from xprof_magic._steps import StepWindow
 
 __all__ = ["DEFAULT_PORT", "NO_SERVER_ENV", "Plan", "choose_backend", "server_by_default"]
 
-DEFAULT_PORT = 9012
 NO_SERVER_ENV = "XPROF_MAGIC_NO_SERVER"
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from xprof_magic._metadata import MetricTotal, RunMetrics
+from xprof_magic._registry import BACKENDS, VOCABULARIES
 
 __all__ = [
     "BACKENDS",
@@ -228,15 +229,6 @@ class Vocabulary:
 
 NEUTRAL = Vocabulary()
 
-BACKENDS: dict[str, str] = {
-    "jax": "xprof_magic._backends.jax",
-    "torch_xla": "xprof_magic._backends.torch_xla",
-}
-# Each module holds a ``VOCABULARY``; it must import neither its profiler nor IPython.
-VOCABULARIES: dict[str, str] = {
-    "jax": "xprof_magic._backends.jax_vocabulary",
-    "torch_xla": "xprof_magic._backends.torch_xla_vocabulary",
-}
 _loaded: dict[str, Backend] = {}
 
 

@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.display import display
 
 from xprof_magic import _logdir, _ondemand, _store
-from xprof_magic._viewer.client import DEFAULT_HEIGHT
+from xprof_magic._registry import DEFAULT_HEIGHT
 
 __all__ = ["SUBCOMMANDS", "Session", "run_command"]
 

@@ -7,19 +7,22 @@ Thin on purpose: :mod:`.execute` runs the cell as IPython would, :mod:`.commands
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from pathlib import Path
 from types import CodeType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from xprof_magic import _capture, _logdir, _plan, _store
-from xprof_magic._backends import BACKENDS, TraceAlreadyRunning, get_vocabulary
-from xprof_magic._notebook import commands, execute, show
-from xprof_magic._steps import parse_steps
-from xprof_magic._viewer.client import DEFAULT_HEIGHT
+from xprof_magic._registry import BACKENDS, DEFAULT_HEIGHT, DEFAULT_PORT
+
+# Loading the extension imports only what the options' help needs; the capture, the cell's
+# execution, the display and the line commands are imported when a cell first needs them.
+if TYPE_CHECKING:
+    from xprof_magic import _capture, _plan
+    from xprof_magic._notebook import commands, execute
 
 __all__ = ["XprofMagics"]
 
@@ -43,7 +46,7 @@ class XprofMagics(Magics):
     @argument(
         "--port",
         type=int,
-        default=_plan.DEFAULT_PORT,
+        default=DEFAULT_PORT,
         help="Port of the backend's profiler server (torch_xla's or JAX's), for on-demand "
         "capture (default 9012). That server listens on ALL interfaces (neither torch_xla "
         "nor JAX offers a choice).",
@@ -141,6 +144,9 @@ class XprofMagics(Magics):
           kernel's own when no address is given) into one run; ``%xprof capture --help``.
         """
         __tracebackhide__ = True
+        from xprof_magic import _capture
+        from xprof_magic._notebook import commands, execute
+
         if cell is None:
             commands.run_command(self._session, self.shell, line)
             return None
@@ -169,6 +175,10 @@ class XprofMagics(Magics):
     def _profile(self, capture: _capture.Capture, code: CodeType, args: Any, cell: str) -> Any:
         """Run the compiled cell inside the capture and show the run under it."""
         __tracebackhide__ = True
+        from xprof_magic import _store
+        from xprof_magic._backends import TraceAlreadyRunning
+        from xprof_magic._notebook import execute, show
+
         plan = capture.plan
         try:
             capture.start()
@@ -196,9 +206,12 @@ class XprofMagics(Magics):
             raise execute.trimmed(outcome, code.co_filename, self.shell)
         return None if execute.quiet(cell) else value
 
-    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
-        super().__init__(shell, **kwargs)
-        self._session = commands.Session()
+    @cached_property
+    def _session(self) -> commands.Session:
+        """What the line commands remember of this kernel's profiled cells."""
+        from xprof_magic._notebook import commands
+
+        return commands.Session()
 
     def _begin_viewer(self, logdir: Path, args: Any) -> Any:
         """Start (or find) the viewer now, so that it is ready when the cell ends."""
@@ -208,6 +221,9 @@ class XprofMagics(Magics):
         return manager.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)
 
     def _plan(self, args: Any, cell: execute.Cell) -> _plan.Plan:
+        from xprof_magic import _logdir, _plan, _store
+        from xprof_magic._steps import parse_steps
+
         if not 0 < args.port < 65536:
             raise UsageError(f"--port {args.port} is not a port; use a number from 1 to 65535")
         if args.viewer_port is not None and not 0 < args.viewer_port < 65536:
@@ -248,6 +264,8 @@ class XprofMagics(Magics):
 
 
 def _refusal(error: BaseException, backend: str) -> str:
+    from xprof_magic._backends import TraceAlreadyRunning, get_vocabulary
+
     if isinstance(error, TraceAlreadyRunning):
         stop = get_vocabulary(backend).capture.stop_trace
         return (

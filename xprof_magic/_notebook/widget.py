@@ -29,8 +29,8 @@ from xprof_magic import _store
 from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._notebook.frame import Frame
+from xprof_magic._registry import DEFAULT_HEIGHT
 from xprof_magic._viewer.client import (
-    DEFAULT_HEIGHT,
     TRACE_VIEWER_TOOL,
     Viewer,
     ViewerError,

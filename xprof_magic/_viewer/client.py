@@ -19,7 +19,6 @@ from urllib.parse import quote, urlencode
 from xprof_magic._viewer.guard import HEALTH_ROUTE, PROFILE_ROUTE
 
 __all__ = [
-    "DEFAULT_HEIGHT",
     "KINDS",
     "TRACE_VIEWER_TOOL",
     "Viewer",
@@ -36,8 +35,6 @@ ViewerKind = Literal["xprof", "tensorboard"]
 KINDS: tuple[ViewerKind, ...] = ("xprof", "tensorboard")
 # The tool name XProf's ``run_tools`` gives the streaming trace viewer.
 TRACE_VIEWER_TOOL = "trace_viewer@"
-# Pixels: the height of the page embedded under a cell.
-DEFAULT_HEIGHT = 600
 _LABELS = {"xprof": "XProf viewer", "tensorboard": "TensorBoard viewer"}
 
 
