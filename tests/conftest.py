@@ -69,7 +69,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skips.append(("torchtpu", pytest.mark.skip(reason=reason)))
     for item in items:
         for marker, skip in skips:
-            if marker in item.keywords:
+            if item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)
 
 
