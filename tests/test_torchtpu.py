@@ -120,6 +120,33 @@ def test_sync_without_a_device_adds_nothing(ip: Any, logdir: Path) -> None:
     assert get_vocabulary("torch_tpu").capture.sync_label not in names
 
 
+def test_the_cells_own_torchtpu_trace_wins_and_the_run_is_partial(
+    ip: Any, logdir: Path, tmp_path: Path
+) -> None:
+    from torch_tpu._internal.profiler import _impl
+
+    mine = tmp_path / "mine"
+    body = (
+        "import torch\n"
+        "from torch_tpu._internal import profiler as tp\n"
+        "before = torch.ones(2) + 1\n"
+        f"handler = tp.xprof_trace_handler({str(mine)!r})\n"
+        "with tp.profile(activities=[tp.ProfilerActivity.CPU], on_trace_ready=handler):\n"
+        "    with torch.profiler.record_function('mine'):\n"
+        "        torch.ones(4) * 2\n"
+    )
+    result = run(ip, logdir, body, "--backend torch_tpu")
+    assert result.success, result.error_in_exec
+    meta = _meta(logdir)
+    assert meta.status == "partial"
+    assert any("started a trace" in m for m in meta.messages)
+    (xplane,) = mine.glob("plugins/profile/*/*.xplane.pb")
+    assert "mine" in {event.name for event in host_events(xplane.parent)}
+    names = {event.name for event in host_events(only_run(logdir).path)}
+    assert "before = torch.ones(2) + 1" in names and "mine" not in names
+    assert _impl.start_trace.__module__ == _impl.__name__
+
+
 def test_bad_input_is_refused_in_one_line(ip: Any, logdir: Path, capsys: Any) -> None:
     for options, said in (
         ("--steps 5:3 --backend torch_tpu", "holds no step"),

@@ -353,15 +353,41 @@ class TorchTpuBackend:
         cell's loop (or what ``xprof_magic.step()`` marks)."""
         return contextlib.nullcontext()
 
+    @contextlib.contextmanager
     def user_hooks(
         self,
         on_user_trace: Callable[[str], None],
         on_workers: Callable[[str, bool], str | None],
         namespace: dict[str, Any] | None = None,
-    ) -> AbstractContextManager[None]:
-        """Nothing is intercepted: the cell's own TorchTPU trace fails while the capture
-        traces ("Profile has already been started"), one trace per process."""
-        return contextlib.nullcontext()
+    ) -> Iterator[None]:
+        """While open, the cell's own ``_impl.start_trace`` (also behind TorchTPU's
+        ``profile()``) first calls ``on_user_trace``, which stops the capture's trace: one
+        trace per process, and the user's goes ahead as without the capture. The capture's
+        own starts use the original. A name in ``namespace`` bound to it is rebound while
+        open. Worker processes are not intercepted."""
+        impl, original = self._api.impl, self._api.impl.start_trace
+        fired = [False]
+        call = "torch_tpu._internal.profiler._impl.start_trace"
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if not fired[0]:
+                fired[0] = True
+                with contextlib.suppress(Exception):
+                    on_user_trace(call)
+            return original(*args, **kwargs)
+
+        names = namespace if namespace is not None else {}
+        rebound = [k for k, v in names.items() if v is original and not k.startswith("_")]
+        impl.start_trace = guarded
+        for key in rebound:
+            names[key] = guarded
+        try:
+            yield
+        finally:
+            impl.start_trace = original
+            for key in rebound:
+                if names.get(key) is guarded:
+                    names[key] = original
 
     def sync(self) -> None:
         """``torch.accelerator.synchronize()`` where a device exists; nothing otherwise."""
