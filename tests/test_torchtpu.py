@@ -298,6 +298,20 @@ _FRESH = textwrap.dedent(
 )
 
 
+def test_loading_the_extension_imports_neither_torch_nor_torchtpu() -> None:
+    probe = (
+        "import sys\n"
+        "from IPython.testing.globalipapp import start_ipython\n"
+        "start_ipython().run_line_magic('load_ext', 'xprof_magic')\n"
+        "print(sorted(m for m in ('torch', 'torch_tpu', 'libtpu') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.slow
 def test_labels_need_no_server_and_the_server_binds_every_interface(tmp_path: Path) -> None:
     """In a fresh process: TorchTPU's bare start_trace records no label (its RecordFunction

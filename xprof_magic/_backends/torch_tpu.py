@@ -270,6 +270,8 @@ class TorchTpuBackend:
             try:
                 self._start_public(log_dir)
                 return
+            except TraceAlreadyRunning:
+                raise
             except Exception as error:
                 failed = f" (the public route failed: {error})"
         try:
