@@ -89,6 +89,24 @@ def test_the_summary_speaks_of_torchtpu_and_says_only_the_host_was_traced(
     assert not [b for b in blocks if b.startswith("aten::")]
 
 
+def test_a_torchtpu_run_is_summarized_without_importing_torch(ip: Any, logdir: Path) -> None:
+    assert run(ip, logdir, TRAIN, "--steps").success
+    code = (
+        "import sys\n"
+        "from xprof_magic._analysis import render_text, summarize\n"
+        "assert 'TorchTPU' in render_text(summarize(sys.argv[1]))\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'torch_tpu', 'libtpu'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(only_run(logdir).path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_errors_and_names_are_the_cells_own_and_the_run_is_kept(ip: Any, logdir: Path) -> None:
     body = "import torch\nbefore = torch.ones(3) * 2\nraise ValueError('bad shape')\nafter = 1\n"
     ip.user_ns.pop("after", None)
