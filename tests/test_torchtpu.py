@@ -9,6 +9,7 @@ the variables below (also set by conftest and the Makefile) keep it from doing a
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 TPU_NO_METADATA = {
@@ -17,7 +18,9 @@ TPU_NO_METADATA = {
     "TPU_WORKER_ID": "0",
     "TPU_WORKER_HOSTNAMES": "localhost",
 }
-os.environ.update(TPU_NO_METADATA)
+# Before torch is imported; only where TorchTPU is (elsewhere this module is only collected).
+if importlib.util.find_spec("torch_tpu") is not None:
+    os.environ.update(TPU_NO_METADATA)
 
 import json  # noqa: E402
 import subprocess  # noqa: E402
