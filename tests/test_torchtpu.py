@@ -132,6 +132,22 @@ def test_a_window_traces_just_its_steps(ip: Any, logdir: Path) -> None:
     assert len(meta.steps) == 3
 
 
+def test_xprofs_overview_finds_the_steps(ip: Any, logdir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+
+    body = "import torch\nv = torch.ones(8, 8)\nfor i in range(12):\n    v = v @ v / 8\n"
+    assert run(ip, logdir, body, "--steps 2:9 --backend torch_tpu").success
+    copy = tmp_path / "copy"  # the converter writes caches beside the capture
+    shutil.copytree(only_run(logdir).path, copy)
+    data, _ = xspace_to_tool_data([str(next(copy.glob("*.xplane.pb")))], "overview_page", {})
+    tables = json.loads(data)
+    (steps,) = [t for t in tables if any(c.get("id") == "stepTimeMs" for c in t.get("cols", []))]
+    # XProf leaves the first and the last step out of its table
+    assert [row["c"][0]["v"] for row in steps["rows"]] == [f"step {n}" for n in range(3, 8)]
+
+
 def test_sync_without_a_device_adds_nothing(ip: Any, logdir: Path) -> None:
     from xprof_magic._backends import get_vocabulary
 
