@@ -3,7 +3,10 @@
 # All install into .venv first; the install is redone only when pyproject.toml changes.
 # `make test` also builds .venv-colab, Colab's TPU runtime stack (Python 3.13, IPython 7.34,
 # ipywidgets 7.7, Notebook 6.5), redone only when tests/colab-constraints.txt or
-# pyproject.toml changes, and runs the kernel and Colab tests there too.
+# pyproject.toml changes, and runs the kernel and Colab tests there too. It also builds
+# .venv-torchtpu, TorchTPU's stack (torch 2.13.0, torch-tpu, libtpu: torch_xla 2.9.0 cannot
+# share an environment with them), redone only when pyproject.toml changes, and runs the
+# tests marked torchtpu there (no TPU needed: TorchTPU's host path).
 
 PYTHON ?= python3
 VENV := .venv
@@ -22,11 +25,23 @@ COLAB_STACK := ipython ipykernel traitlets ipywidgets jupyter_client jupyter_cor
   notebook widgetsnbextension jupyterlab_widgets protobuf matplotlib-inline torch torch_xla \
   jax jaxlib
 COLAB_TEST_DEPS := pytest pytest-timeout nbclient nbformat playwright
+# Python 3.11: this machine kind keeps torch 2.13.0's CPU wheel for it on disk.
+TORCHTPU_PYTHON ?= $(PYTHON)
+TORCHTPU_VENV := .venv-torchtpu
+TORCHTPU_BIN := $(TORCHTPU_VENV)/bin
+TORCHTPU_STAMP := $(TORCHTPU_VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
+# torch first, by its version: PyPI's plain torch is a multi-GB CUDA build.
+TORCHTPU_TORCH := torch==2.13.0
+TORCHTPU_TEST_DEPS := pytest pytest-timeout ipykernel nbclient nbformat
+# libtpu asks the cloud metadata server who the machine is unless these say it; no test
+# forces the tpu device, and nothing leaves the machine.
+TORCHTPU_ENV := TPU_SKIP_MDS_QUERY=1 TPU_ACCELERATOR_TYPE=v6e-1 TPU_WORKER_ID=0 \
+  TPU_WORKER_HOSTNAMES=localhost PYTHONWARNINGS="ignore:<TorchTpu/Performance/TcMalloc/"
 export PYTHONUNBUFFERED := 1
 # TensorFlow/XLA C++ logging would otherwise fill the outputs.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install colab-env demo test check lint typecheck pytest fast-pytest browser-deps bench clean
+.PHONY: install colab-env torchtpu-env demo test check lint typecheck pytest fast-pytest browser-deps bench clean
 
 install: $(STAMP)
 
@@ -51,6 +66,15 @@ $(COLAB_STAMP): pyproject.toml $(COLAB_CONSTRAINTS)
 	rm -f $(COLAB_VENV)/.installed-*
 	touch $@
 
+torchtpu-env: $(TORCHTPU_STAMP)
+
+$(TORCHTPU_STAMP): pyproject.toml
+	test -x $(TORCHTPU_BIN)/python || $(TORCHTPU_PYTHON) -m venv $(TORCHTPU_VENV)
+	$(TORCHTPU_BIN)/python -m pip install -q --upgrade pip
+	$(TORCHTPU_BIN)/python -m pip install -q $(TORCHTPU_TORCH) -e '.[torch-tpu]' $(TORCHTPU_TEST_DEPS)
+	rm -f $(TORCHTPU_VENV)/.installed-*
+	touch $@
+
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
@@ -70,19 +94,22 @@ typecheck: install
 # runs the kernel tests again, and the Colab ones.
 # Every test's prerequisite is installed above, so a missing one fails instead of skipping.
 pytest: export XPROF_MAGIC_TESTS_STRICT = 1
-pytest: install colab-env browser-deps
-	$(BIN)/python -m pytest -q -ra -m "not pinned" $(PYTEST_ARGS); rc=$$?; \
+pytest: install colab-env torchtpu-env browser-deps
+	$(BIN)/python -m pytest -q -ra -m "not pinned and not torchtpu" $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; \
 	  $(COLAB_BIN)/python -m pytest -q -ra -m "kernel or colab or pinned" $(PYTEST_ARGS); rc2=$$?; \
 	  if [ $$rc2 -eq 5 ]; then echo "pytest collected no tests on Colab's stack"; exit 1; fi; \
-	  [ $$rc -eq 0 ] && [ $$rc2 -eq 0 ]
+	  $(TORCHTPU_ENV) $(TORCHTPU_BIN)/python -m pytest -q -ra -m torchtpu tests/test_torchtpu.py \
+	    $(PYTEST_ARGS); rc3=$$?; \
+	  if [ $$rc3 -eq 5 ]; then echo "pytest collected no tests on TorchTPU's stack"; exit 1; fi; \
+	  [ $$rc -eq 0 ] && [ $$rc2 -eq 0 ] && [ $$rc3 -eq 0 ]
 
 test: lint typecheck pytest
 
 # The fast tests: in-process and subprocess tests on the newest stack; no kernel, Colab,
 # browser or Binder tests, nor the ones marked slow. `make check PYTEST_ARGS="-k name"` runs
 # some of them.
-FAST_TESTS := not (kernel or colab or pinned or browser or binder or slow)
+FAST_TESTS := not (kernel or colab or pinned or torchtpu or browser or binder or slow)
 fast-pytest: export XPROF_MAGIC_TESTS_STRICT = 1
 fast-pytest: install
 	$(BIN)/python -m pytest -q -ra -m "$(FAST_TESTS)" $(PYTEST_ARGS)
@@ -95,4 +122,4 @@ bench: install
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) $(COLAB_VENV) xprof_logs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(COLAB_VENV) $(TORCHTPU_VENV) xprof_logs .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 from collections.abc import Iterator
@@ -16,6 +17,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # In-process tests share one process, so one profiler server at most: tests that need it
 # run in kernels of their own.
 os.environ["XPROF_MAGIC_NO_SERVER"] = "1"
+
+# TorchTPU's libtpu would ask the cloud metadata server who this machine is; these say it
+# first, for every test process where TorchTPU is installed (.venv-torchtpu).
+TPU_NO_METADATA = {
+    "TPU_SKIP_MDS_QUERY": "1",
+    "TPU_ACCELERATOR_TYPE": "v6e-1",
+    "TPU_WORKER_ID": "0",
+    "TPU_WORKER_HOSTNAMES": "localhost",
+}
+if importlib.util.find_spec("torch_tpu") is not None:
+    os.environ.update(TPU_NO_METADATA)
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 STRICT_ENV = "XPROF_MAGIC_TESTS_STRICT"
@@ -40,14 +52,25 @@ def on_colab_stack() -> bool:
         return False
 
 
+def on_torchtpu_stack() -> bool:
+    """Whether TorchTPU is installed, as in .venv-torchtpu."""
+    return importlib.util.find_spec("torch_tpu") is not None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``pinned`` run on Colab's stack only; elsewhere they say where they run."""
-    if on_colab_stack():
-        return
-    skip = pytest.mark.skip(reason="needs Colab's pinned stack: `make test` runs it in .venv-colab")
+    """Tests marked ``pinned`` run on Colab's stack only, those marked ``torchtpu`` where
+    TorchTPU is installed only; elsewhere they say where they run."""
+    skips = []
+    if not on_colab_stack():
+        reason = "needs Colab's pinned stack: `make test` runs it in .venv-colab"
+        skips.append(("pinned", pytest.mark.skip(reason=reason)))
+    if not on_torchtpu_stack():
+        reason = "needs TorchTPU: `make test` runs it in .venv-torchtpu"
+        skips.append(("torchtpu", pytest.mark.skip(reason=reason)))
     for item in items:
-        if "pinned" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
 
 
 class FakeEvent:

@@ -18,12 +18,14 @@ DEFAULT_HEIGHT = 600
 
 BACKENDS: dict[str, str] = {
     "jax": "xprof_magic._backends.jax",
+    "torch_tpu": "xprof_magic._backends.torch_tpu",
     "torch_xla": "xprof_magic._backends.torch_xla",
 }
 """Each backend's name and the module whose ``create()`` makes it."""
 
 VOCABULARIES: dict[str, str] = {
     "jax": "xprof_magic._backends.jax_vocabulary",
+    "torch_tpu": "xprof_magic._backends.torch_tpu_vocabulary",
     "torch_xla": "xprof_magic._backends.torch_xla_vocabulary",
 }
 """Each backend's words: a module holding a ``VOCABULARY``, importing neither its profiler

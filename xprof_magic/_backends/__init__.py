@@ -1,8 +1,9 @@
 """The one small interface between xprof_magic and a profiler.
 
-Everything that touches a profiler lives behind :class:`Backend`: torch_xla and JAX
-(``jax.profiler``) now; TorchTPU writes the same XProf captures and would plug in as one more
-module registered in :data:`BACKENDS`, without touching the magic, the viewer or the analysis.
+Everything that touches a profiler lives behind :class:`Backend`: torch_xla, JAX
+(``jax.profiler``) and TorchTPU (``torch-tpu``), one module each registered in
+:data:`BACKENDS`; another plugs in the same way, without touching the magic, the viewer or
+the analysis.
 
 The analysis reads runs long after they were made, often in a process that must not pay
 for importing a profiler, so a backend's *words* live apart from its code: a

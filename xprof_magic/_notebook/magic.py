@@ -47,15 +47,15 @@ class XprofMagics(Magics):
         "--port",
         type=int,
         default=DEFAULT_PORT,
-        help="Port of the backend's profiler server (torch_xla's or JAX's), for on-demand "
-        "capture (default 9012). That server listens on ALL interfaces (neither torch_xla "
-        "nor JAX offers a choice).",
+        help="Port of the backend's profiler server (torch_xla's, TorchTPU's or JAX's), for "
+        "on-demand capture (default 9012). That server listens on ALL interfaces (none of "
+        "them offers a choice).",
     )
     @argument(
         "--no-server",
         action="store_true",
-        help="Do not start the backend's profiler server (torch_xla's or JAX's); %%%%xprof "
-        "does not need it. XPROF_MAGIC_NO_SERVER=1 makes this the default.",
+        help="Do not start the backend's profiler server (torch_xla's, TorchTPU's or JAX's); "
+        "%%%%xprof does not need it. XPROF_MAGIC_NO_SERVER=1 makes this the default.",
     )
     @argument(
         "--no-labels",
@@ -70,15 +70,17 @@ class XprofMagics(Magics):
         metavar="A:B",
         help="Mark steps for XProf's step tools: a step ends at each sync (torch_xla.sync(), "
         "xm.mark_step(), MpDeviceLoader, at any depth); when nothing syncs, a step is one "
-        "iteration of the cell's loop (the innermost when nested); your own StepTrace "
-        "markers win. --steps A:B traces only steps A to B-1, numbered from 0 in the cell "
-        "(A: and :B too); the cell still runs whole.",
+        "iteration of the cell's loop (the innermost when nested; always so with JAX and "
+        "TorchTPU, which run eagerly); your own StepTrace markers win. --steps A:B traces "
+        "only steps A to B-1, numbered from 0 in the cell (A: and :B too); the cell still "
+        "runs whole.",
     )
     @argument(
         "--sync",
         action="store_true",
-        help="At the end of the cell, run torch_xla.sync() (torch_xla), or wait for the "
-        "dispatched work (JAX), for cells that leave work pending. Never added otherwise: "
+        help="At the end of the cell, run torch_xla.sync() (torch_xla), wait for the "
+        "dispatched work (JAX), or torch.accelerator.synchronize() (TorchTPU, on a TPU "
+        "only), for cells that leave work pending. Never added otherwise: "
         "it would cut the graph where you did not.",
     )
     @argument(
@@ -108,10 +110,11 @@ class XprofMagics(Magics):
         "--backend",
         default="auto",
         choices=["auto", *sorted(BACKENDS)],
-        help="Profiler backend: jax or torch_xla. Default auto: the framework the cell "
-        "imports, else the one its names come from, else the one your earlier cells "
-        "imported, else the one installed; when that is a tie, torch_xla, and a message "
-        "says so.",
+        help="Profiler backend: jax, torch_tpu or torch_xla. Default auto: the framework the "
+        "cell imports (torch_tpu also when it names the tpu device), else the one its names "
+        "come from, else the one your earlier cells imported, else the one installed; plain "
+        "torch is torch_xla where installed, else torch_tpu; when that is a tie, torch_xla, "
+        "and a message says so.",
     )
     @line_cell_magic
     def xprof(self, line: str, cell: str | None = None) -> Any:
