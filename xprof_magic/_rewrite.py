@@ -103,6 +103,9 @@ def rewrite(
       classes) report to the step tracker: the outermost ones where they start, the
       innermost ones each iteration. Whether iterations or syncs make the steps is decided
       at run time (:class:`xprof_magic._steps.StepTracker`).
+    - The cell's ``for`` loops (outside functions and classes) time each ``next()`` of their
+      iterable as a label ``next(<iterable>)`` (:func:`xprof_magic._labels.inputs`): the
+      time spent waiting for input. ``range(...)`` has nothing to wait for and is left bare.
     - With ``keep_value``, a final expression's value is handed to the runtime, which is
       how the cell's result (Out[n]) survives the wrapping.
 
@@ -116,6 +119,8 @@ def rewrite(
         body[-1] = _located(ast.Expr(value=_runtime_call("keep", [last.value])), last)
         keeps = True
     names: list[str] = []
+    if labels or steps:
+        _time_inputs(body)
     if labels:
         for stmt in body:
             _label_nested(stmt, markers, source_lines, names)
@@ -172,6 +177,26 @@ def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt],
         innermost += inside
         out.append(stmt)
     return out, innermost
+
+
+def _time_inputs(body: list[ast.stmt]) -> None:
+    """Wrap the iterable of each ``for`` loop in ``body``, at any depth outside functions and
+    classes, in ``inputs(<iterable>, "next(<iterable>)")``."""
+    for stmt in body:
+        if isinstance(stmt, _SCOPES):
+            continue
+        if isinstance(stmt, ast.For) and not _is_range(stmt.iter):
+            name = label_for(f"next({ast.unparse(stmt.iter)})")
+            call = _runtime_call("inputs", [stmt.iter, ast.Constant(name)])
+            stmt.iter = ast.copy_location(call, stmt.iter)
+        for owner, field in _bodies(stmt):
+            _time_inputs(getattr(owner, field))
+
+
+def _is_range(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+    )
 
 
 def _bodies(stmt: ast.stmt) -> list[tuple[ast.AST, str]]:

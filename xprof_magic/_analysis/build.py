@@ -16,13 +16,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from xprof_magic import _metadata
-from xprof_magic._analysis import blocks, hosts
+from xprof_magic._analysis import blocks, breakdown, hosts
 from xprof_magic._analysis.cache import estimate_read_s
 from xprof_magic._analysis.device import device_info, top_host_ops, top_ops
 from xprof_magic._analysis.facts import ReadAborted, TraceFacts
 from xprof_magic._analysis.model import (
     Compiles,
     CompileSite,
+    Diagnosis,
     Fallback,
     HostRow,
     LabelRow,
@@ -33,7 +34,9 @@ from xprof_magic._analysis.model import (
 )
 from xprof_magic._analysis.notes import notes_for
 from xprof_magic._analysis.trace import read_trace
+from xprof_magic._analysis.verdict import diagnose
 from xprof_magic._backends import VOCABULARIES, TimelineNames, Vocabulary, get_vocabulary
+from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._metadata import MetricTotal, RunMetadata
 from xprof_magic._steps import STEP_EVENT
 from xprof_magic._store import METADATA_FILE
@@ -110,7 +113,30 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
             missing.append(f"only host {host_file.name} is summarized; also captured: {others}")
     summary = _build(path, meta, words, facts, host_file, tuple(missing), pending)
     summary = replace(summary, hosts=host_table, slowest_host=hosts.slowest(host_table))
+    if facts is not None:
+        summary = replace(summary, diagnosis=_diagnosis(summary, meta, words, facts))
     return replace(summary, notes=(*notes_for(summary, words), *warnings))
+
+
+def _diagnosis(
+    summary: Summary, meta: RunMetadata, words: Vocabulary, facts: TraceFacts
+) -> Diagnosis:
+    """The breakdown of the cell's thread and the verdict drawn from it."""
+    pipeline = words.timeline.input_pipeline
+    parts = breakdown.breakdown(facts, blocks.main_line(facts.blocks, pipeline), pipeline)
+    return diagnose(summary, words, parts, step_rule=meta.step_rule or "", shapes=_shapes(facts))
+
+
+def _shapes(facts: TraceFacts) -> tuple[str, ...]:
+    """The input shapes the cell's loop saw, in order, each change once (from the markers
+    :func:`xprof_magic._labels.inputs` leaves)."""
+    seen: list[str] = []
+    for b in sorted(facts.blocks, key=lambda b: b.start):
+        if b.name.startswith(SHAPES_EVENT):
+            shape = b.name[len(SHAPES_EVENT) :].strip()
+            if not seen or seen[-1] != shape:
+                seen.append(shape)
+    return tuple(seen)
 
 
 def _reader_names(backend: str) -> TimelineNames:
