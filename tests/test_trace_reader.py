@@ -175,6 +175,7 @@ def test_the_summary_is_the_same_with_either_reader(
     run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     new = summarize(run_dir, budget_s=None)
+
     # Wherever summarize lives, it reads the timeline through its module's read_trace. The
     # former reader kept no spans: the breakdown's come from the new one in both.
     def former(*args: Any, **kwargs: Any) -> TraceFacts:
