@@ -33,6 +33,7 @@ __all__ = [
     "label",
     "loop",
     "loops_ahead",
+    "outer_iteration",
     "recording",
     "step",
 ]
@@ -300,13 +301,23 @@ def step() -> _Hook | _Nothing:
     return _Hook(lambda: tracker.user_step(True, mark=True), lambda: tracker.user_step(False))
 
 
-def iteration() -> _Hook | _Nothing:
-    """One iteration of a loop the rewriter chose: a step when nothing syncs."""
+def iteration(deferred: bool = False) -> _Hook | _Nothing:
+    """One iteration of a loop the rewriter chose: a step when nothing syncs. ``deferred``:
+    the loop sits in an outer one that runs more than it, whose iterations
+    (:func:`outer_iteration`) may sync."""
     active = _active
     if active is None:
         return _NOTHING
     tracker = active.tracker
-    return _Hook(tracker.iteration_started, tracker.iteration_ended)
+    return _Hook(lambda: tracker.iteration_started(deferred), tracker.iteration_ended)
+
+
+def outer_iteration() -> _Hook | _Nothing:
+    """One iteration of an outer loop that holds a deferred inner loop."""
+    active = _active
+    if active is None:
+        return _NOTHING
+    return _Hook(_nothing, active.tracker.outer_iteration_ended)
 
 
 def loops_ahead() -> None:

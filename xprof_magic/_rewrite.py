@@ -169,6 +169,8 @@ def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt],
                 inside += count
         if is_loop:
             assert isinstance(stmt, ast.For | ast.AsyncFor | ast.While)
+            if inside:
+                _defer_inner(stmt)
             if not inside:
                 stmt.body = [_with(_runtime_call("iteration", []), stmt.body, stmt.body[0])]
                 inside = 1
@@ -177,6 +179,38 @@ def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt],
         innermost += inside
         out.append(stmt)
     return out, innermost
+
+
+def _defer_inner(loop: ast.For | ast.AsyncFor | ast.While) -> None:
+    """A loop whose body runs more than its inner loops (a sync after them, say): those inner
+    loops' iterations become ``iteration(True)``, and its own body reports its end
+    (``outer_iteration()``), so that a sync in it can still make the steps."""
+    inner = [s for s in loop.body if isinstance(s, _LOOPS)]
+    if not inner or len(inner) == len(loop.body):
+        return
+    marked = False
+    for child in inner:
+        first = child.body[0] if child.body else None
+        if isinstance(first, ast.With) and _is_runtime_call(
+            first.items[0].context_expr, "iteration"
+        ):
+            call = first.items[0].context_expr
+            assert isinstance(call, ast.Call)
+            call.args = [ast.Constant(True)]
+            marked = True
+    if marked:
+        loop.body = [_with(_runtime_call("outer_iteration", []), loop.body, loop.body[0])]
+
+
+def _is_runtime_call(node: ast.expr, func: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == func
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "__import__"
+    )
 
 
 def _time_inputs(body: list[ast.stmt]) -> None:

@@ -131,9 +131,15 @@ def _split(
     return tuple(round(seconds[c], 9) for c in BREAKDOWN_CATEGORIES)
 
 
-def breakdown(facts: TraceFacts, main_line: str, input_names: frozenset[str]) -> Breakdown:
+def breakdown(
+    facts: TraceFacts, main_line: str, input_names: frozenset[str], untimed_copy_s: float = 0.0
+) -> Breakdown:
     """The breakdown of the cell (its window) and of each step on ``main_line``, the cell's
-    thread; ``input_names`` are the data loader's own trace names, counted as input."""
+    thread; ``input_names`` are the data loader's own trace names, counted as input.
+
+    ``untimed_copy_s``: host time spent copying to the device that the timeline shows no
+    event for (the backend's metric): it moves from host to transfer, spread over the steps
+    by their host time."""
     cover = {key: merge(pieces) for key, pieces in facts.spans.items()}
     mine = [b for b in facts.blocks if b.line == main_line]
     inputs = [
@@ -157,9 +163,14 @@ def breakdown(facts: TraceFacts, main_line: str, input_names: frozenset[str]) ->
         # The host ran ahead: the device finishes the work queued by the loop after it.
         number, start, _ = steps[-1]
         steps[-1] = (number, start, device[1][-1])
+    split = [_split(cover, a, b, None) for _, a, b in steps]
+    if untimed_copy_s > 0:
+        cell = _moved(cell, untimed_copy_s, cell[_HOST])
+        host_s = sum(parts[_HOST] for parts in split)
+        split = [_moved(parts, untimed_copy_s, host_s) for parts in split]
     rows = tuple(
-        StepBreakdown(number, round((b - a) / 1e9, 9), _split(cover, a, b, None))
-        for number, a, b in steps[:MAX_STEPS]
+        StepBreakdown(number, round((b - a) / 1e9, 9), parts)
+        for (number, a, b), parts in zip(steps[:MAX_STEPS], split, strict=False)
     )
     return Breakdown(
         categories=BREAKDOWN_CATEGORIES,
@@ -168,6 +179,22 @@ def breakdown(facts: TraceFacts, main_line: str, input_names: frozenset[str]) ->
         steps=rows,
         step_count=len(steps),
     )
+
+
+_HOST = BREAKDOWN_CATEGORIES.index("host")
+_TRANSFER = BREAKDOWN_CATEGORIES.index("transfer")
+
+
+def _moved(parts: tuple[float, ...], copy_s: float, host_s: float) -> tuple[float, ...]:
+    """``parts`` with its share (by host time, of ``host_s``) of ``copy_s`` moved from host to
+    transfer, never more than its host time."""
+    if host_s <= 0:
+        return parts
+    move = min(parts[_HOST], copy_s * parts[_HOST] / host_s)
+    out = list(parts)
+    out[_HOST] = round(out[_HOST] - move, 9)
+    out[_TRANSFER] = round(out[_TRANSFER] + move, 9)
+    return tuple(out)
 
 
 def _step_spans(blocks: list[Block], inputs: Spans) -> list[tuple[int, float, float]]:

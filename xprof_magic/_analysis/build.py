@@ -123,7 +123,15 @@ def _diagnosis(
 ) -> Diagnosis:
     """The breakdown of the cell's thread and the verdict drawn from it."""
     pipeline = words.timeline.input_pipeline
-    parts = breakdown.breakdown(facts, blocks.main_line(facts.blocks, pipeline), pipeline)
+    copy = (
+        meta.metrics.metrics.get(words.metrics.host_copy_ns) if words.metrics.host_copy_ns else None
+    )
+    parts = breakdown.breakdown(
+        facts,
+        blocks.main_line(facts.blocks, pipeline),
+        pipeline,
+        untimed_copy_s=copy.total_s / 1e9 if copy else 0.0,
+    )
     return diagnose(summary, words, parts, step_rule=meta.step_rule or "", shapes=_shapes(facts))
 
 

@@ -65,14 +65,16 @@ def diagnose(
     capture found the steps (``sync``: the loop synced), ``shapes`` the input shapes seen."""
     if not parts.categories or parts.total_s() <= 0:
         return Diagnosis(breakdown=parts)
-    of_steps = bool(parts.steps)
-    share = {c: parts.share(c, of_steps) for c in parts.categories}
+    warm_up = _warm_up(s, parts)
+    basis = replace(parts, steps=parts.steps[warm_up:]) if warm_up else parts
+    of_steps = bool(basis.steps)
+    share = {c: basis.share(c, of_steps) for c in basis.categories}
     verdict = "input" if share["input"] >= HIGHLY_INPUT else ""
     if not verdict:
         best = max(_CANDIDATES, key=lambda c: share[c])
         verdict = best if share[best] >= MIN_SHARE else "unknown"
     if verdict == "unknown":
-        return Diagnosis(share=None, breakdown=parts, evidence=_evidence(parts, share, of_steps))
+        return Diagnosis(share=None, breakdown=parts, evidence=_evidence(basis, share, of_steps))
     fixes = words.advice.fixes
     cause = _cause(s, words, step_rule, shapes) if verdict == "compile" else ""
     fix = fixes.get(cause) or fixes.get(verdict, "")
@@ -82,14 +84,27 @@ def diagnose(
         share=share[verdict],
         where=where,
         line=line,
-        evidence=_evidence(parts, share, of_steps),
+        evidence=_evidence(basis, share, of_steps)
+        + ((("warm-up steps", str(warm_up)),) if warm_up else ()),
         fix=fix,
         cause=cause,
         shapes=tuple(shapes) if cause == "changing shapes" else (),
         level="info" if verdict == "device" or cause == "warm-up" else "warning",
         breakdown=parts,
     )
-    return _with_headline(diagnosis, s, share, of_steps)
+    return _with_headline(diagnosis, s, share, of_steps, warm_up)
+
+
+def _warm_up(s: Summary, parts: Breakdown) -> int:
+    """How many first steps to leave out of the verdict: those that compiled, when only the
+    first one or two did and at least three steps follow (the steady state is the fact)."""
+    steps = s.steps
+    if steps is None or not steps.compiling or len(parts.steps) != steps.count:
+        return 0
+    first = max(steps.compiling) + 1
+    if first <= 2 and steps.count - first >= 3:
+        return first
+    return 0
 
 
 def _cause(s: Summary, words: Vocabulary, step_rule: str, shapes: Sequence[str]) -> str:
@@ -154,8 +169,12 @@ def _percent(value: float) -> str:
     return f"{value:.0%}" if value >= 0.01 or value == 0 else "<1%"
 
 
-def _with_headline(d: Diagnosis, s: Summary, share: dict[str, float], of_steps: bool) -> Diagnosis:
+def _with_headline(
+    d: Diagnosis, s: Summary, share: dict[str, float], of_steps: bool, warm_up: int
+) -> Diagnosis:
     each = "of each step" if of_steps else "of the cell's time"
+    if warm_up:
+        each += f" after the {'first' if warm_up == 1 else f'{warm_up} first'} (compiling)"
     where = f" (`{d.where[-1]}`, line {d.line})" if d.where and d.line else ""
     if d.where and not d.line:
         where = f" (`{d.where[-1]}`)"
@@ -166,7 +185,8 @@ def _with_headline(d: Diagnosis, s: Summary, share: dict[str, float], of_steps: 
     if d.verdict == "compile":
         c = s.compiles
         if c.count:
-            text += f", {c.count} compilations ({seconds(c.total_s or 0.0)})"
+            noun = "compilation" if c.count == 1 else "compilations"
+            text += f", {c.count} {noun} ({seconds(c.total_s or 0.0)})"
         if d.cause == "growing graph":
             text += "; the loop never syncs, so its pending graph grows and compiles every step"
         elif d.cause == "changing shapes":

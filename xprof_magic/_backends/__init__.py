@@ -151,6 +151,10 @@ class MetricNames:
     fallback_prefix: str = ""
     host_read: str = ""
     function_compile_prefix: str = ""
+    host_copy_ns: str = ""
+    """A metric, in nanoseconds, of the host's side of copies to the device (torch_xla's
+    ``TensorToData``), which the timeline has no event for: the breakdown counts it as
+    transfer, not host."""
 
 
 @dataclass(frozen=True)

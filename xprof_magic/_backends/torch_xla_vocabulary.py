@@ -86,6 +86,7 @@ VOCABULARY = Vocabulary(
         from_device_bytes="InboundData",
         fallback_prefix="aten::",
         host_read="aten::_local_scalar_dense",
+        host_copy_ns="TensorToData",
     ),
     timeline=TimelineNames(
         compile_events=COMPILE_EVENTS,
