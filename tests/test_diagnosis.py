@@ -75,6 +75,24 @@ def test_a_loop_waiting_for_its_batches_is_input_bound(
     assert set(parts.categories) >= {"input", "host", "compile", "device", "idle"}
 
 
+def test_compare_says_what_moved_and_summary_shows_the_headline(
+    ip: Any, logdir: Path, torch_ready: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = "for x in decoded(4):\n    y = (x.to(dev) @ w).sum()\n    torch_xla.sync()\n"
+    slow = diagnosed(ip, logdir, "slow", body)
+    ip.run_cell("ready = list(decoded(4))")
+    fast = diagnosed(ip, logdir, "fast", body.replace("decoded(4)", "ready"))
+    assert slow.diagnosis.verdict == "input" and fast.diagnosis.verdict != "input"
+    capsys.readouterr()
+    ip.run_line_magic("xprof", "summary slow")
+    assert slow.diagnosis.headline in capsys.readouterr().out
+    ip.run_line_magic("xprof", "compare slow fast")
+    out = capsys.readouterr().out
+    moved = f"Diagnosis: input ({slow.diagnosis.share:.0%}) → {fast.diagnosis.verdict} ("
+    assert moved in out
+    assert f"input {slow.diagnosis.share:.0%} → " in out
+
+
 def test_many_tiny_ops_in_a_synced_loop_are_host_bound_one_step_per_sync(
     ip: Any, logdir: Path, torch_ready: None
 ) -> None:
@@ -201,3 +219,19 @@ def test_jax_loops_get_input_and_host_verdicts(ip: Any, logdir: Path) -> None:
     s = xprof_magic.summarize(logdir / "plugins" / "profile" / "jhost")
     assert s.diagnosis.verdict == "host", s.diagnosis.evidence
     assert headline(s).startswith("Host-bound: ") and "jax.jit" in s.diagnosis.fix
+
+
+def test_eager_jax_calls_with_three_shapes_are_no_recompile(ip: Any, logdir: Path) -> None:
+    body = (
+        "import jax\n"
+        "key = jax.random.key(0)\n"
+        "a = jax.random.normal(key, (3,))\n"
+        "b = jax.random.normal(key, (4, 2))\n"
+        "c = jax.random.normal(key, (5, 5))\n"
+        "params = [jax.numpy.ones(n) * 2 for n in (2, 3, 4, 5, 6, 7, 8)]\n"
+    )
+    assert run(ip, logdir, body, "--backend jax --name eager").success
+    s = xprof_magic.summarize(logdir / "plugins" / "profile" / "eager")
+    texts = [n.text for n in s.notes]
+    assert not [t for t in texts if t.startswith("Recompiled")], texts
+    assert not [t for t in texts if "growing length" in t], texts
