@@ -15,7 +15,7 @@ import pytest
 
 import xprof_magic
 from tests.conftest import run
-from xprof_magic._analysis import Summary, render_html, render_text
+from xprof_magic._analysis import Summary, render_html, render_text, summarize
 
 SETUP = """
 import time
@@ -70,6 +70,11 @@ def test_a_loop_waiting_for_its_batches_is_input_bound(
     saved = json.loads((Path(s.run_dir) / "xprof_magic_summary.json").read_text())
     assert saved["diagnosis"]["verdict"] == "input"
     assert Summary.from_json(s.to_json()) == s
+    # before the timeline is read (a pending summary), the metadata already gives the verdict
+    quick = summarize(s.run_dir, budget_s=0.0)
+    assert quick.pending and quick.diagnosis.verdict == "input"
+    assert headline(quick).startswith("Input-bound (highly, XProf's ≥ 20%): ")
+    assert "breakdown" in render_html(quick)
     parts = d.breakdown
     assert parts.step_count == 6 and len(parts.steps) == 6
     assert set(parts.categories) >= {"input", "host", "compile", "device", "idle"}

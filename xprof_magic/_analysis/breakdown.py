@@ -37,6 +37,7 @@ __all__ = [
     "Spans",
     "breakdown",
     "busy_ns",
+    "from_metrics",
     "merge",
 ]
 
@@ -178,6 +179,25 @@ def breakdown(
         cell_s=round((hi - lo) / 1e9, 9),
         steps=rows,
         step_count=len(steps),
+    )
+
+
+def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:
+    """The cell's breakdown before its timeline is read: ``measured`` seconds of input (the
+    ``next()`` labels' timers), compile, device and transfer (the backend's metrics), each
+    capped, in :data:`PRIORITY` order, by what the others left of ``wall_s``; the rest is
+    host. No steps: the metrics are the cell's totals."""
+    left = wall_s
+    seconds = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
+    for category in PRIORITY:
+        take = min(max(0.0, measured.get(category, 0.0)), left)
+        seconds[category] = take
+        left -= take
+    seconds["host"] = left
+    return Breakdown(
+        categories=BREAKDOWN_CATEGORIES,
+        cell=tuple(round(seconds[c], 9) for c in BREAKDOWN_CATEGORIES),
+        cell_s=round(wall_s, 9),
     )
 
 

@@ -16,14 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from xprof_magic import _metadata
-from xprof_magic._analysis import blocks, breakdown, hosts
+from xprof_magic._analysis import blocks, hosts, verdict
 from xprof_magic._analysis.cache import estimate_read_s
 from xprof_magic._analysis.device import device_info, top_host_ops, top_ops
 from xprof_magic._analysis.facts import ReadAborted, TraceFacts
 from xprof_magic._analysis.model import (
     Compiles,
     CompileSite,
-    Diagnosis,
     Fallback,
     HostRow,
     LabelRow,
@@ -34,9 +33,7 @@ from xprof_magic._analysis.model import (
 )
 from xprof_magic._analysis.notes import notes_for
 from xprof_magic._analysis.trace import read_trace
-from xprof_magic._analysis.verdict import diagnose
 from xprof_magic._backends import VOCABULARIES, TimelineNames, Vocabulary, get_vocabulary
-from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._metadata import MetricTotal, RunMetadata
 from xprof_magic._steps import STEP_EVENT
 from xprof_magic._store import METADATA_FILE
@@ -114,37 +111,10 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
     summary = _build(path, meta, words, facts, host_file, tuple(missing), pending)
     summary = replace(summary, hosts=host_table, slowest_host=hosts.slowest(host_table))
     if facts is not None:
-        summary = replace(summary, diagnosis=_diagnosis(summary, meta, words, facts))
+        summary = replace(summary, diagnosis=verdict.from_trace(summary, meta, words, facts))
+    elif meta.wall_s:
+        summary = replace(summary, diagnosis=verdict.from_metadata(summary, meta, words))
     return replace(summary, notes=(*notes_for(summary, words), *warnings))
-
-
-def _diagnosis(
-    summary: Summary, meta: RunMetadata, words: Vocabulary, facts: TraceFacts
-) -> Diagnosis:
-    """The breakdown of the cell's thread and the verdict drawn from it."""
-    pipeline = words.timeline.input_pipeline
-    copy = (
-        meta.metrics.metrics.get(words.metrics.host_copy_ns) if words.metrics.host_copy_ns else None
-    )
-    parts = breakdown.breakdown(
-        facts,
-        blocks.main_line(facts.blocks, pipeline),
-        pipeline,
-        untimed_copy_s=copy.total_s / 1e9 if copy else 0.0,
-    )
-    return diagnose(summary, words, parts, step_rule=meta.step_rule or "", shapes=_shapes(facts))
-
-
-def _shapes(facts: TraceFacts) -> tuple[str, ...]:
-    """The input shapes the cell's loop saw, in order, each change once (from the markers
-    :func:`xprof_magic._labels.inputs` leaves)."""
-    seen: list[str] = []
-    for b in sorted(facts.blocks, key=lambda b: b.start):
-        if b.name.startswith(SHAPES_EVENT):
-            shape = b.name[len(SHAPES_EVENT) :].strip()
-            if not seen or seen[-1] != shape:
-                seen.append(shape)
-    return tuple(seen)
 
 
 def _reader_names(backend: str) -> TimelineNames:

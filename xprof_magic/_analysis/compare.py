@@ -83,7 +83,7 @@ def _verdict(s: Summary) -> str:
 def moved(a: Summary, b: Summary) -> str:
     """The two verdicts and the categories whose share of step time moved by at least 5
     points, largest move first: ``Diagnosis: input (82%) → device (71%); input 82% → 6%,
-    device 3% → 71%``; "" when neither run has a diagnosis."""
+    device 3% → 71%``; "" when neither run has a diagnosis, or nothing moved."""
     x, y = _shares(a), _shares(b)
     if not x and not y:
         return ""
@@ -92,6 +92,8 @@ def moved(a: Summary, b: Summary) -> str:
         key=lambda c: -abs(x.get(c, 0.0) - y.get(c, 0.0)),
     )
     what = ", ".join(f"{c} {x.get(c, 0.0):.0%} → {y.get(c, 0.0):.0%}" for c in changes)
+    if not what and a.diagnosis.verdict == b.diagnosis.verdict:
+        return ""
     head = f"Diagnosis: {_verdict(a)} → {_verdict(b)}"
     return f"{head}; {what}" if what else f"{head}; no category moved by 5 points or more"
 

@@ -20,14 +20,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from xprof_magic._analysis.breakdown import INPUT_PREFIX
+from xprof_magic._analysis.blocks import main_line
+from xprof_magic._analysis.breakdown import INPUT_PREFIX, breakdown, from_metrics
 from xprof_magic._analysis.diagnosis import Breakdown, Diagnosis
+from xprof_magic._analysis.facts import TraceFacts
 from xprof_magic._analysis.model import LabelRow, Summary
 from xprof_magic._backends import Vocabulary
+from xprof_magic._labels import SHAPES_EVENT
+from xprof_magic._metadata import RunMetadata
 from xprof_magic._rewrite import label_for
 from xprof_magic._units import seconds
 
-__all__ = ["HIGHLY_INPUT", "MIN_SHARE", "MODERATELY_INPUT", "diagnose"]
+__all__ = [
+    "HIGHLY_INPUT",
+    "MIN_SHARE",
+    "MODERATELY_INPUT",
+    "diagnose",
+    "from_metadata",
+    "from_trace",
+]
 
 HIGHLY_INPUT = 0.20
 MODERATELY_INPUT = 0.05
@@ -200,3 +211,55 @@ def _with_headline(
     if d.verdict != "device":
         text += f"; the device is busy {_percent(share['device'])}"
     return replace(d, headline=f"{text}. {d.fix}".strip())
+
+
+def from_trace(
+    summary: Summary, meta: RunMetadata, words: Vocabulary, facts: TraceFacts
+) -> Diagnosis:
+    """The breakdown of the cell's thread and the verdict drawn from it."""
+    pipeline = words.timeline.input_pipeline
+    copy = (
+        meta.metrics.metrics.get(words.metrics.host_copy_ns) if words.metrics.host_copy_ns else None
+    )
+    parts = breakdown(
+        facts,
+        main_line(facts.blocks, pipeline),
+        pipeline,
+        untimed_copy_s=copy.total_s / 1e9 if copy else 0.0,
+    )
+    return diagnose(summary, words, parts, step_rule=meta.step_rule or "", shapes=_shapes(facts))
+
+
+def from_metadata(summary: Summary, meta: RunMetadata, words: Vocabulary) -> Diagnosis:
+    """The verdict from the metadata alone, while the timeline waits (a pending summary):
+    the ``next()`` timers and the backend's compile, execute and transfer metrics."""
+    timers, names = meta.metrics.metrics, words.metrics
+
+    def total(name: str) -> float:
+        entry = timers.get(name) if name else None
+        return entry.total_s if entry else 0.0
+
+    copy = total(names.host_copy_ns) / 1e9
+    measured = {
+        "input": sum(
+            label.total_s for label in meta.labels if label.path[-1].startswith(INPUT_PREFIX)
+        ),
+        "compile": total(names.compile_time),
+        "device": total(names.execute_time),
+        "transfer": total(names.to_device_time) + total(names.from_device_time) + copy,
+    }
+    parts = from_metrics(meta.wall_s or 0.0, measured)
+    found = diagnose(summary, words, parts, step_rule=meta.step_rule or "")
+    return replace(found, evidence=(*found.evidence, ("source", "metadata (timeline pending)")))
+
+
+def _shapes(facts: TraceFacts) -> tuple[str, ...]:
+    """The input shapes the cell's loop saw, in order, each change once (from the markers
+    :func:`xprof_magic._labels.inputs` leaves)."""
+    seen: list[str] = []
+    for b in sorted(facts.blocks, key=lambda b: b.start):
+        if b.name.startswith(SHAPES_EVENT):
+            shape = b.name[len(SHAPES_EVENT) :].strip()
+            if not seen or seen[-1] != shape:
+                seen.append(shape)
+    return tuple(seen)
