@@ -24,8 +24,10 @@ the work the loop queued: a host that runs ahead of the device leaves it busy af
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
 
 from xprof_magic._analysis.facts import LABEL, STEP, Block, TraceFacts
 from xprof_magic._analysis.model import Breakdown, StepBreakdown
@@ -56,45 +58,51 @@ INPUT_PREFIX = "next("
 MAX_STEPS = 10_000
 _FETCH_GAP_NS = 5e6
 
-Spans = tuple[list[float], list[float]]
-"""Disjoint intervals, sorted: their starts and their ends."""
+Spans = tuple[NDArray[np.float64], NDArray[np.float64]]
+"""Disjoint intervals, sorted: their starts and their ends (ns)."""
+_NONE: Spans = (np.empty(0), np.empty(0))
 
 
-def merge(pieces: Iterable[tuple[Sequence[float], Sequence[float]]]) -> Spans:
+_Times = Sequence[float] | NDArray[np.float64]
+
+
+def merge(pieces: Iterable[tuple[_Times, _Times]]) -> Spans:
     """The union of intervals given in pieces, as sorted disjoint intervals."""
-    pairs = sorted((a, b) for lo, hi in pieces for a, b in zip(lo, hi, strict=True) if b > a)
-    starts: list[float] = []
-    ends: list[float] = []
-    for a, b in pairs:
-        if ends and a <= ends[-1]:
-            ends[-1] = max(ends[-1], b)
-        else:
-            starts.append(a)
-            ends.append(b)
-    return starts, ends
+    parts = [(np.asarray(lo, np.float64), np.asarray(hi, np.float64)) for lo, hi in pieces]
+    if not parts:
+        return _NONE
+    lo = np.concatenate([a for a, _ in parts])
+    hi = np.concatenate([b for _, b in parts])
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    if not len(lo):
+        return _NONE
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], np.maximum.accumulate(hi[order])
+    first = np.ones(len(lo), bool)
+    first[1:] = lo[1:] > hi[:-1]
+    at = np.flatnonzero(first)
+    return lo[at], hi[np.r_[at[1:] - 1, len(lo) - 1]]
 
 
-def _clip(spans: Spans, lo: float, hi: float) -> list[tuple[float, float]]:
+def _union(a: Spans, b: Spans) -> Spans:
+    return merge([a, b])
+
+
+def _covered(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.float64]:
+    """For each time in ``t``, how long ``spans`` covered before it."""
     starts, ends = spans
-    i = max(0, bisect.bisect_right(ends, lo))
-    out = []
-    while i < len(starts) and starts[i] < hi:
-        a, b = max(starts[i], lo), min(ends[i], hi)
-        if b > a:
-            out.append((a, b))
-        i += 1
-    return out
+    if not len(starts):
+        return np.zeros(len(t))
+    before = np.concatenate([[0.0], np.cumsum(ends - starts)])
+    i = np.searchsorted(starts, t, side="right")
+    over = np.where(i > 0, np.maximum(0.0, ends[np.maximum(i - 1, 0)] - t), 0.0)
+    return before[i] - over
 
 
-def _measure(parts: list[list[tuple[float, float]]]) -> float:
-    pairs = sorted(p for part in parts for p in part)
-    total, end = 0.0, float("-inf")
-    for a, b in pairs:
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
+def _measure(spans: Spans, lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray[np.float64]:
+    """How long ``spans`` covers each interval ``[lo[k], hi[k])``."""
+    return _covered(spans, hi) - _covered(spans, lo)
 
 
 def busy_ns(facts: TraceFacts) -> float | None:
@@ -102,34 +110,36 @@ def busy_ns(facts: TraceFacts) -> float | None:
     pieces = facts.spans.get("device")
     if not pieces:
         return None
-    lo, hi = facts.window or (float("-inf"), float("inf"))
-    return _measure([_clip(merge(pieces), lo, hi)])
+    spans = merge(pieces)
+    lo, hi = facts.window or (float(spans[0][0]), float(spans[1][-1]))
+    return float(_measure(spans, np.array([lo]), np.array([hi]))[0])
 
 
 def _split(
-    cover: dict[str, Spans], lo: float, hi: float, busy: list[tuple[float, float]] | None
-) -> tuple[float, ...]:
-    """Seconds per category of :data:`BREAKDOWN_CATEGORIES` in ``[lo, hi)``; ``busy`` is
-    where the cell's thread ran (the rest is idle), None: all of it."""
-    seconds = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
-    taken: list[list[tuple[float, float]]] = []
-    done = 0.0
+    cover: dict[str, Spans], lo: NDArray[np.float64], hi: NDArray[np.float64], busy: Spans | None
+) -> NDArray[np.float64]:
+    """Seconds per category of :data:`BREAKDOWN_CATEGORIES` (columns) in each interval
+    ``[lo[k], hi[k])`` (rows); ``busy`` is where the cell's thread ran (the rest is idle),
+    None: all of it."""
+    out = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES)))
+    taken = _NONE
+    done = np.zeros(len(lo))
     for category in PRIORITY:
         spans = cover.get(category)
-        if spans is None:
+        if spans is None or not len(spans[0]):
             continue
-        taken.append(_clip(spans, lo, hi))
-        now = _measure(taken)
-        seconds[category] = (now - done) / 1e9
+        taken = _union(taken, spans)
+        now = _measure(taken, lo, hi)
+        out[:, BREAKDOWN_CATEGORIES.index(category)] = now - done
         done = now
-    span = hi - lo
+    length = hi - lo
     if busy is None:
-        seconds["host"] = max(0.0, span - done) / 1e9
+        out[:, _HOST] = np.maximum(0.0, length - done)
     else:
-        with_host = _measure([*taken, busy])
-        seconds["host"] = max(0.0, with_host - done) / 1e9
-        seconds["idle"] = max(0.0, span - with_host) / 1e9
-    return tuple(round(seconds[c], 9) for c in BREAKDOWN_CATEGORIES)
+        with_host = _measure(_union(taken, busy), lo, hi)
+        out[:, _HOST] = np.maximum(0.0, with_host - done)
+        out[:, _IDLE] = np.maximum(0.0, length - with_host)
+    return np.round(np.maximum(out, 0.0) / 1e9, 9)
 
 
 def breakdown(
@@ -157,14 +167,17 @@ def breakdown(
     else:
         return Breakdown(categories=BREAKDOWN_CATEGORIES)
     busy = merge([([a for a, _ in top], [b for _, b in top])])
-    cell = _split(cover, lo, hi, _clip(busy, lo, hi))
+    cell = _as_tuple(_split(cover, np.array([lo]), np.array([hi]), busy)[0])
     steps = _step_spans(mine, cover["input"])
     device = cover.get("device")
-    if steps and device and device[1] and device[1][-1] > steps[-1][2]:
+    if steps and device is not None and len(device[1]) and device[1][-1] > steps[-1][2]:
         # The host ran ahead: the device finishes the work queued by the loop after it.
         number, start, _ = steps[-1]
-        steps[-1] = (number, start, device[1][-1])
-    split = [_split(cover, a, b, None) for _, a, b in steps]
+        steps[-1] = (number, start, float(device[1][-1]))
+    table = _split(
+        cover, np.array([a for _, a, _ in steps]), np.array([b for _, _, b in steps]), None
+    )
+    split = [_as_tuple(row) for row in table]
     if untimed_copy_s > 0:
         cell = _moved(cell, untimed_copy_s, cell[_HOST])
         host_s = sum(parts[_HOST] for parts in split)
@@ -203,6 +216,11 @@ def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:
 
 _HOST = BREAKDOWN_CATEGORIES.index("host")
 _TRANSFER = BREAKDOWN_CATEGORIES.index("transfer")
+_IDLE = BREAKDOWN_CATEGORIES.index("idle")
+
+
+def _as_tuple(row: NDArray[np.float64]) -> tuple[float, ...]:
+    return tuple(float(v) for v in row.tolist())
 
 
 def _moved(parts: tuple[float, ...], copy_s: float, host_s: float) -> tuple[float, ...]:
@@ -238,7 +256,7 @@ def _step_spans(blocks: list[Block], inputs: Spans) -> list[tuple[int, float, fl
 def _fetch_before(inputs: Spans, at: float) -> float:
     """The start of the fetch that ended just before ``at`` (its batch's), else ``at``."""
     starts, ends = inputs
-    i = bisect.bisect_right(ends, at) - 1
+    i = int(np.searchsorted(ends, at, side="right")) - 1
     if i >= 0 and at - ends[i] < _FETCH_GAP_NS:
-        return starts[i]
+        return float(starts[i])
     return at
