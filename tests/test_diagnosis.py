@@ -240,3 +240,43 @@ def test_eager_jax_calls_with_three_shapes_are_no_recompile(ip: Any, logdir: Pat
     texts = [n.text for n in s.notes]
     assert not [t for t in texts if t.startswith("Recompiled")], texts
     assert not [t for t in texts if "growing length" in t], texts
+
+
+def test_each_next_of_the_cells_loops_is_timed_and_the_loop_behaves_the_same() -> None:
+    import ast
+
+    from tests.conftest import FakeEvent
+    from xprof_magic import _labels
+    from xprof_magic._rewrite import rewrite
+
+    source = (
+        "out = []\n"
+        "gen = iter([1, 2, 3, 4, 5])\n"
+        "for a in gen:\n"
+        "    out.append((a, next(gen, None)))\n"
+        "for i in range(2):\n"
+        "    out.append(i)\n"
+        "def f(xs):\n"
+        "    return [x for x in xs]\n"
+        "for b, c in zip('ab', [(2, 3), (4, 5)]):\n"
+        "    out.append(b)\n"
+        "import numpy as np\n"
+        "for arr in [np.ones(2), np.ones(2), np.ones((3, 1))]:\n"
+        "    out.append(float(arr.sum()))\n"
+    )
+    cell = rewrite(ast.parse(source), source.splitlines())
+    code = ast.unparse(cell.tree)
+    assert code.count(".inputs(") == 3, code
+    assert "'next(gen)'" in code and "next(zip('ab', [(2, 3), (4, 5)]))" in code
+    plain: dict[str, object] = {}
+    exec(compile(source, "<cell>", "exec"), plain)
+    profiled: dict[str, object] = {}
+    FakeEvent.log = []
+    recorder = _labels.Recorder(FakeEvent)
+    with _labels.recording(recorder):
+        exec(compile(cell.tree, "<cell>", "exec"), profiled)
+    assert profiled["out"] == plain["out"]
+    timed = {s.path: s.count for s in recorder.labels()}
+    assert timed[("for a in gen", "next(gen)")] == 4  # 3 items, then StopIteration
+    shapes = [name for kind, name, _ in FakeEvent.log if kind == "open" and "shapes" in name]
+    assert shapes == ["xprof.shapes (2,)", "xprof.shapes (3, 1)"], "each change, once"

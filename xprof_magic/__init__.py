@@ -17,10 +17,12 @@ from xprof_magic._version import __version__
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
+    from xprof_magic._analysis.diagnosis import Diagnosis
 
 __all__ = [
     "Capture",
     "CaptureResult",
+    "Diagnosis",
     "RunInfo",
     "__version__",
     "capture",
@@ -42,7 +44,8 @@ def summarize(
     ``logdir`` (default ``$XPROF_MAGIC_LOGDIR``, else ``./xprof_logs``).
 
     The summary saved beside the run when there is one; else reads the whole timeline
-    (seconds for a 100 MB capture) and saves the summary. Its fields (``notes``, ``labels``,
+    (seconds for a 100 MB capture) and saves the summary. Its fields (``diagnosis``: the
+    bottleneck, where and the fix, a :class:`Diagnosis`; ``notes``, ``labels``,
     ``steps``, ``compiles``, ``device`` …) are plain values; :func:`summary_text` renders it
     as the magic prints it. Never raises for a damaged run: ``missing`` says what is absent.
     """
@@ -67,6 +70,16 @@ def summary_text(summary: Summary) -> str:
     from xprof_magic import _analysis
 
     return _analysis.render_text(summary)
+
+
+def __getattr__(name: str) -> Any:
+    """``Diagnosis``, the type of ``summarize(run).diagnosis``, imported when first asked for
+    (it lives with the analysis, which ``import xprof_magic`` does not load)."""
+    if name == "Diagnosis":
+        from xprof_magic._analysis.diagnosis import Diagnosis
+
+        return Diagnosis
+    raise AttributeError(f"module 'xprof_magic' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython: Any) -> None:
