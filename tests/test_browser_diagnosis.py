@@ -67,17 +67,25 @@ def test_the_verdict_and_its_chart_show_under_the_cell(
         try:
             page.goto(lab.notebook_url("diagnosis.ipynb", workspace="diagnosis"))
             page.locator(".jp-NotebookPanel .jp-CodeCell").first.wait_for(timeout=90_000)
+
+            def pause(seconds: float) -> None:
+                page.wait_for_timeout(seconds * 1000)
+
+            def kernel_idle() -> bool:
+                sessions = lab.api("GET", "/api/sessions")
+                idle = all(x["kernel"]["execution_state"] == "idle" for x in sessions)
+                return bool(sessions) and idle
+
+            wait_until(kernel_idle, 90.0, "the kernel to start", pause)
+            chooser = page.get_by_role("button", name="Select", exact=True)
+            if chooser.count() and chooser.first.is_visible():
+                chooser.first.click()
             page.get_by_role("menuitem", name="Run", exact=True).click()
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
             chart = page.locator("svg.xprof-magic-breakdown").first
             chart.wait_for(state="attached", timeout=TIMEOUT_S * 1000)
             chart.scroll_into_view_if_needed()
-            wait_until(
-                chart.is_visible,
-                30.0,
-                "the breakdown chart to be visible",
-                lambda s: page.wait_for_timeout(s * 1000),
-            )
+            wait_until(chart.is_visible, 30.0, "the breakdown chart to be visible", pause)
             legend = chart.locator("text").all_inner_texts()
             assert "input" in legend and "where the time of 6 steps went (verdict: input)" in legend
             assert chart.locator("rect").count() >= 6
