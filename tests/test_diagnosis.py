@@ -261,7 +261,7 @@ def test_each_next_of_the_cells_loops_is_timed_and_the_loop_behaves_the_same() -
         "for b, c in zip('ab', [(2, 3), (4, 5)]):\n"
         "    out.append(b)\n"
         "import numpy as np\n"
-        "for arr in [np.ones(2), np.ones(2), np.ones((3, 1))]:\n"
+        "for arr in (a for a in [np.ones(2), np.ones(2), np.ones((3, 1))]):\n"
         "    out.append(float(arr.sum()))\n"
     )
     cell = rewrite(ast.parse(source), source.splitlines())
@@ -278,5 +278,9 @@ def test_each_next_of_the_cells_loops_is_timed_and_the_loop_behaves_the_same() -
     assert profiled["out"] == plain["out"]
     timed = {s.path: s.count for s in recorder.labels()}
     assert timed[("for a in gen", "next(gen)")] == 4  # 3 items, then StopIteration
+    # a zip is an iterator: timed; a generator too; range and lists are not
+    inputs = sorted(path[-1] for path in timed if path[-1].startswith("next("))
+    assert len(inputs) == 3 and inputs[0].startswith("next((a for a in [np.ones(2)"), inputs
+    assert inputs[1:] == ["next(gen)", "next(zip('ab', [(2, 3), (4, 5)]))"]
     shapes = [name for kind, name, _ in FakeEvent.log if kind == "open" and "shapes" in name]
     assert shapes == ["xprof.shapes (2,)", "xprof.shapes (3, 1)"], "each change, once"

@@ -353,13 +353,17 @@ def inputs(iterable: Any, name: str) -> Any:
     ``xprof.shapes (16, 8), (16,)`` inside that label records them.
 
     ``iter()`` is called here, as the ``for`` statement would; items, exceptions and
-    ``StopIteration`` pass through unchanged. Outside a capture, or outside a label, the
-    iterable is returned as it is.
+    ``StopIteration`` pass through unchanged. Outside a capture, outside a label, or for a
+    built-in container (a list, a dict …: its items are ready, and a long one would cost an
+    event each), the iterable is returned as it is.
     """
     active = _active
-    if active is None or not _path.get():
+    if active is None or not _path.get() or isinstance(iterable, _READY):
         return iterable
     return _Inputs(iter(iterable), active, name)
+
+
+_READY = (list, tuple, dict, set, frozenset, str, bytes, bytearray, range)
 
 
 class _Inputs:
