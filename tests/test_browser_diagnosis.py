@@ -86,7 +86,7 @@ def test_the_verdict_and_its_chart_show_under_the_cell(
             chart.wait_for(state="attached", timeout=TIMEOUT_S * 1000)
             chart.scroll_into_view_if_needed()
             wait_until(chart.is_visible, 30.0, "the breakdown chart to be visible", pause)
-            legend = chart.locator("text").all_inner_texts()
+            legend = chart.locator("text").all_text_contents()
             assert "input" in legend and "where the time of 6 steps went (verdict: input)" in legend
             assert chart.locator("rect").count() >= 6
             text = page.locator(".jp-OutputArea-output").all_inner_texts()
