@@ -9,6 +9,10 @@ per step: about 12 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
   in a process of its own: a capture over 16 MB gets worker processes for its biggest
   lines (:mod:`xprof_magic._analysis.pool`), one less than the CPUs;
 - ``summary_serial``: the same in one process (``XPROF_MAGIC_SUMMARY_WORKERS=0``);
+- ``summary_nodiag``: ``summary`` without the diagnosis (no breakdown spans read, no
+  verdict), for the diagnosis's cost: ``--routes summary summary_nodiag`` (its patch
+  reaches no worker process, so compare it on captures under 40 MB or with
+  ``XPROF_MAGIC_SUMMARY_WORKERS=0``);
 - ``overview_page``: XProf's own converter on the same file;
 - ``parse``: a plain ``ParseFromString`` of the whole file with our schema (the floor).
 
@@ -132,6 +136,12 @@ t, cpu = time.perf_counter(), time.process_time()
 if route == "summary_serial":
     import os
     os.environ["XPROF_MAGIC_SUMMARY_WORKERS"] = "0"
+if route == "summary_nodiag":
+    # The summary as it was before the diagnosis: no breakdown spans, no verdict.
+    from xprof_magic._analysis import reader, verdict
+    from xprof_magic._analysis.diagnosis import Diagnosis
+    reader.Reader._spans = lambda self, *args: None
+    verdict.from_trace = lambda *args: Diagnosis()
 if route.startswith("summary"):
     from xprof_magic._analysis import summarize
     import pathlib

@@ -166,6 +166,49 @@ def test_nested_loops_without_syncs_give_one_step_per_inner_iteration() -> None:
     assert recorded_steps() == list(range(6))
 
 
+def test_a_synced_outer_loop_with_an_inner_python_loop_has_one_step_per_sync() -> None:
+    body = "for step in range(3):\n    for j in range(4):\n        pass\n    sync()\n"
+    cell, _ = rewritten(body)
+    recorder = _labels.Recorder(FakeEvent)
+    tracker = _steps.StepTracker(FakeEvent, recorder, watch_syncs=True, defer_nested=True)
+    with _labels.recording(recorder, tracker):
+        tracker.arm()
+        exec(compile(cell.tree, "<cell>", "exec"), {"sync": lambda: tracker.synced(True)})
+        tracker.finish()
+    assert tracker.rule == "sync"
+    assert recorded_steps() == [0, 1, 2], "one step per sync"
+
+
+def test_without_a_sync_the_inner_iterations_after_the_first_outer_one_are_steps() -> None:
+    cell, _ = rewritten("for step in range(3):\n    for j in range(4):\n        pass\n    x = 1\n")
+    recorder = _labels.Recorder(FakeEvent)
+    tracker = _steps.StepTracker(FakeEvent, recorder, watch_syncs=True, defer_nested=True)
+    with _labels.recording(recorder, tracker):
+        tracker.arm()
+        exec(compile(cell.tree, "<cell>", "exec"), {})
+        tracker.finish()
+    assert tracker.rule == "iteration"
+    assert recorded_steps() == list(range(8))
+
+
+def test_tiny_ops_in_an_inner_loop_synced_by_the_outer_one_give_one_step_per_sync(
+    ip: Any, logdir: Path
+) -> None:
+    body = (
+        "import torch, torch_xla\n"
+        "x = torch.ones(4, 4, device=torch_xla.device())\n"
+        "for i in range(4):\n"
+        "    for j in range(50):\n"
+        "        x = x * 1.0001\n"
+        "    torch_xla.sync()\n"
+    )
+    assert run(ip, logdir, body, "--steps --name inner").success
+    run_dir = logdir / "plugins" / "profile" / "inner"
+    assert step_numbers(run_dir) == list(range(4))
+    meta = _metadata.read(run_dir)
+    assert meta is not None and meta.step_rule == "sync"
+
+
 # Real captures through the magic.
 
 

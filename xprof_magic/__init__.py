@@ -16,6 +16,7 @@ from xprof_magic._version import __version__
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
+    from xprof_magic._analysis.diagnosis import Diagnosis
     from xprof_magic._capture import Capture, CaptureResult, capture, last
     from xprof_magic._labels import label, step
     from xprof_magic._store import RunInfo, runs
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 # Each public name and the module that defines it.
 _LAZY = {
     "Capture": "xprof_magic._capture",
+    "Diagnosis": "xprof_magic._analysis.diagnosis",
     "CaptureResult": "xprof_magic._capture",
     "capture": "xprof_magic._capture",
     "last": "xprof_magic._capture",
@@ -35,6 +37,7 @@ _LAZY = {
 __all__ = [
     "Capture",
     "CaptureResult",
+    "Diagnosis",
     "RunInfo",
     "__version__",
     "capture",
@@ -70,7 +73,8 @@ def summarize(
     ``logdir`` (default ``$XPROF_MAGIC_LOGDIR``, else ``./xprof_logs``).
 
     The summary saved beside the run when there is one; else reads the whole timeline
-    (seconds for a 100 MB capture) and saves the summary. Its fields (``notes``, ``labels``,
+    (seconds for a 100 MB capture) and saves the summary. Its fields (``diagnosis``: the
+    bottleneck, where and the fix, a :class:`Diagnosis`; ``notes``, ``labels``,
     ``steps``, ``compiles``, ``device`` …) are plain values; :func:`summary_text` renders it
     as the magic prints it. Never raises for a damaged run: ``missing`` says what is absent.
     """

@@ -144,7 +144,13 @@ class Capture:
         window = None
         if steps is not None:
             window = TraceWindow(steps, trace, words.stop_trace, self._messages)
-        return StepTracker(backend.event, recorder, watch_syncs=self.plan.steps, window=window)
+        return StepTracker(
+            backend.event,
+            recorder,
+            watch_syncs=self.plan.steps,
+            window=window,
+            defer_nested=get_vocabulary(backend.name).advice.syncs,
+        )
 
     def _hook_cell(self, run: _Running) -> None:
         """Open what watches the cell: its labels and steps, the user's own tracing."""

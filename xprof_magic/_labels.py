@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,18 +24,24 @@ from types import TracebackType
 from typing import Any
 
 __all__ = [
+    "SHAPES_EVENT",
     "LabelStat",
     "Recorder",
+    "inputs",
     "iteration",
     "keep",
     "label",
     "loop",
     "loops_ahead",
+    "outer_iteration",
     "recording",
     "step",
 ]
 
 from xprof_magic._steps import EventFactory, StepTracker
+
+SHAPES_EVENT = "xprof.shapes "
+"""The name that starts the marker :func:`inputs` leaves when the items' shapes change."""
 
 
 @dataclass(frozen=True)
@@ -294,13 +301,23 @@ def step() -> _Hook | _Nothing:
     return _Hook(lambda: tracker.user_step(True, mark=True), lambda: tracker.user_step(False))
 
 
-def iteration() -> _Hook | _Nothing:
-    """One iteration of a loop the rewriter chose: a step when nothing syncs."""
+def iteration(deferred: bool = False) -> _Hook | _Nothing:
+    """One iteration of a loop the rewriter chose: a step when nothing syncs. ``deferred``:
+    the loop sits in an outer one that runs more than it, whose iterations
+    (:func:`outer_iteration`) may sync."""
     active = _active
     if active is None:
         return _NOTHING
     tracker = active.tracker
-    return _Hook(tracker.iteration_started, tracker.iteration_ended)
+    return _Hook(lambda: tracker.iteration_started(deferred), tracker.iteration_ended)
+
+
+def outer_iteration() -> _Hook | _Nothing:
+    """One iteration of an outer loop that holds a deferred inner loop."""
+    active = _active
+    if active is None:
+        return _NOTHING
+    return _Hook(_nothing, active.tracker.outer_iteration_ended)
 
 
 def loops_ahead() -> None:
@@ -327,3 +344,67 @@ def keep(value: Any) -> Any:
         active.recorder.value = value
         active.recorder.has_value = True
     return value
+
+
+def inputs(iterable: Any, name: str) -> Any:
+    """The iterable of one of the cell's loops, each ``next()`` timed as the label ``name``
+    (``next(batches)``): the time the loop waits for its next item, which the diagnosis
+    counts as input. When the items' shapes change (and for the first), a marker
+    ``xprof.shapes (16, 8), (16,)`` inside that label records them.
+
+    ``iter()`` is called here, as the ``for`` statement would; items, exceptions and
+    ``StopIteration`` pass through unchanged. Outside a capture, outside a label, or for a
+    built-in container (a list, a dict …: its items are ready, and a long one would cost an
+    event each), the iterable is returned as it is.
+    """
+    active = _active
+    if active is None or not _path.get() or isinstance(iterable, _READY):
+        return iterable
+    return _Inputs(iter(iterable), active, name)
+
+
+_READY = (list, tuple, dict, set, frozenset, str, bytes, bytearray, range)
+
+
+class _Inputs:
+    """An iterator that times each ``next()`` of the one it wraps (see :func:`inputs`)."""
+
+    __slots__ = ("_active", "_it", "_name", "_shapes")
+
+    def __init__(self, it: Iterator[Any], active: _Active, name: str) -> None:
+        self._it, self._active, self._name = it, active, name
+        self._shapes: str | None = None
+
+    def __iter__(self) -> _Inputs:
+        return self
+
+    def __next__(self) -> Any:
+        active = self._active
+        block = _Block(active.recorder, active.tracker, self._name)
+        block.__enter__()
+        try:
+            item = next(self._it)
+        except BaseException as error:
+            block.__exit__(type(error), error, error.__traceback__)
+            raise
+        with contextlib.suppress(Exception):
+            shapes = _shapes_of(item)
+            if shapes and shapes != self._shapes:
+                self._shapes = shapes
+                marker = active.recorder.make_event(SHAPES_EVENT + shapes)
+                marker.__enter__()
+                marker.__exit__(None, None, None)
+        block.__exit__(None, None, None)
+        return item
+
+
+def _shapes_of(item: Any, depth: int = 0) -> str:
+    """The shapes in an item, ``(16, 8), (16,)``: its own, or its first few parts'."""
+    shape: Any = getattr(item, "shape", None)
+    if isinstance(shape, tuple) or type(shape).__name__ == "Size":
+        return str(tuple(int(n) for n in shape))
+    if depth == 0 and isinstance(item, tuple | list | dict):
+        parts = item.values() if isinstance(item, dict) else item
+        found = [_shapes_of(part, 1) for part in itertools.islice(parts, 4)]
+        return ", ".join(f for f in found if f)
+    return ""

@@ -103,6 +103,9 @@ def rewrite(
       classes) report to the step tracker: the outermost ones where they start, the
       innermost ones each iteration. Whether iterations or syncs make the steps is decided
       at run time (:class:`xprof_magic._steps.StepTracker`).
+    - The cell's ``for`` loops (outside functions and classes) time each ``next()`` of their
+      iterable as a label ``next(<iterable>)`` (:func:`xprof_magic._labels.inputs`): the
+      time spent waiting for input. ``range(...)`` has nothing to wait for and is left bare.
     - With ``keep_value``, a final expression's value is handed to the runtime, which is
       how the cell's result (Out[n]) survives the wrapping.
 
@@ -116,6 +119,8 @@ def rewrite(
         body[-1] = _located(ast.Expr(value=_runtime_call("keep", [last.value])), last)
         keeps = True
     names: list[str] = []
+    if labels or steps:
+        _time_inputs(body)
     if labels:
         for stmt in body:
             _label_nested(stmt, markers, source_lines, names)
@@ -164,6 +169,8 @@ def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt],
                 inside += count
         if is_loop:
             assert isinstance(stmt, ast.For | ast.AsyncFor | ast.While)
+            if inside:
+                _defer_inner(stmt)
             if not inside:
                 stmt.body = [_with(_runtime_call("iteration", []), stmt.body, stmt.body[0])]
                 inside = 1
@@ -172,6 +179,58 @@ def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt],
         innermost += inside
         out.append(stmt)
     return out, innermost
+
+
+def _defer_inner(loop: ast.For | ast.AsyncFor | ast.While) -> None:
+    """A loop whose body runs more than its inner loops (a sync after them, say): those inner
+    loops' iterations become ``iteration(True)``, and its own body reports its end
+    (``outer_iteration()``), so that a sync in it can still make the steps."""
+    inner = [s for s in loop.body if isinstance(s, _LOOPS)]
+    if not inner or len(inner) == len(loop.body):
+        return
+    marked = False
+    for child in inner:
+        first = child.body[0] if child.body else None
+        if isinstance(first, ast.With) and _is_runtime_call(
+            first.items[0].context_expr, "iteration"
+        ):
+            call = first.items[0].context_expr
+            assert isinstance(call, ast.Call)
+            call.args = [ast.Constant(True)]
+            marked = True
+    if marked:
+        loop.body = [_with(_runtime_call("outer_iteration", []), loop.body, loop.body[0])]
+
+
+def _is_runtime_call(node: ast.expr, func: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == func
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "__import__"
+    )
+
+
+def _time_inputs(body: list[ast.stmt]) -> None:
+    """Wrap the iterable of each ``for`` loop in ``body``, at any depth outside functions and
+    classes, in ``inputs(<iterable>, "next(<iterable>)")``."""
+    for stmt in body:
+        if isinstance(stmt, _SCOPES):
+            continue
+        if isinstance(stmt, ast.For) and not _is_range(stmt.iter):
+            name = label_for(f"next({ast.unparse(stmt.iter)})")
+            call = _runtime_call("inputs", [stmt.iter, ast.Constant(name)])
+            stmt.iter = ast.copy_location(call, stmt.iter)
+        for owner, field in _bodies(stmt):
+            _time_inputs(getattr(owner, field))
+
+
+def _is_range(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+    )
 
 
 def _bodies(stmt: ast.stmt) -> list[tuple[ast.AST, str]]:

@@ -114,6 +114,12 @@ class StepTracker:
       loop of its own (a loop inside ``train()``) has no such boundary: its first sync
       that launched work ends step 0;
     - otherwise each iteration is a step.
+    - an inner loop whose outer loop runs more than it (``for step …: for j …: …`` then
+      ``sync()``), with ``defer_nested`` (a backend whose loops sync to end a graph), decides
+      the rule at the first sync that launched work or at the end of the outer loop's first
+      iteration, not at the end of its own first iteration: a sync in the outer loop then
+      makes one step per sync, whatever the inner loop does. When no sync came, the inner
+      iterations are steps from the outer loop's second iteration on.
 
     A profiler event takes its start time when it opens, so a step's marker opens where the
     step starts, and while the rule is undecided both candidates are open. An event is
@@ -138,10 +144,12 @@ class StepTracker:
         *,
         watch_syncs: bool = False,
         window: Window | None = None,
+        defer_nested: bool = False,
     ) -> None:
         self._make_event = make_event
         self._labels = labels
         self.watch_syncs = watch_syncs
+        self.defer_nested = defer_nested and watch_syncs
         self.window = window
         self.rule: str | None = None
         self.first: int | None = None
@@ -218,9 +226,15 @@ class StepTracker:
             if labels is not None:
                 labels.resume(pieces)
 
-    def iteration_started(self) -> None:
+    def iteration_started(self, deferred: bool = False) -> None:
+        """An iteration of an innermost loop begins; ``deferred``: the loop sits in an outer
+        loop that runs more than it (see the class's docstring)."""
         with self._lock:
             self._iterated = True
+            if deferred and self.defer_nested and self.rule is None:
+                if not self._armed:
+                    self.arm(by_loop=self._by_loop)
+                return
             if self.rule not in (None, "iteration") or self._iter is not None:
                 return
             if not self._armed:
@@ -237,6 +251,15 @@ class StepTracker:
                 self._drop(self._sync)
                 self._sync = None
             self._end(current)
+
+    def outer_iteration_ended(self) -> None:
+        """An iteration of an outer loop holding a deferred inner loop ended: without a sync
+        so far, the inner loop's iterations are the steps."""
+        with self._lock:
+            if self.defer_nested and self.rule is None and self._iterated:
+                self.rule = "iteration"
+                self._drop(self._sync)
+                self._sync = None
 
     def user_step(self, begin: bool, mark: bool = False) -> None:
         """The user's own step marker begins or ends; ``mark``: we draw it for them."""

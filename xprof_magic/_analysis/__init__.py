@@ -10,10 +10,14 @@ busy with. The modules, in the order data flows through them:
   with worker processes (:mod:`.pool`, :mod:`.worker`); reading never writes into the run;
 * :mod:`.build` turns the run's metadata (:class:`~xprof_magic._metadata.RunMetadata`) and
   those facts into a :class:`Summary` (:mod:`.model`), with :mod:`.blocks` (labels, steps)
-  and :mod:`.device` (device, threads, top ops); :mod:`.notes` adds the headlines;
+  and :mod:`.device` (device, threads, top ops); :mod:`.breakdown` splits each step's time
+  into input, host, compile, transfer, sync, device, collective and idle, and
+  :mod:`.verdict` draws the :class:`Diagnosis` (:mod:`.diagnosis`) from it; :mod:`.notes`
+  adds the headlines, the verdict first after the device;
 * :mod:`.compare` puts two summaries side by side;
 * :mod:`.text` and :mod:`.html` render them (static HTML, inline SVG, no JavaScript, so a
-  saved notebook shows the summary without a kernel);
+  saved notebook shows the summary without a kernel; :mod:`.chart` the step times,
+  :mod:`.breakdown_chart` the per-step breakdown);
 * :mod:`.cache` keeps a summary beside its capture and reads big ones in a process of its
   own (``python -m xprof_magic._analysis RUN_DIR``, :mod:`.__main__`);
 * :func:`summary_of` (:mod:`.entry`) is what front ends call: it picks the saved summary,
@@ -40,15 +44,18 @@ from xprof_magic._analysis.compare import Comparison, compare
 from xprof_magic._analysis.entry import summary_of
 from xprof_magic._analysis.html import chart_svg, render_html
 from xprof_magic._analysis.model import (
+    Breakdown,
     CompareRow,
     Compiles,
     CompileSite,
     DeviceBusy,
     DeviceInfo,
+    Diagnosis,
     Fallback,
     LabelRow,
     Note,
     OpRow,
+    StepBreakdown,
     StepStats,
     Summary,
     ThreadGroup,
@@ -59,16 +66,19 @@ from xprof_magic._analysis.text import render_text
 __all__ = [
     "DEFAULT_BUDGET_S",
     "SUMMARY_FILE",
+    "Breakdown",
     "CompareRow",
     "Comparison",
     "CompileSite",
     "Compiles",
     "DeviceBusy",
     "DeviceInfo",
+    "Diagnosis",
     "Fallback",
     "LabelRow",
     "Note",
     "OpRow",
+    "StepBreakdown",
     "StepStats",
     "Summary",
     "ThreadGroup",

@@ -12,6 +12,7 @@ import statistics
 
 from xprof_magic._analysis.facts import STEP, Block, TraceFacts
 from xprof_magic._analysis.model import LabelRow, StepStats
+from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._metadata import RunMetadata
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "labels_from_metadata",
     "labels_from_trace",
     "labels_not_in_trace",
+    "main_line",
     "steps_from_metadata",
     "steps_from_trace",
 ]
@@ -61,12 +63,12 @@ def labels_from_trace(
     blocks = facts.blocks
     if not blocks:
         return (), {}, {}
-    groups = _groups(blocks, _main_line(blocks, input_pipeline), own_steps, input_pipeline)
+    groups = _groups(blocks, main_line(blocks, input_pipeline), own_steps, input_pipeline)
     window_s = (facts.window[1] - facts.window[0]) / 1e9 if facts.window else None
     return _rows(groups, blocks, wall_s or window_s)
 
 
-def _main_line(blocks: list[Block], input_pipeline: frozenset[str]) -> str:
+def main_line(blocks: list[Block], input_pipeline: frozenset[str]) -> str:
     """The line (thread) whose outermost blocks, the loader's aside, hold the most time."""
     time_by_line: dict[str, float] = {}
     for b in blocks:
@@ -91,7 +93,7 @@ def _groups(
             # The piece before it, ended at the same instant, is its sibling, not its parent.
             parent = blocks[parent].parent
         p = paths[parent] if parent >= 0 else ()
-        if b.kind == STEP and b.name in own_steps:
+        if (b.kind == STEP and b.name in own_steps) or b.name.startswith(SHAPES_EVENT):
             paths.append(p)
             continue
         if not p and b.name in input_pipeline:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from xprof_magic import _metadata
-from xprof_magic._analysis import blocks, hosts
+from xprof_magic._analysis import blocks, hosts, verdict
 from xprof_magic._analysis.cache import estimate_read_s
 from xprof_magic._analysis.device import device_info, top_host_ops, top_ops
 from xprof_magic._analysis.facts import ReadAborted, TraceFacts
@@ -110,6 +110,10 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
             missing.append(f"only host {host_file.name} is summarized; also captured: {others}")
     summary = _build(path, meta, words, facts, host_file, tuple(missing), pending)
     summary = replace(summary, hosts=host_table, slowest_host=hosts.slowest(host_table))
+    if facts is not None:
+        summary = replace(summary, diagnosis=verdict.from_trace(summary, meta, words, facts))
+    elif meta.wall_s:
+        summary = replace(summary, diagnosis=verdict.from_metadata(summary, meta, words))
     return replace(summary, notes=(*notes_for(summary, words), *warnings))
 
 

@@ -1,6 +1,7 @@
 """Two runs side by side: the same quantities in rows, and what differs in kind.
 
-Rows cover the device, wall time, steps, compilations, runtime figures, CPU fallbacks and
+Rows cover the two diagnoses (verdict and each category's share of step time), the device,
+wall time, steps, compilations, runtime figures, CPU fallbacks and
 every labelled block, the blocks of both runs merged into one tree.
 """
 
@@ -12,7 +13,7 @@ from xprof_magic._analysis.html import compare_html
 from xprof_magic._analysis.model import CompareRow, Summary
 from xprof_magic._analysis.text import compare_text
 
-__all__ = ["Comparison", "compare"]
+__all__ = ["Comparison", "compare", "moved"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Comparison:
 def compare(a: Summary, b: Summary) -> Comparison:
     """Put two runs side by side: device, wall, steps, compiles, fallbacks, labels."""
     rows = [
+        *_diagnosis_rows(a, b),
         *_row("run", "device", a.device.kind, b.device.kind, "text"),
         *_row("run", "status", a.status, b.status, "text"),
         *_row("run", "wall time", a.wall_s, b.wall_s, "s"),
@@ -52,6 +54,9 @@ def compare(a: Summary, b: Summary) -> Comparison:
         *_label_rows(a, b),
     ]
     notes: list[str] = []
+    what_moved = moved(a, b)
+    if what_moved:
+        notes.append(what_moved)
     if a.device.kind != b.device.kind:
         notes.append(
             f"The runs used different devices ({a.device.kind} vs {b.device.kind}): "
@@ -61,6 +66,48 @@ def compare(a: Summary, b: Summary) -> Comparison:
         if s.missing:
             notes.append(f"{which} is incomplete: {s.missing[0]}")
     return Comparison(a.run, b.run, tuple(rows), tuple(notes))
+
+
+def _shares(s: Summary) -> dict[str, float]:
+    parts = s.diagnosis.breakdown
+    if not parts.categories or parts.total_s() <= 0:
+        return {}
+    return {c: parts.share(c, bool(parts.steps)) for c in parts.categories if c != "idle"}
+
+
+def _verdict(s: Summary) -> str:
+    d = s.diagnosis
+    return d.verdict if d.share is None else f"{d.verdict} ({d.share:.0%})"
+
+
+def moved(a: Summary, b: Summary) -> str:
+    """The two verdicts and the categories whose share of step time moved by at least 5
+    points, largest move first: ``Diagnosis: input (82%) → device (71%); input 82% → 6%,
+    device 3% → 71%``; "" when neither run has a diagnosis, or nothing moved."""
+    x, y = _shares(a), _shares(b)
+    if not x and not y:
+        return ""
+    changes = sorted(
+        (c for c in dict.fromkeys([*x, *y]) if abs(x.get(c, 0.0) - y.get(c, 0.0)) >= 0.05),
+        key=lambda c: -abs(x.get(c, 0.0) - y.get(c, 0.0)),
+    )
+    what = ", ".join(f"{c} {x.get(c, 0.0):.0%} → {y.get(c, 0.0):.0%}" for c in changes)
+    if not what and a.diagnosis.verdict == b.diagnosis.verdict:
+        return ""
+    head = f"Diagnosis: {_verdict(a)} → {_verdict(b)}"
+    return f"{head}; {what}" if what else f"{head}; no category moved by 5 points or more"
+
+
+def _diagnosis_rows(a: Summary, b: Summary) -> list[CompareRow]:
+    """The verdicts, then each category's share of step time, as text."""
+    x, y = _shares(a), _shares(b)
+    if not x and not y:
+        return []
+    rows = _row("diagnosis", "verdict", _verdict(a), _verdict(b), "text")
+    for c in dict.fromkeys([*x, *y]):
+        if x.get(c, 0.0) or y.get(c, 0.0):
+            rows += _row("diagnosis", c, f"{x.get(c, 0.0):.0%}", f"{y.get(c, 0.0):.0%}", "text")
+    return rows
 
 
 def _row(

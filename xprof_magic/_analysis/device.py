@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from xprof_magic._analysis.breakdown import busy_ns
 from xprof_magic._analysis.facts import TraceFacts
 from xprof_magic._analysis.model import DeviceBusy, DeviceInfo, OpRow, ThreadGroup
 from xprof_magic._backends import NEUTRAL, Vocabulary
@@ -57,7 +58,9 @@ def device_info(declared: str, facts: TraceFacts | None, words: Vocabulary = NEU
     if devices:
         busy_s = sum(d.busy_s for d in devices) / len(devices)
     elif facts.has_cpu_client:
-        busy_s = facts.cpu_xla_busy_ns / 1e9
+        # Executions, launch to completion: the op events cover only part of each one.
+        executions = busy_ns(facts)
+        busy_s = (executions if executions is not None else facts.cpu_xla_busy_ns) / 1e9
     share = busy_s / window_s if busy_s is not None and window_s else None
     return DeviceInfo(kind, on_cpu, statement, window_s, busy_s, share, devices, threads)
 

@@ -77,3 +77,7 @@ class TraceFacts:
     has_cpu_client: bool = False
     events: int = 0
     planes: list[str] = field(default_factory=list)
+    spans: dict[str, list[tuple[list[float], list[float]]]] = field(default_factory=dict)
+    """Start and end times (ns) of what the step breakdown (:mod:`.breakdown`) measures, by
+    its category: ``compile``, ``transfer`` and ``sync`` on the Python threads, ``device``
+    (executions, launch to completion) on the XLA CPU client's threads or a chip's modules."""

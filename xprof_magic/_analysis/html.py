@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from xprof_magic._analysis.breakdown_chart import breakdown_svg
 from xprof_magic._analysis.chart import BLUE, GREY, ORANGE, chart_svg
 from xprof_magic._analysis.chart import escape as _e
 from xprof_magic._analysis.model import CompareRow, Summary
@@ -95,6 +96,9 @@ def render_html(summary: Summary) -> str:
     words = get_vocabulary(s.backend)
     parts = [f'<div class="xprof-magic-summary" style="{_BOX}">']
     parts += _heading(s)
+    picture = breakdown_svg(s.diagnosis)
+    if picture:
+        parts.append(f'<div style="margin:6px 0">{picture}</div>')
     chart = chart_svg(s)
     if chart:
         parts.append(f'<div style="margin:6px 0">{chart}</div>')

@@ -15,18 +15,23 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
+from xprof_magic._analysis.diagnosis import Breakdown, Diagnosis, StepBreakdown
+
 __all__ = [
     "SUMMARY_SCHEMA",
+    "Breakdown",
     "CompareRow",
     "CompileSite",
     "Compiles",
     "DeviceBusy",
     "DeviceInfo",
+    "Diagnosis",
     "Fallback",
     "HostRow",
     "LabelRow",
     "Note",
     "OpRow",
+    "StepBreakdown",
     "StepStats",
     "Summary",
     "ThreadGroup",
@@ -35,7 +40,7 @@ __all__ = [
     "to_plain",
 ]
 
-SUMMARY_SCHEMA = 1
+SUMMARY_SCHEMA = 2
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,8 @@ class DeviceInfo:
     """Which device ran the cell's work, said plainly, with its busy time.
 
     ``busy_s``/``busy_share``: on a TPU, the mean over chips of the time an XLA program ran;
-    on the CPU, the time at least one XLA CPU client thread ran an XLA op.
+    on the CPU, the time at least one XLA CPU client thread ran an execution (launch to
+    completion), else, in a timeline without such events, an XLA op.
     """
 
     kind: str
@@ -240,6 +246,8 @@ class CompareRow:
 class Summary:
     """What one run says at a glance. ``pending``: the timeline is still to be read.
 
+    ``diagnosis`` is its conclusion: the bottleneck, where and the fix (:class:`Diagnosis`).
+
     ``missing`` lists, as sentences, what could not be read and so is absent here.
     """
 
@@ -258,6 +266,7 @@ class Summary:
     pending: bool = False
     missing: tuple[str, ...] = ()
     notes: tuple[Note, ...] = ()
+    diagnosis: Diagnosis = field(default_factory=Diagnosis)
     device: DeviceInfo = field(
         default_factory=lambda: DeviceInfo("unknown", False, "The device is unknown.")
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from xprof_magic._analysis.model import CompileSite, Note, Summary
+from xprof_magic._analysis.verdict import HIGHLY_INPUT, MODERATELY_INPUT
 from xprof_magic._backends import NEUTRAL, Vocabulary
 from xprof_magic._units import seconds
 
@@ -40,6 +41,22 @@ def device(s: Summary, words: Vocabulary) -> Iterator[Note]:
     yield Note(level, s.device.statement)
 
 
+def diagnosis(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    """The verdict in words, first after the device; then input that is only moderate."""
+    d = s.diagnosis
+    if d.headline:
+        yield Note(d.level, d.headline)
+    parts = d.breakdown
+    if d.verdict not in ("input", "unknown") and parts.categories:
+        share = parts.share("input", of_steps=bool(parts.steps))
+        if MODERATELY_INPUT <= share < HIGHLY_INPUT:
+            yield Note(
+                "info",
+                f"Moderately input-bound (XProf: 5% to 20%): {share:.0%} of step time waits "
+                f"for the next batch. {words.advice.fixes.get('input', '')}".rstrip(),
+            )
+
+
 def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
     for site in s.compiles.sites:
         if not site.recompiled:
@@ -63,7 +80,7 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
                 f"Recompiled: the loop '{site.path[-1]}' compiled {site.compiles} times in one "
                 f"run ({seconds(site.total_s)}): its iterations build different graphs.",
             )
-        else:
+        elif not words.advice.eager_compiles:
             yield Note(
                 "warning",
                 f"Recompiled: '{site.path[-1]}' (in {where}) compiled {site.compiles} graphs "
@@ -101,6 +118,8 @@ def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
     for name, count, total_s in s.compiles.functions:
         inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
         why = reasons.pop(inner, None)
+        if words.advice.eager_compiles and inner.startswith("_") and not why:
+            continue  # a library helper compiled once per shape of an eager call
         if count >= 2:
             what = f"compiled {count} times in this cell ({seconds(total_s)} in all)"
         elif why:
@@ -162,6 +181,7 @@ RULES: tuple[Rule, ...] = (
     cell_raised,
     incomplete,
     device,
+    diagnosis,
     recompiled,
     recompiled_functions,
     compiled_somewhere,

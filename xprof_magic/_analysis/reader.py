@@ -120,6 +120,7 @@ class Reader:
         ops = pushed & (cat == _XLA_OP) & (parent_cat != _XLA_OP)
         if ops.any():
             self.cpu_op_spans.append((start[ops], end[ops]))
+        self._spans(group, start, end, name_id, pushed, cat, top, flag)
         self._tables(start, end, dur, name_id, names, nest, cat)
 
     def _categories(
@@ -223,6 +224,8 @@ class Reader:
         facts.compile_count += 1
         facts.compile_ns += dur
         self.compile_durations.append(dur)
+        if group == "python":
+            facts.spans.setdefault("compile", []).append(([start], [start + dur]))
         if group != "python":
             self.orphan_compiles.append((start, dur))
             return
@@ -235,6 +238,35 @@ class Reader:
             up = int(parent[up])
         if innermost:
             facts.compiles_outside += 1
+
+    def _spans(
+        self,
+        group: str,
+        start: Floats,
+        end: Floats,
+        name_id: Ints,
+        pushed: NDArray[np.bool_],
+        cat: NDArray[np.int8],
+        top: NDArray[np.bool_],
+        flag: dict[str, NDArray[np.bool_]],
+    ) -> None:
+        """Keep the spans the step breakdown needs: on the XLA CPU client's threads each
+        top-level event is an execution (device) or a host-device copy (transfer); on the
+        Python threads, the runtime's copies (transfer) and its waits (sync)."""
+        copy = flag["copy"][name_id]
+        if group in XLA_CPU_CLIENT_GROUPS:
+            found = {"device": top & ~copy, "transfer": top & copy}
+        elif group == "python":
+            runtime = pushed & (cat == _RUNTIME)
+            found = {"transfer": runtime & copy, "sync": runtime & flag["blocks"][name_id] & ~copy}
+        else:
+            return
+        for key, mask in found.items():
+            if mask.any():
+                self._add_spans(key, start[mask], end[mask])
+
+    def _add_spans(self, key: str, lo: Floats, hi: Floats) -> None:
+        self.facts.spans.setdefault(key, []).append((lo.tolist(), hi.tolist()))
 
     def _charge(self, index: int, dur: float, innermost: bool) -> None:
         block = self.facts.blocks[index]
@@ -296,6 +328,8 @@ class Reader:
             self.check()
             if line is busy_line:
                 busy = nesting.union_ns(line.start, line.start + line.dur, self.facts.window)
+                if not self.facts.devices:
+                    self._add_spans("device", line.start, line.start + line.dur)
             if name == "XLA Ops":
                 self._device_ops(line)
         self.facts.devices.append((plane.name, busy))
@@ -326,6 +360,17 @@ class Reader:
                 )
 
 
+def _is_copy(name: str) -> bool:
+    """A host-device copy: XLA's ``H2D``/``D2H`` dispatches, a client's ``Transfer*``."""
+    return "H2D" in name or "D2H" in name or "transfer" in name.lower()
+
+
+def _blocks_host(name: str) -> bool:
+    """The host waits for the device: XLA's ``Wait for …``, a runtime's barrier."""
+    lower = name.lower()
+    return "wait" in lower or "barrier" in lower
+
+
 def _name_flags(
     names: list[str],
     label_names: frozenset[str],
@@ -342,6 +387,8 @@ def _name_flags(
         ),
         "label": np.array([n in label_names for n in names], bool),
         "wait": np.array(["wait" in n.lower() for n in names], bool),
+        "blocks": np.array([_blocks_host(n) for n in names], bool),
+        "copy": np.array([_is_copy(n) for n in names], bool),
     }
 
 

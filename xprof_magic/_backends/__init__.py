@@ -27,6 +27,7 @@ from xprof_magic._registry import BACKENDS, VOCABULARIES
 __all__ = [
     "BACKENDS",
     "NEUTRAL",
+    "NEUTRAL_FIXES",
     "VOCABULARIES",
     "Advice",
     "Backend",
@@ -152,6 +153,10 @@ class MetricNames:
     fallback_prefix: str = ""
     host_read: str = ""
     function_compile_prefix: str = ""
+    host_copy_ns: str = ""
+    """A metric, in nanoseconds, of the host's side of copies to the device (torch_xla's
+    ``TensorToData``), which the timeline has no event for: the breakdown counts it as
+    transfer, not host."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,35 @@ class Advice:
     cpu_device: str = (
         "Ran on the CPU, not on an accelerator: these times say nothing about accelerator speed."
     )
+    fixes: Mapping[str, str] = field(default_factory=lambda: dict(NEUTRAL_FIXES))
+    """The diagnosis's advice, one sentence per verdict (and per compile cause:
+    ``growing graph``, ``changing shapes``, ``warm-up``), in the backend's words."""
+    syncs: bool = False
+    """Whether a loop must sync to end its graph (lazy tensors): a loop that compiles each
+    step and never syncs grows one graph."""
+    eager_compiles: bool = False
+    """Whether eager calls compile one small program each (JAX): many compilations in one
+    call, or a library helper compiled for several shapes, are then no alarm."""
+
+
+NEUTRAL_FIXES: Mapping[str, str] = {
+    "input": "Prefetch the next batch, or move its decoding off the step (a loader with "
+    "worker processes).",
+    "host": "Do more per step: fewer, larger ops (vectorize the inner Python loop), or a "
+    "compiled function around the step.",
+    "compile": "Keep shapes and Python values fixed between steps, so compiled programs are "
+    "reused.",
+    "changing shapes": "Pad the inputs to a few fixed sizes (bucketing), or drop the last "
+    "partial batch.",
+    "growing graph": "End each step where it should: the graph grows while nothing ends it.",
+    "warm-up": "Only the first steps compiled: later runs of the same shapes reuse them.",
+    "transfer": "Keep the data on the device between steps, and copy less (smaller dtypes, "
+    "only what the step needs).",
+    "sync": "Read values back once, after the loop, instead of in every step.",
+    "device": "The device computes most of the time: speed now comes from the model itself "
+    "(fusing, a larger batch, a faster chip).",
+    "collective": "Overlap the collectives with compute, or communicate less often.",
+}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ recompiles).
 from __future__ import annotations
 
 from xprof_magic._backends import (
+    NEUTRAL_FIXES,
     Advice,
     CaptureWords,
     Headings,
@@ -77,6 +78,19 @@ VOCABULARY = Vocabulary(
         },
     ),
     advice=Advice(
+        fixes={
+            **NEUTRAL_FIXES,
+            "input": "Prefetch: load the next batch while the step runs (a loader with "
+            "workers, or jax.device_put of the next batch before the step).",
+            "host": "Put the step under jax.jit: eager ops dispatch one at a time, so a Python "
+            "loop of small ops is bound by the host.",
+            "changing shapes": "Pad the inputs to a few fixed shapes (bucketing), so each "
+            "jitted function compiles once per shape; JAX_EXPLAIN_CACHE_MISSES=1 says why.",
+            "transfer": "Keep arrays on the device: jax.device_put once, before the loop, and "
+            "no np.asarray of device arrays inside the step.",
+            "sync": "Keep block_until_ready(), float(x) and printing arrays out of the loop.",
+        },
+        eager_compiles=True,
         host_read_how="np.asarray(x), x.item(), float(x), printing",
         recompile=(
             "A jitted function compiles again for each new input shape, dtype or static "

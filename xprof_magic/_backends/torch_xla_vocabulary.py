@@ -11,6 +11,7 @@ that backend's vocabulary.
 from __future__ import annotations
 
 from xprof_magic._backends import (
+    NEUTRAL_FIXES,
     Advice,
     CaptureWords,
     Headings,
@@ -55,6 +56,23 @@ THREAD_ROLES = {
     "tf_pytorchxla": "torch_xla runtime: launches executions",
 }
 _DATA_DEPENDENT = "its output shape depends on the data"
+FIXES = {
+    **NEUTRAL_FIXES,
+    "input": "Prefetch: load through MpDeviceLoader, or decode in DataLoader workers "
+    "(num_workers > 0), so the next batch is ready when the step ends.",
+    "host": "Do more per step: turn the inner Python loop into fewer, larger tensor ops, or "
+    "compile the step (torch_xla.compile), so tracing stops dominating.",
+    "compile": "Keep shapes and Python values fixed between steps, so each graph compiles "
+    "once; PT_XLA_DEBUG_LEVEL=2 prints why a graph compiled.",
+    "growing graph": "Call torch_xla.sync() at the end of each iteration: without it the "
+    "pending graph grows every step and each .item() compiles a new one.",
+    "changing shapes": "Pad the batches to a few fixed sizes (bucketing) or drop the last "
+    "partial batch (drop_last=True), so the graphs compiled once are reused.",
+    "transfer": "Keep tensors on the device between steps: move the data once, before the "
+    "loop, or let MpDeviceLoader copy the next batch while the step runs.",
+    "sync": "Keep .item(), print(t) and .cpu() out of the loop: read values once, after it, "
+    "or every N steps.",
+}
 
 VOCABULARY = Vocabulary(
     backend="torch_xla",
@@ -68,6 +86,7 @@ VOCABULARY = Vocabulary(
         from_device_bytes="InboundData",
         fallback_prefix="aten::",
         host_read="aten::_local_scalar_dense",
+        host_copy_ns="TensorToData",
     ),
     timeline=TimelineNames(
         compile_events=COMPILE_EVENTS,
@@ -98,6 +117,8 @@ VOCABULARY = Vocabulary(
             "Shapes or Python values change between runs; keep shapes fixed (pad or bucket). "
             "PT_XLA_DEBUG_LEVEL=2, set before importing torch_xla, prints why."
         ),
+        fixes=FIXES,
+        syncs=True,
         cpu_device=(
             "Ran on the CPU (PJRT_DEVICE=CPU), not on a TPU: XLA's CPU client executed the "
             "compiled graphs on host threads, so these times say nothing about TPU speed."

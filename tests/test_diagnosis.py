@@ -1,0 +1,286 @@
+"""The diagnosis: loops built so that one cost dominates each get that verdict, and say it.
+
+Real torch_xla on the CPU and real JAX, each cell run under ``%%xprof --steps`` in the
+in-process shell after an unprofiled warm-up run of the same cell (so that the verdict is
+the loop's, not the first compilation's), then summarized from its stored run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import xprof_magic
+from tests.conftest import run
+from xprof_magic._analysis import Summary, render_html, render_text, summarize
+
+SETUP = """
+import time
+import numpy as np
+import torch, torch_xla
+dev = torch_xla.device()
+w = torch.randn(32, 32, device=dev)
+def decoded(n):
+    for i in range(n):
+        time.sleep(0.03)
+        yield torch.from_numpy(np.ones((16, 32), np.float32))
+"""
+
+
+def diagnosed(ip: Any, logdir: Path, name: str, body: str, warm: bool = True) -> Summary:
+    """Run ``body`` unprofiled (``warm``), then profiled, and summarize the run."""
+    if warm:
+        assert ip.run_cell(body).success
+    assert run(ip, logdir, body, f"--steps --name {name}").success
+    summary = xprof_magic.summarize(logdir / "plugins" / "profile" / name)
+    assert summary.complete, summary.missing
+    return summary
+
+
+def headline(summary: Summary) -> str:
+    """The first note after the device line."""
+    texts = [n.text for n in summary.notes]
+    at = texts.index(summary.device.statement)
+    return texts[at + 1]
+
+
+@pytest.fixture(scope="module")
+def torch_ready(ip: Any) -> None:
+    assert ip.run_cell(SETUP).success
+
+
+def test_a_loop_waiting_for_its_batches_is_input_bound(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    body = "for x in decoded(6):\n    y = (x.to(dev) @ w).sum()\n    torch_xla.sync()\n"
+    s = diagnosed(ip, logdir, "input", body)
+    d = s.diagnosis
+    assert d.verdict == "input" and d.share is not None and d.share > 0.8
+    assert d.where == ("for x in decoded(6)",) and d.line == 1
+    assert headline(s) == d.headline
+    assert d.headline.startswith("Input-bound (highly, XProf's ≥ 20%): ")
+    assert "of each step waits for the next batch (`for x in decoded(6)`, line 1)" in d.headline
+    assert "MpDeviceLoader" in d.fix and d.level == "warning"
+    # the same words in the terminal, the static HTML and the saved summary
+    assert d.headline in render_text(s)
+    assert "Input-bound (highly" in render_html(s)
+    saved = json.loads((Path(s.run_dir) / "xprof_magic_summary.json").read_text())
+    assert saved["diagnosis"]["verdict"] == "input"
+    assert Summary.from_json(s.to_json()) == s
+    # before the timeline is read (a pending summary), the metadata already gives the verdict
+    quick = summarize(s.run_dir, budget_s=0.0)
+    assert quick.pending and quick.diagnosis.verdict == "input"
+    assert headline(quick).startswith("Input-bound (highly, XProf's ≥ 20%): ")
+    assert "breakdown" in render_html(quick)
+    parts = d.breakdown
+    assert parts.step_count == 6 and len(parts.steps) == 6
+    assert set(parts.categories) >= {"input", "host", "compile", "device", "idle"}
+
+
+def test_compare_says_what_moved_and_summary_shows_the_headline(
+    ip: Any, logdir: Path, torch_ready: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = "for x in decoded(4):\n    y = (x.to(dev) @ w).sum()\n    torch_xla.sync()\n"
+    slow = diagnosed(ip, logdir, "slow", body)
+    ip.run_cell("ready = list(decoded(4))")
+    fast = diagnosed(ip, logdir, "fast", body.replace("decoded(4)", "ready"))
+    assert slow.diagnosis.verdict == "input" and fast.diagnosis.verdict != "input"
+    capsys.readouterr()
+    ip.run_line_magic("xprof", "summary slow")
+    assert slow.diagnosis.headline in capsys.readouterr().out
+    ip.run_line_magic("xprof", "compare slow fast")
+    out = capsys.readouterr().out
+    moved = f"Diagnosis: input ({slow.diagnosis.share:.0%}) → {fast.diagnosis.verdict} ("
+    assert moved in out
+    assert f"input {slow.diagnosis.share:.0%} → " in out
+
+
+def test_many_tiny_ops_in_a_synced_loop_are_host_bound_one_step_per_sync(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    body = (
+        "x = torch.ones(4, 4, device=dev)\n"
+        "for i in range(8):\n"
+        "    for j in range(150):\n"
+        "        x = x * 1.0001\n"
+        "    torch_xla.sync()\n"
+    )
+    s = diagnosed(ip, logdir, "host", body)
+    assert s.steps is not None and s.steps.count == 8, "one step per sync, not per inner op"
+    d = s.diagnosis
+    assert d.verdict == "host", d.evidence
+    assert headline(s).startswith("Host-bound: ")
+    assert "Python and graph building on the host (`for i in range(8)`, line 2)" in d.headline
+
+
+def test_a_loop_that_never_syncs_grows_its_graph_and_compiles_every_step(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    body = (
+        "g = torch.ones(6, 6, device=dev)\n"
+        "for i in range(5):\n"
+        "    g = g @ g / 6\n"
+        "    g.sum().item()\n"
+    )
+    s = diagnosed(ip, logdir, "growing", body, warm=False)
+    d = s.diagnosis
+    assert d.verdict == "compile" and d.cause == "growing graph", d.evidence
+    assert "the loop never syncs, so its pending graph grows" in headline(s)
+    assert "torch_xla.sync() at the end of each iteration" in d.fix
+
+
+def test_changing_batch_shapes_recompile_and_the_shapes_are_named(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    body = (
+        "def batches():\n"
+        "    for n in (8, 12, 20, 28, 36):\n"
+        "        yield torch.ones(n, 32)\n"
+        "for b in batches():\n"
+        "    y = (b.to(dev) @ w).tanh().sum()\n"
+        "    torch_xla.sync()\n"
+    )
+    ip.run_cell("w = torch.randn(32, 32, device=dev)")
+    s = diagnosed(ip, logdir, "shapes", body, warm=False)
+    d = s.diagnosis
+    assert d.verdict == "compile" and d.cause == "changing shapes", d.evidence
+    assert d.shapes == ("(8, 32)", "(12, 32)", "(20, 32)", "(28, 32)", "(36, 32)")
+    assert "the input shapes changed: (8, 32) → (12, 32) → (20, 32)" in headline(s)
+    assert "bucketing" in d.fix
+
+
+def test_copying_hundreds_of_megabytes_each_step_is_transfer_bound(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    body = (
+        "big = torch.randn(8_000_000)\n"
+        "for i in range(3):\n"
+        "    t = big.to(dev) * 2\n"
+        "    torch_xla.sync()\n"
+        "    back = t.cpu()\n"
+    )
+    s = diagnosed(ip, logdir, "transfer", body)
+    d = s.diagnosis
+    assert d.verdict == "transfer", d.evidence
+    assert headline(s).startswith("Transfer-bound: ")
+    assert "copies data between host and device" in d.headline and "MB moved" in d.headline
+
+
+def test_large_matmuls_are_device_bound_and_raise_no_alarm(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    body = (
+        "W = torch.randn(768, 768, device=dev)\n"
+        "h = torch.randn(384, 768, device=dev)\n"
+        "for i in range(5):\n"
+        "    h = torch.tanh(h @ W)\n"
+        "    h = torch.tanh(h @ W)\n"
+        "    torch_xla.sync()\n"
+    )
+    s = diagnosed(ip, logdir, "device", body)
+    d = s.diagnosis
+    assert d.verdict == "device", d.evidence
+    assert d.level == "info" and headline(s).startswith("Device-bound: ")
+    # the device is busy nearly all the time, measured from the executions, not the op events
+    assert s.device.busy_share is not None and s.device.busy_share > 0.5
+    alarms = [n for n in s.notes if n.level != "info" and n.text != s.device.statement]
+    assert alarms == []
+
+
+JAX_INPUT = """
+import time
+import numpy as np
+import jax, jax.numpy as jnp
+step = jax.jit(lambda a: (a @ a.T).sum())
+def batches(n):
+    for i in range(n):
+        time.sleep(0.03)
+        yield np.ones((16, 16), np.float32)
+for b in batches(6):
+    step(b).block_until_ready()
+"""
+
+JAX_HOST = """
+import jax.numpy as jnp
+v = jnp.ones(4)
+for i in range(5):
+    for j in range(60):
+        v = v * 1.0001
+"""
+
+
+def test_jax_loops_get_input_and_host_verdicts(ip: Any, logdir: Path) -> None:
+    assert ip.run_cell(JAX_INPUT).success
+    assert run(ip, logdir, JAX_INPUT, "--steps --backend jax --name jinput").success
+    s = xprof_magic.summarize(logdir / "plugins" / "profile" / "jinput")
+    assert s.diagnosis.verdict == "input", s.diagnosis.evidence
+    assert headline(s).startswith("Input-bound (highly, XProf's ≥ 20%): ")
+    assert "(`for b in batches(6)`, line 10)" in s.diagnosis.headline
+    assert ip.run_cell(JAX_HOST).success
+    assert run(ip, logdir, JAX_HOST, "--steps --backend jax --name jhost").success
+    s = xprof_magic.summarize(logdir / "plugins" / "profile" / "jhost")
+    assert s.diagnosis.verdict == "host", s.diagnosis.evidence
+    assert headline(s).startswith("Host-bound: ") and "jax.jit" in s.diagnosis.fix
+
+
+def test_eager_jax_calls_with_three_shapes_are_no_recompile(ip: Any, logdir: Path) -> None:
+    body = (
+        "import jax\n"
+        "key = jax.random.key(0)\n"
+        "a = jax.random.normal(key, (3,))\n"
+        "b = jax.random.normal(key, (4, 2))\n"
+        "c = jax.random.normal(key, (5, 5))\n"
+        "params = [jax.numpy.ones(n) * 2 for n in (2, 3, 4, 5, 6, 7, 8)]\n"
+    )
+    assert run(ip, logdir, body, "--backend jax --name eager").success
+    s = xprof_magic.summarize(logdir / "plugins" / "profile" / "eager")
+    texts = [n.text for n in s.notes]
+    assert not [t for t in texts if t.startswith("Recompiled")], texts
+    assert not [t for t in texts if "growing length" in t], texts
+
+
+def test_each_next_of_the_cells_loops_is_timed_and_the_loop_behaves_the_same() -> None:
+    import ast
+
+    from tests.conftest import FakeEvent
+    from xprof_magic import _labels
+    from xprof_magic._rewrite import rewrite
+
+    source = (
+        "out = []\n"
+        "gen = iter([1, 2, 3, 4, 5])\n"
+        "for a in gen:\n"
+        "    out.append((a, next(gen, None)))\n"
+        "for i in range(2):\n"
+        "    out.append(i)\n"
+        "def f(xs):\n"
+        "    return [x for x in xs]\n"
+        "for b, c in zip('ab', [(2, 3), (4, 5)]):\n"
+        "    out.append(b)\n"
+        "import numpy as np\n"
+        "for arr in (a for a in [np.ones(2), np.ones(2), np.ones((3, 1))]):\n"
+        "    out.append(float(arr.sum()))\n"
+    )
+    cell = rewrite(ast.parse(source), source.splitlines())
+    code = ast.unparse(cell.tree)
+    assert code.count(".inputs(") == 3, code
+    assert "'next(gen)'" in code and "next(zip('ab', [(2, 3), (4, 5)]))" in code
+    plain: dict[str, object] = {}
+    exec(compile(source, "<cell>", "exec"), plain)
+    profiled: dict[str, object] = {}
+    FakeEvent.log = []
+    recorder = _labels.Recorder(FakeEvent)
+    with _labels.recording(recorder):
+        exec(compile(cell.tree, "<cell>", "exec"), profiled)
+    assert profiled["out"] == plain["out"]
+    timed = {s.path: s.count for s in recorder.labels()}
+    assert timed[("for a in gen", "next(gen)")] == 4  # 3 items, then StopIteration
+    # a zip is an iterator: timed; a generator too; range and lists are not
+    inputs = sorted(path[-1] for path in timed if path[-1].startswith("next("))
+    assert len(inputs) == 3 and inputs[0].startswith("next((a for a in [np.ones(2)"), inputs
+    assert inputs[1:] == ["next(gen)", "next(zip('ab', [(2, 3), (4, 5)]))"]
+    shapes = [name for kind, name, _ in FakeEvent.log if kind == "open" and "shapes" in name]
+    assert shapes == ["xprof.shapes (2,)", "xprof.shapes (3, 1)"], "each change, once"

@@ -1,0 +1,262 @@
+"""Where the time of each step, and of the cell, went: the step-time breakdown.
+
+Each instant of a step is given to the first of these that holds it (:data:`PRIORITY`):
+
+- ``input``: the cell's loop waits in ``next()`` for its next item (the rewriter times each
+  one as a label ``next(…)``, :func:`xprof_magic._labels.inputs`), or a data loader's own
+  traces on the cell's thread;
+- ``compile``: a compilation on the Python thread (the vocabulary's compile events);
+- ``device``: the device runs an execution. On a TPU, a chip's ``XLA Modules``; on the CPU,
+  the top-level events of the XLA CPU client's threads, launch to completion (their XLA op
+  events cover only part of each execution);
+- ``collective``: all-reduce and the like (none is measured apart on the CPU);
+- ``transfer``: a host-device copy, on the Python thread or the CPU client's threads;
+- ``sync``: the Python thread waits for the device (a barrier, ``Wait for …``) while the
+  device runs nothing of it;
+- ``host``: the rest of the step: Python and the framework's graph building and dispatch;
+- ``idle``: in the cell's breakdown, the time outside every top-level block of the cell.
+
+Steps tile the loop: a step runs from the previous one's end (the first from its own start,
+or from the fetch of its batch just before it), so that a fetch made between two
+iterations belongs to the step it feeds. The last step runs until the device has finished
+the work the loop queued: a host that runs ahead of the device leaves it busy after the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xprof_magic._analysis.facts import LABEL, STEP, Block, TraceFacts
+from xprof_magic._analysis.model import Breakdown, StepBreakdown
+
+__all__ = [
+    "BREAKDOWN_CATEGORIES",
+    "INPUT_PREFIX",
+    "PRIORITY",
+    "Spans",
+    "breakdown",
+    "busy_ns",
+    "from_metrics",
+    "merge",
+]
+
+BREAKDOWN_CATEGORIES = (
+    "input",
+    "host",
+    "compile",
+    "transfer",
+    "sync",
+    "device",
+    "collective",
+    "idle",
+)
+PRIORITY = ("input", "compile", "device", "collective", "transfer", "sync")
+INPUT_PREFIX = "next("
+MAX_STEPS = 10_000
+_FETCH_GAP_NS = 5e6
+
+Spans = tuple[NDArray[np.float64], NDArray[np.float64]]
+"""Disjoint intervals, sorted: their starts and their ends (ns)."""
+_NONE: Spans = (np.empty(0), np.empty(0))
+
+
+_Times = Sequence[float] | NDArray[np.float64]
+
+
+def merge(pieces: Iterable[tuple[_Times, _Times]]) -> Spans:
+    """The union of intervals given in pieces, as sorted disjoint intervals."""
+    parts = [(np.asarray(lo, np.float64), np.asarray(hi, np.float64)) for lo, hi in pieces]
+    if not parts:
+        return _NONE
+    lo = np.concatenate([a for a, _ in parts])
+    hi = np.concatenate([b for _, b in parts])
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    if not len(lo):
+        return _NONE
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], np.maximum.accumulate(hi[order])
+    first = np.ones(len(lo), bool)
+    first[1:] = lo[1:] > hi[:-1]
+    at = np.flatnonzero(first)
+    return lo[at], hi[np.r_[at[1:] - 1, len(lo) - 1]]
+
+
+def _union(a: Spans, b: Spans) -> Spans:
+    return merge([a, b])
+
+
+def _covered(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.float64]:
+    """For each time in ``t``, how long ``spans`` covered before it."""
+    starts, ends = spans
+    if not len(starts):
+        return np.zeros(len(t))
+    before = np.concatenate([[0.0], np.cumsum(ends - starts)])
+    i = np.searchsorted(starts, t, side="right")
+    over = np.where(i > 0, np.maximum(0.0, ends[np.maximum(i - 1, 0)] - t), 0.0)
+    return before[i] - over
+
+
+def _measure(spans: Spans, lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray[np.float64]:
+    """How long ``spans`` covers each interval ``[lo[k], hi[k])``."""
+    return _covered(spans, hi) - _covered(spans, lo)
+
+
+def busy_ns(facts: TraceFacts) -> float | None:
+    """How long the device ran executions in the window (None: no execution seen)."""
+    pieces = facts.spans.get("device")
+    if not pieces:
+        return None
+    spans = merge(pieces)
+    lo, hi = facts.window or (float(spans[0][0]), float(spans[1][-1]))
+    return float(_measure(spans, np.array([lo]), np.array([hi]))[0])
+
+
+def _split(
+    cover: dict[str, Spans], lo: NDArray[np.float64], hi: NDArray[np.float64], busy: Spans | None
+) -> NDArray[np.float64]:
+    """Seconds per category of :data:`BREAKDOWN_CATEGORIES` (columns) in each interval
+    ``[lo[k], hi[k])`` (rows); ``busy`` is where the cell's thread ran (the rest is idle),
+    None: all of it."""
+    out = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES)))
+    taken = _NONE
+    done = np.zeros(len(lo))
+    for category in PRIORITY:
+        spans = cover.get(category)
+        if spans is None or not len(spans[0]):
+            continue
+        taken = _union(taken, spans)
+        now = _measure(taken, lo, hi)
+        out[:, BREAKDOWN_CATEGORIES.index(category)] = now - done
+        done = now
+    length = hi - lo
+    if busy is None:
+        out[:, _HOST] = np.maximum(0.0, length - done)
+    else:
+        with_host = _measure(_union(taken, busy), lo, hi)
+        out[:, _HOST] = np.maximum(0.0, with_host - done)
+        out[:, _IDLE] = np.maximum(0.0, length - with_host)
+    return np.round(np.maximum(out, 0.0) / 1e9, 9)
+
+
+def breakdown(
+    facts: TraceFacts, main_line: str, input_names: frozenset[str], untimed_copy_s: float = 0.0
+) -> Breakdown:
+    """The breakdown of the cell (its window) and of each step on ``main_line``, the cell's
+    thread; ``input_names`` are the data loader's own trace names, counted as input.
+
+    ``untimed_copy_s``: host time spent copying to the device that the timeline shows no
+    event for (the backend's metric): it moves from host to transfer, spread over the steps
+    by their host time."""
+    cover = {key: merge(pieces) for key, pieces in facts.spans.items()}
+    mine = [b for b in facts.blocks if b.line == main_line]
+    inputs = [
+        (b.start, b.end)
+        for b in mine
+        if (b.kind == LABEL and b.name.startswith(INPUT_PREFIX)) or b.name in input_names
+    ]
+    cover["input"] = merge([([a for a, _ in inputs], [b for _, b in inputs])])
+    top = [(b.start, b.end) for b in mine if b.parent < 0]
+    if facts.window is not None:
+        lo, hi = facts.window
+    elif top:
+        lo, hi = min(a for a, _ in top), max(b for _, b in top)
+    else:
+        return Breakdown(categories=BREAKDOWN_CATEGORIES)
+    busy = merge([([a for a, _ in top], [b for _, b in top])])
+    cell = _as_tuple(_split(cover, np.array([lo]), np.array([hi]), busy)[0])
+    steps = _step_spans(mine, cover["input"])
+    device = cover.get("device")
+    if steps and device is not None and len(device[1]) and device[1][-1] > steps[-1][2]:
+        # The host ran ahead: the device finishes the work queued by the loop after it.
+        number, start, _ = steps[-1]
+        steps[-1] = (number, start, float(device[1][-1]))
+    table = _split(
+        cover, np.array([a for _, a, _ in steps]), np.array([b for _, _, b in steps]), None
+    )
+    split = [_as_tuple(row) for row in table]
+    if untimed_copy_s > 0:
+        cell = _moved(cell, untimed_copy_s, cell[_HOST])
+        host_s = sum(parts[_HOST] for parts in split)
+        split = [_moved(parts, untimed_copy_s, host_s) for parts in split]
+    rows = tuple(
+        StepBreakdown(number, round((b - a) / 1e9, 9), parts)
+        for (number, a, b), parts in zip(steps[:MAX_STEPS], split, strict=False)
+    )
+    return Breakdown(
+        categories=BREAKDOWN_CATEGORIES,
+        cell=cell,
+        cell_s=round((hi - lo) / 1e9, 9),
+        steps=rows,
+        step_count=len(steps),
+    )
+
+
+def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:
+    """The cell's breakdown before its timeline is read: ``measured`` seconds of input (the
+    ``next()`` labels' timers), compile, device and transfer (the backend's metrics), each
+    capped, in :data:`PRIORITY` order, by what the others left of ``wall_s``; the rest is
+    host. No steps: the metrics are the cell's totals."""
+    left = wall_s
+    seconds = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
+    for category in PRIORITY:
+        take = min(max(0.0, measured.get(category, 0.0)), left)
+        seconds[category] = take
+        left -= take
+    seconds["host"] = left
+    return Breakdown(
+        categories=BREAKDOWN_CATEGORIES,
+        cell=tuple(round(seconds[c], 9) for c in BREAKDOWN_CATEGORIES),
+        cell_s=round(wall_s, 9),
+    )
+
+
+_HOST = BREAKDOWN_CATEGORIES.index("host")
+_TRANSFER = BREAKDOWN_CATEGORIES.index("transfer")
+_IDLE = BREAKDOWN_CATEGORIES.index("idle")
+
+
+def _as_tuple(row: NDArray[np.float64]) -> tuple[float, ...]:
+    return tuple(float(v) for v in row.tolist())
+
+
+def _moved(parts: tuple[float, ...], copy_s: float, host_s: float) -> tuple[float, ...]:
+    """``parts`` with its share (by host time, of ``host_s``) of ``copy_s`` moved from host to
+    transfer, never more than its host time."""
+    if host_s <= 0:
+        return parts
+    move = min(parts[_HOST], copy_s * parts[_HOST] / host_s)
+    out = list(parts)
+    out[_HOST] = round(out[_HOST] - move, 9)
+    out[_TRANSFER] = round(out[_TRANSFER] + move, 9)
+    return tuple(out)
+
+
+def _step_spans(blocks: list[Block], inputs: Spans) -> list[tuple[int, float, float]]:
+    """Each step's number and span, tiling the loop (see the module's docstring)."""
+    marked = sorted((b for b in blocks if b.kind == STEP), key=lambda b: b.start)
+    out: list[tuple[int, float, float]] = []
+    previous: float | None = None
+    for i, b in enumerate(marked):
+        start = b.start
+        if previous is not None and previous <= b.start and b.start - previous < _FETCH_GAP_NS:
+            start = previous
+        elif previous is None or previous > b.start:
+            start = _fetch_before(inputs, b.start)
+        elif previous is not None:
+            start = max(previous, _fetch_before(inputs, b.start))
+        out.append((b.step_num if b.step_num is not None else i, start, b.end))
+        previous = b.end
+    return out
+
+
+def _fetch_before(inputs: Spans, at: float) -> float:
+    """The start of the fetch that ended just before ``at`` (its batch's), else ``at``."""
+    starts, ends = inputs
+    i = int(np.searchsorted(ends, at, side="right")) - 1
+    if i >= 0 and at - ends[i] < _FETCH_GAP_NS:
+        return float(starts[i])
+    return at

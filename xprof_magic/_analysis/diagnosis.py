@@ -1,0 +1,93 @@
+"""The diagnosis of a run, as plain frozen dataclasses: the step-time breakdown and the verdict.
+
+Part of the summary's model (:mod:`.model`), saved with it in ``xprof_magic_summary.json``;
+:mod:`.breakdown` measures the breakdown and :mod:`.verdict` draws the verdict from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["VERDICTS", "Breakdown", "Diagnosis", "StepBreakdown"]
+
+VERDICTS = ("input", "host", "compile", "transfer", "sync", "device", "collective", "unknown")
+"""Every verdict a diagnosis can reach, the bottleneck's category (``unknown``: none)."""
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One step: its number, its length, and its ``seconds`` per category of the
+    :class:`Breakdown`'s ``categories``, in their order."""
+
+    step: int
+    total_s: float
+    seconds: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where the time went, for the cell (its window, ``cell_s`` long) and each step.
+
+    ``categories`` names the columns of ``cell`` and of each step's ``seconds``: input, host,
+    compile, transfer, sync, device, collective and idle (how each is measured:
+    :mod:`xprof_magic._analysis.breakdown`). ``steps`` keeps the first 10,000 of
+    ``step_count``. Empty when the timeline was not read.
+    """
+
+    categories: tuple[str, ...] = ()
+    cell: tuple[float, ...] = ()
+    cell_s: float = 0.0
+    steps: tuple[StepBreakdown, ...] = ()
+    step_count: int = 0
+
+    def seconds(self, category: str, of_steps: bool = True) -> float:
+        """A category's seconds over the steps (``of_steps``, when there are any) or the cell."""
+        if category not in self.categories:
+            return 0.0
+        at = self.categories.index(category)
+        if of_steps and self.steps:
+            return sum(s.seconds[at] for s in self.steps)
+        return self.cell[at] if self.cell else 0.0
+
+    def total_s(self, of_steps: bool = True) -> float:
+        """The time the shares are of: the steps' (``of_steps``, when there are any), else the
+        cell's thread's busy time (its window less idle)."""
+        if of_steps and self.steps:
+            return sum(s.total_s for s in self.steps)
+        return self.cell_s - self.seconds("idle", of_steps=False)
+
+    def share(self, category: str, of_steps: bool = True) -> float:
+        """A category's share of :meth:`total_s` (0 when there is no time)."""
+        total = self.total_s(of_steps)
+        return self.seconds(category, of_steps) / total if total > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The summary's conclusion: what bounds the cell, where in its code, and what to do.
+
+    - ``verdict``: one of :data:`VERDICTS`: the bottleneck's category (``device`` is the
+      healthy case: the device computes most of the time);
+    - ``share``: that category's share of step time (of the cell's time without steps);
+    - ``where``: the label path that carries most of it, and ``line``, its line in the cell
+      (from 1; 0 when unknown);
+    - ``evidence``: the numbers behind the verdict, as ``(name, value)`` text pairs;
+    - ``fix``: one sentence of advice, in the backend's words;
+    - ``cause``: for ``compile``, why it compiled: ``growing graph``, ``changing shapes``,
+      ``warm-up`` or ``""``; ``shapes``: the input shapes seen, in order, when they changed;
+    - ``headline``: the verdict in words, the summary's first note after the device line;
+    - ``level``: that note's level: ``warning`` for a bottleneck, ``info`` otherwise;
+    - ``breakdown``: every category, for the cell and per step.
+    """
+
+    verdict: str = "unknown"
+    share: float | None = None
+    where: tuple[str, ...] = ()
+    line: int = 0
+    evidence: tuple[tuple[str, str], ...] = ()
+    fix: str = ""
+    cause: str = ""
+    shapes: tuple[str, ...] = ()
+    headline: str = ""
+    level: str = "info"
+    breakdown: Breakdown = Breakdown()
