@@ -7,6 +7,7 @@ which then checks that none is left.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import os
@@ -262,6 +263,33 @@ def test_refuses_requests_without_the_secret(viewer: Viewer) -> None:
     wrong = "/" + "x" * len(viewer.secret) + "/data/plugin/profile/runs"
     assert _get(viewer, wrong)[0] == 404
     assert _get(viewer, viewer.secret + "/data/plugin/profile/runs")[0] in (400, 404)
+
+
+def test_origin_form_collapses_slash_runs_in_the_path_only() -> None:
+    assert _guard.origin_form(b"//s//data/plugin//x?u=a//b") == b"/s/data/plugin/x?u=a//b"
+    assert _guard.origin_form(b"/s/data") == b"/s/data"
+    assert _guard.origin_form(b"s//data") == b"s//data"
+    assert _guard.origin_form(b"http://h//s") == b"http://h//s"
+
+
+def test_doubled_slashes_around_the_prefix_are_served_under_the_guard(viewer: Viewer) -> None:
+    """XProf's graph viewer asks for origin + '/' + prefix + '/' + route."""
+    doubled = f"//{viewer.secret}//data/plugin/profile/"
+    response = _raw_get(viewer, doubled + "runs")
+    assert response.status == 200
+    connection = http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=30)
+    connection.request("GET", doubled + "hosts?run=" + RUN + "&tag=graph_viewer")
+    hosts = connection.getresponse()
+    assert hosts.status == 200
+    body = hosts.read()
+    if hosts.getheader("Content-Encoding") == "gzip":
+        body = gzip.decompress(body)
+    assert json.loads(body)
+    connection.close()
+    other = "//" + "x" * len(viewer.secret) + "//data/plugin/profile/runs"
+    assert _raw_get(viewer, other).status == 404
+    assert _raw_get(viewer, "//data/plugin/profile/runs").status == 404
+    assert _raw_get(viewer, f"//{viewer.secret}//data/plugin/profile/runs?run_path=/").status == 403
 
 
 def test_refuses_session_path_outside_the_logdir(viewer: Viewer, tmp_path: Path) -> None:
