@@ -104,8 +104,13 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
     assert view.wait_for_tools()
     view.tools.value = "overview_page"
     src, full = view.urls()
-    assert src == full and src is not None
+    # Embedded with XProf's docked menu, which no overlay covers; the new tab as it is.
+    assert full is not None and src == full + "&new_nav=true"
     assert "/data/plugin/profile/overview_page?" in src and "tag=overview_page" in src
+    assert "xprof-charts-note" in view.frame.value and "gstatic.com" in view.frame.value
+    view.tools.value = "trace_viewer@"
+    assert "xprof-charts-note" in view.frame.value
+    assert "gstatic.com/charts/loader.js" not in view.frame.value
 
 
 def test_tools_arrive_in_the_background_and_a_stale_answer_is_dropped(

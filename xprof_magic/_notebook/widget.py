@@ -72,6 +72,7 @@ TOOL_NAMES = {
 }
 
 ToolLister = Callable[[Viewer, str], list[str]]
+NEW_NAV = "new_nav=true"
 
 
 def order_tools(tools: Sequence[str]) -> list[str]:
@@ -328,7 +329,8 @@ class ViewerWidget:
             if self._updating:
                 return
             src, full = self.urls()
-            inner, link = self.page_frame.show(src, full)
+            charts = src is not None and "/trace_viewer_index.html?" not in src
+            inner, link = self.page_frame.show(src, full, charts)
             if src is None:
                 inner = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
             self.frame.value, self.link.value = inner, link
@@ -342,9 +344,12 @@ class ViewerWidget:
         tool = tool or TRACE_VIEWER_TOOL
         origin, prefix = self.context.locate(self.viewer.port)
         full = origin + self.viewer.tool_path(run, tool, host, prefix=prefix)
-        if tool == TRACE_VIEWER_TOOL and host and self.viewer.kind == "xprof":
+        if self.viewer.kind != "xprof":
+            return full, full
+        if tool == TRACE_VIEWER_TOOL and host:
             return origin + self.viewer.trace_viewer_path(run, host, prefix=prefix), full
-        return full, full
+        # XProf's own docked menu: below 960 px its classic one covers the tool until clicked.
+        return f"{full}&{NEW_NAV}", full
 
     def text(self) -> str:
         """Where to look, for frontends without widgets. The URL carries the viewer's secret,
