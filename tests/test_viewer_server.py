@@ -28,6 +28,7 @@ from xprof_magic._viewer import client as _client
 from xprof_magic._viewer import guard as _guard
 from xprof_magic._viewer import launch as _launch
 from xprof_magic._viewer import manager as _viewer
+from xprof_magic._viewer import replies as _replies
 from xprof_magic._viewer import server as _viewer_server
 from xprof_magic._viewer.client import Viewer, fetch_json
 from xprof_magic._viewer.launch import VIEWER_DIR_ENV
@@ -290,6 +291,43 @@ def test_doubled_slashes_around_the_prefix_are_served_under_the_guard(viewer: Vi
     assert _raw_get(viewer, other).status == 404
     assert _raw_get(viewer, "//data/plugin/profile/runs").status == 404
     assert _raw_get(viewer, f"//{viewer.secret}//data/plugin/profile/runs?run_path=/").status == 403
+
+
+def test_label_threads_first_rewrites_or_adds_the_sort_index() -> None:
+    def name(tid: int, thread: str) -> str:
+        return f'{{"args":{{"name":"{thread}"}},"name":"thread_name","ph":"M","pid":7,"tid":{tid}}}'
+
+    def sort(tid: int, index: int) -> str:
+        return (
+            f'{{"args":{{"sort_index":{index}}},"name":"thread_sort_index","ph":"M",'
+            f'"pid":7,"tid":{tid}}}'
+        )
+
+    sent = "[" + ",".join([name(1, "tf_x"), sort(1, 1), name(9, "python"), sort(9, 9)]) + "]"
+    got = json.loads(_replies.label_threads_first(sent.encode()))
+    indexes = {e["tid"]: e["args"]["sort_index"] for e in got if e["name"] == "thread_sort_index"}
+    assert indexes == {1: 1, 9: _replies.TOP_SORT_INDEX}
+    without = json.loads(
+        _replies.label_threads_first(f"[{name(1, 'a')},{name(9, 'python')}]".encode())
+    )
+    assert [e["tid"] for e in without if e["name"] == "thread_sort_index"] == [9]
+    assert _replies.label_threads_first(b'{"traceEvents":[]}') == b'{"traceEvents":[]}'
+
+
+def test_the_trace_reply_puts_the_label_thread_first(viewer: Viewer) -> None:
+    """The ``python`` thread, which holds the labels, sorts above the runtime's threads."""
+    hosts = fetch_json(viewer, "hosts", run=RUN, tag="trace_viewer@")
+    trace = fetch_json(viewer, "data", run=RUN, tag="trace_viewer@", host=hosts[0]["hostname"])
+    events = trace["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    order = {
+        e["tid"]: e["args"]["sort_index"] for e in events if e.get("name") == "thread_sort_index"
+    }
+    python = [tid for tid, thread in names.items() if thread == "python"]
+    assert python and len(names) > 1
+    assert order[python[0]] == _replies.TOP_SORT_INDEX
+    assert all(order[python[0]] < order.get(tid, 0) for tid in names if tid != python[0])
+    assert LABEL in {e.get("name") for e in events if e.get("tid") == python[0]}
 
 
 def test_refuses_session_path_outside_the_logdir(viewer: Viewer, tmp_path: Path) -> None:
