@@ -16,6 +16,7 @@ import xprof_magic
 from xprof_magic import _viewer
 from xprof_magic._notebook import context as _context
 from xprof_magic._notebook import widget as _widget
+from xprof_magic._viewer import survey as _survey
 
 
 class Frames(HTMLParser):
@@ -245,3 +246,41 @@ def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: 
     assert "xprof summary — run newer" in view.summary.value
     view.show_summary(_analysis.load_summary(older))  # type: ignore[arg-type]
     assert "run newer" in view.summary.value  # another run's summary does not replace it
+
+
+def test_tools_with_data_lead_and_the_others_say_why(viewer: _viewer.Viewer, logdir: Path) -> None:
+    """XProf's answers for a real CPU capture: no device ops, so the device tools go last."""
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+    assert view.wait_for_tools()
+    labels = dict((value, label) for label, value in view.tools.options)
+    values = [value for _, value in view.tools.options]
+    assert values[0] == "trace_viewer@"
+    assert labels["op_profile"] == "Op profile (no device ops in a CPU capture)"
+    assert labels["hlo_stats"].endswith("(no device ops in a CPU capture)")
+    assert labels["overview_page"] == "Overview"
+    empty = [v for v in values if "(" in labels[v]]
+    assert empty and values[-len(empty) :] == empty
+
+
+def test_the_memory_viewer_opens_on_the_largest_program(
+    viewer: _viewer.Viewer, logdir: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for program, size in (("jit__normal(1)", 10), ("jit_train_step(2)", 900), ("jit_iota(3)", 5)):
+        (run_dir / f"{program}.hlo_proto.pb").write_bytes(b"x" * size)
+    programs = ["jit__normal(1)", "jit_iota(3)", "jit_train_step(2)", "jit_gone(4)"]
+    assert _survey.largest(programs, run_dir) == "jit_train_step(2)"
+    assert _survey.largest(programs, tmp_path / "none") is None
+
+    def survey(*_: Any) -> _survey.Survey:
+        return _survey.Survey({}, "jit_train_step(2)")
+
+    view = _widget.ViewerWidget(
+        viewer, _context.Context("jupyter"), logdir, run="newer", survey=survey
+    )
+    assert view.wait_for_tools()
+    view.tools.value = "memory_viewer"
+    src, full = view.urls()
+    assert src is not None and parse_qs(urlsplit(src).query)["module_name"] == ["jit_train_step(2)"]
+    assert full is not None and "module_name" not in full

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import ipywidgets as widgets
 
@@ -36,6 +37,7 @@ from xprof_magic._viewer.client import (
     ViewerError,
     fetch_json,
 )
+from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey, survey_tools
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
@@ -72,6 +74,7 @@ TOOL_NAMES = {
 }
 
 ToolLister = Callable[[Viewer, str], list[str]]
+ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
 NEW_NAV = "new_nav=true"
 
 
@@ -82,6 +85,12 @@ def order_tools(tools: Sequence[str]) -> list[str]:
     if TRACE_VIEWER_TOOL in unique and "trace_viewer" in unique:
         unique.remove("trace_viewer")
     return sorted(unique, key=lambda t: (rank.get(t, len(rank)), t))
+
+
+def tool_label(tool: str, empty: str | None = None) -> str:
+    """The dropdown's name for a tool; with ``empty``, why it shows nothing for this run."""
+    name = TOOL_NAMES.get(tool, tool)
+    return f"{name} ({empty})" if empty else name
 
 
 def list_tools(viewer: Viewer, run: str) -> list[str]:
@@ -126,10 +135,12 @@ class ViewerWidget:
         summary_html: str | None = None,
         found: Sequence[_store.RunInfo] | None = None,
         list_tools: ToolLister = list_tools,
+        survey: ToolSurveyor = survey_tools,
     ) -> None:
         """``frame``: where the page shows (default: the one ``context`` picks);
         ``summary_html``: ``run``'s summary, when the caller has rendered it; ``found``: the
-        runs in ``logdir``, when the caller has listed them."""
+        runs in ``logdir``, when the caller has listed them; ``list_tools`` and ``survey``:
+        how a run's tools, and which of them have data, are asked of the viewer."""
         self.viewer = viewer
         self.context = context
         self.logdir = Path(logdir)
@@ -137,7 +148,10 @@ class ViewerWidget:
         self.height = height
         self.page_frame = frame if frame is not None else context.frame(viewer, height)
         self._list_tools = list_tools
+        self._survey = survey
         self._tools_cache: dict[str, list[str]] = {}
+        # Per run: the tools without data and why, and the program per-program tools open on.
+        self._surveys: dict[str, Survey] = {}
         # Each run's summary as HTML, rendered once: handed in, or read from its saved file.
         self._summaries: dict[str, str] = {}
         if run is not None and summary_html is not None:
@@ -235,9 +249,11 @@ class ViewerWidget:
             self._on_view()
 
     def _offer_tools(self, tools: list[str]) -> None:
-        """Set the tool options, keeping the selected tool where the run has it."""
+        """Set the tool options, keeping the selected tool where the run has it; a tool
+        without data for the run is named with the reason."""
         keep = self.tools.value if self.tools.value in tools else None
-        self.tools.options = [(TOOL_NAMES.get(t, t), t) for t in tools]
+        empty = self._surveys.get(self.runs.value or "", Survey()).empty
+        self.tools.options = [(tool_label(t, empty.get(t)), t) for t in tools]
         self.tools.value = keep or (tools[0] if tools else None)
 
     def _ask_tools(self, run: str) -> None:
@@ -256,9 +272,15 @@ class ViewerWidget:
             problem = ""
         except ViewerError as error:
             tools, problem = [], str(error)
+        survey = Survey()
+        if tools:
+            survey = self._survey(self.viewer, run, tools, _store.run_path(self.logdir, run))
+            # The tools with data lead; those without keep their order after them.
+            tools = sorted(tools, key=lambda t: t in survey.empty)
         with self._lock:
             if tools:
                 self._tools_cache[run] = tools
+                self._surveys[run] = survey
             if ticket != self._tools_asked or run != self.runs.value:
                 return  # The user moved on; the cache keeps the answer for a return to this run.
             if problem:
@@ -349,7 +371,11 @@ class ViewerWidget:
         if tool == TRACE_VIEWER_TOOL and host:
             return origin + self.viewer.trace_viewer_path(run, host, prefix=prefix), full
         # XProf's own docked menu: below 960 px its classic one covers the tool until clicked.
-        return f"{full}&{NEW_NAV}", full
+        src = f"{full}&{NEW_NAV}"
+        program = self._surveys.get(run, Survey()).program
+        if tool in PROGRAM_TOOLS and program:
+            src += "&" + urlencode({"module_name": program})
+        return src, full
 
     def text(self) -> str:
         """Where to look, for frontends without widgets. The URL carries the viewer's secret,
