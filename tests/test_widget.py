@@ -260,6 +260,10 @@ def test_tools_with_data_lead_and_the_others_say_why(viewer: _viewer.Viewer, log
     assert labels["overview_page"] == "Overview"
     empty = [v for v in values if "(" in labels[v]]
     assert empty and values[-len(empty) :] == empty
+    view.tools.value = "graph_viewer"
+    query = parse_qs(urlsplit(view.urls()[0] or "").query)
+    assert query["module_name"][0].startswith("SyncTensorsGraph")
+    assert query["node_name"][0]  # the entry's root op: the graph viewer has an op to search
 
 
 def test_the_memory_viewer_opens_on_the_largest_program(

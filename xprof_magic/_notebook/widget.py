@@ -372,9 +372,13 @@ class ViewerWidget:
             return origin + self.viewer.trace_viewer_path(run, host, prefix=prefix), full
         # XProf's own docked menu: below 960 px its classic one covers the tool until clicked.
         src = f"{full}&{NEW_NAV}"
-        program = self._surveys.get(run, Survey()).program
-        if tool in PROGRAM_TOOLS and program:
-            src += "&" + urlencode({"module_name": program})
+        survey = self._surveys.get(run, Survey())
+        if tool in PROGRAM_TOOLS and survey.program:
+            # The program that matters most; the graph viewer draws its root op at once.
+            found = {"module_name": survey.program}
+            if tool == "graph_viewer" and survey.node:
+                found["node_name"] = survey.node
+            src += "&" + urlencode(found)
         return src, full
 
     def text(self) -> str:

@@ -13,8 +13,10 @@ tool is never hidden by a slow or new XProf.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +41,25 @@ PROGRAM_TOOLS = ("memory_viewer", "graph_viewer")
 @dataclass(frozen=True)
 class Survey:
     """What the tools of one run have: ``empty`` maps a tool to why it shows nothing;
-    ``program`` is the XLA program the per-program tools open on (None: XProf's first)."""
+    ``program`` is the XLA program the per-program tools open on (None: XProf's first);
+    ``node`` the op the graph viewer draws at once (its entry's root; None: it waits)."""
 
     empty: dict[str, str] = field(default_factory=dict)
     program: str | None = None
+    node: str | None = None
+
+
+_ENTRY_ROOT = re.compile(r"^ENTRY [^\n]*\{\n(?:[^\n]*\n)*?\s*ROOT %?(?P<op>[\w.\-]+) = ", re.M)
+
+
+def entry_root(viewer: Viewer, run: str, program: str, timeout: float = 30.0) -> str | None:
+    """The root op of ``program``'s entry computation, from XProf's HLO text of it."""
+    path = viewer.data_path(
+        "data", run=run, tag="graph_viewer", module_name=program, type="short_txt"
+    )
+    status, body = http_get(viewer.port, path, timeout)
+    found = _ENTRY_ROOT.search(body.decode("utf-8", "replace")) if status == 200 else None
+    return found["op"] if found else None
 
 
 def _rows(table: Any) -> int:
@@ -111,7 +128,7 @@ def survey_tools(
     """Ask XProf, tool by tool, whether ``run`` has data for it (see the module's doc)."""
     tools = list(tools)
     empty: dict[str, str] = {}
-    program = None
+    program = node = None
     if any(t in PROGRAM_TOOLS for t in tools):
         try:
             programs = modules(viewer, run, timeout)
@@ -120,7 +137,10 @@ def survey_tools(
         if programs is not None and not programs:
             empty.update({t: NO_PROGRAMS for t in tools if t in PROGRAM_TOOLS})
         elif programs:
-            program = largest(programs, run_dir)
+            program = largest(programs, run_dir) or programs[0]
+            if "graph_viewer" in tools:
+                with contextlib.suppress(ViewerError, OSError, http.client.HTTPException):
+                    node = entry_root(viewer, run, program, timeout)
     cpu_only = True
     for tool in tools:
         check = _EMPTY.get(tool)
@@ -138,4 +158,4 @@ def survey_tools(
             empty[tool] = reason
     if not cpu_only:  # A device was there: the capture is not a CPU one.
         empty = {t: _ON_A_DEVICE.get(r, r) for t, r in empty.items()}
-    return Survey(empty, program)
+    return Survey(empty, program, node)
