@@ -330,6 +330,18 @@ def test_the_trace_reply_puts_the_label_thread_first(viewer: Viewer) -> None:
     assert LABEL in {e.get("name") for e in events if e.get("tid") == python[0]}
 
 
+def test_xprof_pages_forget_a_saved_trace_viewer_v2_without_webgpu(viewer: Viewer) -> None:
+    script = _replies.FORGET_FAILED_V2
+    for path in (viewer.ui_path(), viewer.tool_path(RUN, "trace_viewer@", "vm")):
+        status, page = _get(viewer, path)
+        assert status == 200 and page.count(script) == 1, path
+        assert page.index(script) < page.index(b"<app></app>")
+    status, styles = _get(viewer, viewer.ui_path() + "styles.css")
+    assert status == 200 and script not in styles
+    assert _replies.forget_failed_v2(b"<head></head>{}") == b"<head></head>{}"
+    assert b"requestAdapter" in script and b"use_trace_viewer_v2" in script
+
+
 def test_refuses_session_path_outside_the_logdir(viewer: Viewer, tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()

@@ -288,3 +288,24 @@ def test_the_memory_viewer_opens_on_the_largest_program(
     src, full = view.urls()
     assert src is not None and parse_qs(urlsplit(src).query)["module_name"] == ["jit_train_step(2)"]
     assert full is not None and "module_name" not in full
+
+
+def test_trace_viewer_v2_is_offered_for_big_runs_only(
+    viewer: _viewer.Viewer, logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By URL (no saved choice), in a new tab, behind a WebGPU check in the browser."""
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+    assert view.v2_url() is None and 'class="xprof-v2"' not in wrapper(view)
+    monkeypatch.setattr(_widget, "BIG_RUN_BYTES", 1)
+    view._on_view()
+    v2 = view.v2_url()
+    assert v2 is not None and v2.endswith("&use_trace_viewer_v2=true")
+    assert "/data/plugin/profile/trace_viewer@?" in v2
+    assert 'class="xprof-v2" hidden' in wrapper(view) and "requestAdapter" in wrapper(view)
+    view.tools.value = "overview_page"
+    assert view.v2_url() is None and 'class="xprof-v2"' not in wrapper(view)
+
+
+def wrapper(view: _widget.ViewerWidget) -> str:
+    """The wrapper page of the widget's frame, as the browser reads it."""
+    return str(iframes(view.frame.value)[0]["srcdoc"])

@@ -131,10 +131,12 @@ class ColabFrame:
     def bundle(self) -> dict[str, str]:
         return {MIME: self.source, "text/plain": ""}
 
-    def show(self, src: str | None, full: str | None, charts: bool = False) -> tuple[str, str]:
+    def show(
+        self, src: str | None, full: str | None, charts: bool = False, v2: str | None = None
+    ) -> tuple[str, str]:
         """Point the output at ``src`` (None: no run, no frame), in place once displayed.
         The widget gets no iframe and no link: proxied URLs answer 403 outside the output
-        frame."""
+        frame, so ``v2`` (a new tab) is not offered either."""
         source = (
             script(self.port, src, self.probe, self.height, self.frame_id, charts) if src else ""
         )

@@ -76,6 +76,9 @@ TOOL_NAMES = {
 ToolLister = Callable[[Viewer, str], list[str]]
 ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
 NEW_NAV = "new_nav=true"
+V2 = "use_trace_viewer_v2=true"
+BIG_RUN_BYTES = 30 * 2**20
+"""About a million events: where XProf starts thinning the classic trace viewer's events."""
 
 
 def order_tools(tools: Sequence[str]) -> list[str]:
@@ -352,7 +355,7 @@ class ViewerWidget:
                 return
             src, full = self.urls()
             charts = src is not None and "/trace_viewer_index.html?" not in src
-            inner, link = self.page_frame.show(src, full, charts)
+            inner, link = self.page_frame.show(src, full, charts, self.v2_url())
             if src is None:
                 inner = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
             self.frame.value, self.link.value = inner, link
@@ -380,6 +383,18 @@ class ViewerWidget:
                 found["node_name"] = survey.node
             src += "&" + urlencode(found)
         return src, full
+
+    def v2_url(self) -> str | None:
+        """XProf's Trace Viewer v2 on the selection, for a run of :data:`BIG_RUN_BYTES` or
+        more in the trace viewer (None otherwise). Asked for by URL, so the browser saves no
+        choice; the inline trace viewer stays the classic one, which always works."""
+        run, tool, host = self.runs.value, self.tools.value, self.hosts.value
+        if run is None or tool != TRACE_VIEWER_TOOL or self.viewer.kind != "xprof":
+            return None
+        if _store.xplane_bytes(_store.run_path(self.logdir, run)) < BIG_RUN_BYTES:
+            return None
+        origin, prefix = self.context.locate(self.viewer.port)
+        return f"{origin}{self.viewer.tool_path(run, tool, host, prefix=prefix)}&{V2}"
 
     def text(self) -> str:
         """Where to look, for frontends without widgets. The URL carries the viewer's secret,

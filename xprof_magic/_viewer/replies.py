@@ -1,10 +1,16 @@
-"""What the viewer changes in XProf's replies: the thread with the cell's labels first.
+"""What the viewer changes in XProf's replies: the label thread first, no stuck v2.
 
 XProf's trace viewer orders a process's threads by their ``thread_sort_index`` metadata,
 which XProf sets to the thread id; the ``python`` thread, where ``# xprof:`` labels and
 ``TraceAnnotation`` spans land, then often comes last, below the runtime's threads and out
 of view. The viewer's process moves it to the top of its process in the trace data reply
 (:func:`label_threads_first`); the other threads stay, in their order.
+
+XProf's full UI opens Trace Viewer v2 when the browser saved that choice (``localStorage``
+``use_trace_viewer_v2``); v2 needs WebGPU, and where it has none v2 fails, on every visit,
+until "Switch to the old frontend" is found. XProf's page is served with
+:data:`FORGET_FAILED_V2` first, which drops that saved choice in a browser without a WebGPU
+adapter (:func:`forget_failed_v2`).
 
 Standard library only: run in the viewer's process, in front of XProf's app.
 """
@@ -13,18 +19,49 @@ from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
 
-__all__ = ["LABEL_THREADS", "TOP_SORT_INDEX", "label_threads_first", "trace_replies"]
+__all__ = [
+    "FORGET_FAILED_V2",
+    "LABEL_THREADS",
+    "TOP_SORT_INDEX",
+    "forget_failed_v2",
+    "label_threads_first",
+    "trace_replies",
+]
 
 LABEL_THREADS = ("python",)
 """The thread names that hold a cell's labels: the interpreter's main thread, for torch_xla
 and JAX alike."""
 TOP_SORT_INDEX = -(2**31)
 """Below every thread id XProf uses as a sort index, so the label thread is drawn first."""
+
+FORGET_FAILED_V2 = (
+    b"<script>(function(){var k='use_trace_viewer_v2',s=window.localStorage;"
+    b"function drop(){try{s.removeItem(k)}catch(e){}}"
+    b"try{if(s.getItem(k)!=='true')return}catch(e){return}"
+    b"var g=navigator.gpu;if(!g||!g.requestAdapter){drop();return}"
+    b"g.requestAdapter().then(function(a){if(!a)drop()},drop)})();</script>"
+)
+_APP = b"<app></app>"
+_DATA_ROUTES = frozenset(
+    {
+        "data",
+        "data_csv",
+        "runs",
+        "run_tools",
+        "hosts",
+        "module_list",
+        "capture_profile",
+        "config",
+        "version",
+        "local",
+        "generate_cache",
+    }
+)
 
 _TRACE_TAGS = ("tag=trace_viewer%40", "tag=trace_viewer@", "tag=trace_viewer&")
 _NAME = re.compile(
@@ -54,6 +91,16 @@ def label_threads_first(body: bytes) -> bytes:
     return body
 
 
+def forget_failed_v2(page: bytes) -> bytes:
+    """XProf's index page with :data:`FORGET_FAILED_V2` at the top of its head; any other
+    page as it is."""
+    head = page.find(b"<head>")
+    if _APP not in page or head < 0:
+        return page
+    at = head + len(b"<head>")
+    return page[:at] + FORGET_FAILED_V2 + page[at:]
+
+
 def _is_trace_data(environ: dict[str, Any]) -> bool:
     query = str(environ.get("QUERY_STRING", "")) + "&"
     path = str(environ.get("PATH_INFO", ""))
@@ -65,7 +112,8 @@ def trace_replies(app: WSGIApp) -> WSGIApp:
     (gzip as XProf sends them, or plain); every other reply untouched."""
 
     def rewritten(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        if not _is_trace_data(environ):
+        trace = _is_trace_data(environ)
+        if not trace and not _may_be_index(environ):
             return app(environ, start_response)
         held: list[Any] = []
 
@@ -81,8 +129,9 @@ def trace_replies(app: WSGIApp) -> WSGIApp:
             if close is not None:
                 close()
         status, headers, exc_info = held
-        if status.startswith("200"):
-            data = _rewrite(data, headers)
+        change = label_threads_first if trace else forget_failed_v2
+        if status.startswith("200") and (trace or _is_html(headers)):
+            data = _rewrite(data, headers, change)
             headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
             headers.append(("Content-Length", str(len(data))))
         start_response(status, headers, *exc_info)
@@ -91,10 +140,28 @@ def trace_replies(app: WSGIApp) -> WSGIApp:
     return rewritten
 
 
-def _rewrite(data: bytes, headers: list[tuple[str, str]]) -> bytes:
+def _may_be_index(environ: dict[str, Any]) -> bool:
+    """A page route of XProf's UI (its root or a tool's), where the index page is served."""
+    path = str(environ.get("PATH_INFO", ""))
+    if not path.startswith(PROFILE_ROUTE + "/"):
+        return False
+    name = path[len(PROFILE_ROUTE) + 1 :]
+    if name in _DATA_ROUTES:
+        return False
+    return ("/" not in name and "." not in name) or name == "index.html"
+
+
+def _is_html(headers: list[tuple[str, str]]) -> bool:
+    kind = next((v for k, v in headers if k.lower() == "content-type"), "")
+    return kind.lower().startswith("text/html")
+
+
+def _rewrite(
+    data: bytes, headers: list[tuple[str, str]], change: Callable[[bytes], bytes]
+) -> bytes:
     encoding = next((v for k, v in headers if k.lower() == "content-encoding"), "").lower()
     if encoding == "gzip":
-        return gzip.compress(label_threads_first(gzip.decompress(data)), compresslevel=1)
+        return gzip.compress(change(gzip.decompress(data)), compresslevel=1)
     if encoding in ("", "identity"):
-        return label_threads_first(data)
+        return change(data)
     return data
