@@ -25,9 +25,8 @@ __all__ = [
 
 CHARTS_URL = "https://www.gstatic.com/charts/loader.js"
 CHARTS_NOTE = (
-    "xprof: this browser cannot load Google's chart library (www.gstatic.com/charts), so "
-    "XProf's charts and some tables stay blank: connect it to the internet, or use the trace "
-    "viewer, which needs none."
+    "xprof: Google's charts (www.gstatic.com) do not load here: charts and some tables stay "
+    "blank; get internet, or use the trace viewer."
 )
 
 
