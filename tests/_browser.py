@@ -578,7 +578,8 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
                 search.click()
                 # The graph comes into a frame of its own, by a //prefix//data/... URL.
                 graph = _wait(view, functools.partial(_graph, view.data, run), "the graph")
-                assert "digraph" in graph.frame.content(), graph.url
+                drawn = functools.partial(_has_graph, graph.frame)
+                _wait(view, drawn, f"a graph at {graph.url}")
             else:
                 found = functools.partial(view.data.find, run, value, frame)
                 _wait(view, found, f"{value} data of {run}")
@@ -587,6 +588,20 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
         view.screenshot(f"{name}-{value.rstrip('@')}")
         assert not view.data.failed, (value, view.data.failed)
     return [v for v, _ in offered]
+
+
+def _content(frame: Any) -> str:
+    """A frame's HTML, or "" while it is still navigating."""
+    from playwright.sync_api import Error
+
+    try:
+        return str(frame.content())
+    except Error:
+        return ""
+
+
+def _has_graph(frame: Any) -> bool:
+    return "digraph" in _content(frame)
 
 
 def _graph(data: DataFetches, run: str) -> DataFetch | None:

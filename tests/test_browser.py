@@ -147,7 +147,7 @@ class Notebook:
                 return inner.content_frame() if inner else None
             except Error as error:
                 # A new selection replaces the frames: one found a moment ago can go away.
-                if "detached" not in str(error):
+                if "detached" not in str(error) and "Cannot find context" not in str(error):
                     raise
                 return None
 
