@@ -257,7 +257,9 @@ class ClassicNotebook:
         def find() -> Any:
             handle = box.locator("iframe.xprof-inner").element_handle(timeout=1000)
             found = handle.content_frame() if handle else None
-            return found if found is not None and found != previous else None
+            if found is None or found == previous or found.url in ("", "about:blank"):
+                return None  # Not yet the new frame, or not yet navigated to its page.
+            return found
 
         return wait_until(find, LOAD_TIMEOUT_S, "the output's XProf frame", self.pause)
 
