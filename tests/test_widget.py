@@ -295,6 +295,7 @@ def test_trace_viewer_v2_is_offered_for_big_runs_only(
 ) -> None:
     """By URL (no saved choice), in a new tab, behind a WebGPU check in the browser."""
     view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+    assert view.wait_for_tools()
     assert view.v2_url() is None and 'class="xprof-v2"' not in wrapper(view)
     monkeypatch.setattr(_widget, "BIG_RUN_BYTES", 1)
     view._on_view()
