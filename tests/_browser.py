@@ -82,6 +82,7 @@ _SERVER_CONFIG = {
 
 LOOPBACK = ("http://127.0.0.1", "http://localhost", "ws://127.0.0.1", "ws://localhost")
 BACKDROP = ".mat-drawer-backdrop.mat-drawer-shown"
+V2_KEY = "use_trace_viewer_v2"
 CHARTS_NOTE_CLASS = "xprof-charts-note"
 
 
@@ -585,6 +586,12 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
                 _wait(view, found, f"{value} data of {run}")
         view.pause(1.0)
         assert frame.locator(BACKDROP).count() == 0, f"{value}: XProf's menu covers the tool"
+        if not value.startswith("trace_viewer"):
+            # A Trace Viewer v2 choice saved here (no WebGPU adapter headless) is dropped by
+            # the next XProf page this origin loads.
+            saved = frame.evaluate(f"localStorage.getItem('{V2_KEY}')")
+            assert saved is None, f"{value}: a saved Trace Viewer v2 choice was kept"
+            frame.evaluate(f"localStorage.setItem('{V2_KEY}', 'true')")
         view.screenshot(f"{name}-{value.rstrip('@')}")
         assert not view.data.failed, (value, view.data.failed)
     return [v for v, _ in offered]
