@@ -270,18 +270,26 @@ class ViewerWidget:
         thread.start()
 
     def _take_tools(self, run: str, ticket: int) -> None:
+        """The run's tools as XProf lists them, offered at once; then, once XProf has said
+        which have data (:func:`~xprof_magic._viewer.survey.survey_tools`, seconds on a big
+        run), those first and the others with their reason."""
         try:
             tools = order_tools(self._list_tools(self.viewer, run))
             problem = ""
         except ViewerError as error:
             tools, problem = [], str(error)
-        survey = Survey()
+        self._show_tools(run, ticket, tools, problem, None)
         if tools:
             survey = self._survey(self.viewer, run, tools, _store.run_path(self.logdir, run))
             # The tools with data lead; those without keep their order after them.
-            tools = sorted(tools, key=lambda t: t in survey.empty)
+            ranked = sorted(tools, key=lambda t: t in survey.empty)
+            self._show_tools(run, ticket, ranked, "", survey)
+
+    def _show_tools(
+        self, run: str, ticket: int, tools: list[str], problem: str, survey: Survey | None
+    ) -> None:
         with self._lock:
-            if tools:
+            if tools and survey is not None:
                 self._tools_cache[run] = tools
                 self._surveys[run] = survey
             if ticket != self._tools_asked or run != self.runs.value:
@@ -293,13 +301,13 @@ class ViewerWidget:
                 return  # The trace viewer offered meanwhile stays, and the next visit asks again.
             if self._tools_error and self.status.value == self._tools_error:
                 self.status.value = ""
-            before = self.tools.value
+            before = self.urls()
             self._updating = True
             try:
                 self._offer_tools(tools)
             finally:
                 self._updating = False
-            if self.tools.value != before:
+            if self.urls() != before:
                 self._on_view()
 
     def wait_for_tools(self, timeout: float = 30.0) -> bool:
