@@ -8,6 +8,7 @@ run leaves nothing behind but its artifacts.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import http.client
 import json
@@ -35,10 +36,13 @@ __all__ = [
     "DataFetch",
     "DataFetches",
     "JupyterLab",
+    "ToolView",
+    "check_every_tool",
     "find_chromium",
     "isolated",
     "leftover_processes",
     "machine_environment",
+    "offline",
     "select_run",
     "start_classic_notebook",
     "start_jupyterlab",
@@ -74,6 +78,19 @@ _SERVER_CONFIG = {
         "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
     },
 }
+
+
+LOOPBACK = ("http://127.0.0.1", "http://localhost", "ws://127.0.0.1", "ws://localhost")
+BACKDROP = ".mat-drawer-backdrop.mat-drawer-shown"
+V2_KEY = "use_trace_viewer_v2"
+CHARTS_NOTE_CLASS = "xprof-charts-note"
+
+
+def offline(context: Any) -> None:
+    """Abort every request of ``context`` that leaves this machine (Google's chart library,
+    fonts, graphviz): the tests see the firewalled case, deterministically, and never touch
+    the internet."""
+    context.route(lambda url: not url.startswith(LOOPBACK), lambda route: route.abort())
 
 
 def find_chromium() -> str | None:
@@ -460,10 +477,13 @@ class DataFetches:
         self._pending: list[Any] = []
         self._read: list[DataFetch] = []
         self.urls: list[str] = []
+        self.failed: list[str] = []
 
     def on_response(self, response: Any) -> None:
         """A Playwright ``response`` handler."""
         self.urls.append(response.url)
+        if "/data/plugin/profile/" in response.url and response.status >= 400:
+            self.failed.append(f"HTTP {response.status} {response.url}")
         if DATA_ROUTE in urlsplit(response.url).path:
             self._pending.append(response)
 
@@ -484,9 +504,10 @@ class DataFetches:
         return list(self._read)
 
     def find(self, run: str, tag: str, frame: Any, label: str | None = None) -> DataFetch | None:
-        """A successful fetch by ``frame`` of ``run``'s ``tag`` data (with event ``label``)."""
+        """A successful fetch by ``frame`` (None: any frame) of ``run``'s ``tag`` data (with
+        event ``label``)."""
         for fetch in self.all():
-            if (fetch.run, fetch.frame, fetch.status) != (run, frame, 200):
+            if (fetch.run, fetch.status) != (run, 200) or frame not in (None, fetch.frame):
                 continue
             if fetch.tag.startswith(tag) and (label is None or label in fetch.names):
                 return fetch
@@ -496,3 +517,114 @@ class DataFetches:
         lines = [f.describe() for f in self.all()] or ["nothing fetched from the data route"]
         profile = [u for u in self.urls if "/data/plugin/profile" in u][-12:]
         return "\n".join(["data fetched:", *lines, "last profile requests:", *profile])
+
+
+@dataclass
+class ToolView:
+    """How one stack shows the widget's page: for :func:`check_every_tool`."""
+
+    widget: Any
+    """The widget (its ``.xprof-tools select``)."""
+    box: Any
+    """The element that holds the XProf frame: its bounds are what the user sees."""
+    frame: Callable[[Any], Any]
+    """The XProf page's frame once it is not the one given (a new selection)."""
+    data: DataFetches
+    pause: Callable[[float], None]
+    screenshot: Callable[[str], Any]
+    timeout_s: float = 90.0
+
+
+def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[str]:
+    """Select each tool the dropdown offers, in turn, and check what the user sees.
+
+    A tool named with a reason ("(no device ops in a CPU capture)") must say so and nothing
+    more; any other must fetch its data (the graph viewer: its graph, after "Search Graph").
+    No profile request answers 4xx/5xx, no backdrop covers the tool, and in the trace viewer
+    the ``python`` row (``label``'s thread) is inside the frame without scrolling. Returns
+    the tools seen.
+    """
+    from xprof_magic._notebook.widget import TOOL_NAMES
+
+    select = view.widget.locator(".xprof-tools select")
+    labels: list[str] = select.evaluate("s => Array.from(s.options).map(o => o.textContent)")
+    tools = {name: tool for tool, name in reversed(TOOL_NAMES.items())}
+    offered = []
+    for label_text in labels:
+        text = label_text.replace("\xa0", " ")
+        offered.append((tools[text.split(" (")[0]], text))
+    assert offered and offered[0][1] == "Trace viewer", offered
+    with_data = [v for v, text in offered if not text.endswith(")")]
+    assert offered[: len(with_data)] == [(v, t) for v, t in offered if v in with_data], offered
+    current = select.evaluate("s => s.options[s.selectedIndex].textContent")
+    frame = view.frame(None)
+    for (value, text), label_text in zip(offered, labels, strict=True):
+        if label_text != current:
+            select.select_option(label=label_text)
+            frame, current = view.frame(frame), label_text
+        view.box.scroll_into_view_if_needed()
+        if value.startswith("trace_viewer"):
+            found = functools.partial(view.data.find, run, "trace_viewer", frame, label)
+            _wait(view, found, f"{value} data of {run} with {label!r}")
+            row = frame.get_by_text("python", exact=True).filter(visible=True).first
+            row.wait_for(timeout=view.timeout_s * 1000)
+            _inside(row.bounding_box(), view.box.bounding_box(), "the python row")
+        elif text.endswith(")"):
+            assert "(" in text and len(text.split("(", 1)[1]) > 8, text
+        else:
+            if value == "graph_viewer":
+                search = frame.get_by_role("button", name="Search Graph")
+                search.wait_for(timeout=view.timeout_s * 1000)
+                _wait(view, search.is_enabled, "the graph viewer's op to search")
+                search.click()
+                # The graph comes into a frame of its own, by a //prefix//data/... URL.
+                graph = _wait(view, functools.partial(_graph, view.data, run), "the graph")
+                drawn = functools.partial(_has_graph, graph.frame)
+                _wait(view, drawn, f"a graph at {graph.url}")
+            else:
+                found = functools.partial(view.data.find, run, value, frame)
+                _wait(view, found, f"{value} data of {run}")
+        view.pause(1.0)
+        assert frame.locator(BACKDROP).count() == 0, f"{value}: XProf's menu covers the tool"
+        if not value.startswith("trace_viewer"):
+            # A Trace Viewer v2 choice saved here (no WebGPU adapter headless) is dropped by
+            # the next XProf page this origin loads.
+            saved = frame.evaluate(f"localStorage.getItem('{V2_KEY}')")
+            assert saved is None, f"{value}: a saved Trace Viewer v2 choice was kept"
+            frame.evaluate(f"localStorage.setItem('{V2_KEY}', 'true')")
+        view.screenshot(f"{name}-{value.rstrip('@')}")
+        assert not view.data.failed, (value, view.data.failed)
+    return [v for v, _ in offered]
+
+
+def _content(frame: Any) -> str:
+    """A frame's HTML, or "" while it is still navigating."""
+    from playwright.sync_api import Error
+
+    try:
+        return str(frame.content())
+    except Error:
+        return ""
+
+
+def _has_graph(frame: Any) -> bool:
+    return "digraph" in _content(frame)
+
+
+def _graph(data: DataFetches, run: str) -> DataFetch | None:
+    """The graph viewer's graph of ``run``, fetched into a frame of its own."""
+    found = [f for f in data.all() if f.run == run and f.status == 200 and "type=graph" in f.url]
+    return found[-1] if found else None
+
+
+def _wait(view: ToolView, condition: Callable[[], Any], what: str) -> Any:
+    return wait_until(
+        condition, view.timeout_s, lambda: f"{what}\n{view.data.describe()}", view.pause
+    )
+
+
+def _inside(inner: Any, outer: Any, what: str) -> None:
+    assert inner and outer, (what, inner, outer)
+    assert (
+        outer["y"] <= inner["y"] and inner["y"] + inner["height"] <= outer["y"] + outer["height"]
+    ), f"{what} at {inner} is outside the frame at {outer}"

@@ -25,7 +25,10 @@ from tests._browser import (
     PROXY_KERNEL,
     DataFetches,
     JupyterLab,
+    ToolView,
+    check_every_tool,
     find_chromium,
+    offline,
     select_run,
     shut_down,
     start_jupyterlab,
@@ -144,7 +147,7 @@ class Notebook:
                 return inner.content_frame() if inner else None
             except Error as error:
                 # A new selection replaces the frames: one found a moment ago can go away.
-                if "detached" not in str(error):
+                if "detached" not in str(error) and "Cannot find context" not in str(error):
                     raise
                 return None
 
@@ -169,6 +172,25 @@ class Notebook:
             self.pause,
         )
         return self.inner_frame(widget)
+
+    def every_tool(self, widget: Any, run: str, label: str, name: str) -> list[str]:
+        """:func:`check_every_tool` with the frame about 950 px wide, as in JupyterLab with
+        its file browser open in a 1400 px window."""
+        outer = widget.locator("iframe.xprof-outer")
+        width = outer.bounding_box()["width"]
+        size = self.page.viewport_size
+        self.page.set_viewport_size({"width": int(size["width"] - (width - 950)), "height": 1000})
+        self.pause(1.0)
+        assert 900 <= outer.bounding_box()["width"] <= 960, outer.bounding_box()
+        view = ToolView(
+            widget=widget,
+            box=outer,
+            frame=lambda previous: self.next_frame(widget, previous),
+            data=self.data,
+            pause=self.pause,
+            screenshot=lambda shot: self.screenshot(f"{name}-{shot}", widget),
+        )
+        return check_every_tool(view, run, label, "tools")
 
     def screenshot(self, name: str, widget: Any = None) -> Path:
         """The widget's embedded page, else the whole window, into test-artifacts/."""
@@ -208,6 +230,7 @@ def test_trace_viewer_under_the_cell(lab: JupyterLab, browser: Any, route: str) 
     name = f"{route}.ipynb"
     write_notebook(lab.root / name, cells(route), kernel=ROUTES[route])
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    offline(context)
     page = context.new_page()
     notebook = Notebook(page, lab)
     try:
@@ -261,6 +284,11 @@ def test_trace_viewer_under_the_cell(lab: JupyterLab, browser: Any, route: str) 
         assert notebook.navigations == [], "XProf navigated the notebook page"
         assert page.url == before
         assert page.evaluate("location.href") == before
+
+        # 5. Every tool offered, in a frame as narrow as JupyterLab's with a side panel.
+        if route == "direct":
+            tools = notebook.every_tool(first, evaluate, "evaluate", route)
+            assert "graph_viewer" in tools and "memory_viewer" in tools, tools
     except BaseException:
         with contextlib.suppress(Exception):
             notebook.screenshot(f"{route}-failure")
@@ -288,6 +316,7 @@ def test_a_jax_cell_shows_its_own_timeline(lab: JupyterLab, browser: Any) -> Non
         ],
     )
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    offline(context)
     page = context.new_page()
     notebook = Notebook(page, lab)
     try:
@@ -304,6 +333,8 @@ def test_a_jax_cell_shows_its_own_timeline(lab: JupyterLab, browser: Any) -> Non
         notebook.wait_for_data(frame, "jax-train", "trace_viewer", label="update")
         shown(widget, frame, "/host:CPU")
         notebook.screenshot("jax-trace-viewer", widget)
+        tools = notebook.every_tool(widget, "jax-train", "update", "jax")
+        assert "graph_viewer" in tools and "memory_viewer" in tools, tools
     except BaseException:
         with contextlib.suppress(Exception):
             notebook.screenshot("jax-failure")

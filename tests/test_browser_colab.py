@@ -31,7 +31,10 @@ from tests._browser import (
     TOKEN,
     DataFetches,
     JupyterLab,
+    ToolView,
+    check_every_tool,
     find_chromium,
+    offline,
     select_run,
     shut_down,
     start_classic_notebook,
@@ -76,6 +79,16 @@ TRAIN = (
 )
 EVALUATE = (
     "%%xprof --name colab-eval\n# xprof: evaluate\nz = (x * 2).sum()\ntorch_xla.sync()\nz.item()"
+)
+JAX = (
+    "%%xprof --name colab-jax --steps\n"
+    "import jax, jax.numpy as jnp\n"
+    "step = jax.jit(lambda w, x: w - 0.1 * (x @ w))\n"
+    "w = jnp.ones((64, 64))\n"
+    "for i in range(3):\n"
+    "    # xprof: update\n"
+    "    w = step(w, jnp.full((64, 64), 0.01))\n"
+    "float(w.sum())"
 )
 
 
@@ -244,7 +257,9 @@ class ClassicNotebook:
         def find() -> Any:
             handle = box.locator("iframe.xprof-inner").element_handle(timeout=1000)
             found = handle.content_frame() if handle else None
-            return found if found is not None and found != previous else None
+            if found is None or found == previous or found.url in ("", "about:blank"):
+                return None  # Not yet the new frame, or not yet navigated to its page.
+            return found
 
         return wait_until(find, LOAD_TIMEOUT_S, "the output's XProf frame", self.pause)
 
@@ -263,6 +278,21 @@ class ClassicNotebook:
             self.pause,
         )
 
+    def every_tool(self, widget: Any, box: Any, run: str, label: str) -> list[str]:
+        """:func:`check_every_tool` on one widget and the output frame under it."""
+        box.scroll_into_view_if_needed()
+        view = ToolView(
+            widget=widget,
+            box=box.locator("iframe.xprof-inner"),
+            frame=lambda previous: self.frame(box, previous),
+            data=self.data,
+            pause=self.pause,
+            screenshot=lambda shot: box.screenshot(
+                path=str(ARTIFACTS / f"browser-colab-{run}-{shot}.png")
+            ),
+        )
+        return check_every_tool(view, run, label, "tools")
+
     def screenshot(self, name: str) -> None:
         ARTIFACTS.mkdir(exist_ok=True)
         self.page.screenshot(path=str(ARTIFACTS / f"browser-colab-{name}.png"), full_page=True)
@@ -277,8 +307,9 @@ def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
     server: JupyterLab, browser: Callable[[str], Any]
 ) -> None:
     name = "colab.ipynb"
-    write_notebook(server.root / name, [SETUP, TRAIN, EVALUATE], kernel=KERNEL)
+    write_notebook(server.root / name, [SETUP, TRAIN, EVALUATE, JAX], kernel=KERNEL)
     context = browser(FAKE_PROXY % "null")
+    offline(context)
     page = context.pages[0] if context.pages else context.new_page()
     notebook = ClassicNotebook(page, server, name)
     try:
@@ -286,12 +317,12 @@ def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
         notebook.run_all()
         outputs = notebook.outputs()
         assert "Traceback" not in outputs and "showing it failed" not in outputs, outputs
-        for run in ("colab-train", "colab-eval"):
+        for run in ("colab-train", "colab-eval", "colab-jax"):
             assert f"xprof: run {run} (ok)" in outputs, outputs
         widgets = page.locator(".xprof-viewer")
         boxes = page.locator(".xprof-colab")
         wait_until(
-            lambda: widgets.count() == 2 and boxes.count() == 2,
+            lambda: widgets.count() == 3 and boxes.count() == 3,
             LOAD_TIMEOUT_S,
             lambda: f"{widgets.count()} widgets, {boxes.count()} frames:\n{notebook.outputs()}",
             notebook.pause,
@@ -317,7 +348,7 @@ def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
         frame = notebook.frame(first, previous=frame)
         assert run_of(frame) == "colab-eval", frame.url
         frame = notebook.wait_for_data(first, "colab-eval", "evaluate")
-        assert boxes.count() == 2 and first.locator("iframe").count() == 1
+        assert boxes.count() == 3 and first.locator("iframe").count() == 1
         assert first.locator(".xprof-colab-hint").is_hidden()
 
         # XProf's full UI reads window.parent; cross-origin it must still render.
@@ -332,6 +363,11 @@ def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
         # XProf's pages read window.parent (gtag, TENSORBOARD_ENV), which throws
         # cross-origin: what matters is that they render, as checked above.
         assert not [e for e in notebook.errors if "localStorage" in e], notebook.errors
+
+        # Every tool offered, for torch_xla and for JAX, in Notebook 6's output width.
+        for index, run, label in ((0, "colab-eval", "evaluate"), (2, "colab-jax", "update")):
+            tools = notebook.every_tool(widgets.nth(index), boxes.nth(index), run, label)
+            assert "graph_viewer" in tools and "memory_viewer" in tools, tools
         print("Page errors (XProf's, cross-origin):", *notebook.errors, sep="\n")
     except BaseException:
         with contextlib.suppress(Exception):

@@ -7,6 +7,7 @@ which then checks that none is left.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import os
@@ -27,6 +28,7 @@ from xprof_magic._viewer import client as _client
 from xprof_magic._viewer import guard as _guard
 from xprof_magic._viewer import launch as _launch
 from xprof_magic._viewer import manager as _viewer
+from xprof_magic._viewer import replies as _replies
 from xprof_magic._viewer import server as _viewer_server
 from xprof_magic._viewer.client import Viewer, fetch_json
 from xprof_magic._viewer.launch import VIEWER_DIR_ENV
@@ -262,6 +264,82 @@ def test_refuses_requests_without_the_secret(viewer: Viewer) -> None:
     wrong = "/" + "x" * len(viewer.secret) + "/data/plugin/profile/runs"
     assert _get(viewer, wrong)[0] == 404
     assert _get(viewer, viewer.secret + "/data/plugin/profile/runs")[0] in (400, 404)
+
+
+def test_origin_form_collapses_slash_runs_in_the_path_only() -> None:
+    assert _guard.origin_form(b"//s//data/plugin//x?u=a//b") == b"/s/data/plugin/x?u=a//b"
+    assert _guard.origin_form(b"/s/data") == b"/s/data"
+    assert _guard.origin_form(b"s//data") == b"s//data"
+    assert _guard.origin_form(b"http://h//s") == b"http://h//s"
+
+
+def test_doubled_slashes_around_the_prefix_are_served_under_the_guard(viewer: Viewer) -> None:
+    """XProf's graph viewer asks for origin + '/' + prefix + '/' + route."""
+    doubled = f"//{viewer.secret}//data/plugin/profile/"
+    response = _raw_get(viewer, doubled + "runs")
+    assert response.status == 200
+    connection = http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=30)
+    connection.request("GET", doubled + "hosts?run=" + RUN + "&tag=graph_viewer")
+    hosts = connection.getresponse()
+    assert hosts.status == 200
+    body = hosts.read()
+    if hosts.getheader("Content-Encoding") == "gzip":
+        body = gzip.decompress(body)
+    assert json.loads(body)
+    connection.close()
+    other = "//" + "x" * len(viewer.secret) + "//data/plugin/profile/runs"
+    assert _raw_get(viewer, other).status == 404
+    assert _raw_get(viewer, "//data/plugin/profile/runs").status == 404
+    assert _raw_get(viewer, f"//{viewer.secret}//data/plugin/profile/runs?run_path=/").status == 403
+
+
+def test_label_threads_first_rewrites_or_adds_the_sort_index() -> None:
+    def name(tid: int, thread: str) -> str:
+        return f'{{"args":{{"name":"{thread}"}},"name":"thread_name","ph":"M","pid":7,"tid":{tid}}}'
+
+    def sort(tid: int, index: int) -> str:
+        return (
+            f'{{"args":{{"sort_index":{index}}},"name":"thread_sort_index","ph":"M",'
+            f'"pid":7,"tid":{tid}}}'
+        )
+
+    sent = "[" + ",".join([name(1, "tf_x"), sort(1, 1), name(9, "python"), sort(9, 9)]) + "]"
+    got = json.loads(_replies.label_threads_first(sent.encode()))
+    indexes = {e["tid"]: e["args"]["sort_index"] for e in got if e["name"] == "thread_sort_index"}
+    assert indexes == {1: 1, 9: _replies.TOP_SORT_INDEX}
+    without = json.loads(
+        _replies.label_threads_first(f"[{name(1, 'a')},{name(9, 'python')}]".encode())
+    )
+    assert [e["tid"] for e in without if e["name"] == "thread_sort_index"] == [9]
+    assert _replies.label_threads_first(b'{"traceEvents":[]}') == b'{"traceEvents":[]}'
+
+
+def test_the_trace_reply_puts_the_label_thread_first(viewer: Viewer) -> None:
+    """The ``python`` thread, which holds the labels, sorts above the runtime's threads."""
+    hosts = fetch_json(viewer, "hosts", run=RUN, tag="trace_viewer@")
+    trace = fetch_json(viewer, "data", run=RUN, tag="trace_viewer@", host=hosts[0]["hostname"])
+    events = trace["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    order = {
+        e["tid"]: e["args"]["sort_index"] for e in events if e.get("name") == "thread_sort_index"
+    }
+    python = [tid for tid, thread in names.items() if thread == "python"]
+    assert python and len(names) > 1
+    assert order[python[0]] == _replies.TOP_SORT_INDEX
+    assert all(order[python[0]] < order.get(tid, 0) for tid in names if tid != python[0])
+    assert LABEL in {e.get("name") for e in events if e.get("tid") == python[0]}
+
+
+def test_xprof_pages_forget_a_saved_trace_viewer_v2_without_webgpu(viewer: Viewer) -> None:
+    script = _replies.FORGET_FAILED_V2
+    for path in (viewer.ui_path(), viewer.tool_path(RUN, "trace_viewer@", "vm")):
+        status, page = _get(viewer, path)
+        assert status == 200 and page.count(script) == 1, path
+        assert page.index(script) < page.index(b"<app></app>")
+    status, styles = _get(viewer, viewer.ui_path() + "styles.css")
+    assert status == 200 and script not in styles
+    assert _replies.forget_failed_v2(b"<head></head>{}") == b"<head></head>{}"
+    assert b"requestAdapter" in script and b"use_trace_viewer_v2" in script
 
 
 def test_refuses_session_path_outside_the_logdir(viewer: Viewer, tmp_path: Path) -> None:

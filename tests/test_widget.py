@@ -16,6 +16,7 @@ import xprof_magic
 from xprof_magic import _viewer
 from xprof_magic._notebook import context as _context
 from xprof_magic._notebook import widget as _widget
+from xprof_magic._viewer import survey as _survey
 
 
 class Frames(HTMLParser):
@@ -104,8 +105,13 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
     assert view.wait_for_tools()
     view.tools.value = "overview_page"
     src, full = view.urls()
-    assert src == full and src is not None
+    # Embedded with XProf's docked menu, which no overlay covers; the new tab as it is.
+    assert full is not None and src == full + "&new_nav=true"
     assert "/data/plugin/profile/overview_page?" in src and "tag=overview_page" in src
+    assert "xprof-charts-note" in view.frame.value and "gstatic.com" in view.frame.value
+    view.tools.value = "trace_viewer@"
+    assert "xprof-charts-note" in view.frame.value
+    assert "gstatic.com/charts/loader.js" not in view.frame.value
 
 
 def test_tools_arrive_in_the_background_and_a_stale_answer_is_dropped(
@@ -240,3 +246,67 @@ def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: 
     assert "xprof summary — run newer" in view.summary.value
     view.show_summary(_analysis.load_summary(older))  # type: ignore[arg-type]
     assert "run newer" in view.summary.value  # another run's summary does not replace it
+
+
+def test_tools_with_data_lead_and_the_others_say_why(viewer: _viewer.Viewer, logdir: Path) -> None:
+    """XProf's answers for a real CPU capture: no device ops, so the device tools go last."""
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+    assert view.wait_for_tools()
+    labels = dict((value, label) for label, value in view.tools.options)
+    values = [value for _, value in view.tools.options]
+    assert values[0] == "trace_viewer@"
+    assert labels["op_profile"] == "Op profile (no device ops in a CPU capture)"
+    assert labels["hlo_stats"].endswith("(no device ops in a CPU capture)")
+    assert labels["overview_page"] == "Overview"
+    empty = [v for v in values if "(" in labels[v]]
+    assert empty and values[-len(empty) :] == empty
+    view.tools.value = "graph_viewer"
+    query = parse_qs(urlsplit(view.urls()[0] or "").query)
+    assert query["module_name"][0].startswith("SyncTensorsGraph")
+    assert query["node_name"][0]  # the entry's root op: the graph viewer has an op to search
+
+
+def test_the_memory_viewer_opens_on_the_largest_program(
+    viewer: _viewer.Viewer, logdir: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for program, size in (("jit__normal(1)", 10), ("jit_train_step(2)", 900), ("jit_iota(3)", 5)):
+        (run_dir / f"{program}.hlo_proto.pb").write_bytes(b"x" * size)
+    programs = ["jit__normal(1)", "jit_iota(3)", "jit_train_step(2)", "jit_gone(4)"]
+    assert _survey.largest(programs, run_dir) == "jit_train_step(2)"
+    assert _survey.largest(programs, tmp_path / "none") is None
+
+    def survey(*_: Any) -> _survey.Survey:
+        return _survey.Survey({}, "jit_train_step(2)")
+
+    view = _widget.ViewerWidget(
+        viewer, _context.Context("jupyter"), logdir, run="newer", survey=survey
+    )
+    assert view.wait_for_tools()
+    view.tools.value = "memory_viewer"
+    src, full = view.urls()
+    assert src is not None and parse_qs(urlsplit(src).query)["module_name"] == ["jit_train_step(2)"]
+    assert full is not None and "module_name" not in full
+
+
+def test_trace_viewer_v2_is_offered_for_big_runs_only(
+    viewer: _viewer.Viewer, logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By URL (no saved choice), in a new tab, behind a WebGPU check in the browser."""
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+    assert view.wait_for_tools()
+    assert view.v2_url() is None and 'class="xprof-v2"' not in wrapper(view)
+    monkeypatch.setattr(_widget, "BIG_RUN_BYTES", 1)
+    view._on_view()
+    v2 = view.v2_url()
+    assert v2 is not None and v2.endswith("&use_trace_viewer_v2=true")
+    assert "/data/plugin/profile/trace_viewer@?" in v2
+    assert 'class="xprof-v2" hidden' in wrapper(view) and "requestAdapter" in wrapper(view)
+    view.tools.value = "overview_page"
+    assert view.v2_url() is None and 'class="xprof-v2"' not in wrapper(view)
+
+
+def wrapper(view: _widget.ViewerWidget) -> str:
+    """The wrapper page of the widget's frame, as the browser reads it."""
+    return str(iframes(view.frame.value)[0]["srcdoc"])

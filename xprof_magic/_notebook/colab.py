@@ -23,6 +23,8 @@ import uuid
 
 from IPython.display import DisplayHandle, display
 
+from xprof_magic._notebook.frame import CHARTS_NOTE, charts_probe_js
+
 __all__ = ["BLOCKED_HINT", "MIME", "PROBE_PATH", "ColabFrame", "script"]
 
 BLOCKED_HINT = (
@@ -77,14 +79,26 @@ _FRAME_JS = (
     "    probe.remove(); frame.remove(); hint.textContent = a.blocked; hint.hidden = false;\n"
     "  };\n"
     "  document.head.appendChild(probe);\n"
+    "  if (a.charts) {\n"
+    "    const note = document.createElement('div');\n"
+    "    note.className = 'xprof-charts-note';\n"
+    "    note.style.cssText = 'color:#8a5a00;font-family:monospace;font-size:12px';\n"
+    "    note.hidden = true; note.textContent = a.charts_note;\n"
+    "    box.appendChild(note);\n"
+    f"    {charts_probe_js('note')}\n"
+    "  }\n"
     "}"
 )
 
 
-def script(port: int, path: str, probe: str, height: int, frame_id: str) -> str:
+def script(
+    port: int, path: str, probe: str, height: int, frame_id: str, charts: bool = False
+) -> str:
     """JavaScript for the output frame: the iframe on ``path`` (an absolute path on the
     viewer, secret included) under the proxied origin of ``port``, replacing any earlier one
-    with the same ``frame_id``, and the hint if the proxy refuses ``probe``."""
+    with the same ``frame_id``, and the hint if the proxy refuses ``probe``; with ``charts``,
+    :data:`~xprof_magic._notebook.frame.CHARTS_NOTE` under it if the chart library cannot
+    load."""
     args = json.dumps(
         {
             "port": int(port),
@@ -92,6 +106,8 @@ def script(port: int, path: str, probe: str, height: int, frame_id: str) -> str:
             "probe": probe,
             "height": int(height),
             "id": frame_id,
+            "charts": charts,
+            "charts_note": CHARTS_NOTE,
             "blocked": BLOCKED_HINT,
             "unreachable": UNREACHABLE_HINT.format(port=int(port)),
         }
@@ -115,11 +131,15 @@ class ColabFrame:
     def bundle(self) -> dict[str, str]:
         return {MIME: self.source, "text/plain": ""}
 
-    def show(self, src: str | None, full: str | None) -> tuple[str, str]:
+    def show(
+        self, src: str | None, full: str | None, charts: bool = False, v2: str | None = None
+    ) -> tuple[str, str]:
         """Point the output at ``src`` (None: no run, no frame), in place once displayed.
         The widget gets no iframe and no link: proxied URLs answer 403 outside the output
-        frame."""
-        source = script(self.port, src, self.probe, self.height, self.frame_id) if src else ""
+        frame, so ``v2`` (a new tab) is not offered either."""
+        source = (
+            script(self.port, src, self.probe, self.height, self.frame_id, charts) if src else ""
+        )
         with self._lock:
             if source != self.source:
                 self.source = source

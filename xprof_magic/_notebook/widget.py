@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import ipywidgets as widgets
 
@@ -36,6 +37,7 @@ from xprof_magic._viewer.client import (
     ViewerError,
     fetch_json,
 )
+from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey, survey_tools
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
@@ -72,6 +74,11 @@ TOOL_NAMES = {
 }
 
 ToolLister = Callable[[Viewer, str], list[str]]
+ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
+NEW_NAV = "new_nav=true"
+V2 = "use_trace_viewer_v2=true"
+BIG_RUN_BYTES = 30 * 2**20
+"""About a million events: where XProf starts thinning the classic trace viewer's events."""
 
 
 def order_tools(tools: Sequence[str]) -> list[str]:
@@ -81,6 +88,12 @@ def order_tools(tools: Sequence[str]) -> list[str]:
     if TRACE_VIEWER_TOOL in unique and "trace_viewer" in unique:
         unique.remove("trace_viewer")
     return sorted(unique, key=lambda t: (rank.get(t, len(rank)), t))
+
+
+def tool_label(tool: str, empty: str | None = None) -> str:
+    """The dropdown's name for a tool; with ``empty``, why it shows nothing for this run."""
+    name = TOOL_NAMES.get(tool, tool)
+    return f"{name} ({empty})" if empty else name
 
 
 def list_tools(viewer: Viewer, run: str) -> list[str]:
@@ -125,10 +138,12 @@ class ViewerWidget:
         summary_html: str | None = None,
         found: Sequence[_store.RunInfo] | None = None,
         list_tools: ToolLister = list_tools,
+        survey: ToolSurveyor = survey_tools,
     ) -> None:
         """``frame``: where the page shows (default: the one ``context`` picks);
         ``summary_html``: ``run``'s summary, when the caller has rendered it; ``found``: the
-        runs in ``logdir``, when the caller has listed them."""
+        runs in ``logdir``, when the caller has listed them; ``list_tools`` and ``survey``:
+        how a run's tools, and which of them have data, are asked of the viewer."""
         self.viewer = viewer
         self.context = context
         self.logdir = Path(logdir)
@@ -136,7 +151,10 @@ class ViewerWidget:
         self.height = height
         self.page_frame = frame if frame is not None else context.frame(viewer, height)
         self._list_tools = list_tools
+        self._survey = survey
         self._tools_cache: dict[str, list[str]] = {}
+        # Per run: the tools without data and why, and the program per-program tools open on.
+        self._surveys: dict[str, Survey] = {}
         # Each run's summary as HTML, rendered once: handed in, or read from its saved file.
         self._summaries: dict[str, str] = {}
         if run is not None and summary_html is not None:
@@ -234,9 +252,11 @@ class ViewerWidget:
             self._on_view()
 
     def _offer_tools(self, tools: list[str]) -> None:
-        """Set the tool options, keeping the selected tool where the run has it."""
+        """Set the tool options, keeping the selected tool where the run has it; a tool
+        without data for the run is named with the reason."""
         keep = self.tools.value if self.tools.value in tools else None
-        self.tools.options = [(TOOL_NAMES.get(t, t), t) for t in tools]
+        empty = self._surveys.get(self.runs.value or "", Survey()).empty
+        self.tools.options = [(tool_label(t, empty.get(t)), t) for t in tools]
         self.tools.value = keep or (tools[0] if tools else None)
 
     def _ask_tools(self, run: str) -> None:
@@ -250,14 +270,28 @@ class ViewerWidget:
         thread.start()
 
     def _take_tools(self, run: str, ticket: int) -> None:
+        """The run's tools as XProf lists them, offered at once; then, once XProf has said
+        which have data (:func:`~xprof_magic._viewer.survey.survey_tools`, seconds on a big
+        run), those first and the others with their reason."""
         try:
             tools = order_tools(self._list_tools(self.viewer, run))
             problem = ""
         except ViewerError as error:
             tools, problem = [], str(error)
+        self._show_tools(run, ticket, tools, problem, None)
+        if tools:
+            survey = self._survey(self.viewer, run, tools, _store.run_path(self.logdir, run))
+            # The tools with data lead; those without keep their order after them.
+            ranked = sorted(tools, key=lambda t: t in survey.empty)
+            self._show_tools(run, ticket, ranked, "", survey)
+
+    def _show_tools(
+        self, run: str, ticket: int, tools: list[str], problem: str, survey: Survey | None
+    ) -> None:
         with self._lock:
-            if tools:
+            if tools and survey is not None:
                 self._tools_cache[run] = tools
+                self._surveys[run] = survey
             if ticket != self._tools_asked or run != self.runs.value:
                 return  # The user moved on; the cache keeps the answer for a return to this run.
             if problem:
@@ -267,13 +301,13 @@ class ViewerWidget:
                 return  # The trace viewer offered meanwhile stays, and the next visit asks again.
             if self._tools_error and self.status.value == self._tools_error:
                 self.status.value = ""
-            before = self.tools.value
+            before = self.urls()
             self._updating = True
             try:
                 self._offer_tools(tools)
             finally:
                 self._updating = False
-            if self.tools.value != before:
+            if self.urls() != before:
                 self._on_view()
 
     def wait_for_tools(self, timeout: float = 30.0) -> bool:
@@ -328,7 +362,8 @@ class ViewerWidget:
             if self._updating:
                 return
             src, full = self.urls()
-            inner, link = self.page_frame.show(src, full)
+            charts = src is not None and "/trace_viewer_index.html?" not in src
+            inner, link = self.page_frame.show(src, full, charts, self.v2_url())
             if src is None:
                 inner = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
             self.frame.value, self.link.value = inner, link
@@ -342,9 +377,32 @@ class ViewerWidget:
         tool = tool or TRACE_VIEWER_TOOL
         origin, prefix = self.context.locate(self.viewer.port)
         full = origin + self.viewer.tool_path(run, tool, host, prefix=prefix)
-        if tool == TRACE_VIEWER_TOOL and host and self.viewer.kind == "xprof":
+        if self.viewer.kind != "xprof":
+            return full, full
+        if tool == TRACE_VIEWER_TOOL and host:
             return origin + self.viewer.trace_viewer_path(run, host, prefix=prefix), full
-        return full, full
+        # XProf's own docked menu: below 960 px its classic one covers the tool until clicked.
+        src = f"{full}&{NEW_NAV}"
+        survey = self._surveys.get(run, Survey())
+        if tool in PROGRAM_TOOLS and survey.program:
+            # The program that matters most; the graph viewer draws its root op at once.
+            found = {"module_name": survey.program}
+            if tool == "graph_viewer" and survey.node:
+                found["node_name"] = survey.node
+            src += "&" + urlencode(found)
+        return src, full
+
+    def v2_url(self) -> str | None:
+        """XProf's Trace Viewer v2 on the selection, for a run of :data:`BIG_RUN_BYTES` or
+        more in the trace viewer (None otherwise). Asked for by URL, so the browser saves no
+        choice; the inline trace viewer stays the classic one, which always works."""
+        run, tool, host = self.runs.value, self.tools.value, self.hosts.value
+        if run is None or tool != TRACE_VIEWER_TOOL or self.viewer.kind != "xprof":
+            return None
+        if _store.xplane_bytes(_store.run_path(self.logdir, run)) < BIG_RUN_BYTES:
+            return None
+        origin, prefix = self.context.locate(self.viewer.port)
+        return f"{origin}{self.viewer.tool_path(run, tool, host, prefix=prefix)}&{V2}"
 
     def text(self) -> str:
         """Where to look, for frontends without widgets. The URL carries the viewer's secret,

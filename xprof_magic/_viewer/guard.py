@@ -16,6 +16,7 @@ import ipaddress
 import json
 import os
 import posixpath
+import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "allow_capture",
     "capture_allowed",
     "guard",
+    "origin_form",
     "refusal",
 ]
 
@@ -42,6 +44,8 @@ _PATH_PARAMS = ("session_path", "run_path")
 _NAME_PARAMS = ("host", "hosts", "module_name", "tag")
 CAPTURE_ROUTE = "capture_profile"
 CAPTURE_ALLOWED_FILE = "capture_allowed.json"
+
+_SLASH_RUNS = re.compile("/{2,}")
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -138,6 +142,21 @@ def _capture_refusal(query: list[tuple[str, str]], allowed: frozenset[str]) -> s
     return None
 
 
+def origin_form(target: bytes) -> bytes:
+    """A request-target (``/path?query``) with each run of slashes in its path made one.
+
+    XProf's front end builds some URLs as origin + ``/`` + its path prefix + ``/`` + route, so
+    under the secret prefix it asks for ``//<secret>//data/...``, which an HTTP server takes
+    for an absolute URI (``//host/path``) and refuses. Collapsed, the path is the one meant;
+    the guard then checks it as any other. A target not starting with ``/`` is left as is,
+    for the server to refuse.
+    """
+    if not target.startswith(b"/"):
+        return target
+    path, mark, query = target.partition(b"?")
+    return _SLASH_RUNS.sub("/", path.decode("latin-1")).encode("latin-1") + mark + query
+
+
 def refusal(
     path: str,
     query: Iterable[tuple[str, str]],
@@ -217,6 +236,7 @@ def guard(
     For ``kind="xprof"`` the prefix moves from ``PATH_INFO`` to ``SCRIPT_NAME`` (XProf routes
     on ``/data/plugin/profile``; its front end keeps whatever precedes that as its base).
     TensorBoard strips its own ``--path_prefix``, so its paths pass through unchanged.
+    Runs of slashes in the path count as one (:func:`origin_form`), before any check.
     """
     prefix = "/" + secret
     secret_bytes = secret.encode("ascii")
@@ -224,7 +244,8 @@ def guard(
     ui_below = PROFILE_ROUTE[1:] + "/" if kind == "xprof" else ""
 
     def guarded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        path: str = environ.get("PATH_INFO", "")
+        path = _SLASH_RUNS.sub("/", environ.get("PATH_INFO", ""))
+        environ["PATH_INFO"] = path
         head, _, rest_tail = path[1:].partition("/")
         given = head.encode("latin-1", "replace")
         if not path.startswith("/") or not hmac.compare_digest(given, secret_bytes):

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from xprof_magic._viewer.apps import tensorboard_app, xprof_app
 from xprof_magic._viewer.client import KINDS
-from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard
+from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard, origin_form
+from xprof_magic._viewer.replies import trace_replies
 
 if TYPE_CHECKING:
     from cheroot import wsgi
@@ -251,9 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir("/")
     prefix = "/" + secret
     try:
-        from cheroot import wsgi
+        import cheroot.wsgi  # noqa: F401  (a missing cheroot is told here, with the viewer)
 
-        app = xprof_app(logdir) if args.kind == "xprof" else tensorboard_app(logdir, prefix)
+        app = (
+            trace_replies(xprof_app(logdir))
+            if args.kind == "xprof"
+            else tensorboard_app(logdir, prefix)
+        )
     except ImportError as error:
         _log(f"cannot load the {args.kind} viewer: {error}")
         return EXIT_MISSING_DEPENDENCY
@@ -265,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     guarded = guard(
         app, secret=secret, logdir=logdir, kind=args.kind, health=health, info_dir=args.info_dir
     )
-    server = wsgi.Server(("127.0.0.1", args.port), _counted(guarded, activity), numthreads=8)
+    server = _wsgi_server(args.port, _counted(guarded, activity))
     server.shutdown_timeout = 2
     failed = _prepare(server, args.port)
     if failed is not None:
@@ -304,6 +309,42 @@ def _info(
         "idle_timeout": args.idle_timeout,
         "grace": args.grace,
     }
+
+
+def _wsgi_server(port: int, app: WSGIApp) -> wsgi.Server:
+    """A cheroot server on loopback that reads each request-target in origin form first
+    (:func:`~xprof_magic._viewer.guard.origin_form`): cheroot answers a path starting with
+    ``//`` with 400 "Absolute URI not allowed" before any WSGI code sees it."""
+    from cheroot import server as http
+    from cheroot import wsgi
+
+    class RequestLine:
+        """``rfile`` for the request line only: its target collapsed, the rest as read."""
+
+        def __init__(self, rfile: Any) -> None:
+            self._rfile = rfile
+
+        def readline(self, *args: Any) -> bytes:
+            line: bytes = self._rfile.readline(*args)
+            method, space, rest = line.partition(b" ")
+            target, space_after, protocol = rest.partition(b" ")
+            return method + space + origin_form(target) + space_after + protocol
+
+    class Request(http.HTTPRequest):
+        def read_request_line(self) -> bool:
+            rfile = self.rfile
+            self.rfile = RequestLine(rfile)
+            try:
+                return bool(super().read_request_line())
+            finally:
+                self.rfile = rfile
+
+    class Connection(http.HTTPConnection):
+        RequestHandlerClass = Request
+
+    server = wsgi.Server(("127.0.0.1", port), app, numthreads=8)
+    server.ConnectionClass = Connection
+    return server
 
 
 def _prepare(server: wsgi.Server, port: int) -> int | None:

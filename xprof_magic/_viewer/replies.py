@@ -1,0 +1,167 @@
+"""What the viewer changes in XProf's replies: the label thread first, no stuck v2.
+
+XProf's trace viewer orders a process's threads by their ``thread_sort_index`` metadata,
+which XProf sets to the thread id; the ``python`` thread, where ``# xprof:`` labels and
+``TraceAnnotation`` spans land, then often comes last, below the runtime's threads and out
+of view. The viewer's process moves it to the top of its process in the trace data reply
+(:func:`label_threads_first`); the other threads stay, in their order.
+
+XProf's full UI opens Trace Viewer v2 when the browser saved that choice (``localStorage``
+``use_trace_viewer_v2``); v2 needs WebGPU, and where it has none v2 fails, on every visit,
+until "Switch to the old frontend" is found. XProf's page is served with
+:data:`FORGET_FAILED_V2` first, which drops that saved choice in a browser without a WebGPU
+adapter (:func:`forget_failed_v2`).
+
+Standard library only: run in the viewer's process, in front of XProf's app.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
+
+__all__ = [
+    "FORGET_FAILED_V2",
+    "LABEL_THREADS",
+    "TOP_SORT_INDEX",
+    "forget_failed_v2",
+    "label_threads_first",
+    "trace_replies",
+]
+
+LABEL_THREADS = ("python",)
+"""The thread names that hold a cell's labels: the interpreter's main thread, for torch_xla
+and JAX alike."""
+TOP_SORT_INDEX = -(2**31)
+"""Below every thread id XProf uses as a sort index, so the label thread is drawn first."""
+
+FORGET_FAILED_V2 = (
+    b"<script>(function(){var k='use_trace_viewer_v2',s=window.localStorage;"
+    b"function drop(){try{s.removeItem(k)}catch(e){}}"
+    b"try{if(s.getItem(k)!=='true')return}catch(e){return}"
+    b"var g=navigator.gpu;if(!g||!g.requestAdapter){drop();return}"
+    b"g.requestAdapter().then(function(a){if(!a)drop()},drop)})();</script>"
+)
+_APP = b"<app></app>"
+_DATA_ROUTES = frozenset(
+    {
+        "data",
+        "data_csv",
+        "runs",
+        "run_tools",
+        "hosts",
+        "module_list",
+        "capture_profile",
+        "config",
+        "version",
+        "local",
+        "generate_cache",
+    }
+)
+
+_TRACE_TAGS = ("tag=trace_viewer%40", "tag=trace_viewer@", "tag=trace_viewer&")
+_NAME = re.compile(
+    rb'\{"args":\{"name":"(?P<name>[^"\\]*)"\},"name":"thread_name","ph":"M",'
+    rb'"pid":(?P<pid>-?\d+),"tid":(?P<tid>-?\d+)\}'
+)
+
+
+def label_threads_first(body: bytes) -> bytes:
+    """The trace JSON ``body`` (XProf's ``trace_viewer@`` reply) with each thread named in
+    :data:`LABEL_THREADS` given :data:`TOP_SORT_INDEX`: its sort-index event rewritten, or
+    one added after its name event when XProf sent none. Anything else is left as sent."""
+    found = [m for m in _NAME.finditer(body) if m["name"].decode() in LABEL_THREADS]
+    for match in reversed(found):
+        pid, tid = match["pid"], match["tid"]
+        sort_event = re.compile(
+            rb'\{"args":\{"sort_index":-?\d+\},"name":"thread_sort_index","ph":"M",'
+            rb'"pid":' + pid + rb',"tid":' + tid + rb"\}"
+        )
+        top = (
+            b'{"args":{"sort_index":%d},"name":"thread_sort_index","ph":"M","pid":%s,"tid":%s}'
+            % (TOP_SORT_INDEX, pid, tid)
+        )
+        body, count = sort_event.subn(top, body)
+        if not count:
+            body = body[: match.end()] + b"," + top + body[match.end() :]
+    return body
+
+
+def forget_failed_v2(page: bytes) -> bytes:
+    """XProf's index page with :data:`FORGET_FAILED_V2` at the top of its head; any other
+    page as it is."""
+    head = page.find(b"<head>")
+    if _APP not in page or head < 0:
+        return page
+    at = head + len(b"<head>")
+    return page[:at] + FORGET_FAILED_V2 + page[at:]
+
+
+def _is_trace_data(environ: dict[str, Any]) -> bool:
+    query = str(environ.get("QUERY_STRING", "")) + "&"
+    path = str(environ.get("PATH_INFO", ""))
+    return path == PROFILE_ROUTE + "/data" and any(tag in query for tag in _TRACE_TAGS)
+
+
+def trace_replies(app: WSGIApp) -> WSGIApp:
+    """``app`` with its trace data replies passed through :func:`label_threads_first`
+    (gzip as XProf sends them, or plain); every other reply untouched."""
+
+    def rewritten(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        trace = _is_trace_data(environ)
+        if not trace and not _may_be_index(environ):
+            return app(environ, start_response)
+        held: list[Any] = []
+
+        def hold(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            held[:] = [status, headers, exc_info]
+            return lambda data: None
+
+        body = app(environ, hold)
+        try:
+            data = b"".join(body)
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+        status, headers, exc_info = held
+        change = label_threads_first if trace else forget_failed_v2
+        if status.startswith("200") and (trace or _is_html(headers)):
+            data = _rewrite(data, headers, change)
+            headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+            headers.append(("Content-Length", str(len(data))))
+        start_response(status, headers, *exc_info)
+        return [data]
+
+    return rewritten
+
+
+def _may_be_index(environ: dict[str, Any]) -> bool:
+    """A page route of XProf's UI (its root or a tool's), where the index page is served."""
+    path = str(environ.get("PATH_INFO", ""))
+    if not path.startswith(PROFILE_ROUTE + "/"):
+        return False
+    name = path[len(PROFILE_ROUTE) + 1 :]
+    if name in _DATA_ROUTES:
+        return False
+    return ("/" not in name and "." not in name) or name == "index.html"
+
+
+def _is_html(headers: list[tuple[str, str]]) -> bool:
+    kind = next((v for k, v in headers if k.lower() == "content-type"), "")
+    return kind.lower().startswith("text/html")
+
+
+def _rewrite(
+    data: bytes, headers: list[tuple[str, str]], change: Callable[[bytes], bytes]
+) -> bytes:
+    encoding = next((v for k, v in headers if k.lower() == "content-encoding"), "").lower()
+    if encoding == "gzip":
+        return gzip.compress(change(gzip.decompress(data)), compresslevel=1)
+    if encoding in ("", "identity"):
+        return change(data)
+    return data
