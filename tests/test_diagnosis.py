@@ -93,9 +93,19 @@ def test_compare_says_what_moved_and_summary_shows_the_headline(
     assert slow.diagnosis.headline in capsys.readouterr().out
     ip.run_line_magic("xprof", "compare slow fast")
     out = capsys.readouterr().out
-    moved = f"Diagnosis: input ({slow.diagnosis.share:.0%}) → {fast.diagnosis.verdict} ("
+    # The fast loop takes a few ms: too short for a verdict of its own (unknown), and the
+    # categories say what moved.
+    moved = f"Diagnosis: input ({slow.diagnosis.share:.0%}) → {fast.diagnosis.verdict}"
     assert moved in out
     assert f"input {slow.diagnosis.share:.0%} → " in out
+
+
+def test_a_cell_too_short_to_have_a_bottleneck_gets_no_verdict(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    s = diagnosed(ip, logdir, "tiny", "ran = 1\n")
+    assert s.diagnosis.verdict == "unknown" and not s.diagnosis.headline
+    assert not [n for n in s.notes if "-bound" in n.text]
 
 
 def test_many_tiny_ops_in_a_synced_loop_are_host_bound_one_step_per_sync(

@@ -8,7 +8,9 @@ with these thresholds (shares of step time; of the cell's busy time without step
   20% is XProf's "moderately", said as a secondary note;
 - otherwise the largest category wins, when it holds at least :data:`MIN_SHARE` (20%);
   ``device`` is the healthy case and raises no alarm; below that (the time went nowhere
-  measured) the verdict is ``unknown``.
+  measured) the verdict is ``unknown``;
+- a cell whose breakdown covers less than :data:`MIN_CELL_S` (10 ms) has no bottleneck worth
+  acting on: ``unknown``, and no headline (a one-line ``x = 1`` is not "host-bound").
 
 A compile verdict names its cause: a ``growing graph`` when the steps compiled again and
 again and the loop never synced (a backend with lazy graphs), ``changing shapes`` when the
@@ -33,6 +35,7 @@ from xprof_magic._units import seconds
 
 __all__ = [
     "HIGHLY_INPUT",
+    "MIN_CELL_S",
     "MIN_SHARE",
     "MODERATELY_INPUT",
     "diagnose",
@@ -43,6 +46,7 @@ __all__ = [
 HIGHLY_INPUT = 0.20
 MODERATELY_INPUT = 0.05
 MIN_SHARE = 0.20
+MIN_CELL_S = 0.010
 _CANDIDATES = ("host", "compile", "transfer", "sync", "device", "collective")
 _WHAT = {
     "input": "waits for the next batch",
@@ -76,6 +80,9 @@ def diagnose(
     capture found the steps (``sync``: the loop synced), ``shapes`` the input shapes seen."""
     if not parts.categories or parts.total_s() <= 0:
         return Diagnosis(breakdown=parts)
+    if parts.total_s() < MIN_CELL_S:
+        short = ("cell time", f"{seconds(parts.total_s())}, under {seconds(MIN_CELL_S)}")
+        return Diagnosis(share=None, breakdown=parts, evidence=(short,))
     warm_up = _warm_up(s, parts)
     basis = replace(parts, steps=parts.steps[warm_up:]) if warm_up else parts
     of_steps = bool(basis.steps)
