@@ -250,6 +250,10 @@ def test_eager_jax_calls_with_three_shapes_are_no_recompile(ip: Any, logdir: Pat
     texts = [n.text for n in s.notes]
     assert not [t for t in texts if t.startswith("Recompiled")], texts
     assert not [t for t in texts if "growing length" in t], texts
+    # one-off eager calls compiling on first use: said as such, with no alarm
+    d = s.diagnosis
+    assert d.verdict == "compile" and d.cause == "first run" and d.level == "info", d
+    assert "Keep shapes" not in d.fix and "first use" in d.headline
 
 
 def test_each_next_of_the_cells_loops_is_timed_and_the_loop_behaves_the_same() -> None:

@@ -14,7 +14,9 @@ with these thresholds (shares of step time; of the cell's busy time without step
 
 A compile verdict names its cause: a ``growing graph`` when the steps compiled again and
 again and the loop never synced (a backend with lazy graphs), ``changing shapes`` when the
-input shapes changed between steps, ``warm-up`` when only the first steps compiled.
+input shapes changed between steps, ``warm-up`` when only the first steps compiled, and
+``first run`` when a cell without steps (no loop: one-off eager calls) spent its time compiling
+what it ran for the first time, which is no alarm.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def diagnose(
         fix=fix,
         cause=cause,
         shapes=tuple(shapes) if cause == "changing shapes" else (),
-        level="info" if verdict == "device" or cause == "warm-up" else "warning",
+        level="info" if verdict == "device" or cause in ("warm-up", "first run") else "warning",
         breakdown=parts,
     )
     return _with_headline(diagnosis, s, share, of_steps, warm_up)
@@ -136,6 +138,8 @@ def _cause(s: Summary, words: Vocabulary, step_rule: str, shapes: Sequence[str])
     again = compiling >= 3 or (s.compiles.count or 0) >= 3
     if words.advice.syncs and again and step_rule != "sync":
         return "growing graph"
+    if not count:
+        return "first run"
     return ""
 
 
@@ -211,6 +215,8 @@ def _with_headline(
             text += f"; the input shapes changed: {' → '.join(d.shapes[:6])}"
         elif d.cause == "warm-up":
             text += "; only the first steps compiled (warm-up)"
+        elif d.cause == "first run":
+            text += "; the cell has no steps, so this is its programs compiling on first use"
     if d.verdict == "transfer" and (s.to_device or s.from_device):
         moved = sum((t.bytes or 0.0) for t in (s.to_device, s.from_device) if t is not None)
         if moved:

@@ -211,6 +211,8 @@ NEUTRAL_FIXES: Mapping[str, str] = {
     "partial batch.",
     "growing graph": "End each step where it should: the graph grows while nothing ends it.",
     "warm-up": "Only the first steps compiled: later runs of the same shapes reuse them.",
+    "first run": "Run the cell again to see it without compiling (compiled programs are reused "
+    "for the same shapes); for a loop, profile its steps with --steps after a warm-up run.",
     "transfer": "Keep the data on the device between steps, and copy less (smaller dtypes, "
     "only what the step needs).",
     "sync": "Read values back once, after the loop, instead of in every step.",
