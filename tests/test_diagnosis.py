@@ -217,7 +217,7 @@ JAX_HOST = """
 import jax.numpy as jnp
 v = jnp.ones(4)
 for i in range(5):
-    for j in range(60):
+    for j in range(400):
         v = v * 1.0001
 """
 
