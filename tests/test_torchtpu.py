@@ -78,7 +78,7 @@ def test_a_steps_cell_keeps_its_value_and_holds_labels_and_steps(ip: Any, logdir
 def test_the_summary_speaks_of_torchtpu_and_says_only_the_host_was_traced(
     ip: Any, logdir: Path
 ) -> None:
-    from xprof_magic._analysis import render_text, summarize
+    from xprof_magic._analysis import render_html, render_text, summarize
 
     assert run(ip, logdir, TRAIN, "--steps").success
     summary = summarize(only_run(logdir).path)
@@ -86,6 +86,9 @@ def test_the_summary_speaks_of_torchtpu_and_says_only_the_host_was_traced(
     assert "TorchTPU" in text
     assert "only the host was traced" in text
     assert "Steps: 4" in text
+    # the versions that made the capture, in the text and the saved HTML
+    assert "Versions: " in text and "torch-tpu 0.2" in text and "torch 2.13" in text
+    assert "torch-tpu 0.2" in render_html(summary)
     blocks = {part for row in summary.labels for part in row.path}
     assert "update" in blocks
     # aten ops are TorchTPU's runtime, not blocks of the user's

@@ -21,6 +21,7 @@ from xprof_magic._analysis.text import (
     op_sections,
     runtime_parts,
     steps_line,
+    versions_line,
 )
 from xprof_magic._backends import get_vocabulary
 from xprof_magic._units import NONE, percent, seconds
@@ -124,9 +125,10 @@ def render_html(summary: Summary) -> str:
         items = "".join(f"<li>{_e(m)}</li>" for m in s.missing)
         parts.append(f'<div style="{_H}">Missing from this summary</div>')
         parts.append(f'<ul style="margin:2px 0">{items}</ul>')
+    made_by = f"<br>{_e(versions_line(s))}" if s.versions else ""
     parts.append(
         f'<div style="opacity:0.7;font-size:11px;margin-top:6px">{s.events} timeline events read '
-        f"in {seconds(s.read_s)} · {_e(s.run_dir)}</div></div>"
+        f"in {seconds(s.read_s)} · {_e(s.run_dir)}{made_by}</div></div>"
     )
     return "".join(parts)
 

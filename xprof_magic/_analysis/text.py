@@ -23,6 +23,7 @@ __all__ = [
     "render_text",
     "runtime_parts",
     "steps_line",
+    "versions_line",
 ]
 
 TEXT_LABEL_ROWS = 25
@@ -156,8 +157,15 @@ def render_text(summary: Summary) -> str:
     if s.missing:
         out += ["", "Missing from this summary:"]
         out.extend(f"  - {m}" for m in s.missing)
+    if s.versions:
+        out += ["", f"Versions: {versions_line(s)}"]
     out += ["", f"({s.events} timeline events read in {seconds(s.read_s)}; run folder {s.run_dir})"]
     return "\n".join(out)
+
+
+def versions_line(s: Summary) -> str:
+    """The libraries that made the capture, e.g. ``torch 2.13.0, torch-tpu 0.2.0``."""
+    return ", ".join(f"{name} {version}" for name, version in s.versions)
 
 
 def _labels_lines(s: Summary) -> list[str]:
