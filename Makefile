@@ -12,6 +12,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
+# The graph viewer's renderer (graphviz in WebAssembly, svg-pan-zoom), from the npm registry,
+# so that the graph draws offline; redone when its pins in xprof_magic/_viewer/graph.py change.
+GRAPH_RENDERER := $(VENV)/share/xprof_magic/graph-viewer
+GRAPH_PINS := $(shell cat xprof_magic/_viewer/graph.py | md5sum | cut -c1-12)
+GRAPH_STAMP := $(GRAPH_RENDERER)/.installed-$(GRAPH_PINS)
 PJRT_DEVICE ?= $(shell ls /dev/accel* /dev/vfio/[0-9]* >/dev/null 2>&1 && echo TPU || echo CPU)
 export PJRT_DEVICE
 COLAB_PYTHON ?= $(or $(wildcard $(HOME)/.pyenv/versions/3.13.0/bin/python3),$(shell command -v python3.13),python3.13)
@@ -19,6 +24,8 @@ COLAB_VENV := .venv-colab
 COLAB_BIN := $(COLAB_VENV)/bin
 COLAB_CONSTRAINTS := tests/colab-constraints.txt
 COLAB_STAMP := $(COLAB_VENV)/.installed-$(shell cat $(COLAB_CONSTRAINTS) pyproject.toml | md5sum | cut -c1-12)
+COLAB_GRAPH_RENDERER := $(COLAB_VENV)/share/xprof_magic/graph-viewer
+COLAB_GRAPH_STAMP := $(COLAB_GRAPH_RENDERER)/.installed-$(GRAPH_PINS)
 # XProf requires newer ones than Colab has; the README's Colab section names both.
 COLAB_UNPINNED := absl-py|urllib3
 COLAB_STACK := ipython ipykernel traitlets ipywidgets jupyter_client jupyter_core tornado pyzmq \
@@ -41,9 +48,16 @@ export PYTHONUNBUFFERED := 1
 # TensorFlow/XLA C++ logging would otherwise fill the outputs.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install colab-env torchtpu-env demo test check lint typecheck pytest fast-pytest browser-deps bench clean
+.PHONY: install graph-renderer colab-env torchtpu-env demo test check lint typecheck pytest fast-pytest browser-deps bench clean
 
-install: $(STAMP)
+install: $(STAMP) $(GRAPH_STAMP)
+
+graph-renderer: $(GRAPH_STAMP)
+
+$(GRAPH_STAMP): xprof_magic/_viewer/graph.py $(STAMP)
+	rm -f $(GRAPH_RENDERER)/.installed-*
+	$(BIN)/python -m xprof_magic graph-renderer $(GRAPH_RENDERER)
+	touch $@
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,7 +66,12 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-colab-env: $(COLAB_STAMP)
+colab-env: $(COLAB_STAMP) $(COLAB_GRAPH_STAMP)
+
+$(COLAB_GRAPH_STAMP): xprof_magic/_viewer/graph.py $(COLAB_STAMP)
+	rm -f $(COLAB_GRAPH_RENDERER)/.installed-*
+	$(COLAB_BIN)/python -m xprof_magic graph-renderer $(COLAB_GRAPH_RENDERER)
+	touch $@
 
 # Every Colab pin but the two XProf forces, so the environment is Colab's after
 # `pip install xprof_magic`.

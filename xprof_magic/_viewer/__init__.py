@@ -6,7 +6,9 @@
 * ``client`` -- a running viewer: the :class:`~xprof_magic._viewer.client.Viewer` record,
   its URLs, and JSON from its routes over loopback HTTP;
 * ``server`` -- the server process itself, run by file path in its own Python;
-* ``guard`` -- the server's gate: only under the secret path, never outside the log directory.
+* ``guard`` -- the server's gate: only under the secret path, never outside the log directory;
+* ``replies`` and ``graph`` -- what the server changes in XProf's replies, and the graph
+  viewer's renderer it serves from this machine.
 
 Nothing here imports IPython or ipywidgets; :mod:`xprof_magic._notebook` imports this
 subpackage, never the reverse. What the rest of xprof_magic uses is re-exported here

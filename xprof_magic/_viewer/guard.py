@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from xprof_magic import _store
+from xprof_magic._viewer.graph import GRAPH_ROUTE, asset
 
 __all__ = [
     "CAPTURE_ALLOWED_FILE",
@@ -231,8 +232,10 @@ def guard(
     ``info_dir``'s :data:`CAPTURE_ALLOWED_FILE` (read at each request); without
     ``info_dir`` they are refused.
 
-    ``HEALTH_ROUTE`` below the prefix answers ``health`` as JSON, so that a kernel can tell
-    this exact server (pid, log directory) from whatever else now listens on the port.
+    ``GRAPH_ROUTE`` below the prefix serves the graph viewer's renderer, when this machine
+    has it (:mod:`xprof_magic._viewer.graph`). ``HEALTH_ROUTE`` below the prefix answers
+    ``health`` as JSON, so that a kernel can tell this exact server (pid, log directory)
+    from whatever else now listens on the port.
     For ``kind="xprof"`` the prefix moves from ``PATH_INFO`` to ``SCRIPT_NAME`` (XProf routes
     on ``/data/plugin/profile``; its front end keeps whatever precedes that as its base).
     TensorBoard strips its own ``--path_prefix``, so its paths pass through unchanged.
@@ -253,6 +256,11 @@ def guard(
         rest = "/" + rest_tail if path.startswith(prefix + "/") else ""
         if rest == HEALTH_ROUTE:
             return _respond(start_response, "200 OK", health_body, "application/json")
+        if rest.startswith(GRAPH_ROUTE + "/"):
+            found = asset(rest[len(GRAPH_ROUTE) + 1 :])
+            if found is None:
+                return _respond(start_response, "404 Not Found", b"Not Found")
+            return _respond(start_response, "200 OK", *found)
         if rest == "" or (kind == "xprof" and rest == "/"):
             # Relative, so that a proxy's path prefix in front of ours survives the redirect.
             target = f"{secret}/{ui_below}" if rest == "" else ui_below

@@ -1,4 +1,5 @@
-"""What the viewer changes in XProf's replies: the label thread first, no stuck v2.
+"""What the viewer changes in XProf's replies: the label thread first, no stuck v2, a graph
+that draws offline.
 
 XProf's trace viewer orders a process's threads by their ``thread_sort_index`` metadata,
 which XProf sets to the thread id; the ``python`` thread, where ``# xprof:`` labels and
@@ -12,6 +13,9 @@ until "Switch to the old frontend" is found. XProf's page is served with
 :data:`FORGET_FAILED_V2` first, which drops that saved choice in a browser without a WebGPU
 adapter (:func:`forget_failed_v2`).
 
+The graph viewer's graph page is pointed at the renderer this machine has, and says when it
+has none (:func:`xprof_magic._viewer.graph.graph_page`).
+
 Standard library only: run in the viewer's process, in front of XProf's app.
 """
 
@@ -22,6 +26,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from xprof_magic._viewer.graph import graph_page
 from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
 
 __all__ = [
@@ -30,7 +35,7 @@ __all__ = [
     "TOP_SORT_INDEX",
     "forget_failed_v2",
     "label_threads_first",
-    "trace_replies",
+    "xprof_replies",
 ]
 
 LABEL_THREADS = ("python",)
@@ -64,6 +69,7 @@ _DATA_ROUTES = frozenset(
 )
 
 _TRACE_TAGS = ("tag=trace_viewer%40", "tag=trace_viewer@", "tag=trace_viewer&")
+_GRAPH_TAG = "tag=graph_viewer&"
 _NAME = re.compile(
     rb'\{"args":\{"name":"(?P<name>[^"\\]*)"\},"name":"thread_name","ph":"M",'
     rb'"pid":(?P<pid>-?\d+),"tid":(?P<tid>-?\d+)\}'
@@ -101,20 +107,30 @@ def forget_failed_v2(page: bytes) -> bytes:
     return page[:at] + FORGET_FAILED_V2 + page[at:]
 
 
-def _is_trace_data(environ: dict[str, Any]) -> bool:
+def _change(environ: dict[str, Any]) -> tuple[Callable[[bytes], bytes], bool] | None:
+    """How a reply to this request is changed, and whether it must be HTML to be: the trace
+    data, XProf's index page or the graph viewer's graph page; None for any other."""
     query = str(environ.get("QUERY_STRING", "")) + "&"
     path = str(environ.get("PATH_INFO", ""))
-    return path == PROFILE_ROUTE + "/data" and any(tag in query for tag in _TRACE_TAGS)
+    if path == PROFILE_ROUTE + "/data":
+        if any(tag in query for tag in _TRACE_TAGS):
+            return label_threads_first, False
+        if _GRAPH_TAG in query:
+            return graph_page, True
+        return None
+    return (forget_failed_v2, True) if _may_be_index(environ) else None
 
 
-def trace_replies(app: WSGIApp) -> WSGIApp:
-    """``app`` with its trace data replies passed through :func:`label_threads_first`
+def xprof_replies(app: WSGIApp) -> WSGIApp:
+    """``app`` with its trace data replies passed through :func:`label_threads_first`, its
+    index page through :func:`forget_failed_v2` and its graph pages through ``graph_page``
     (gzip as XProf sends them, or plain); every other reply untouched."""
 
     def rewritten(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        trace = _is_trace_data(environ)
-        if not trace and not _may_be_index(environ):
+        how = _change(environ)
+        if how is None:
             return app(environ, start_response)
+        change, html_only = how
         held: list[Any] = []
 
         def hold(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
@@ -129,8 +145,7 @@ def trace_replies(app: WSGIApp) -> WSGIApp:
             if close is not None:
                 close()
         status, headers, exc_info = held
-        change = label_threads_first if trace else forget_failed_v2
-        if status.startswith("200") and (trace or _is_html(headers)):
+        if status.startswith("200") and (not html_only or _is_html(headers)):
             data = _rewrite(data, headers, change)
             headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
             headers.append(("Content-Length", str(len(data))))

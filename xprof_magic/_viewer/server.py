@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from xprof_magic._viewer.apps import tensorboard_app, xprof_app
 from xprof_magic._viewer.client import KINDS
 from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard, origin_form
-from xprof_magic._viewer.replies import trace_replies
+from xprof_magic._viewer.replies import xprof_replies
 
 if TYPE_CHECKING:
     from cheroot import wsgi
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         import cheroot.wsgi  # noqa: F401  (a missing cheroot is told here, with the viewer)
 
         app = (
-            trace_replies(xprof_app(logdir))
+            xprof_replies(xprof_app(logdir))
             if args.kind == "xprof"
             else tensorboard_app(logdir, prefix)
         )
