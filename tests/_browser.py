@@ -608,7 +608,17 @@ def _content(frame: Any) -> str:
 
 
 def _has_graph(frame: Any) -> bool:
-    return "digraph" in _content(frame)
+    """The graph drawn: graphviz's SVG with its nodes in XProf's graph page, offline (the
+    viewer serves the renderer), and no notice that it could not be."""
+    from playwright.sync_api import Error
+
+    try:
+        drawn = frame.locator("#graph-container svg g.node").count() > 0
+        notice = frame.locator(".xprof-magic-graph-notice").count() > 0
+    except Error:
+        return False
+    assert not notice, frame.locator(".xprof-magic-graph-notice").first.text_content()
+    return drawn
 
 
 def _graph(data: DataFetches, run: str) -> DataFetch | None:

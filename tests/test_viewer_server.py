@@ -8,9 +8,11 @@ which then checks that none is left.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +26,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import pytest
 
 from tests._kernel import free_port
+from tests.conftest import missing
 from xprof_magic._viewer import client as _client
 from xprof_magic._viewer import guard as _guard
 from xprof_magic._viewer import launch as _launch
@@ -340,6 +343,104 @@ def test_xprof_pages_forget_a_saved_trace_viewer_v2_without_webgpu(viewer: Viewe
     assert status == 200 and script not in styles
     assert _replies.forget_failed_v2(b"<head></head>{}") == b"<head></head>{}"
     assert b"requestAdapter" in script and b"use_trace_viewer_v2" in script
+
+
+def _graph_page(viewer: Viewer, prefix: str = "") -> tuple[str, bytes]:
+    """XProf's graph page of the run's first program, at its root op, as "Search Graph" asks."""
+    from xprof_magic._viewer import survey
+
+    program = survey.modules(viewer, RUN)[0]
+    node = survey.entry_root(viewer, RUN, program)
+    assert node, program
+    path = viewer.data_path(
+        "data",
+        prefix=prefix,
+        run=RUN,
+        tag="graph_viewer",
+        module_name=program,
+        node_name=node,
+        type="graph",
+        format="html",
+        graph_width=3,
+    )
+    status, page = _get(viewer, path)
+    assert status == 200, (status, page[:300])
+    return path, page
+
+
+def test_the_graph_page_loads_its_renderer_from_this_viewer(viewer: Viewer) -> None:
+    """The graph draws offline: graphviz (WebAssembly) and svg-pan-zoom come from the
+    viewer's own route, each the pinned file, at a URL relative to the page that stays right
+    under the doubled slashes XProf's front end sends and under a proxy's prefix."""
+    from xprof_magic._viewer import graph
+
+    if graph.local_assets(graph.assets_dir()) is None:
+        missing(f"the graph viewer's renderer is not in {graph.assets_dir()} (make install)")
+    path, page = _graph_page(viewer)
+    assert b"gstatic" not in page and b"digraph" in page
+    sources = re.findall(rb'<script src="([^"]+)"', page)
+    assert len(sources) == 2, sources
+    pinned = {a.name: a for a in graph.ASSETS}
+    doubled = "//" + path.lstrip("/").replace("/", "//", 1)
+    for base in (path, doubled):
+        for source in sources:
+            url = urljoin("http://h" + base, source.decode())
+            status, body = _get(viewer, urlsplit(url).path)
+            name = url.rsplit("/", 1)[1]
+            assert status == 200, url
+            assert hashlib.sha256(body).hexdigest() == pinned[name].sha256, url
+    wasm = _raw_get(viewer, f"/{viewer.secret}{graph.GRAPH_ROUTE}/graphvizlib.wasm")
+    assert wasm.getheader("Content-Type") == "application/wasm"
+    for name in ("nothing.js", "../graph.py", "", "index.min.js/x"):
+        assert _get(viewer, f"/{viewer.secret}{graph.GRAPH_ROUTE}/{name}")[0] == 404, name
+    assert _get(viewer, f"/wrong{graph.GRAPH_ROUTE}/index.min.js")[0] == 404
+    assert page.count(b"xprof-magic-graph-notice") == 1
+
+
+def test_without_the_renderer_the_graph_page_keeps_xprofs_and_says_so(
+    viewer_dir: Path, captures: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A viewer whose renderer folder holds a wrong file: XProf's own internet copies stay, the
+    file is not served, and the page says in one line why it is blank offline."""
+    from xprof_magic._viewer import graph
+
+    folder = tmp_path / "renderer"
+    folder.mkdir()
+    for item in graph.ASSETS:
+        (folder / item.name).write_bytes(b"not " + item.name.encode())
+    monkeypatch.setenv(graph.ASSETS_ENV, str(folder))
+    other = _launched(ensure_viewer(_logdir(tmp_path / "logs", captures, RUN), timeout=60))
+    try:
+        _, page = _graph_page(other)
+        assert b"www.gstatic.com/external_hosted/hpcc_js_wasm/index.min.js" in page
+        assert b"no internet here" in page and page.count(b"xprof-magic-graph-notice") == 1
+        route = f"/{other.secret}{graph.GRAPH_ROUTE}/index.min.js"
+        assert _get(other, route)[0] == 404
+    finally:
+        stop_viewer(other)
+    assert graph.graph_page(b"<html>other</html>") == b"<html>other</html>"
+
+
+def test_the_renderer_command_installs_the_pinned_files_or_says_why_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m xprof_magic graph-renderer FOLDER``: npm packs the pinned versions and
+    only files with the pinned SHA-256 land; without npm, one line says what to do."""
+    import shutil
+
+    from xprof_magic.__main__ import main
+    from xprof_magic._viewer import graph
+
+    if shutil.which("npm") is None:
+        missing("npm is not on PATH (Debian's nodejs package has it)")
+    folder = tmp_path / "renderer"
+    assert main(["graph-renderer", str(folder)]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == sorted(a.name for a in graph.ASSETS)
+    assert graph.local_assets(folder) is not None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["graph-renderer", str(tmp_path / "other")]) == 1
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "npm is not on PATH" in said and not (tmp_path / "other").exists()
 
 
 def test_refuses_session_path_outside_the_logdir(viewer: Viewer, tmp_path: Path) -> None:
