@@ -369,6 +369,32 @@ def test_the_chart_falls_back_to_labels_and_thins_long_runs() -> None:
     assert chart_svg(Summary(run="r", run_dir="/x")) == ""
 
 
+def test_the_breakdown_chart_cuts_a_compiling_first_step_and_keeps_its_mix() -> None:
+    """A first step of 10 s (9 s compiling) beside 0.5 s steps: the others stay readable, the
+    first is cut, still shows its compile part, and says how long it was."""
+    import re
+
+    from xprof_magic._analysis.breakdown import BREAKDOWN_CATEGORIES as names
+    from xprof_magic._analysis.breakdown_chart import breakdown_svg
+    from xprof_magic._analysis.diagnosis import Breakdown, Diagnosis, StepBreakdown
+
+    def step(n: int, host: float, compile_s: float, device: float) -> StepBreakdown:
+        parts = dict.fromkeys(names, 0.0) | {"host": host, "compile": compile_s, "device": device}
+        return StepBreakdown(n, host + compile_s + device, tuple(parts[c] for c in names))
+
+    steps = (step(0, 0.5, 9.0, 0.5), *(step(n, 0.1, 0.0, 0.4) for n in range(1, 8)))
+    parts = Breakdown(names, (0.0,) * len(names), 13.5, steps, len(steps))
+    svg = breakdown_svg(Diagnosis(verdict="device", breakdown=parts))
+    heights = {
+        (title.split(":")[0], title.split()[2]): float(h)
+        for h, title in re.findall(r'height="([\d.]+)"[^>]*><title>([^<]+)</title>', svg)
+    }
+    tallest = max(heights.values())
+    assert heights[("step 1", "device")] > 0.5 * tallest
+    assert heights[("step 0", "compile")] > 5 * heights[("step 0", "device")]
+    assert "↑ step 0: 10.00 s" in svg and "625.0 ms" in svg
+
+
 # --- captures that cannot be read -------------------------------------------------------
 
 

@@ -2,7 +2,9 @@
 
 Static like :mod:`.chart` (no script, so it renders in a saved notebook and in Colab), one
 colour per category, the verdict's category first (at the bottom of each bar and first in
-the legend). Without steps, one bar for the cell.
+the legend). Without steps, one bar for the cell. A first bar over three times the longest
+of the others (a step that compiled) is cut at 1.25 times that, its parts scaled to fit and
+its length written on it.
 """
 
 from __future__ import annotations
@@ -45,15 +47,23 @@ def breakdown_svg(d: Diagnosis, width: int = 560, height: int = 170) -> str:
         return ""
     left, top, legend_h, bottom = 56, 10, 18, 16
     plot_w, plot_h = width - left - 8, height - top - bottom - legend_h
-    ymax = max(sum(values) for _, values in bars) or 1.0
+    totals = [sum(values) for _, values in bars]
+    ymax = max(totals) or 1.0
+    rest = max(totals[1:], default=0.0)
+    clipped = rest > 0 and ymax > 3 * rest
+    if clipped:
+        # A first step that compiled would squash the others: cut it, and say its length.
+        ymax = rest * 1.25
     bar_w = plot_w / len(bars)
     gap = 1.0 if bar_w > 3 else 0.0
     shapes: list[str] = []
     for n, (name, values) in enumerate(bars):
         x = left + n * bar_w
         y = float(top + plot_h)
+        # A cut bar keeps its mix: its parts scaled to the full height.
+        scale = min(1.0, ymax / totals[n]) if totals[n] > 0 else 1.0
         for i in used:
-            h = values[i] / ymax * plot_h
+            h = values[i] * scale / ymax * plot_h
             if h <= 0:
                 continue
             y -= h
@@ -62,6 +72,11 @@ def breakdown_svg(d: Diagnosis, width: int = 560, height: int = 170) -> str:
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(bar_w - gap, 0.6):.1f}" '
                 f'height="{h:.1f}" fill="{COLOURS.get(category, "#888")}">'
                 f"<title>{escape(name)}: {category} {seconds(values[i])}</title></rect>"
+            )
+        if clipped and totals[n] > ymax:
+            shapes.append(
+                f'<text x="{x + 2:.1f}" y="{top + 8}" font-size="10" fill="currentColor">'
+                f"↑ {escape(name)}: {seconds(totals[n])}</text>"
             )
     legend = []
     x = left
