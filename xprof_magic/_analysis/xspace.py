@@ -71,7 +71,7 @@ _PLANE: list[_Field] = [
 _MESSAGES: dict[str, list[_Field]] = {
     "XStat": _XSTAT,
     "XStatMetadata": [("name", 2, _STRING, False, None)],
-    "XEventMetadata": [("name", 2, _STRING, False, None)],
+    "XEventMetadata": [("name", 2, _STRING, False, None), ("stats", 5, _MESSAGE, True, "XStat")],
     "XEvent": [*_EVENT, ("stats", 4, _MESSAGE, True, "XStat")],
     "LazyXEvent": [*_EVENT, ("stats", 4, _BYTES, True, None)],
     "XLine": [*_LINE, ("events", 4, _MESSAGE, True, "XEvent")],
