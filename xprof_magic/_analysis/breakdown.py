@@ -1,20 +1,31 @@
 """Where the time of each step, and of the cell, went: the step-time breakdown.
 
-Each instant of a step is given to the first of these that holds it (:data:`PRIORITY`):
+Each instant of a step is given to the first of these that holds it (:data:`PRIORITY`; the
+chip's own waits, :data:`~xprof_magic._analysis.facts.DEVICE_SIDE`, come before ``device``):
 
 - ``input``: the cell's loop waits in ``next()`` for its next item (the rewriter times each
   one as a label ``next(…)``, :func:`xprof_magic._labels.inputs`), or a data loader's own
-  traces on the cell's thread;
+  traces on the cell's thread; on a TPU also the chip's ``infeed`` ops;
 - ``compile``: a compilation on the Python thread (the vocabulary's compile events);
-- ``device``: the device runs an execution. On a TPU, a chip's ``XLA Modules``; on the CPU,
-  the top-level events of the XLA CPU client's threads, launch to completion (their XLA op
-  events cover only part of each execution);
-- ``collective``: all-reduce and the like (none is measured apart on the CPU);
-- ``transfer``: a host-device copy, on the Python thread or the CPU client's threads;
+- ``device``: the device computes. On a TPU, a chip's ``XLA Modules`` less its waits below
+  (the first chip's timeline; every chip runs the same program); on the CPU, the top-level
+  events of the XLA CPU client's threads, launch to completion (their XLA op events cover
+  only part of each execution);
+- ``collective``: on a TPU, the chip's XLA ops whose ``hlo_category`` is a collective
+  (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute, send/recv, in any
+  ``-start``/``-done``/fusion form); none is measured apart on the CPU;
+- ``transfer``: a host-device copy, on the Python thread or the CPU client's threads; on a
+  TPU also the chip's ``outfeed`` and host send/recv ops and its host-offload copies
+  (``copy-start``/``copy-done`` to or from host memory, ``S(5)`` in their layout), which
+  :attr:`Breakdown.offload_s` counts apart;
 - ``sync``: the Python thread waits for the device (a barrier, ``Wait for …``) while the
   device runs nothing of it;
 - ``host``: the rest of the step: Python and the framework's graph building and dispatch;
 - ``idle``: in the cell's breakdown, the time outside every top-level block of the cell.
+
+:attr:`Breakdown.on_device` keeps, per category, the cell's seconds that the chip's own ops
+held (the waits above), so the verdict tells a chip waiting on its copies from a host
+copying. A capture without them (the CPU) leaves it empty and splits as before.
 
 Steps tile the loop: a step runs from the previous one's end (the first from its own start,
 or from the fetch of its batch just before it), so that a fetch made between two
@@ -29,7 +40,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.facts import LABEL, STEP, Block, TraceFacts
+from xprof_magic._analysis.facts import DEVICE_SIDE, LABEL, STEP, Block, TraceFacts
 from xprof_magic._analysis.model import Breakdown, StepBreakdown
 
 __all__ = [
@@ -53,7 +64,10 @@ BREAKDOWN_CATEGORIES = (
     "collective",
     "idle",
 )
-PRIORITY = ("input", "compile", "device", "collective", "transfer", "sync")
+PRIORITY = ("input", "compile", *DEVICE_SIDE, "device", "transfer", "sync")
+"""The span keys (:attr:`TraceFacts.spans`) in the order they take an instant."""
+_COLUMN = {key: BREAKDOWN_CATEGORIES.index(DEVICE_SIDE.get(key, key)) for key in PRIORITY}
+_OFFLOAD = "device:offload"
 INPUT_PREFIX = "next("
 MAX_STEPS = 10_000
 _FETCH_GAP_NS = 5e6
@@ -117,20 +131,26 @@ def busy_ns(facts: TraceFacts) -> float | None:
 
 def _split(
     cover: dict[str, Spans], lo: NDArray[np.float64], hi: NDArray[np.float64], busy: Spans | None
-) -> NDArray[np.float64]:
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Seconds per category of :data:`BREAKDOWN_CATEGORIES` (columns) in each interval
     ``[lo[k], hi[k])`` (rows); ``busy`` is where the cell's thread ran (the rest is idle),
-    None: all of it."""
+    None: all of it. Second, the same of the chip's own waits alone (:data:`DEVICE_SIDE`),
+    with the host-offload copies' seconds in a last column."""
     out = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES)))
+    side = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES) + 1))
     taken = _NONE
     done = np.zeros(len(lo))
-    for category in PRIORITY:
-        spans = cover.get(category)
+    for key in PRIORITY:
+        spans = cover.get(key)
         if spans is None or not len(spans[0]):
             continue
         taken = _union(taken, spans)
         now = _measure(taken, lo, hi)
-        out[:, BREAKDOWN_CATEGORIES.index(category)] = now - done
+        out[:, _COLUMN[key]] += now - done
+        if key in DEVICE_SIDE:
+            side[:, _COLUMN[key]] += now - done
+            if key == _OFFLOAD:
+                side[:, -1] += now - done
         done = now
     length = hi - lo
     if busy is None:
@@ -139,7 +159,7 @@ def _split(
         with_host = _measure(_union(taken, busy), lo, hi)
         out[:, _HOST] = np.maximum(0.0, with_host - done)
         out[:, _IDLE] = np.maximum(0.0, length - with_host)
-    return np.round(np.maximum(out, 0.0) / 1e9, 9)
+    return np.round(np.maximum(out, 0.0) / 1e9, 9), np.round(np.maximum(side, 0.0) / 1e9, 9)
 
 
 def breakdown(
@@ -167,14 +187,16 @@ def breakdown(
     else:
         return Breakdown(categories=BREAKDOWN_CATEGORIES)
     busy = merge([([a for a, _ in top], [b for _, b in top])])
-    cell = _as_tuple(_split(cover, np.array([lo]), np.array([hi]), busy)[0])
+    whole, side = _split(cover, np.array([lo]), np.array([hi]), busy)
+    cell = _as_tuple(whole[0])
+    waits = any(cover.get(key) is not None and len(cover[key][0]) for key in DEVICE_SIDE)
     steps = _step_spans(mine, cover["input"])
     device = cover.get("device")
     if steps and device is not None and len(device[1]) and device[1][-1] > steps[-1][2]:
         # The host ran ahead: the device finishes the work queued by the loop after it.
         number, start, _ = steps[-1]
         steps[-1] = (number, start, float(device[1][-1]))
-    table = _split(
+    table, _ = _split(
         cover, np.array([a for _, a, _ in steps]), np.array([b for _, _, b in steps]), None
     )
     split = [_as_tuple(row) for row in table]
@@ -192,6 +214,8 @@ def breakdown(
         cell_s=round((hi - lo) / 1e9, 9),
         steps=rows,
         step_count=len(steps),
+        on_device=_as_tuple(side[0, :-1]) if waits else (),
+        offload_s=float(side[0, -1]),
     )
 
 
@@ -202,7 +226,7 @@ def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:
     host. No steps: the metrics are the cell's totals."""
     left = wall_s
     seconds = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
-    for category in PRIORITY:
+    for category in (key for key in PRIORITY if key in seconds):
         take = min(max(0.0, measured.get(category, 0.0)), left)
         seconds[category] = take
         left -= take

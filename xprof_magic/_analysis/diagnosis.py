@@ -32,6 +32,12 @@ class Breakdown:
     compile, transfer, sync, device, collective and idle (how each is measured:
     :mod:`xprof_magic._analysis.breakdown`). ``steps`` keeps the first 10,000 of
     ``step_count``. Empty when the timeline was not read.
+
+    ``on_device``: per category, the seconds of ``cell`` that a chip's own XLA ops held
+    (infeed as input, collectives, outfeed and host-offload copies as transfer), empty
+    where the timeline has none (the CPU); ``offload_s``: of those, the host-offload copies'
+    (a chip copying arrays between its memory and the host's). Summaries saved before these
+    fields load with them empty.
     """
 
     categories: tuple[str, ...] = ()
@@ -39,6 +45,8 @@ class Breakdown:
     cell_s: float = 0.0
     steps: tuple[StepBreakdown, ...] = ()
     step_count: int = 0
+    on_device: tuple[float, ...] = ()
+    offload_s: float = 0.0
 
     def seconds(self, category: str, of_steps: bool = True) -> float:
         """A category's seconds over the steps (``of_steps``, when there are any) or the cell."""
@@ -74,7 +82,9 @@ class Diagnosis:
     - ``evidence``: the numbers behind the verdict, as ``(name, value)`` text pairs;
     - ``fix``: one sentence of advice, in the backend's words;
     - ``cause``: for ``compile``, why it compiled: ``growing graph``, ``changing shapes``,
-      ``warm-up`` or ``""``; ``shapes``: the input shapes seen, in order, when they changed;
+      ``warm-up``, ``first run`` or ``""``; for ``transfer``, ``host offload`` when most of
+      it is the chip's own copies to and from host memory; ``shapes``: the input shapes
+      seen, in order, when they changed;
     - ``headline``: the verdict in words, the summary's first note after the device line;
     - ``level``: that note's level: ``warning`` for a bottleneck, ``info`` otherwise;
     - ``breakdown``: every category, for the cell and per step.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "CATEGORIES",
     "COMPILE",
+    "DEVICE_SIDE",
     "LABEL",
     "RUNTIME",
     "STEP",
@@ -27,6 +28,15 @@ LABEL, TRACE, STEP = "label", "trace", "step"
 RUNTIME, COMPILE, XLA_OP = "runtime", "compile", "XLA op"
 CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
 """What an event is, in this order: the reader keeps each event's category as its index."""
+DEVICE_SIDE = {
+    "device:input": "input",
+    "collective": "collective",
+    "device:transfer": "transfer",
+    "device:offload": "transfer",
+}
+"""The span keys of a chip's XLA ops that wait rather than compute (infeed; collectives;
+outfeed and host send/recv; host-offload copies: :func:`.reader.device_side`), and the
+breakdown's column of each."""
 
 
 class ReadAborted(Exception):
@@ -80,4 +90,5 @@ class TraceFacts:
     spans: dict[str, list[tuple[list[float], list[float]]]] = field(default_factory=dict)
     """Start and end times (ns) of what the step breakdown (:mod:`.breakdown`) measures, by
     its category: ``compile``, ``transfer`` and ``sync`` on the Python threads, ``device``
-    (executions, launch to completion) on the XLA CPU client's threads or a chip's modules."""
+    (executions, launch to completion) on the XLA CPU client's threads or a chip's modules,
+    and the keys of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules."""

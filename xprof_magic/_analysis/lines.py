@@ -5,6 +5,10 @@ and name per line. This module makes them from an ``xplane.pb`` parsed with our 
 (:mod:`xprof_magic._analysis.xspace`), or from planes shaped like XProf's ``ProfileData``
 (tests build those by hand). Python touches each event once here, to copy three numbers
 into an array; stats are read later, for the few events whose kind depends on one.
+
+A stat of an event's *metadata* (``hlo_category``, ``shape_with_layout`` of a TPU's XLA op:
+XProf writes them once per op, not per event) is read per distinct name
+(:attr:`Line.meta_stat`): the device planes' reader classifies ops by it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
 StatLookup = Callable[[int, str], "str | None"]
 StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
+MetaStat = Callable[[str], "list[str | None]"]
+MetaLookup = Callable[[int, str], "str | None"]
 
 _EVENT_FIELDS = attrgetter("offset_ps", "duration_ps", "metadata_id")
 _STATS = attrgetter("stats")
@@ -54,6 +60,14 @@ class Line:
     """``stat(i, key)``: the value of event ``i``'s last stat named ``key``, or None."""
     has: StatCheck
     """``has(events, key)``: whether each of those events has a stat named ``key``."""
+    meta_stat: MetaStat = field(default=lambda key: [], repr=False)
+    """``meta_stat(key)``: for each of :attr:`names`, in order, the value of its event
+    metadata's stat named ``key``, or None (object planes: the first such stat of an event
+    of that name). The default knows none (an empty list)."""
+
+
+def _no_meta(metadata_id: int, key: str) -> str | None:
+    return None
 
 
 @dataclass
@@ -68,11 +82,14 @@ class SerializedLines:
     names: dict[int, str]
     stat_ids: dict[str, set[int]]
     _stat_id: _StatIds = field(default_factory=lambda: _StatIds(), repr=False)
+    meta: MetaLookup = field(default=_no_meta, repr=False)
+    """``meta(metadata_id, key)``: a stat of one event metadata (the plane's; a worker, which
+    reads host lines only, has none)."""
 
     def line(self, index: int) -> Line:
         """Line ``index`` as arrays."""
         line = xspace.parse_line(self.data[index])
-        return _proto_line(line, self.names, self.stat_ids, self._stat_id)
+        return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
 
 
 @dataclass
@@ -104,7 +121,21 @@ def _proto_plane(plane: Any) -> Plane:
     stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
     stats = [(stat_names.get(s.metadata_id, ""), xspace.stat_value(s)) for s in plane.stats]
 
-    serialized = SerializedLines(plane.lines, names, stat_ids)
+    def meta_stat(metadata_id: int, key: str) -> str | None:
+        wanted = stat_ids.get(key)
+        if not wanted or metadata_id not in plane.event_metadata:
+            return None
+        found = None
+        for s in plane.event_metadata[metadata_id].stats:
+            if s.metadata_id in wanted:
+                found = s
+        if found is None:
+            return None
+        if found.WhichOneof("value") == "ref_value":
+            return str(stat_names.get(int(found.ref_value), ""))
+        return xspace.stat_value(found)
+
+    serialized = SerializedLines(plane.lines, names, stat_ids, meta=meta_stat)
 
     def lines() -> Iterator[Line]:
         for i in range(len(plane.lines)):
@@ -127,7 +158,11 @@ class _StatIds(dict[bytes, int]):
 
 
 def _proto_line(
-    line: Any, names: dict[int, str], stat_ids: dict[str, set[int]], stat_id: _StatIds
+    line: Any,
+    names: dict[int, str],
+    stat_ids: dict[str, set[int]],
+    stat_id: _StatIds,
+    meta: MetaLookup = _no_meta,
 ) -> Line:
     events = line.events
     n = len(events)
@@ -169,6 +204,7 @@ def _proto_line(
         names=[names.get(u, "") for u in unique.tolist()],
         stat=stat,
         has=has,
+        meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
     )
 
 
@@ -209,6 +245,16 @@ def _object_line(line: Any) -> Line:
         found = [any(k == key for k, _ in events[i].stats) for i in index.tolist()]
         return np.array(found, bool)
 
+    def meta_stat(key: str) -> list[str | None]:
+        found: dict[str, str] = {}
+        for e in events:
+            if e.name not in found:
+                for k, value in e.stats:
+                    if k == key:
+                        found[e.name] = str(value)
+                        break
+        return [found.get(name) for name in seen]
+
     return Line(
         name=line.name,
         start=np.array([e.start_ns for e in events], np.float64),
@@ -217,4 +263,5 @@ def _object_line(line: Any) -> Line:
         names=list(seen),
         stat=stat,
         has=has,
+        meta_stat=meta_stat,
     )

@@ -17,7 +17,10 @@ What the pass relies on (verified on torch_xla 2.9.0 and jax 0.10 captures):
   caller passes. A compilation is one of the vocabulary's ``compile_events``.
 * On the CPU, XLA ops run on :data:`XLA_CPU_CLIENT_GROUPS` threads as events with an
   ``hlo_op`` stat; compilation passes run on ``tf_xla-cpu-codegen/*``.
-* On a TPU, each ``/device:TPU:N`` plane has ``XLA Modules`` and ``XLA Ops`` lines.
+* On a TPU, each ``/device:TPU:N`` plane has ``XLA Modules`` and ``XLA Ops`` lines; each op's
+  event metadata carries its ``hlo_category`` and ``shape_with_layout`` (verified on a JAX
+  capture of 4 TPU v6e chips from XProf's test data). The chip's waits are XLA ops of
+  their own: :func:`device_side` names those the breakdown counts apart from compute.
 * Events on a line nest: a child ends inside its parent. A line where one does not is
   walked with an explicit stack instead, with the same result.
 
@@ -27,6 +30,7 @@ profiler's (torch_xla's, JAX's) are: without a vocabulary the pass knows no comp
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -36,6 +40,7 @@ from xprof_magic._analysis import nesting
 from xprof_magic._analysis.facts import (
     CATEGORIES,
     COMPILE,
+    DEVICE_SIDE,
     XLA_OP,
     Block,
     GroupFacts,
@@ -44,7 +49,15 @@ from xprof_magic._analysis.facts import (
 )
 from xprof_magic._analysis.lines import Floats, Ints, Line, Plane
 
-__all__ = ["NO_RUNTIME", "XLA_CPU_CLIENT_GROUPS", "XLA_RUNTIME_PREFIXES", "Reader", "Runtime"]
+__all__ = [
+    "COLLECTIVE",
+    "NO_RUNTIME",
+    "XLA_CPU_CLIENT_GROUPS",
+    "XLA_RUNTIME_PREFIXES",
+    "Reader",
+    "Runtime",
+    "device_side",
+]
 
 Runtime = tuple[frozenset[str], tuple[str, ...]]
 """A backend's own host events: exact names and name prefixes (its vocabulary's)."""
@@ -55,6 +68,16 @@ XLA_RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
 XLA_CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
 """The threads of XLA's CPU client that run the compiled XLA ops."""
 _XLA_CODEGEN = "tf_xla-cpu-codegen"
+
+COLLECTIVE = re.compile(
+    "all-reduce|all-gather|reduce-scatter|all-to-all|collective|send|recv|megascale"
+)
+"""The words of an ``hlo_category`` that make its op a collective: XLA's collective opcodes in any
+form (``-start``, ``-done``, ``… fusion``, ``ragged-…``; ``collective`` covers
+``collective-permute``/``-broadcast``), chip-to-chip ``send``/``recv``, Megascale's (DCN)."""
+HOST_MEMORY_SPACE = "S(5)"
+"""XLA's host memory space (``kHostMemorySpace``) in a layout: an array offloaded to the host."""
+_OPCODE = re.compile(r" = .*? ([a-z][a-z0-9-]*)\(")
 
 _LABEL, _TRACE, _STEP, _RUNTIME, _COMPILE, _XLA_OP = range(len(CATEGORIES))
 
@@ -320,28 +343,49 @@ class Reader:
             table[1] += float(sums[u])
 
     def device_plane(self, plane: Plane) -> None:
+        """A device's busy time; on the first device plane also the breakdown's spans: its
+        modules (``device``) and, within them, its waits (:data:`DEVICE_SIDE`)."""
         lines = {line.name: line for line in plane.lines()}
         busy_line = lines.get("XLA Modules") or lines.get("XLA Ops")
+        first = not self.facts.devices
         busy = 0.0
         for name, line in lines.items():
             self.facts.events += len(line.start)
             self.check()
             if line is busy_line:
                 busy = nesting.union_ns(line.start, line.start + line.dur, self.facts.window)
-                if not self.facts.devices:
+                if first:
                     self._add_spans("device", line.start, line.start + line.dur)
             if name == "XLA Ops":
-                self._device_ops(line)
+                self._device_ops(line, first)
         self.facts.devices.append((plane.name, busy))
 
-    def _device_ops(self, line: Line) -> None:
-        """Self time of a device's XLA ops (an op's nested ops are not its own time)."""
+    def _device_ops(self, line: Line, waits: bool) -> None:
+        """Self time of a device's XLA ops (an op's nested ops are not its own time), and
+        with ``waits`` the spans of those :func:`device_side` names, at any depth (a loop's
+        body nests in its ``while``)."""
         _, start, dur, name_id = nesting.time_order(line)
         end = start + dur
         pushed = dur > 0
         nest = nesting.nest(start, end, pushed)
         cat = np.where(pushed, _XLA_OP, -1).astype(np.int8)
         self._tables(start, end, dur, name_id, line.names, nest, cat)
+        if not waits or not pushed.any():
+            return
+        categories = line.meta_stat("hlo_category") or [None] * len(line.names)
+        shapes = line.meta_stat("shape_with_layout") or [None] * len(line.names)
+        kinds = np.array(
+            [
+                device_side(c, f"{n} {s or ''}")
+                for n, c, s in zip(line.names, categories, shapes, strict=True)
+            ]
+            + [""]
+        )
+        kind = kinds[name_id]
+        for key in DEVICE_SIDE:
+            mask = pushed & (kind == key)
+            if mask.any():
+                self._add_spans(key, start[mask], end[mask])
 
     def finish(self) -> None:
         """Union the CPU op spans; charge compilations seen off the Python threads by time."""
@@ -358,6 +402,28 @@ class Reader:
                 self._charge(
                     i, dur, innermost=not any(facts.blocks[j].parent == i for j in holders)
                 )
+
+
+def device_side(category: str | None, text: str) -> str:
+    """The span key (:data:`DEVICE_SIDE`) of a chip's XLA op that waits rather than computes,
+    else ``""``: ``category`` is its ``hlo_category`` (None: the opcode in its HLO ``text``),
+    ``text`` its HLO text and shape. Infeed is input; outfeed and ``host send``/``recv`` a
+    transfer; a copy (``copy-start``/``copy-done``) with the host memory space
+    (:data:`HOST_MEMORY_SPACE`) anywhere in its shapes a host-offload copy
+    (``device:offload``); a category holding a word of :data:`COLLECTIVE` a collective."""
+    if category is None:
+        match = _OPCODE.search(text)
+        category = match.group(1) if match else ""
+    kind = category.lower()
+    if "infeed" in kind:
+        return "device:input"
+    if "outfeed" in kind or kind.startswith("host "):
+        return "device:transfer"
+    if kind.startswith("copy"):
+        return "device:offload" if HOST_MEMORY_SPACE in text else ""
+    if COLLECTIVE.search(kind):
+        return "collective"
+    return ""
 
 
 def _is_copy(name: str) -> bool:

@@ -17,6 +17,13 @@ again and the loop never synced (a backend with lazy graphs), ``changing shapes`
 input shapes changed between steps, ``warm-up`` when only the first steps compiled, and
 ``first run`` when a cell without steps (no loop: one-off eager calls) spent its time compiling
 what it ran for the first time, which is no alarm.
+
+A transfer verdict's cause is ``host offload`` when at least :data:`HOST_OFFLOAD` (half) of
+the cell's transfer time is the chip's own host-offload copies
+(:attr:`~xprof_magic._analysis.diagnosis.Breakdown.offload_s`): the chip waits for arrays
+in host memory, which no host-side advice fixes. The headline's "the device is busy" is the
+chip's busy time (compute and its own waits: collectives, infeed, outfeed, host-offload
+copies), not the ``device`` (compute) column alone.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from xprof_magic._units import seconds
 
 __all__ = [
     "HIGHLY_INPUT",
+    "HOST_OFFLOAD",
     "MIN_CELL_S",
     "MIN_SHARE",
     "MODERATELY_INPUT",
@@ -49,6 +57,7 @@ HIGHLY_INPUT = 0.20
 MODERATELY_INPUT = 0.05
 MIN_SHARE = 0.20
 MIN_CELL_S = 0.010
+HOST_OFFLOAD = 0.5
 _CANDIDATES = ("host", "compile", "transfer", "sync", "device", "collective")
 _WHAT = {
     "input": "waits for the next batch",
@@ -57,7 +66,7 @@ _WHAT = {
     "transfer": "copies data between host and device",
     "sync": "waits for the device in mid-step",
     "device": "runs on the device",
-    "collective": "is collectives",
+    "collective": "waits on collectives between the chips (all-reduce and the like)",
 }
 _TITLE = {
     "input": "Input-bound",
@@ -97,6 +106,9 @@ def diagnose(
         return Diagnosis(share=None, breakdown=parts, evidence=_evidence(basis, share, of_steps))
     fixes = words.advice.fixes
     cause = _cause(s, words, step_rule, shapes) if verdict == "compile" else ""
+    transfer_s = parts.seconds("transfer", of_steps=False)
+    if verdict == "transfer" and transfer_s > 0 and parts.offload_s >= HOST_OFFLOAD * transfer_s:
+        cause = "host offload"
     fix = fixes.get(cause) or fixes.get(verdict, "")
     where, line = _where(s, verdict)
     diagnosis = Diagnosis(
@@ -217,13 +229,31 @@ def _with_headline(
             text += "; only the first steps compiled (warm-up)"
         elif d.cause == "first run":
             text += "; the cell has no steps, so this is its programs compiling on first use"
+    if d.cause == "host offload":
+        text += (
+            f", most of it ({seconds(d.breakdown.offload_s)}) the chip waiting for its "
+            "host-offload copies (arrays in host memory)"
+        )
     if d.verdict == "transfer" and (s.to_device or s.from_device):
         moved = sum((t.bytes or 0.0) for t in (s.to_device, s.from_device) if t is not None)
         if moved:
             text += f", {moved / 1e6:,.0f} MB moved"
     if d.verdict != "device":
-        text += f"; the device is busy {_percent(share['device'])}"
+        text += f"; the device is busy {_percent(_chip_busy(d.breakdown, share))}"
+        if d.breakdown.on_device:
+            text += f", computing {_percent(share['device'])}"
     return replace(d, headline=f"{text}. {d.fix}".strip())
+
+
+def _chip_busy(parts: Breakdown, share: dict[str, float]) -> float:
+    """The device's busy share: ``device`` (compute) and, of each other category, the part
+    the chip's own ops held in the cell (:attr:`Breakdown.on_device`)."""
+    busy = share["device"]
+    for at, held in enumerate(parts.on_device):
+        whole = parts.cell[at]
+        if held > 0 and whole > 0:
+            busy += share[parts.categories[at]] * min(1.0, held / whole)
+    return busy
 
 
 def from_trace(

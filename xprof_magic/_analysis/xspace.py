@@ -17,6 +17,11 @@ Two shapes of the same bytes:
   serialized too: the reader needs the stats of few events, and building every stat as a
   message would double the parse. Only one line is ever held as messages, which keeps
   memory near the size of the file.
+
+Both declare each event metadata's ``name`` and ``stats`` (field 5): a TPU's XLA op keeps
+its ``hlo_category`` and ``shape_with_layout`` there, once per op. They are parsed with the
+plane, as messages: a plane has one metadata per distinct event name (441 in all on a 100 MB
+CPU capture, 3 stats among them), so the cost does not show in the parse.
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ _PLANE: list[_Field] = [
 _MESSAGES: dict[str, list[_Field]] = {
     "XStat": _XSTAT,
     "XStatMetadata": [("name", 2, _STRING, False, None)],
-    "XEventMetadata": [("name", 2, _STRING, False, None)],
+    "XEventMetadata": [("name", 2, _STRING, False, None), ("stats", 5, _MESSAGE, True, "XStat")],
     "XEvent": [*_EVENT, ("stats", 4, _MESSAGE, True, "XStat")],
     "LazyXEvent": [*_EVENT, ("stats", 4, _BYTES, True, None)],
     "XLine": [*_LINE, ("events", 4, _MESSAGE, True, "XEvent")],

@@ -191,7 +191,8 @@ class Advice:
     )
     fixes: Mapping[str, str] = field(default_factory=lambda: dict(NEUTRAL_FIXES))
     """The diagnosis's advice, one sentence per verdict (and per compile cause:
-    ``growing graph``, ``changing shapes``, ``warm-up``), in the backend's words."""
+    ``growing graph``, ``changing shapes``, ``warm-up``, ``first run``; per transfer cause:
+    ``host offload``), in the backend's words."""
     syncs: bool = False
     """Whether a loop must sync to end its graph (lazy tensors): a loop that compiles each
     step and never syncs grows one graph."""
@@ -218,7 +219,11 @@ NEUTRAL_FIXES: Mapping[str, str] = {
     "sync": "Read values back once, after the loop, instead of in every step.",
     "device": "The device computes most of the time: speed now comes from the model itself "
     "(fusing, a larger batch, a faster chip).",
-    "collective": "Overlap the collectives with compute, or communicate less often.",
+    "collective": "The chips wait on collectives (all-reduce and the like): overlap them with "
+    "compute, shard so that less crosses the chips, or communicate less often.",
+    "host offload": "The chip waits for copies between its memory and the host's (host "
+    "offload): keep those arrays in HBM if they fit, or start the copies earlier so that "
+    "they overlap compute.",
 }
 
 

@@ -89,6 +89,12 @@ VOCABULARY = Vocabulary(
             "transfer": "Keep arrays on the device: jax.device_put once, before the loop, and "
             "no np.asarray of device arrays inside the step.",
             "sync": "Keep block_until_ready(), float(x) and printing arrays out of the loop.",
+            "collective": "The chips wait on collectives (psum, all_gather, or those the "
+            "shardings insert): shard so that less crosses the chips (check the shardings of "
+            "the step's inputs and outputs), or accumulate gradients and sync them less often.",
+            "host offload": "The chip waits for copies between its memory and the host's "
+            "(host offload: memory_kind='pinned_host', an offloading remat policy): keep those "
+            "arrays in HBM (memory_kind='device') if they fit, or offload fewer of them.",
         },
         eager_compiles=True,
         host_read_how="np.asarray(x), x.item(), float(x), printing",
