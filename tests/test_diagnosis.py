@@ -298,3 +298,20 @@ def test_each_next_of_the_cells_loops_is_timed_and_the_loop_behaves_the_same() -
     assert inputs[1:] == ["next(gen)", "next(zip('ab', [(2, 3), (4, 5)]))"]
     shapes = [name for kind, name, _ in FakeEvent.log if kind == "open" and "shapes" in name]
     assert shapes == ["xprof.shapes (2,)", "xprof.shapes (3, 1)"], "each change, once"
+
+
+def test_where_names_the_line_of_an_xprof_comment_label() -> None:
+    """A ``# xprof: NAME`` block is found at its comment's line, not at its loop's."""
+    from xprof_magic._analysis.verdict import _line_of
+
+    cell = (
+        "for inputs, targets in batches:\n"
+        "    # xprof: data\n"
+        "    inputs = inputs.to(device)\n"
+        "    text = '# xprof: optimizer'\n"
+        "    # xprof: optimizer\n"
+        "    optimizer.step()\n"
+    )
+    assert _line_of(cell, ("for inputs, targets in batches", "optimizer")) == 5
+    assert _line_of(cell, ("for inputs, targets in batches", "data")) == 2
+    assert _line_of(cell, ("for inputs, targets in batches", "missing")) == 1

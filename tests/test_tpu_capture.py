@@ -104,6 +104,15 @@ def test_host_offload_copies_are_transfer_and_the_verdict(capture: Any, summary:
     assert parts.share("device", of_steps=False) < 0.05
     assert (d.verdict, d.cause, d.level) == ("transfer", "host offload", "warning")
     assert "host-offload copies" in d.headline and d.fix == NEUTRAL_FIXES["host offload"]
+    # The arrays and the ops, as the graph viewer names them: the longest in all, first.
+    totals: dict[str, int] = {}
+    for chip in range(4):
+        for a, b, text, stats in _ops(capture, f"/device:TPU:{chip}"):
+            if stats.get("hlo_category", "").startswith("copy") and "S(5)" in text:
+                totals[text] = totals.get(text, 0) + b - a
+    longest = max(totals, key=lambda text: totals[text])
+    op, shape = longest.split(" = ")[0].lstrip("%"), longest.split(" = ")[1].split("{")[0]
+    assert f"copies of {shape} (5.4 GB) in host memory (`{op}`" in d.headline, d.headline
     assert d.fix in d.headline
 
 

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.facts import DEVICE_SIDE, LABEL, STEP, Block, TraceFacts
+from xprof_magic._analysis.facts import DEVICE_SIDE, LABEL, OFFLOAD, STEP, Block, TraceFacts
 from xprof_magic._analysis.model import Breakdown, StepBreakdown
 
 __all__ = [
@@ -67,7 +67,6 @@ BREAKDOWN_CATEGORIES = (
 PRIORITY = ("input", "compile", *DEVICE_SIDE, "device", "transfer", "sync")
 """The span keys (:attr:`TraceFacts.spans`) in the order they take an instant."""
 _COLUMN = {key: BREAKDOWN_CATEGORIES.index(DEVICE_SIDE.get(key, key)) for key in PRIORITY}
-_OFFLOAD = "device:offload"
 INPUT_PREFIX = "next("
 MAX_STEPS = 10_000
 _FETCH_GAP_NS = 5e6
@@ -149,7 +148,7 @@ def _split(
         out[:, _COLUMN[key]] += now - done
         if key in DEVICE_SIDE:
             side[:, _COLUMN[key]] += now - done
-            if key == _OFFLOAD:
+            if key == OFFLOAD:
                 side[:, -1] += now - done
         done = now
     length = hi - lo

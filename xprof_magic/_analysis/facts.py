@@ -14,6 +14,7 @@ __all__ = [
     "COMPILE",
     "DEVICE_SIDE",
     "LABEL",
+    "OFFLOAD",
     "RUNTIME",
     "STEP",
     "TRACE",
@@ -28,11 +29,13 @@ LABEL, TRACE, STEP = "label", "trace", "step"
 RUNTIME, COMPILE, XLA_OP = "runtime", "compile", "XLA op"
 CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
 """What an event is, in this order: the reader keeps each event's category as its index."""
+OFFLOAD = "device:offload"
+"""The span key of a chip's host-offload copies (arrays kept in host memory)."""
 DEVICE_SIDE = {
     "device:input": "input",
     "collective": "collective",
     "device:transfer": "transfer",
-    "device:offload": "transfer",
+    OFFLOAD: "transfer",
 }
 """The span keys of a chip's XLA ops that wait rather than compute (infeed; collectives;
 outfeed and host send/recv; host-offload copies: :func:`.reader.device_side`), and the

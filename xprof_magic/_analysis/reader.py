@@ -41,6 +41,7 @@ from xprof_magic._analysis.facts import (
     CATEGORIES,
     COMPILE,
     DEVICE_SIDE,
+    OFFLOAD,
     XLA_OP,
     Block,
     GroupFacts,
@@ -420,7 +421,7 @@ def device_side(category: str | None, text: str) -> str:
     if "outfeed" in kind or kind.startswith("host "):
         return "device:transfer"
     if kind.startswith("copy"):
-        return "device:offload" if HOST_MEMORY_SPACE in text else ""
+        return OFFLOAD if HOST_MEMORY_SPACE in text else ""
     if COLLECTIVE.search(kind):
         return "collective"
     return ""

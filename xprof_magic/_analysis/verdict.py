@@ -28,18 +28,20 @@ copies), not the ``device`` (compute) column alone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
 from xprof_magic._analysis.blocks import main_line
 from xprof_magic._analysis.breakdown import INPUT_PREFIX, breakdown, from_metrics
 from xprof_magic._analysis.diagnosis import Breakdown, Diagnosis
-from xprof_magic._analysis.facts import TraceFacts
+from xprof_magic._analysis.facts import OFFLOAD, TraceFacts
 from xprof_magic._analysis.model import LabelRow, Summary
+from xprof_magic._analysis.reader import device_side
 from xprof_magic._backends import Vocabulary
 from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._metadata import RunMetadata
-from xprof_magic._rewrite import label_for
+from xprof_magic._rewrite import find_markers, label_for
 from xprof_magic._units import seconds
 
 __all__ = [
@@ -177,9 +179,14 @@ def _where(s: Summary, verdict: str) -> tuple[tuple[str, ...], int]:
 
 
 def _line_of(cell: str, path: tuple[str, ...]) -> int:
-    """The cell line (from 1) of the innermost element of ``path`` found in ``cell``."""
+    """The cell line (from 1) of the innermost element of ``path`` found in ``cell``: a
+    ``# xprof: NAME`` comment's line, or the statement a label was made from."""
     lines = cell.splitlines()
+    markers = find_markers(cell) if "xprof:" in cell else []
     for name in reversed(path):
+        for marker in markers:
+            if marker.name == name:
+                return marker.line
         for number, text in enumerate(lines, 1):
             if text.strip() and label_for(text) == name:
                 return number
@@ -232,7 +239,7 @@ def _with_headline(
     if d.cause == "host offload":
         text += (
             f", most of it ({seconds(d.breakdown.offload_s)}) the chip waiting for its "
-            "host-offload copies (arrays in host memory)"
+            f"host-offload copies{_offloaded(s)}"
         )
     if d.verdict == "transfer" and (s.to_device or s.from_device):
         moved = sum((t.bytes or 0.0) for t in (s.to_device, s.from_device) if t is not None)
@@ -254,6 +261,46 @@ def _chip_busy(parts: Breakdown, share: dict[str, float]) -> float:
         if held > 0 and whole > 0:
             busy += share[parts.categories[at]] * min(1.0, held / whole)
     return busy
+
+
+_HLO = re.compile(r"^%?(?P<op>[\w.\-]+) = (?P<shape>[a-z0-9]+\[[\d,]*\])")
+
+
+def _offloaded(s: Summary) -> str:
+    """`` of <shapes> (`op`, `op`, …)``: the arrays the chip's longest host-offload copies
+    move, and those ops (as the graph viewer names them), from the device-op table; else
+    `` (arrays in host memory)``."""
+    shapes: list[str] = []
+    ops: list[str] = []
+    for row in sorted(s.device_ops, key=lambda r: -r.self_s):
+        found = _HLO.match(row.name)
+        if found is None or device_side(None, row.name) != OFFLOAD:
+            continue
+        if found["shape"] not in shapes:
+            shapes.append(found["shape"])
+        ops.append(found["op"])
+    if not ops:
+        return " (arrays in host memory)"
+    more = ", …" if len(ops) > 3 else ""
+    named = ", ".join(f"`{op}`" for op in ops[:3])
+    sized = [f"{shape}{_size(shape)}" for shape in shapes[:2]]
+    return f" of {' and '.join(sized)} in host memory ({named}{more})"
+
+
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f64": 8}
+_BYTES |= {"s64": 8, "u64": 8, "c64": 8, "c128": 16}
+
+
+def _size(shape: str) -> str:
+    """`` (5.4 GB)``: an HLO array shape's size (4-byte elements unless named above)."""
+    kind, _, dims = shape.partition("[")
+    count = 1
+    for dim in dims.rstrip("]").split(","):
+        count *= int(dim) if dim else 1
+    size = count * _BYTES.get(kind, 4)
+    if size >= 1e8:
+        return f" ({size / 1e9:.1f} GB)"
+    return f" ({size / 1e6:.1f} MB)" if size >= 1e5 else f" ({size / 1e3:.1f} KB)"
 
 
 def from_trace(
