@@ -14,8 +14,10 @@ module registered in :data:`VOCABULARIES`. This module imports neither a profile
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
+import socket
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -43,6 +45,8 @@ __all__ = [
     "get_vocabulary",
     "listens_here",
     "metrics_delta",
+    "port_is_free",
+    "port_refusal",
     "reset_profile_state",
 ]
 
@@ -323,6 +327,52 @@ def reset_profile_state(module: Any) -> None:
     if state is not None and getattr(state, "profile_session", None) is not None:
         with state.lock:
             state.reset()
+
+
+def port_is_free(port: int) -> bool:
+    """Whether nothing listens on ``port`` on any interface; an unexpected bind error
+    (other than the port being in use, or no IPv6) is raised.
+
+    The profiler servers bind the dual-stack wildcard and do not raise on a busy port (they
+    log and serve nothing), so the port is checked first, the way they will bind it.
+    """
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address, port))
+            return True
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+            if family == socket.AF_INET6:
+                continue
+            raise
+    return True
+
+
+def port_refusal(port: int, server: str, own: str = "") -> ServerStatus | None:
+    """Why the profiler server called ``server`` ("JAX's profiler server") must not start on
+    ``port``, or None when the port is free. ``own``: what to say instead when this very
+    process already listens there (the user's own server); "" says it as any busy port."""
+    try:
+        free = port_is_free(port)
+    except OSError as error:
+        return ServerStatus(
+            port,
+            False,
+            f"cannot use port {port} for {server} ({error.strerror or error}); "
+            "use --port N for another port or --no-server to skip it",
+        )
+    if free:
+        return None
+    if own and listens_here(port):
+        return ServerStatus(port, False, own)
+    return ServerStatus(
+        port,
+        False,
+        f"port {port} is busy, so {server} (on-demand capture) was not started; "
+        "use --port N for another port or --no-server to skip it",
+    )
 
 
 def listens_here(port: int) -> bool:

@@ -13,9 +13,7 @@ user's own listeners alone.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -30,6 +28,7 @@ from xprof_magic._backends import (
     MetricsSnapshot,
     ServerStatus,
     TraceAlreadyRunning,
+    port_refusal,
     reset_profile_state,
 )
 from xprof_magic._backends.jax_vocabulary import (
@@ -106,13 +105,9 @@ class JaxBackend:
     def start_server(self, port: int) -> ServerStatus:
         if self._server_status is not None and self._server_status.started:
             return self._server_status
-        if not _port_is_free(port):
-            return ServerStatus(
-                port,
-                False,
-                f"port {port} is busy, so JAX's profiler server (on-demand capture) was not "
-                "started; use --port N for another port or --no-server to skip it",
-            )
+        refused = port_refusal(port, "JAX's profiler server")
+        if refused is not None:
+            return refused
         try:
             jax.profiler.start_server(port)
         except Exception as error:
@@ -365,18 +360,6 @@ def _options() -> dict[str, Any]:
     options = make()
     options.python_tracer_level = 0
     return {"profiler_options": options}
-
-
-def _port_is_free(port: int) -> bool:
-    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
-        try:
-            with socket.socket(family, socket.SOCK_STREAM) as probe:
-                probe.bind((address, port))
-            return True
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                return False
-    return True
 
 
 def create() -> JaxBackend:

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -51,7 +49,7 @@ from xprof_magic._backends import (
     MetricsSnapshot,
     ServerStatus,
     TraceAlreadyRunning,
-    listens_here,
+    port_refusal,
     reset_profile_state,
 )
 from xprof_magic._backends.torch_tpu_vocabulary import (
@@ -240,20 +238,13 @@ class TorchTpuBackend:
                     "per process, so --port applies to the first capture only",
                 )
             return self._server_status
-        if not _port_is_free(port):
-            if listens_here(port):
-                return ServerStatus(
-                    port,
-                    False,
-                    f"this process already serves on-demand capture on port {port} (your own "
-                    "start_server?); %%xprof does not need the magic's, so it was not started",
-                )
-            return ServerStatus(
-                port,
-                False,
-                f"port {port} is busy, so TorchTPU's profiler server (on-demand capture) was "
-                "not started; use --port N for another port or --no-server to skip it",
-            )
+        own = (
+            f"this process already serves on-demand capture on port {port} (your own "
+            "start_server?); %%xprof does not need the magic's, so it was not started"
+        )
+        refused = port_refusal(port, "TorchTPU's profiler server", own)
+        if refused is not None:
+            return refused
         try:
             self._api.start_server(port)
         except ValueError as error:  # one server per process: the user's own runs
@@ -449,18 +440,6 @@ class TorchTpuBackend:
         if self._route:
             found[ROUTE_KEY] = self._route
         return found
-
-
-def _port_is_free(port: int) -> bool:
-    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
-        try:
-            with socket.socket(family, socket.SOCK_STREAM) as probe:
-                probe.bind((address, port))
-            return True
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                return False
-    return True
 
 
 def create() -> TorchTpuBackend:

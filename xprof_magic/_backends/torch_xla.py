@@ -14,7 +14,6 @@ checkable read together.
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import inspect
 import os
@@ -38,6 +37,7 @@ from xprof_magic._backends import (
     ServerStatus,
     TraceAlreadyRunning,
     listens_here,
+    port_refusal,
     reset_profile_state,
 )
 
@@ -45,26 +45,6 @@ __all__ = ["TorchXlaBackend", "create"]
 
 
 _VERSIONED = ("torch", "torch_xla", "xprof", "ipython", "xprof_magic")
-
-
-def port_is_free(port: int) -> bool:
-    """Whether nothing listens on ``port`` on any interface.
-
-    torch_xla's server does not raise on a busy port (it logs and serves nothing), so the
-    port is checked first. Binding the dual-stack wildcard is what the server will do.
-    """
-    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
-        try:
-            with socket.socket(family, socket.SOCK_STREAM) as probe:
-                probe.bind((address, port))
-            return True
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                return False
-            if family == socket.AF_INET6:
-                continue
-            raise
-    return True
 
 
 class TorchXlaBackend:
@@ -89,31 +69,15 @@ class TorchXlaBackend:
                     "process, so --port applies to the first capture only",
                 )
             return self._server_status
-        try:
-            free = port_is_free(port)
-        except OSError as error:
-            return ServerStatus(
-                port,
-                False,
-                f"cannot use port {port} for the profiler server ({error.strerror or error}); "
-                "use --port N for another port or --no-server to skip it",
-            )
-        if not free:
-            if listens_here(port):
-                return ServerStatus(
-                    port,
-                    False,
-                    f"this process already serves on-demand capture on port {port} (your own "
-                    "xp.start_server?), so capture it through that server, e.g. "
-                    f"xp.trace('localhost:{port}', logdir); the magic's server was not "
-                    "started, and %%xprof itself does not need one",
-                )
-            return ServerStatus(
-                port,
-                False,
-                f"port {port} is busy, so the profiler server (on-demand capture) was not "
-                "started; use --port N for another port or --no-server to skip it",
-            )
+        own = (
+            f"this process already serves on-demand capture on port {port} (your own "
+            "xp.start_server?), so capture it through that server, e.g. "
+            f"xp.trace('localhost:{port}', logdir); the magic's server was not "
+            "started, and %%xprof itself does not need one"
+        )
+        refused = port_refusal(port, "the profiler server", own)
+        if refused is not None:
+            return refused
         # The returned object is the server: dropping it shuts the server down. Only on
         # the master would ask xm.is_master_ordinal(), which starts the XLA runtime, and a
         # started runtime refuses xmp.spawn and torch_xla.launch for the rest of the process.
