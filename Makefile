@@ -56,7 +56,8 @@ graph-renderer: $(GRAPH_STAMP)
 
 $(GRAPH_STAMP): xprof_magic/_viewer/graph.py $(STAMP)
 	rm -f $(GRAPH_RENDERER)/.installed-*
-	$(BIN)/python -m xprof_magic graph-renderer $(GRAPH_RENDERER)
+	$(BIN)/python -m xprof_magic graph-renderer $(GRAPH_RENDERER) || \
+	  $(BIN)/python -m xprof_magic graph-renderer $(GRAPH_RENDERER)
 	touch $@
 
 $(STAMP): pyproject.toml
@@ -70,7 +71,8 @@ colab-env: $(COLAB_STAMP) $(COLAB_GRAPH_STAMP)
 
 $(COLAB_GRAPH_STAMP): xprof_magic/_viewer/graph.py $(COLAB_STAMP)
 	rm -f $(COLAB_GRAPH_RENDERER)/.installed-*
-	$(COLAB_BIN)/python -m xprof_magic graph-renderer $(COLAB_GRAPH_RENDERER)
+	$(COLAB_BIN)/python -m xprof_magic graph-renderer $(COLAB_GRAPH_RENDERER) || \
+	  $(COLAB_BIN)/python -m xprof_magic graph-renderer $(COLAB_GRAPH_RENDERER)
 	touch $@
 
 # Every Colab pin but the two XProf forces, so the environment is Colab's after
