@@ -213,7 +213,11 @@ def test_labels_nest_and_fit_in_the_cell(shapes: Summary) -> None:
         ]
         assert traced, label["path"]
         assert sum(r.count for r in traced) == label["count"]
-        assert sum(r.total_s for r in traced) == pytest.approx(label["total_s"], rel=0.05, abs=2e-3)
+        # Each traced block also holds its annotation's enter and exit, which a loaded
+        # machine can stretch by a millisecond or two: allowed per block, not per cell.
+        timed, seen = label["total_s"], sum(r.total_s for r in traced)
+        slack = 2e-3 * label["count"]
+        assert timed * 0.95 - slack <= seen <= timed * 1.05 + slack, (label["path"], seen, timed)
     text = render_text(shapes)
     assert "      user_block [xp.Trace]" in text
 
