@@ -32,6 +32,8 @@ def test_an_interrupt_while_stopping_still_stops_the_trace(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(backend, "wait_for_device", interrupted)
+    # The capture waits only for a runtime the cell started (an earlier test's, run alone).
+    monkeypatch.setattr(backend, "runtime_started", lambda: True)
     result = run(ip, logdir, "x = 5", "--name stopped")
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
     monkeypatch.undo()
