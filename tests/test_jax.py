@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import host_events, only_run, run, step_numbers
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._analysis import render_text, summarize
-from xprof_magic._backends import get_backend, get_vocabulary
-from xprof_magic._plan import choose_backend
+from xprof_magic._detect import choose_backend
+from xprof_magic._registry import get_backend, get_vocabulary
 from xprof_magic._rewrite import find_markers, rewrite
 
 TRAIN = """

@@ -402,7 +402,7 @@ def test_only_the_cells_syncs_count_and_only_for_the_work_they_launch() -> None:
     import torch
     import torch_xla
 
-    from xprof_magic._backends import get_backend
+    from xprof_magic._registry import get_backend
 
     dev = torch_xla.device()
     torch_xla.sync()
@@ -522,7 +522,7 @@ def test_the_script_api_takes_a_window(tmp_path: Path) -> None:
 def test_the_step_hooks_do_not_start_the_runtime() -> None:
     code = (
         "from torch_xla import _XLAC\n"
-        "from xprof_magic._backends import get_backend\n"
+        "from xprof_magic._registry import get_backend\n"
         "backend = get_backend()\n"
         "seen = []\n"
         "with backend.step_hooks(seen.append, seen.append):\n"

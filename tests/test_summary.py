@@ -42,16 +42,16 @@ from xprof_magic._analysis.model import Compiles, CompileSite
 from xprof_magic._analysis.notes import notes_for
 from xprof_magic._analysis.trace import read_planes
 from xprof_magic._backends import (
-    VOCABULARIES,
     Advice,
+    Backend,
     Headings,
     MetricNames,
     TimelineNames,
     Vocabulary,
-    get_vocabulary,
 )
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 from xprof_magic._metadata import MetricTotal, RunError, RunMetrics
+from xprof_magic._registry import BACKENDS, Entry, get_vocabulary
 from xprof_magic._units import seconds
 
 from ._analysis_captures import make_run, shapes_cell, steps_cell
@@ -602,6 +602,10 @@ def _torch_xla_words() -> list[str]:
     ]
 
 
+def _no_backend() -> Backend:
+    raise AssertionError("the analysis never makes a backend")
+
+
 def _as_backend(run: Path, backend: str, metrics: RunMetrics | None = None) -> None:
     meta = _metadata.read(run)
     assert meta is not None and meta.backend == "torch_xla"
@@ -611,7 +615,7 @@ def _as_backend(run: Path, backend: str, metrics: RunMetrics | None = None) -> N
 def test_a_backend_brings_its_own_words_and_numbers(
     runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(VOCABULARIES, "fake", __name__)
+    monkeypatch.setitem(BACKENDS, "fake", Entry("fake", _no_backend, lambda: VOCABULARY))
     run = tmp_path / "run"
     shutil.copytree(runs["shapes"], run)
     meta = _metadata.read(run)
@@ -689,7 +693,7 @@ def test_reading_a_vocabulary_loads_no_profiler() -> None:
     code = (
         "import sys\n"
         "from xprof_magic import _analysis\n"
-        "from xprof_magic._backends import get_vocabulary\n"
+        "from xprof_magic._registry import get_vocabulary\n"
         "assert get_vocabulary('torch_xla').backend == 'torch_xla'\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(_PROFILERS)!r})))\n"
     )

@@ -33,8 +33,9 @@ from xprof_magic._analysis.model import (
 )
 from xprof_magic._analysis.notes import notes_for
 from xprof_magic._analysis.trace import read_trace
-from xprof_magic._backends import VOCABULARIES, TimelineNames, Vocabulary, get_vocabulary
+from xprof_magic._backends import TimelineNames, Vocabulary
 from xprof_magic._metadata import MetricTotal, RunMetadata
+from xprof_magic._registry import BACKENDS, get_vocabulary
 from xprof_magic._steps import STEP_EVENT
 from xprof_magic._store import METADATA_FILE
 
@@ -124,9 +125,9 @@ def _reader_names(backend: str) -> TimelineNames:
     backend made it (no or unreadable metadata) gets every known backend's: any of them may
     have, and none's events occur in another's timeline.
     """
-    if backend in VOCABULARIES:
+    if backend in BACKENDS:
         return get_vocabulary(backend).timeline
-    every = [get_vocabulary(name).timeline for name in VOCABULARIES]
+    every = [get_vocabulary(name).timeline for name in BACKENDS]
     return TimelineNames(
         compile_events=tuple(e for t in every for e in t.compile_events),
         runtime_names=frozenset(n for t in every for n in t.runtime_names),

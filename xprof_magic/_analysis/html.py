@@ -23,7 +23,7 @@ from xprof_magic._analysis.text import (
     steps_line,
     versions_line,
 )
-from xprof_magic._backends import get_vocabulary
+from xprof_magic._registry import get_vocabulary
 from xprof_magic._units import NONE, percent, seconds
 
 __all__ = ["chart_svg", "compare_html", "render_html"]

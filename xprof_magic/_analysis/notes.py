@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from xprof_magic._analysis.model import CompileSite, Note, Summary
 from xprof_magic._analysis.verdict import HIGHLY_INPUT, MODERATELY_INPUT
 from xprof_magic._backends import NEUTRAL, Vocabulary
+from xprof_magic._registry import capabilities
 from xprof_magic._units import seconds
 
 __all__ = ["RULES", "Rule", "notes_for"]
@@ -80,7 +81,7 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
                 f"Recompiled: the loop '{site.path[-1]}' compiled {site.compiles} times in one "
                 f"run ({seconds(site.total_s)}): its iterations build different graphs.",
             )
-        elif not words.advice.eager_compiles:
+        elif not capabilities(words.backend).eager_compiles:
             yield Note(
                 "warning",
                 f"Recompiled: '{site.path[-1]}' (in {where}) compiled {site.compiles} graphs "
@@ -118,7 +119,7 @@ def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
     for name, count, total_s in s.compiles.functions:
         inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
         why = reasons.pop(inner, None)
-        if words.advice.eager_compiles and inner.startswith("_") and not why:
+        if capabilities(words.backend).eager_compiles and inner.startswith("_") and not why:
             continue  # a library helper compiled once per shape of an eager call
         if count >= 2:
             what = f"compiled {count} times in this cell ({seconds(total_s)} in all)"

@@ -41,6 +41,7 @@ from xprof_magic._analysis.reader import device_side
 from xprof_magic._backends import Vocabulary
 from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._metadata import RunMetadata
+from xprof_magic._registry import capabilities
 from xprof_magic._rewrite import find_markers, label_for
 from xprof_magic._units import seconds
 
@@ -150,7 +151,7 @@ def _cause(s: Summary, words: Vocabulary, step_rule: str, shapes: Sequence[str])
     if len(set(shapes)) >= 2:
         return "changing shapes"
     again = compiling >= 3 or (s.compiles.count or 0) >= 3
-    if words.advice.syncs and again and step_rule != "sync":
+    if capabilities(words.backend).lazy_graph and again and step_rule != "sync":
         return "growing graph"
     if not count:
         return "first run"

@@ -10,15 +10,7 @@ recompiles).
 
 from __future__ import annotations
 
-from xprof_magic._backends import (
-    NEUTRAL_FIXES,
-    Advice,
-    CaptureWords,
-    Headings,
-    MetricNames,
-    TimelineNames,
-    Vocabulary,
-)
+from xprof_magic._backends import words
 
 __all__ = [
     "BACKEND_COMPILE",
@@ -60,14 +52,14 @@ RUNTIME_NAMES = frozenset(
 )
 RUNTIME_PREFIXES = ("PjitFunction(", "batched_copy_array_to_devices", "BatchedCopyToDevice")
 
-VOCABULARY = Vocabulary(
+VOCABULARY = words.Vocabulary(
     backend="jax",
-    metrics=MetricNames(
+    metrics=words.MetricNames(
         compile_time=BACKEND_COMPILE,
         compile_cache_hits=PERSISTENT_HITS,
         function_compile_prefix=FUNCTION_COMPILE,
     ),
-    timeline=TimelineNames(
+    timeline=words.TimelineNames(
         compile_events=COMPILE_EVENTS,
         runtime_names=RUNTIME_NAMES,
         runtime_prefixes=RUNTIME_PREFIXES,
@@ -77,9 +69,9 @@ VOCABULARY = Vocabulary(
             "tf_xla-cpu-codegen": "XLA CPU codegen: compilation",
         },
     ),
-    advice=Advice(
+    advice=words.Advice(
         fixes={
-            **NEUTRAL_FIXES,
+            **words.NEUTRAL_FIXES,
             "input": "Prefetch: load the next batch while the step runs (a loader with "
             "workers, or jax.device_put of the next batch before the step).",
             "host": "Put the step under jax.jit: eager ops dispatch one at a time, so a Python "
@@ -96,7 +88,6 @@ VOCABULARY = Vocabulary(
             "(host offload: memory_kind='pinned_host', an offloading remat policy): keep those "
             "arrays in HBM (memory_kind='device') if they fit, or offload fewer of them.",
         },
-        eager_compiles=True,
         host_read_how="np.asarray(x), x.item(), float(x), printing",
         recompile=(
             "A jitted function compiles again for each new input shape, dtype or static "
@@ -108,11 +99,8 @@ VOCABULARY = Vocabulary(
             "accelerator speed."
         ),
     ),
-    headings=Headings(
-        metrics="JAX, this cell only",
-        fallbacks="Ops that fell back to the CPU",
-    ),
-    capture=CaptureWords(
+    headings=words.Headings(metrics="JAX, this cell only"),
+    capture=words.CaptureWords(
         stop_trace="jax.profiler.stop_trace()",
         sync_label="jax.block_until_ready(live arrays) (--sync)",
         no_steps=(

@@ -10,15 +10,7 @@ that backend's vocabulary.
 
 from __future__ import annotations
 
-from xprof_magic._backends import (
-    NEUTRAL_FIXES,
-    Advice,
-    CaptureWords,
-    Headings,
-    MetricNames,
-    TimelineNames,
-    Vocabulary,
-)
+from xprof_magic._backends import words
 
 __all__ = [
     "COMPILE_EVENTS",
@@ -57,7 +49,7 @@ THREAD_ROLES = {
 }
 _DATA_DEPENDENT = "its output shape depends on the data"
 FIXES = {
-    **NEUTRAL_FIXES,
+    **words.NEUTRAL_FIXES,
     "input": "Prefetch: load through MpDeviceLoader, or decode in DataLoader workers "
     "(num_workers > 0), so the next batch is ready when the step ends.",
     "host": "Do more per step: turn the inner Python loop into fewer, larger tensor ops, or "
@@ -77,9 +69,9 @@ FIXES = {
     "with SPMD so that less crosses the chips.",
 }
 
-VOCABULARY = Vocabulary(
+VOCABULARY = words.Vocabulary(
     backend="torch_xla",
-    metrics=MetricNames(
+    metrics=words.MetricNames(
         compile_time="CompileTime",
         compile_cache_hits="CachedCompile",
         execute_time="ExecuteTime",
@@ -91,7 +83,7 @@ VOCABULARY = Vocabulary(
         host_read="aten::_local_scalar_dense",
         host_copy_ns="TensorToData",
     ),
-    timeline=TimelineNames(
+    timeline=words.TimelineNames(
         compile_events=COMPILE_EVENTS,
         runtime_names=RUNTIME_NAMES,
         thread_roles=THREAD_ROLES,
@@ -100,7 +92,7 @@ VOCABULARY = Vocabulary(
             {"cpu_loader.next", "get_batch_from_cpu_queue", "cpu_data_to_xla_device"}
         ),
     ),
-    advice=Advice(
+    advice=words.Advice(
         fallback_hints={
             "aten::nonzero": f"{_DATA_DEPENDENT}; keep a mask and use torch.where",
             "aten::masked_select": f"{_DATA_DEPENDENT}; use torch.where with a mask",
@@ -121,17 +113,16 @@ VOCABULARY = Vocabulary(
             "PT_XLA_DEBUG_LEVEL=2, set before importing torch_xla, prints why."
         ),
         fixes=FIXES,
-        syncs=True,
         cpu_device=(
             "Ran on the CPU (PJRT_DEVICE=CPU), not on a TPU: XLA's CPU client executed the "
             "compiled graphs on host threads, so these times say nothing about TPU speed."
         ),
     ),
-    headings=Headings(
+    headings=words.Headings(
         metrics="torch_xla, this cell only",
         fallbacks="Ops that fell back to the CPU (torch_xla aten:: counters)",
     ),
-    capture=CaptureWords(
+    capture=words.CaptureWords(
         stop_trace="torch_xla.debug.profiler.stop_trace()",
         sync_label="torch_xla.sync() (--sync)",
         no_steps=(
