@@ -369,7 +369,7 @@ def test_hits_of_the_persistent_compilation_cache_are_counted(
 def test_without_function_names_the_reason_still_flags_the_recompile(ip: Any, logdir: Path) -> None:
     import dataclasses
 
-    from xprof_magic._analysis.notes import notes_for
+    from xprof_magic._analysis.render.notes import notes_for
 
     assert run(ip, logdir, "import jax\njax.jit(lambda v: v * 4)(2.0)", "--backend jax").success
     summary = summarize(only_run(logdir).path)

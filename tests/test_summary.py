@@ -36,11 +36,11 @@ from xprof_magic._analysis import (
     summarize,
     summarize_in_subprocess,
 )
-from xprof_magic._analysis.blocks import INPUT_PIPELINE
-from xprof_magic._analysis.device import device_info
-from xprof_magic._analysis.model import Compiles, CompileSite
-from xprof_magic._analysis.notes import notes_for
-from xprof_magic._analysis.trace import read_planes
+from xprof_magic._analysis.model.summary import Compiles, CompileSite
+from xprof_magic._analysis.render.notes import notes_for
+from xprof_magic._analysis.summary.blocks import INPUT_PIPELINE
+from xprof_magic._analysis.summary.device import device_info
+from xprof_magic._analysis.timeline.trace import read_planes
 from xprof_magic._backends import (
     VOCABULARIES,
     Advice,
@@ -378,9 +378,9 @@ def test_the_breakdown_chart_cuts_a_compiling_first_step_and_keeps_its_mix() -> 
     first is cut, still shows its compile part, and says how long it was."""
     import re
 
-    from xprof_magic._analysis.breakdown import BREAKDOWN_CATEGORIES as names
-    from xprof_magic._analysis.breakdown_chart import breakdown_svg
-    from xprof_magic._analysis.diagnosis import Breakdown, Diagnosis, StepBreakdown
+    from xprof_magic._analysis.diagnosis.breakdown import BREAKDOWN_CATEGORIES as names
+    from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, StepBreakdown
+    from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
 
     def step(n: int, host: float, compile_s: float, device: float) -> StepBreakdown:
         parts = dict.fromkeys(names, 0.0) | {"host": host, "compile": compile_s, "device": device}

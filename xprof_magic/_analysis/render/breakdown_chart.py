@@ -9,8 +9,8 @@ its length written on it.
 
 from __future__ import annotations
 
-from xprof_magic._analysis.chart import escape
-from xprof_magic._analysis.diagnosis import Diagnosis
+from xprof_magic._analysis.model.diagnosis import Diagnosis
+from xprof_magic._analysis.render.chart import escape
 from xprof_magic._units import seconds
 
 __all__ = ["COLOURS", "breakdown_svg"]

@@ -20,7 +20,7 @@ what it ran for the first time, which is no alarm.
 
 A transfer verdict's cause is ``host offload`` when at least :data:`HOST_OFFLOAD` (half) of
 the cell's transfer time is the chip's own host-offload copies
-(:attr:`~xprof_magic._analysis.diagnosis.Breakdown.offload_s`): the chip waits for arrays
+(:attr:`~xprof_magic._analysis.model.diagnosis.Breakdown.offload_s`): the chip waits for arrays
 in host memory, which no host-side advice fixes. The headline's "the device is busy" is the
 chip's busy time (compute and its own waits: collectives, infeed, outfeed, host-offload
 copies), not the ``device`` (compute) column alone.
@@ -32,12 +32,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from xprof_magic._analysis.blocks import main_line
-from xprof_magic._analysis.breakdown import INPUT_PREFIX, breakdown, from_metrics
-from xprof_magic._analysis.diagnosis import Breakdown, Diagnosis
-from xprof_magic._analysis.facts import OFFLOAD, TraceFacts
-from xprof_magic._analysis.model import LabelRow, Summary
-from xprof_magic._analysis.reader import device_side
+from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX, breakdown, from_metrics
+from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis
+from xprof_magic._analysis.model.summary import LabelRow, Summary
+from xprof_magic._analysis.summary.blocks import main_line
+from xprof_magic._analysis.timeline.facts import OFFLOAD, TraceFacts
+from xprof_magic._analysis.timeline.reader import device_side
 from xprof_magic._backends import Vocabulary
 from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._metadata import RunMetadata

@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
-from xprof_magic._analysis.diagnosis import Breakdown, Diagnosis, StepBreakdown
+from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, StepBreakdown
 
 __all__ = [
     "SUMMARY_SCHEMA",

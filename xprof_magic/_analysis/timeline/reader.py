@@ -1,7 +1,7 @@
 """The timeline pass over one line (thread) at a time: categories, blocks, compiles, tables.
 
-Each line's events become arrays (:mod:`~xprof_magic._analysis.lines`), nesting by time
-gives each event its parent (:mod:`~xprof_magic._analysis.nesting`), and the steps below
+Each line's events become arrays (:mod:`.lines`), nesting by time
+gives each event its parent (:mod:`.nesting`), and the steps below
 run over those arrays in an order the former event-by-event reader's results depend on:
 categories level by level, then blocks, compile charges and the per-name self-time tables.
 Python touches single events only where a stat decides: whether an event is a step
@@ -36,8 +36,8 @@ import time
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis import nesting
-from xprof_magic._analysis.facts import (
+from xprof_magic._analysis.timeline import nesting
+from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
     DEVICE_SIDE,
@@ -48,7 +48,7 @@ from xprof_magic._analysis.facts import (
     ReadAborted,
     TraceFacts,
 )
-from xprof_magic._analysis.lines import Floats, Ints, Line, Plane
+from xprof_magic._analysis.timeline.lines import Floats, Ints, Line, Plane
 
 __all__ = [
     "COLLECTIVE",

@@ -1,7 +1,8 @@
 """The diagnosis of a run, as plain frozen dataclasses: the step-time breakdown and the verdict.
 
-Part of the summary's model (:mod:`.model`), saved with it in ``xprof_magic_summary.json``;
-:mod:`.breakdown` measures the breakdown and :mod:`.verdict` draws the verdict from it.
+Part of the summary's model (:mod:`.summary`), saved with it in ``xprof_magic_summary.json``;
+:mod:`~xprof_magic._analysis.diagnosis.breakdown` measures the breakdown and
+:mod:`~xprof_magic._analysis.diagnosis.verdict` draws the verdict from it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Breakdown:
 
     ``categories`` names the columns of ``cell`` and of each step's ``seconds``: input, host,
     compile, transfer, sync, device, collective and idle (how each is measured:
-    :mod:`xprof_magic._analysis.breakdown`). ``steps`` keeps the first 10,000 of
+    :mod:`xprof_magic._analysis.diagnosis.breakdown`). ``steps`` keeps the first 10,000 of
     ``step_count``. Empty when the timeline was not read.
 
     ``on_device``: per category, the seconds of ``cell`` that a chip's own XLA ops held

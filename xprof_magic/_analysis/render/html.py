@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from xprof_magic._analysis.breakdown_chart import breakdown_svg
-from xprof_magic._analysis.chart import BLUE, GREY, ORANGE, chart_svg
-from xprof_magic._analysis.chart import escape as _e
-from xprof_magic._analysis.model import CompareRow, Summary
-from xprof_magic._analysis.text import (
+from xprof_magic._analysis.model.summary import CompareRow, Summary
+from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
+from xprof_magic._analysis.render.chart import BLUE, GREY, ORANGE, chart_svg
+from xprof_magic._analysis.render.chart import escape as _e
+from xprof_magic._analysis.render.text import (
     compare_cell,
     compare_delta,
     header,

@@ -1,7 +1,8 @@
 """Where the time of each step, and of the cell, went: the step-time breakdown.
 
 Each instant of a step is given to the first of these that holds it (:data:`PRIORITY`; the
-chip's own waits, :data:`~xprof_magic._analysis.facts.DEVICE_SIDE`, come before ``device``):
+chip's own waits, :data:`~xprof_magic._analysis.timeline.facts.DEVICE_SIDE`, come before
+``device``):
 
 - ``input``: the cell's loop waits in ``next()`` for its next item (the rewriter times each
   one as a label ``next(…)``, :func:`xprof_magic._labels.inputs`), or a data loader's own
@@ -40,8 +41,15 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.facts import DEVICE_SIDE, LABEL, OFFLOAD, STEP, Block, TraceFacts
-from xprof_magic._analysis.model import Breakdown, StepBreakdown
+from xprof_magic._analysis.model.summary import Breakdown, StepBreakdown
+from xprof_magic._analysis.timeline.facts import (
+    DEVICE_SIDE,
+    LABEL,
+    OFFLOAD,
+    STEP,
+    Block,
+    TraceFacts,
+)
 
 __all__ = [
     "BREAKDOWN_CATEGORIES",

@@ -1,8 +1,8 @@
-"""A run folder -> a :class:`~xprof_magic._analysis.model.Summary`.
+"""A run folder -> a :class:`~xprof_magic._analysis.model.summary.Summary`.
 
 Two sources, read by their own modules: the run's metadata (:class:`RunMetadata`: wall
 time, status, device, the magic's label and step timers, and the backend's counters for
-this cell alone) and the timeline (:func:`~xprof_magic._analysis.trace.read_trace`). The
+this cell alone) and the timeline (:func:`~xprof_magic._analysis.timeline.trace.read_trace`). The
 backend's metric names and advice come from its :class:`~xprof_magic._backends.Vocabulary`,
 picked by the metadata's ``backend``; this module names no profiler.
 """
@@ -16,11 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from xprof_magic import _metadata
-from xprof_magic._analysis import blocks, hosts, verdict
 from xprof_magic._analysis.cache import estimate_read_s
-from xprof_magic._analysis.device import device_info, top_host_ops, top_ops
-from xprof_magic._analysis.facts import ReadAborted, TraceFacts
-from xprof_magic._analysis.model import (
+from xprof_magic._analysis.diagnosis import verdict
+from xprof_magic._analysis.model.summary import (
     Compiles,
     CompileSite,
     Fallback,
@@ -31,8 +29,11 @@ from xprof_magic._analysis.model import (
     Summary,
     Timed,
 )
-from xprof_magic._analysis.notes import notes_for
-from xprof_magic._analysis.trace import read_trace
+from xprof_magic._analysis.render.notes import notes_for
+from xprof_magic._analysis.summary import blocks, hosts
+from xprof_magic._analysis.summary.device import device_info, top_host_ops, top_ops
+from xprof_magic._analysis.timeline.facts import ReadAborted, TraceFacts
+from xprof_magic._analysis.timeline.trace import read_trace
 from xprof_magic._backends import VOCABULARIES, TimelineNames, Vocabulary, get_vocabulary
 from xprof_magic._metadata import MetricTotal, RunMetadata
 from xprof_magic._steps import STEP_EVENT

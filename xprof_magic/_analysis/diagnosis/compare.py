@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xprof_magic._analysis.html import compare_html
-from xprof_magic._analysis.model import CompareRow, Summary
-from xprof_magic._analysis.text import compare_text
+from xprof_magic._analysis.model.summary import CompareRow, Summary
+from xprof_magic._analysis.render.html import compare_html
+from xprof_magic._analysis.render.text import compare_text
 
 __all__ = ["Comparison", "compare", "moved"]
 

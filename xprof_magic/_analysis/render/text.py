@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xprof_magic._analysis.model import CompareRow, LabelRow, OpRow, StepStats, Summary, Timed
+from xprof_magic._analysis.model.summary import (
+    CompareRow,
+    LabelRow,
+    OpRow,
+    StepStats,
+    Summary,
+    Timed,
+)
 from xprof_magic._backends import get_vocabulary
 from xprof_magic._units import NONE, data_size, percent, seconds
 

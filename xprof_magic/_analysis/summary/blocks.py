@@ -10,8 +10,8 @@ from __future__ import annotations
 import bisect
 import statistics
 
-from xprof_magic._analysis.facts import STEP, Block, TraceFacts
-from xprof_magic._analysis.model import LabelRow, StepStats
+from xprof_magic._analysis.model.summary import LabelRow, StepStats
+from xprof_magic._analysis.timeline.facts import STEP, Block, TraceFacts
 from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._metadata import RunMetadata
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import html
 
-from xprof_magic._analysis.blocks import INPUT_PIPELINE
-from xprof_magic._analysis.model import LabelRow, StepStats, Summary
+from xprof_magic._analysis.model.summary import LabelRow, StepStats, Summary
+from xprof_magic._analysis.summary.blocks import INPUT_PIPELINE
 from xprof_magic._units import seconds
 
 __all__ = ["BLUE", "GREY", "ORANGE", "chart_svg", "escape"]

@@ -1,7 +1,7 @@
 """What the timeline reader finds in one host's timeline: plain facts, no protobuf, no arrays.
 
-:func:`~xprof_magic._analysis.trace.read_trace` fills a :class:`TraceFacts`; the rest of the
-analysis (:mod:`.blocks`, :mod:`.device`, :mod:`.hosts`, :mod:`.build`) reads it and never
+:func:`.trace.read_trace` fills a :class:`TraceFacts`; the later stages (the summary's
+build, its labels and steps, device and hosts; the diagnosis's breakdown) read it and never
 the file. Kept apart from the reader so that those modules import the facts, not the pass.
 """
 
@@ -91,7 +91,8 @@ class TraceFacts:
     events: int = 0
     planes: list[str] = field(default_factory=list)
     spans: dict[str, list[tuple[list[float], list[float]]]] = field(default_factory=dict)
-    """Start and end times (ns) of what the step breakdown (:mod:`.breakdown`) measures, by
-    its category: ``compile``, ``transfer`` and ``sync`` on the Python threads, ``device``
-    (executions, launch to completion) on the XLA CPU client's threads or a chip's modules,
-    and the keys of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules."""
+    """Start and end times (ns) of what the step breakdown
+    (:mod:`~xprof_magic._analysis.diagnosis.breakdown`) measures, by its category:
+    ``compile``, ``transfer`` and ``sync`` on the Python threads, ``device`` (executions,
+    launch to completion) on the XLA CPU client's threads or a chip's modules, and the keys
+    of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules."""
