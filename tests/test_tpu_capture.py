@@ -20,7 +20,7 @@ import pytest
 import xprof_magic
 from xprof_magic._analysis.model.summary import Summary
 from xprof_magic._analysis.timeline import xspace
-from xprof_magic._analysis.timeline.reader import device_side
+from xprof_magic._analysis.timeline.facts import device_side
 from xprof_magic._analysis.timeline.trace import read_planes
 from xprof_magic._backends import NEUTRAL_FIXES
 

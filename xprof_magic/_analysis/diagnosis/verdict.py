@@ -36,8 +36,7 @@ from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX, breakdown, f
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis
 from xprof_magic._analysis.model.summary import LabelRow, Summary
 from xprof_magic._analysis.summary.blocks import main_line
-from xprof_magic._analysis.timeline.facts import OFFLOAD, TraceFacts
-from xprof_magic._analysis.timeline.reader import device_side
+from xprof_magic._analysis.timeline.facts import OFFLOAD, TraceFacts, device_side
 from xprof_magic._backends import Vocabulary
 from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._metadata import RunMetadata

@@ -2,17 +2,22 @@
 
 :func:`.trace.read_trace` fills a :class:`TraceFacts`; the later stages (the summary's
 build, its labels and steps, device and hosts; the diagnosis's breakdown) read it and never
-the file. Kept apart from the reader so that those modules import the facts, not the pass.
+the file. Kept apart from the reader so that those modules import the facts, not the pass;
+:func:`device_side` too, the one rule that names a chip's waiting ops, which the reader
+applies to the timeline and the diagnosis to the summary's table of device ops.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 __all__ = [
     "CATEGORIES",
+    "COLLECTIVE",
     "COMPILE",
     "DEVICE_SIDE",
+    "HOST_MEMORY_SPACE",
     "LABEL",
     "OFFLOAD",
     "RUNTIME",
@@ -23,6 +28,7 @@ __all__ = [
     "GroupFacts",
     "ReadAborted",
     "TraceFacts",
+    "device_side",
 ]
 
 LABEL, TRACE, STEP = "label", "trace", "step"
@@ -38,8 +44,39 @@ DEVICE_SIDE = {
     OFFLOAD: "transfer",
 }
 """The span keys of a chip's XLA ops that wait rather than compute (infeed; collectives;
-outfeed and host send/recv; host-offload copies: :func:`.reader.device_side`), and the
+outfeed and host send/recv; host-offload copies: :func:`device_side`), and the
 breakdown's column of each."""
+COLLECTIVE = re.compile(
+    "all-reduce|all-gather|reduce-scatter|all-to-all|collective|send|recv|megascale"
+)
+"""The words of an ``hlo_category`` that make its op a collective: XLA's collective opcodes in any
+form (``-start``, ``-done``, ``… fusion``, ``ragged-…``; ``collective`` covers
+``collective-permute``/``-broadcast``), chip-to-chip ``send``/``recv``, Megascale's (DCN)."""
+HOST_MEMORY_SPACE = "S(5)"
+"""XLA's host memory space (``kHostMemorySpace``) in a layout: an array offloaded to the host."""
+_OPCODE = re.compile(r" = .*? ([a-z][a-z0-9-]*)\(")
+
+
+def device_side(category: str | None, text: str) -> str:
+    """The span key (:data:`DEVICE_SIDE`) of a chip's XLA op that waits rather than computes,
+    else ``""``: ``category`` is its ``hlo_category`` (None: the opcode in its HLO ``text``),
+    ``text`` its HLO text and shape. Infeed is input; outfeed and ``host send``/``recv`` a
+    transfer; a copy (``copy-start``/``copy-done``) with the host memory space
+    (:data:`HOST_MEMORY_SPACE`) anywhere in its shapes a host-offload copy
+    (``device:offload``); a category holding a word of :data:`COLLECTIVE` a collective."""
+    if category is None:
+        match = _OPCODE.search(text)
+        category = match.group(1) if match else ""
+    kind = category.lower()
+    if "infeed" in kind:
+        return "device:input"
+    if "outfeed" in kind or kind.startswith("host "):
+        return "device:transfer"
+    if kind.startswith("copy"):
+        return OFFLOAD if HOST_MEMORY_SPACE in text else ""
+    if COLLECTIVE.search(kind):
+        return "collective"
+    return ""
 
 
 class ReadAborted(Exception):

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from xprof_magic._analysis.timeline import pool
+from xprof_magic._analysis.timeline.events import Runtime
 from xprof_magic._analysis.timeline.facts import GroupFacts, TraceFacts
 from xprof_magic._analysis.timeline.lines import Floats, SerializedLines
-from xprof_magic._analysis.timeline.reader import Reader, Runtime
+from xprof_magic._analysis.timeline.reader import Reader
 
 __all__ = ["absorb", "host_lines_in_parallel", "read_parts"]
 

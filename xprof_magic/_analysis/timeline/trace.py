@@ -31,6 +31,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from xprof_magic._analysis.timeline import pool, xspace
+from xprof_magic._analysis.timeline.device_planes import read_device_plane
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._analysis.timeline.lines import Plane, object_planes, xspace_planes
 from xprof_magic._analysis.timeline.parallel import host_lines_in_parallel
@@ -158,7 +159,7 @@ def _read(
                 reader.host_line(line)
                 del line  # before the next line is parsed: one line in memory at a time
         elif plane.name.startswith("/device:"):
-            reader.device_plane(plane)
+            read_device_plane(reader, plane)
         reader.check()
     reader.finish()
     return facts
