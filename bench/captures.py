@@ -138,11 +138,10 @@ if route == "summary_serial":
     os.environ["XPROF_MAGIC_SUMMARY_WORKERS"] = "0"
 if route == "summary_nodiag":
     # The summary as it was before the diagnosis: no breakdown spans, no verdict.
+    from xprof_magic._analysis import stages
     from xprof_magic._analysis.timeline import reader
-    from xprof_magic._analysis.diagnosis import verdict
-    from xprof_magic._analysis.model.diagnosis import Diagnosis
     reader.Reader._spans = lambda self, *args: None
-    verdict.from_trace = lambda *args: Diagnosis()
+    stages._diagnose = lambda *args: None
 if route.startswith("summary"):
     from xprof_magic._analysis import summarize
     import pathlib

@@ -300,6 +300,19 @@ def test_compare_two_runs(shapes: Summary, steps: Summary) -> None:
     assert "      user_block " in same.text()
 
 
+def test_a_summary_and_a_comparison_display_themselves(
+    ip: Any, shapes: Summary, steps: Summary
+) -> None:
+    """As a cell's value, each shows as its renderers write it (IPython's rich display)."""
+    data, _ = ip.display_formatter.format(shapes)
+    assert data["text/plain"] == render_text(shapes)
+    assert data["text/html"] == render_html(shapes)
+    both = compare(shapes, steps)
+    data, _ = ip.display_formatter.format(both)
+    assert data["text/plain"] == both.text() and data["text/html"] == both.html()
+    assert "A: shapes" in data["text/plain"] and "<table" in data["text/html"]
+
+
 def test_a_quick_summary_first_then_the_full_one(runs: dict[str, Path], tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(runs["shapes"], run)

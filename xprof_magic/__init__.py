@@ -96,10 +96,11 @@ def summarize(
 
 
 def summary_text(summary: Summary) -> str:
-    """A summary as plain text, as ``%xprof summary`` shows it in a terminal."""
-    from xprof_magic import _analysis
+    """A summary as plain text, as ``%xprof summary`` shows it in a terminal: the text
+    renderer a summary's own display uses (a summary shows itself as a cell's value)."""
+    from xprof_magic._analysis.render.text import render_text
 
-    return _analysis.render_text(summary)
+    return render_text(summary)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -22,7 +22,7 @@ from xprof_magic._analysis.cache import (
     summarize_in_subprocess,
 )
 from xprof_magic._analysis.model.summary import Summary
-from xprof_magic._analysis.summary.build import summarize
+from xprof_magic._analysis.stages import summarize
 from xprof_magic._result import PROTOBUF_LIMIT_BYTES
 
 __all__ = ["FULL_SUMMARY_MAX_BYTES", "summary_of"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from xprof_magic._analysis.diagnosis.breakdown import busy_ns
 from xprof_magic._analysis.model.summary import DeviceBusy, DeviceInfo, OpRow, ThreadGroup
+from xprof_magic._analysis.summary.spans import busy_ns
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._backends import NEUTRAL, Vocabulary
 
