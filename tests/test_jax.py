@@ -14,8 +14,9 @@ from tests.conftest import host_events, only_run, run, step_numbers
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._analysis import render_text, summarize
 from xprof_magic._backends import get_backend, get_vocabulary
+from xprof_magic._markers import find_markers
 from xprof_magic._plan import choose_backend
-from xprof_magic._rewrite import find_markers, rewrite
+from xprof_magic._rewrite import rewrite
 
 TRAIN = """
 import jax, jax.numpy as jnp

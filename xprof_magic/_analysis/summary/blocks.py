@@ -15,8 +15,8 @@ import statistics
 from xprof_magic._analysis.model.summary import LabelRow, StepStats
 from xprof_magic._analysis.timeline.facts import STEP, Block, TraceFacts
 from xprof_magic._labels import SHAPES_EVENT
+from xprof_magic._markers import find_markers, label_for
 from xprof_magic._metadata import RunMetadata
-from xprof_magic._rewrite import find_markers, label_for
 
 __all__ = [
     "INPUT",
