@@ -1,6 +1,6 @@
-"""The package's shape, checked: where IPython may be imported, no import cycles, module size,
-Colab branches only in the notebook context and the Colab frame, no probing of a backend
-object, and a ``%load_ext`` that imports nothing heavy.
+"""The package's shape, checked: ARCHITECTURE.md's "may import" table, where IPython may be
+imported, no import cycles, module size, Colab branches only in the notebook context and the
+Colab frame, no probing of a backend object, and a ``%load_ext`` that imports nothing heavy.
 
 ARCHITECTURE.md states these rules; these tests keep them true as the code grows. The static
 rules read the modules' syntax trees, not their text, and each has a test that it can fail.
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import xprof_magic
+from tests._import_table import Row, module_imports, read_table, row_of, violations
 
 PACKAGE = Path(xprof_magic.__file__).resolve().parent
 NOTEBOOK = "xprof_magic._notebook"
@@ -34,63 +35,16 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-
-
-ImportNode = ast.Import | ast.ImportFrom
-
-
-def _is_type_checking(node: ast.stmt) -> bool:
-    """``if TYPE_CHECKING:``: a block that only type checkers run."""
-    if not isinstance(node, ast.If):
-        return False
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _import_nodes(
-    tree: ast.AST, typing_too: bool
-) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """Every import statement at any depth, and whether it is inside a function; with
-    ``typing_too`` False, none inside an ``if TYPE_CHECKING:`` block."""
-    found: list[tuple[ImportNode, bool]] = []
-
-    def walk(node: ast.AST, in_function: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.stmt) and not typing_too and _is_type_checking(child):
-                continue
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
-                found.append((child, in_function))
-            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
-            walk(child, inner)
-
-    walk(tree, False)
-    return found
-
-
-def _targets(name: str, path: Path, node: ImportNode) -> list[str]:
-    """The modules (of the package or not) one import statement of ``name`` names."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    base = node.module or ""
-    if node.level:
-        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-        base = ".".join([*anchor, base] if base else anchor)
-    subs = [f"{base}.{alias.name}" for alias in node.names]
-    return [sub for sub in subs if sub in MODULES] or [base]
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "ARCHITECTURE.md"
 
 
 def _imports(name: str, path: Path, typing_too: bool = True) -> set[str]:
     """Every module of the package that ``name`` imports, at any depth of its code (with
     ``typing_too`` False, leaving out imports only type checkers run)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     return {
-        t
-        for node, _ in _import_nodes(tree, typing_too)
-        for t in _targets(name, path, node)
-        if t in MODULES and t != name
+        use.target
+        for use in module_imports(name, path, MODULES)
+        if use.target in MODULES and (typing_too or not use.typing_only)
     }
 
 
@@ -142,6 +96,52 @@ def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
     )
     assert _imports("xprof_magic._fake", source, typing_too=False) == {"xprof_magic._store"}
     assert _imports("xprof_magic._fake", source) == {"xprof_magic._store", "xprof_magic._units"}
+
+
+def _table() -> list[Row]:
+    return read_table(ARCHITECTURE.read_text(encoding="utf-8"))
+
+
+def test_every_import_is_one_architecture_md_allows() -> None:
+    """Each import between the package's parts, and of each third-party library, is one its
+    row of the table allows (lazily where it says so); an allowed edge need not be used."""
+    found = violations(_table(), MODULES)
+    assert not found, "\n".join(
+        [*found, "change the import, or the row of ARCHITECTURE.md's table that forbids it"]
+    )
+
+
+def test_every_part_the_table_names_exists() -> None:
+    """A path in the table that names no module is a typo, or a part that moved."""
+    rows = _table()
+    named = {p for row in rows for p in row.where} | {
+        p for row in rows for clause in row.clauses for p in clause.parts if p != "*"
+    }
+    missing = [p for p in sorted(named) if not any(row_of(m, [_only(p)]) for m in MODULES)]
+    assert not missing, f"ARCHITECTURE.md's table names {missing}, which are not modules"
+
+
+def _only(part: str) -> Row:
+    return Row((part,), "", ())
+
+
+def test_the_table_check_can_fail() -> None:
+    """A forbidden import fails, at import time where only a lazy one is allowed too; an
+    allowed one that the code stops using changes nothing."""
+    rows = _table()
+    guard, model = "xprof_magic._viewer.guard", "xprof_magic._analysis.model.summary"
+    sources = {
+        guard: "import numpy\nfrom xprof_magic import _analysis\ndef f():\n    import xprof\n",
+        model: "from xprof_magic._analysis.render import text\n",
+        "xprof_magic._gcs": "",
+    }
+    found = violations(rows, MODULES, sources)
+    assert [f.split(": the row")[0] for f in found] == [
+        f"{model}:1 imports xprof_magic._analysis.render.text",
+        f"{guard}:1 imports numpy",
+        f"{guard}:2 imports xprof_magic._analysis",
+    ]
+    assert "allows it only lazily" in found[0] and "not at all" in found[1]
 
 
 CORE = sorted(

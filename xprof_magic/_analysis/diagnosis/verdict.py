@@ -26,7 +26,9 @@ and its own waits: collectives, infeed, outfeed, host-offload copies), not the `
 (compute) column alone.
 
 The verdict decides and the render stage words it
-(:mod:`~xprof_magic._analysis.render.headline`): this module writes no sentence.
+(:mod:`~xprof_magic._analysis.render.headline`): this module writes no sentence. The
+thresholds are the model's (:mod:`~xprof_magic._analysis.model.diagnosis`), which the
+renderers read too.
 """
 
 from __future__ import annotations
@@ -36,26 +38,21 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX
-from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis
+from xprof_magic._analysis.model.diagnosis import (
+    HIGHLY_INPUT,
+    HOST_OFFLOAD,
+    MIN_CELL_S,
+    MIN_SHARE,
+    Breakdown,
+    Diagnosis,
+)
 from xprof_magic._analysis.model.summary import LabelRow, Summary
 from xprof_magic._analysis.summary.blocks import line_of
 from xprof_magic._analysis.timeline.facts import OFFLOAD, device_side
 from xprof_magic._backends import Vocabulary
 
-__all__ = [
-    "HIGHLY_INPUT",
-    "HOST_OFFLOAD",
-    "MIN_CELL_S",
-    "MIN_SHARE",
-    "MODERATELY_INPUT",
-    "diagnose",
-]
+__all__ = ["diagnose"]
 
-HIGHLY_INPUT = 0.20
-MODERATELY_INPUT = 0.05
-MIN_SHARE = 0.20
-MIN_CELL_S = 0.010
-HOST_OFFLOAD = 0.5
 _CANDIDATES = ("host", "compile", "transfer", "sync", "device", "collective")
 
 

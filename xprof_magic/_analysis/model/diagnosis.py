@@ -9,10 +9,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["VERDICTS", "Breakdown", "Diagnosis", "StepBreakdown"]
+__all__ = [
+    "HIGHLY_INPUT",
+    "HOST_OFFLOAD",
+    "MIN_CELL_S",
+    "MIN_SHARE",
+    "MODERATELY_INPUT",
+    "VERDICTS",
+    "Breakdown",
+    "Diagnosis",
+    "StepBreakdown",
+]
 
 VERDICTS = ("input", "host", "compile", "transfer", "sync", "device", "collective", "unknown")
 """Every verdict a diagnosis can reach, the bottleneck's category (``unknown``: none)."""
+HIGHLY_INPUT = 0.20
+"""Input's share that is XProf's "highly input-bound": the verdict, over every other."""
+MODERATELY_INPUT = 0.05
+"""Input's share that is XProf's "moderately input-bound" (up to :data:`HIGHLY_INPUT`)."""
+MIN_SHARE = 0.20
+"""The least share a category other than input needs to be the verdict."""
+MIN_CELL_S = 0.010
+"""A cell whose breakdown covers less time has no bottleneck worth acting on."""
+HOST_OFFLOAD = 0.5
+"""The part of the transfer time that, as the chip's host-offload copies, is that cause."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.diagnosis.verdict import MIN_CELL_S
+from xprof_magic._analysis.model.diagnosis import MIN_CELL_S
 from xprof_magic._backends import Vocabulary
 from xprof_magic._units import seconds
 
