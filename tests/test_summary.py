@@ -313,6 +313,20 @@ def test_a_summary_and_a_comparison_display_themselves(
     assert "A: shapes" in data["text/plain"] and "<table" in data["text/html"]
 
 
+def test_a_summary_saved_before_the_analysis_was_staged_loads_and_shows_its_words() -> None:
+    """A summary saved by the version before the verdict became data (no ``shares``, no
+    ``warm_up``) loads, and shows the words it was saved with, not words made again."""
+    saved = Path(__file__).parent / "data" / "summary_saved_before_stages.json"
+    s = Summary.from_json(json.loads(saved.read_text(encoding="utf-8")))
+    d = s.diagnosis
+    assert d.verdict == "host" and d.shares == () and d.warm_up == 0
+    assert d.headline.startswith("Host-bound: 88% of each step after the 2 first (compiling)")
+    assert ("warm-up steps", "2") in d.evidence and "torch_xla.compile" in d.fix
+    text = s._repr_mimebundle_()["text/plain"]
+    assert text == render_text(s) and d.headline in text
+    assert "Host-bound: 88%" in render_html(s)
+
+
 def test_a_quick_summary_first_then_the_full_one(runs: dict[str, Path], tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(runs["shapes"], run)
