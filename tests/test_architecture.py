@@ -1,6 +1,6 @@
-"""The package's shape, checked: where IPython may be imported, no import cycles, module size,
-Colab branches only in the notebook context and the Colab frame, no probing of a backend
-object, and a ``%load_ext`` that imports nothing heavy.
+"""The package's shape, checked: ARCHITECTURE.md's "may import" table, where IPython may be
+imported, no import cycles, module size, Colab branches only in the notebook context and the
+Colab frame, no probing of a backend object, and a ``%load_ext`` that imports nothing heavy.
 
 ARCHITECTURE.md states these rules; these tests keep them true as the code grows. The static
 rules read the modules' syntax trees, not their text, and each has a test that it can fail.
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import xprof_magic
+from tests._import_table import Row, module_imports, read_table, row_of, violations
 
 PACKAGE = Path(xprof_magic.__file__).resolve().parent
 NOTEBOOK = "xprof_magic._notebook"
@@ -34,26 +35,17 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "ARCHITECTURE.md"
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """Every module of the package that ``name`` imports, at any depth of its code."""
-    found: set[str] = set()
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            subs = [f"{base}.{alias.name}" for alias in node.names]
-            targets = [sub for sub in subs if sub in MODULES] or [base]
-        else:
-            continue
-        found.update(t for t in targets if t in MODULES and t != name)
-    return found
+def _imports(name: str, path: Path, typing_too: bool = True) -> set[str]:
+    """Every module of the package that ``name`` imports, at any depth of its code (with
+    ``typing_too`` False, leaving out imports only type checkers run)."""
+    return {
+        use.target
+        for use in module_imports(name, path, MODULES)
+        if use.target in MODULES and (typing_too or not use.typing_only)
+    }
 
 
 def test_every_module_is_found() -> None:
@@ -61,7 +53,9 @@ def test_every_module_is_found() -> None:
 
 
 def test_no_import_cycles_even_inside_functions() -> None:
-    graph = {name: _imports(name, path) for name, path in MODULES.items()}
+    """Imports inside functions count; those only type checkers run (``if TYPE_CHECKING:``)
+    do not: a renderer names the model's types, and the model's display calls the renderer."""
+    graph = {name: _imports(name, path, typing_too=False) for name, path in MODULES.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -95,8 +89,59 @@ def test_no_import_cycles_even_inside_functions() -> None:
 def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
     """The import reader sees imports inside functions, so a hidden cycle would be caught."""
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    from xprof_magic import _store\n")
-    assert _imports("xprof_magic._fake", source) == {"xprof_magic._store"}
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from xprof_magic import _units\n"
+        "def f():\n    from xprof_magic import _store\n"
+    )
+    assert _imports("xprof_magic._fake", source, typing_too=False) == {"xprof_magic._store"}
+    assert _imports("xprof_magic._fake", source) == {"xprof_magic._store", "xprof_magic._units"}
+
+
+def _table() -> list[Row]:
+    return read_table(ARCHITECTURE.read_text(encoding="utf-8"))
+
+
+def test_every_import_is_one_architecture_md_allows() -> None:
+    """Each import between the package's parts, and of each third-party library, is one its
+    row of the table allows (lazily where it says so); an allowed edge need not be used."""
+    found = violations(_table(), MODULES)
+    assert not found, "\n".join(
+        [*found, "change the import, or the row of ARCHITECTURE.md's table that forbids it"]
+    )
+
+
+def test_every_part_the_table_names_exists() -> None:
+    """A path in the table that names no module is a typo, or a part that moved."""
+    rows = _table()
+    named = {p for row in rows for p in row.where} | {
+        p for row in rows for clause in row.clauses for p in clause.parts if p != "*"
+    }
+    missing = [p for p in sorted(named) if not any(row_of(m, [_only(p)]) for m in MODULES)]
+    assert not missing, f"ARCHITECTURE.md's table names {missing}, which are not modules"
+
+
+def _only(part: str) -> Row:
+    return Row((part,), "", ())
+
+
+def test_the_table_check_can_fail() -> None:
+    """A forbidden import fails, at import time where only a lazy one is allowed too; an
+    allowed one that the code stops using changes nothing."""
+    rows = _table()
+    guard, model = "xprof_magic._viewer.guard", "xprof_magic._analysis.model.summary"
+    sources = {
+        guard: "import numpy\nfrom xprof_magic import _analysis\ndef f():\n    import xprof\n",
+        model: "from xprof_magic._analysis.render import text\n",
+        "xprof_magic._gcs": "",
+    }
+    found = violations(rows, MODULES, sources)
+    assert [f.split(": the row")[0] for f in found] == [
+        f"{model}:1 imports xprof_magic._analysis.render.text",
+        f"{guard}:1 imports numpy",
+        f"{guard}:2 imports xprof_magic._analysis",
+    ]
+    assert "allows it only lazily" in found[0] and "not at all" in found[1]
 
 
 CORE = sorted(

@@ -23,7 +23,7 @@ import pytest
 from xprof_magic import _capture, _labels, _logdir, _ondemand, _registry, _store
 from xprof_magic._backends import Backend, MetricsSnapshot, ServerStatus, TraceAlreadyRunning
 from xprof_magic._plan import Plan
-from xprof_magic._steps import parse_steps
+from xprof_magic._step_window import parse_steps
 
 HOST = "fake-host"
 

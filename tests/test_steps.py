@@ -18,7 +18,7 @@ import pytest
 
 import xprof_magic
 from tests.conftest import FakeEvent, host_events, only_run, run, step_numbers
-from xprof_magic import _labels, _metadata, _steps, _store, _trace
+from xprof_magic import _labels, _metadata, _step_window, _steps, _store, _trace
 from xprof_magic._capture import parse_steps
 from xprof_magic._rewrite import rewrite
 
@@ -88,7 +88,7 @@ def test_a_window_starts_and_stops_the_trace_at_its_steps() -> None:
     tracker = _steps.StepTracker(
         FakeEvent,
         watch_syncs=True,
-        window=_trace.TraceWindow(_steps.StepWindow(2, 4), Trace()),
+        window=_trace.TraceWindow(_step_window.StepWindow(2, 4), Trace()),
     )
     tracker.arm()
     for _ in range(6):
@@ -105,9 +105,9 @@ def test_a_window_starts_and_stops_the_trace_at_its_steps() -> None:
         (None, (False, None)),
         (True, (True, None)),
         ("", (True, None)),
-        ("100:103", (True, _steps.StepWindow(100, 103))),
-        ("5:", (True, _steps.StepWindow(5, None))),
-        (":3", (True, _steps.StepWindow(0, 3))),
+        ("100:103", (True, _step_window.StepWindow(100, 103))),
+        ("5:", (True, _step_window.StepWindow(5, None))),
+        (":3", (True, _step_window.StepWindow(0, 3))),
     ],
 )
 def test_step_options_parse(given: Any, expected: Any) -> None:

@@ -16,7 +16,7 @@ from xprof_magic._version import __version__
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
-    from xprof_magic._analysis.diagnosis import Diagnosis
+    from xprof_magic._analysis.model.diagnosis import Diagnosis
     from xprof_magic._capture import Capture, CaptureResult, capture, last
     from xprof_magic._labels import label, step
     from xprof_magic._store import RunInfo, runs
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # Each public name and the module that defines it.
 _LAZY = {
     "Capture": "xprof_magic._capture",
-    "Diagnosis": "xprof_magic._analysis.diagnosis",
+    "Diagnosis": "xprof_magic._analysis.model.diagnosis",
     "CaptureResult": "xprof_magic._capture",
     "capture": "xprof_magic._capture",
     "last": "xprof_magic._capture",
@@ -96,10 +96,11 @@ def summarize(
 
 
 def summary_text(summary: Summary) -> str:
-    """A summary as plain text, as ``%xprof summary`` shows it in a terminal."""
-    from xprof_magic import _analysis
+    """A summary as plain text, as ``%xprof summary`` shows it in a terminal: the text
+    renderer a summary's own display uses (a summary shows itself as a cell's value)."""
+    from xprof_magic._analysis.render.text import render_text
 
-    return _analysis.render_text(summary)
+    return render_text(summary)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -29,7 +29,8 @@ from xprof_magic._plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_defau
 from xprof_magic._record import Ended, run_metadata
 from xprof_magic._registry import capabilities, get_backend, get_vocabulary
 from xprof_magic._result import CaptureResult, size_warning
-from xprof_magic._steps import StepTracker, end_messages, parse_steps
+from xprof_magic._step_window import end_messages, parse_steps
+from xprof_magic._steps import StepTracker
 from xprof_magic._trace import Trace, TraceWindow, collect_workers
 
 __all__ = [

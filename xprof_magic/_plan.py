@@ -15,7 +15,7 @@ from typing import Any
 
 from xprof_magic import _logdir, _store
 from xprof_magic._registry import DEFAULT_PORT
-from xprof_magic._steps import StepWindow
+from xprof_magic._step_window import StepWindow
 
 __all__ = ["DEFAULT_PORT", "NO_SERVER_ENV", "Plan", "server_by_default"]
 

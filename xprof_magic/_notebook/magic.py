@@ -225,7 +225,7 @@ class XprofMagics(Magics):
 
     def _plan(self, args: Any, cell: execute.Cell) -> _plan.Plan:
         from xprof_magic import _detect, _logdir, _plan, _store
-        from xprof_magic._steps import parse_steps
+        from xprof_magic._step_window import parse_steps
 
         if not 0 < args.port < 65536:
             raise UsageError(f"--port {args.port} is not a port; use a number from 1 to 65535")

@@ -1,9 +1,9 @@
 """Every host of a multi-host run, side by side: step time, busy time, the slowest one.
 
 The rest of the summary reads one host in depth; here each host's timeline is read with the
-same reader (:func:`~xprof_magic._analysis.trace.read_trace`) for two figures that tell hosts
-apart: how long a step takes, and how busy the device was. In a synchronous multi-host job
-the slowest host sets everyone's pace, so it is named.
+same reader (:func:`~xprof_magic._analysis.timeline.trace.read_trace`) for two figures that
+tell hosts apart: how long a step takes, and how busy the device was. In a synchronous
+multi-host job the slowest host sets everyone's pace, so it is named.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from xprof_magic._analysis import blocks
-from xprof_magic._analysis.device import device_info
-from xprof_magic._analysis.facts import LABEL, TRACE, TraceFacts
-from xprof_magic._analysis.model import HostRow
-from xprof_magic._analysis.trace import read_trace
+from xprof_magic._analysis.model.summary import HostRow
+from xprof_magic._analysis.summary import blocks
+from xprof_magic._analysis.summary.device import device_info
+from xprof_magic._analysis.timeline.facts import LABEL, TRACE, TraceFacts
+from xprof_magic._analysis.timeline.trace import read_trace
 from xprof_magic._backends import TimelineNames, Vocabulary
 from xprof_magic._metadata import RunMetadata
 
@@ -33,7 +33,7 @@ def host_rows(
     deadline: float | None,
 ) -> tuple[HostRow, ...]:
     """One row per timeline; ``read`` holds those already read, the others are read with
-    ``runtime`` (:func:`~xprof_magic._analysis.trace.read_trace`'s). Raises ``ReadAborted``
+    ``runtime`` (:func:`~xprof_magic._analysis.timeline.trace.read_trace`'s). Raises ``ReadAborted``
     when ``deadline`` (``time.perf_counter``) passes."""
     rows = []
     for path in xplanes:

@@ -2,7 +2,9 @@
 
 Both come from the timeline when it was read (every label, user ``xp.Trace`` and step,
 nested as they ran, with the compilations each held) and otherwise from the magic's own
-timers in the run's metadata (labels and step times, no compilations).
+timers in the run's metadata (labels and step times, no compilations). Also where a label
+is in the cell's source (:func:`line_of`) and the input shapes its loop saw
+(:func:`input_shapes`).
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import bisect
 import statistics
 
-from xprof_magic._analysis.facts import STEP, Block, TraceFacts
-from xprof_magic._analysis.model import LabelRow, StepStats
+from xprof_magic._analysis.model.summary import LabelRow, StepStats
+from xprof_magic._analysis.timeline.facts import STEP, Block, TraceFacts
 from xprof_magic._labels import SHAPES_EVENT
+from xprof_magic._markers import find_markers, label_for
 from xprof_magic._metadata import RunMetadata
 
 __all__ = [
@@ -21,10 +24,12 @@ __all__ = [
     "MAX_LABEL_ROWS",
     "MAX_STEP_DURATIONS",
     "RunsByRow",
+    "input_shapes",
     "label_names",
     "labels_from_metadata",
     "labels_from_trace",
     "labels_not_in_trace",
+    "line_of",
     "main_line",
     "steps_from_metadata",
     "steps_from_trace",
@@ -285,3 +290,30 @@ def steps_from_trace(facts: TraceFacts) -> StepStats | None:
 def steps_from_metadata(meta: RunMetadata) -> StepStats | None:
     """The magic's step timer, when the cell had steps."""
     return _step_stats("step", "metadata", list(meta.steps), ()) if meta.steps else None
+
+
+def line_of(cell: str, path: tuple[str, ...]) -> int:
+    """The cell line (from 1) of the innermost element of ``path`` found in ``cell``: a
+    ``# xprof: NAME`` comment's line, or the statement a label was made from; 0 if none."""
+    lines = cell.splitlines()
+    markers = find_markers(cell) if "xprof:" in cell else []
+    for name in reversed(path):
+        for marker in markers:
+            if marker.name == name:
+                return marker.line
+        for number, text in enumerate(lines, 1):
+            if text.strip() and label_for(text) == name:
+                return number
+    return 0
+
+
+def input_shapes(facts: TraceFacts) -> tuple[str, ...]:
+    """The input shapes the cell's loop saw, in order, each change once (from the markers
+    :func:`xprof_magic._labels.inputs` leaves)."""
+    seen: list[str] = []
+    for b in sorted(facts.blocks, key=lambda b: b.start):
+        if b.name.startswith(SHAPES_EVENT):
+            shape = b.name[len(SHAPES_EVENT) :].strip()
+            if not seen or seen[-1] != shape:
+                seen.append(shape)
+    return tuple(seen)

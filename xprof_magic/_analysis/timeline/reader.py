@@ -1,84 +1,57 @@
-"""The timeline pass over one line (thread) at a time: categories, blocks, compiles, tables.
+"""The timeline pass over one host line (thread) at a time: categories, blocks, compiles, tables.
 
-Each line's events become arrays (:mod:`~xprof_magic._analysis.lines`), nesting by time
-gives each event its parent (:mod:`~xprof_magic._analysis.nesting`), and the steps below
-run over those arrays in an order the former event-by-event reader's results depend on:
-categories level by level, then blocks, compile charges and the per-name self-time tables.
-Python touches single events only where a stat decides: whether an event is a step
-(``step_num``) or an XLA op (``hlo_op``), and each compilation.
+Each line's events become arrays (:mod:`.lines`), nesting by time gives each event its
+parent (:mod:`.nesting`), and the steps below run over those arrays in an order the former
+event-by-event reader's results depend on: categories level by level, then blocks, compile
+charges and the per-name self-time tables. Python touches single events only where a stat
+decides: whether an event is a step (``step_num``) or an XLA op (``hlo_op``), and each
+compilation. What an event is by its name is :mod:`.events`'s; a device's plane is read by
+:mod:`.device_planes` into the same facts.
 
 What the pass relies on (verified on torch_xla 2.9.0 and jax 0.10 captures):
 
 * Labels, user traces and steps sit on ``/host:CPU`` lines of Python threads (not named
   ``tf_*``); a step carries a ``step_num`` stat.
 * The backend's own host events (sync, compile, transfer, execute) nest inside those; they
-  are C++-qualified (``::``), start with one of XLA's :data:`XLA_RUNTIME_PREFIXES`, or are
-  named in the backend's vocabulary (``runtime_names``, ``runtime_prefixes``), which the
-  caller passes. A compilation is one of the vocabulary's ``compile_events``.
-* On the CPU, XLA ops run on :data:`XLA_CPU_CLIENT_GROUPS` threads as events with an
-  ``hlo_op`` stat; compilation passes run on ``tf_xla-cpu-codegen/*``.
-* On a TPU, each ``/device:TPU:N`` plane has ``XLA Modules`` and ``XLA Ops`` lines; each op's
-  event metadata carries its ``hlo_category`` and ``shape_with_layout`` (verified on a JAX
-  capture of 4 TPU v6e chips from XProf's test data). The chip's waits are XLA ops of
-  their own: :func:`device_side` names those the breakdown counts apart from compute.
+  are C++-qualified (``::``), start with one of XLA's
+  :data:`~.events.XLA_RUNTIME_PREFIXES`, or are named in the backend's vocabulary
+  (``runtime_names``, ``runtime_prefixes``), which the caller passes. A compilation is one
+  of the vocabulary's ``compile_events``.
+* On the CPU, XLA ops run on :data:`~.events.XLA_CPU_CLIENT_GROUPS` threads as events with
+  an ``hlo_op`` stat; compilation passes run on ``tf_xla-cpu-codegen/*``.
 * Events on a line nest: a child ends inside its parent. A line where one does not is
   walked with an explicit stack instead, with the same result.
-
-Only XLA's own names are written here, which every backend built on XLA shares; no
-profiler's (torch_xla's, JAX's) are: without a vocabulary the pass knows no compile event.
 """
 
 from __future__ import annotations
 
-import re
 import time
 
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis import nesting
-from xprof_magic._analysis.facts import (
+from xprof_magic._analysis.timeline import nesting
+from xprof_magic._analysis.timeline.events import (
+    NO_RUNTIME,
+    XLA_CODEGEN,
+    XLA_CPU_CLIENT_GROUPS,
+    Runtime,
+    name_flags,
+    step_num,
+    thread_group,
+)
+from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
-    DEVICE_SIDE,
-    OFFLOAD,
     XLA_OP,
     Block,
     GroupFacts,
     ReadAborted,
     TraceFacts,
 )
-from xprof_magic._analysis.lines import Floats, Ints, Line, Plane
+from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
 
-__all__ = [
-    "COLLECTIVE",
-    "NO_RUNTIME",
-    "XLA_CPU_CLIENT_GROUPS",
-    "XLA_RUNTIME_PREFIXES",
-    "Reader",
-    "Runtime",
-    "device_side",
-]
-
-Runtime = tuple[frozenset[str], tuple[str, ...]]
-"""A backend's own host events: exact names and name prefixes (its vocabulary's)."""
-NO_RUNTIME: Runtime = (frozenset(), ())
-
-XLA_RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
-"""Host events of XLA's PjRt runtime and thread pools, under any backend built on it."""
-XLA_CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
-"""The threads of XLA's CPU client that run the compiled XLA ops."""
-_XLA_CODEGEN = "tf_xla-cpu-codegen"
-
-COLLECTIVE = re.compile(
-    "all-reduce|all-gather|reduce-scatter|all-to-all|collective|send|recv|megascale"
-)
-"""The words of an ``hlo_category`` that make its op a collective: XLA's collective opcodes in any
-form (``-start``, ``-done``, ``… fusion``, ``ragged-…``; ``collective`` covers
-``collective-permute``/``-broadcast``), chip-to-chip ``send``/``recv``, Megascale's (DCN)."""
-HOST_MEMORY_SPACE = "S(5)"
-"""XLA's host memory space (``kHostMemorySpace``) in a layout: an array offloaded to the host."""
-_OPCODE = re.compile(r" = .*? ([a-z][a-z0-9-]*)\(")
+__all__ = ["Reader"]
 
 _LABEL, _TRACE, _STEP, _RUNTIME, _COMPILE, _XLA_OP = range(len(CATEGORIES))
 
@@ -112,7 +85,7 @@ class Reader:
             raise ReadAborted
 
     def host_line(self, line: Line) -> None:
-        group = _group(line.name)
+        group = thread_group(line.name)
         n = len(line.start)
         self.check()
         self.facts.events += n
@@ -123,7 +96,7 @@ class Reader:
         order, start, dur, name_id = nesting.time_order(line)
         end = start + dur
         names = line.names
-        flag = _name_flags(names, self.label_names, self.runtime, self.compile_events)
+        flag = name_flags(names, self.label_names, self.runtime, self.compile_events)
         pushed = (dur > 0) & ~flag["end"][name_id]
         nest = nesting.nest(start, end, pushed)
         steps: dict[int, int | None] = {}
@@ -145,7 +118,7 @@ class Reader:
         if ops.any():
             self.cpu_op_spans.append((start[ops], end[ops]))
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
-        self._tables(start, end, dur, name_id, names, nest, cat)
+        self.tables(start, end, dur, name_id, names, nest, cat)
 
     def _categories(
         self,
@@ -179,12 +152,12 @@ class Reader:
                 maybe_block = open_ & ~(runtime & ~flag["label"][ids]) & ~compile_
                 for j in np.flatnonzero(maybe_block).tolist():
                     at = int(here[j])
-                    steps[at] = step_num = _step_num(line, int(order[at]))
-                    if step_num is not None:
+                    steps[at] = number = step_num(line, int(order[at]))
+                    if number is not None:
                         mine[j] = _STEP
                     else:
                         mine[j] = _LABEL if flag["label"][ids[j]] else _TRACE
-            elif group.startswith(_XLA_CODEGEN):
+            elif group.startswith(XLA_CODEGEN):
                 mine[:] = _COMPILE
             elif group in XLA_CPU_CLIENT_GROUPS:
                 inside = parent_cat == _XLA_OP
@@ -287,9 +260,9 @@ class Reader:
             return
         for key, mask in found.items():
             if mask.any():
-                self._add_spans(key, start[mask], end[mask])
+                self.add_spans(key, start[mask], end[mask])
 
-    def _add_spans(self, key: str, lo: Floats, hi: Floats) -> None:
+    def add_spans(self, key: str, lo: Floats, hi: Floats) -> None:
         self.facts.spans.setdefault(key, []).append((lo.tolist(), hi.tolist()))
 
     def _charge(self, index: int, dur: float, innermost: bool) -> None:
@@ -299,7 +272,7 @@ class Reader:
             block.compiles += 1
             block.compile_ns += dur
 
-    def _tables(
+    def tables(
         self,
         start: Floats,
         end: Floats,
@@ -343,51 +316,6 @@ class Reader:
             table[0] += int(counts[u])
             table[1] += float(sums[u])
 
-    def device_plane(self, plane: Plane) -> None:
-        """A device's busy time; on the first device plane also the breakdown's spans: its
-        modules (``device``) and, within them, its waits (:data:`DEVICE_SIDE`)."""
-        lines = {line.name: line for line in plane.lines()}
-        busy_line = lines.get("XLA Modules") or lines.get("XLA Ops")
-        first = not self.facts.devices
-        busy = 0.0
-        for name, line in lines.items():
-            self.facts.events += len(line.start)
-            self.check()
-            if line is busy_line:
-                busy = nesting.union_ns(line.start, line.start + line.dur, self.facts.window)
-                if first:
-                    self._add_spans("device", line.start, line.start + line.dur)
-            if name == "XLA Ops":
-                self._device_ops(line, first)
-        self.facts.devices.append((plane.name, busy))
-
-    def _device_ops(self, line: Line, waits: bool) -> None:
-        """Self time of a device's XLA ops (an op's nested ops are not its own time), and
-        with ``waits`` the spans of those :func:`device_side` names, at any depth (a loop's
-        body nests in its ``while``)."""
-        _, start, dur, name_id = nesting.time_order(line)
-        end = start + dur
-        pushed = dur > 0
-        nest = nesting.nest(start, end, pushed)
-        cat = np.where(pushed, _XLA_OP, -1).astype(np.int8)
-        self._tables(start, end, dur, name_id, line.names, nest, cat)
-        if not waits or not pushed.any():
-            return
-        categories = line.meta_stat("hlo_category") or [None] * len(line.names)
-        shapes = line.meta_stat("shape_with_layout") or [None] * len(line.names)
-        kinds = np.array(
-            [
-                device_side(c, f"{n} {s or ''}")
-                for n, c, s in zip(line.names, categories, shapes, strict=True)
-            ]
-            + [""]
-        )
-        kind = kinds[name_id]
-        for key in DEVICE_SIDE:
-            mask = pushed & (kind == key)
-            if mask.any():
-                self._add_spans(key, start[mask], end[mask])
-
     def finish(self) -> None:
         """Union the CPU op spans; charge compilations seen off the Python threads by time."""
         facts = self.facts
@@ -403,77 +331,3 @@ class Reader:
                 self._charge(
                     i, dur, innermost=not any(facts.blocks[j].parent == i for j in holders)
                 )
-
-
-def device_side(category: str | None, text: str) -> str:
-    """The span key (:data:`DEVICE_SIDE`) of a chip's XLA op that waits rather than computes,
-    else ``""``: ``category`` is its ``hlo_category`` (None: the opcode in its HLO ``text``),
-    ``text`` its HLO text and shape. Infeed is input; outfeed and ``host send``/``recv`` a
-    transfer; a copy (``copy-start``/``copy-done``) with the host memory space
-    (:data:`HOST_MEMORY_SPACE`) anywhere in its shapes a host-offload copy
-    (``device:offload``); a category holding a word of :data:`COLLECTIVE` a collective."""
-    if category is None:
-        match = _OPCODE.search(text)
-        category = match.group(1) if match else ""
-    kind = category.lower()
-    if "infeed" in kind:
-        return "device:input"
-    if "outfeed" in kind or kind.startswith("host "):
-        return "device:transfer"
-    if kind.startswith("copy"):
-        return OFFLOAD if HOST_MEMORY_SPACE in text else ""
-    if COLLECTIVE.search(kind):
-        return "collective"
-    return ""
-
-
-def _is_copy(name: str) -> bool:
-    """A host-device copy: XLA's ``H2D``/``D2H`` dispatches, a client's ``Transfer*``."""
-    return "H2D" in name or "D2H" in name or "transfer" in name.lower()
-
-
-def _blocks_host(name: str) -> bool:
-    """The host waits for the device: XLA's ``Wait for …``, a runtime's barrier."""
-    lower = name.lower()
-    return "wait" in lower or "barrier" in lower
-
-
-def _name_flags(
-    names: list[str],
-    label_names: frozenset[str],
-    runtime: Runtime,
-    compile_events: frozenset[str],
-) -> dict[str, NDArray[np.bool_]]:
-    """Per distinct name: what the pass asks of it, computed once per line."""
-    more, prefixes = runtime
-    return {
-        "end": np.array([n.startswith("end: ") for n in names], bool),
-        "compile": np.array([n in compile_events for n in names], bool),
-        "runtime": np.array(
-            [_runtime_name(n) or n in more or n.startswith(prefixes) for n in names], bool
-        ),
-        "label": np.array([n in label_names for n in names], bool),
-        "wait": np.array(["wait" in n.lower() for n in names], bool),
-        "blocks": np.array([_blocks_host(n) for n in names], bool),
-        "copy": np.array([_is_copy(n) for n in names], bool),
-    }
-
-
-def _step_num(line: Line, event: int) -> int | None:
-    value = line.stat(event, "step_num")
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
-def _group(line_name: str) -> str:
-    if not line_name.startswith("tf_"):
-        return "python"
-    return line_name.split("/", 1)[0]
-
-
-def _runtime_name(name: str) -> bool:
-    return "::" in name or name.startswith(XLA_RUNTIME_PREFIXES)

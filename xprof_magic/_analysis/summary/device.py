@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from xprof_magic._analysis.breakdown import busy_ns
-from xprof_magic._analysis.facts import TraceFacts
-from xprof_magic._analysis.model import DeviceBusy, DeviceInfo, OpRow, ThreadGroup
+from xprof_magic._analysis.model.summary import DeviceBusy, DeviceInfo, OpRow, ThreadGroup
+from xprof_magic._analysis.summary.spans import busy_ns
+from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._backends import NEUTRAL, Vocabulary
 
 __all__ = ["TOP_OPS", "device_info", "top_host_ops", "top_ops"]

@@ -1,7 +1,8 @@
 """Where the time of each step, and of the cell, went: the step-time breakdown.
 
 Each instant of a step is given to the first of these that holds it (:data:`PRIORITY`; the
-chip's own waits, :data:`~xprof_magic._analysis.facts.DEVICE_SIDE`, come before ``device``):
+chip's own waits, :data:`~xprof_magic._analysis.timeline.facts.DEVICE_SIDE`, come before
+``device``):
 
 - ``input``: the cell's loop waits in ``next()`` for its next item (the rewriter times each
   one as a label ``next(…)``, :func:`xprof_magic._labels.inputs`), or a data loader's own
@@ -35,23 +36,31 @@ the work the loop queued: a host that runs ahead of the device leaves it busy af
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.facts import DEVICE_SIDE, LABEL, OFFLOAD, STEP, Block, TraceFacts
-from xprof_magic._analysis.model import Breakdown, StepBreakdown
+from xprof_magic._analysis.model.diagnosis import Breakdown, StepBreakdown
+from xprof_magic._analysis.summary.blocks import main_line
+from xprof_magic._analysis.summary.spans import NO_SPANS, Spans, measure, merge
+from xprof_magic._analysis.timeline.facts import (
+    DEVICE_SIDE,
+    LABEL,
+    OFFLOAD,
+    STEP,
+    Block,
+    TraceFacts,
+)
+from xprof_magic._backends import Vocabulary
+from xprof_magic._metadata import RunMetadata
 
 __all__ = [
     "BREAKDOWN_CATEGORIES",
     "INPUT_PREFIX",
     "PRIORITY",
-    "Spans",
     "breakdown",
-    "busy_ns",
     "from_metrics",
-    "merge",
+    "of_metadata",
+    "of_trace",
 ]
 
 BREAKDOWN_CATEGORIES = (
@@ -71,62 +80,6 @@ INPUT_PREFIX = "next("
 MAX_STEPS = 10_000
 _FETCH_GAP_NS = 5e6
 
-Spans = tuple[NDArray[np.float64], NDArray[np.float64]]
-"""Disjoint intervals, sorted: their starts and their ends (ns)."""
-_NONE: Spans = (np.empty(0), np.empty(0))
-
-
-_Times = Sequence[float] | NDArray[np.float64]
-
-
-def merge(pieces: Iterable[tuple[_Times, _Times]]) -> Spans:
-    """The union of intervals given in pieces, as sorted disjoint intervals."""
-    parts = [(np.asarray(lo, np.float64), np.asarray(hi, np.float64)) for lo, hi in pieces]
-    if not parts:
-        return _NONE
-    lo = np.concatenate([a for a, _ in parts])
-    hi = np.concatenate([b for _, b in parts])
-    keep = hi > lo
-    lo, hi = lo[keep], hi[keep]
-    if not len(lo):
-        return _NONE
-    order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], np.maximum.accumulate(hi[order])
-    first = np.ones(len(lo), bool)
-    first[1:] = lo[1:] > hi[:-1]
-    at = np.flatnonzero(first)
-    return lo[at], hi[np.r_[at[1:] - 1, len(lo) - 1]]
-
-
-def _union(a: Spans, b: Spans) -> Spans:
-    return merge([a, b])
-
-
-def _covered(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.float64]:
-    """For each time in ``t``, how long ``spans`` covered before it."""
-    starts, ends = spans
-    if not len(starts):
-        return np.zeros(len(t))
-    before = np.concatenate([[0.0], np.cumsum(ends - starts)])
-    i = np.searchsorted(starts, t, side="right")
-    over = np.where(i > 0, np.maximum(0.0, ends[np.maximum(i - 1, 0)] - t), 0.0)
-    return before[i] - over
-
-
-def _measure(spans: Spans, lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray[np.float64]:
-    """How long ``spans`` covers each interval ``[lo[k], hi[k])``."""
-    return _covered(spans, hi) - _covered(spans, lo)
-
-
-def busy_ns(facts: TraceFacts) -> float | None:
-    """How long the device ran executions in the window (None: no execution seen)."""
-    pieces = facts.spans.get("device")
-    if not pieces:
-        return None
-    spans = merge(pieces)
-    lo, hi = facts.window or (float(spans[0][0]), float(spans[1][-1]))
-    return float(_measure(spans, np.array([lo]), np.array([hi]))[0])
-
 
 def _split(
     cover: dict[str, Spans], lo: NDArray[np.float64], hi: NDArray[np.float64], busy: Spans | None
@@ -137,14 +90,14 @@ def _split(
     with the host-offload copies' seconds in a last column."""
     out = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES)))
     side = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES) + 1))
-    taken = _NONE
+    taken = NO_SPANS
     done = np.zeros(len(lo))
     for key in PRIORITY:
         spans = cover.get(key)
         if spans is None or not len(spans[0]):
             continue
-        taken = _union(taken, spans)
-        now = _measure(taken, lo, hi)
+        taken = merge([taken, spans])
+        now = measure(taken, lo, hi)
         out[:, _COLUMN[key]] += now - done
         if key in DEVICE_SIDE:
             side[:, _COLUMN[key]] += now - done
@@ -155,7 +108,7 @@ def _split(
     if busy is None:
         out[:, _HOST] = np.maximum(0.0, length - done)
     else:
-        with_host = _measure(_union(taken, busy), lo, hi)
+        with_host = measure(merge([taken, busy]), lo, hi)
         out[:, _HOST] = np.maximum(0.0, with_host - done)
         out[:, _IDLE] = np.maximum(0.0, length - with_host)
     return np.round(np.maximum(out, 0.0) / 1e9, 9), np.round(np.maximum(side, 0.0) / 1e9, 9)
@@ -235,6 +188,41 @@ def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:
         cell=tuple(round(seconds[c], 9) for c in BREAKDOWN_CATEGORIES),
         cell_s=round(wall_s, 9),
     )
+
+
+def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Breakdown:
+    """The breakdown of the cell's thread (:func:`breakdown`), with the backend's untimed
+    host copies (its ``host_copy_ns`` metric) moved to transfer."""
+    pipeline = words.timeline.input_pipeline
+    name = words.metrics.host_copy_ns
+    copy = meta.metrics.metrics.get(name) if name else None
+    return breakdown(
+        facts,
+        main_line(facts.blocks, pipeline),
+        pipeline,
+        untimed_copy_s=copy.total_s / 1e9 if copy else 0.0,
+    )
+
+
+def of_metadata(meta: RunMetadata, words: Vocabulary) -> Breakdown:
+    """The breakdown from the metadata alone, while the timeline waits (a pending summary):
+    the ``next()`` timers and the backend's compile, execute and transfer metrics."""
+    timers, names = meta.metrics.metrics, words.metrics
+
+    def total(name: str) -> float:
+        entry = timers.get(name) if name else None
+        return entry.total_s if entry else 0.0
+
+    copy = total(names.host_copy_ns) / 1e9
+    measured = {
+        "input": sum(
+            label.total_s for label in meta.labels if label.path[-1].startswith(INPUT_PREFIX)
+        ),
+        "compile": total(names.compile_time),
+        "device": total(names.execute_time),
+        "transfer": total(names.to_device_time) + total(names.from_device_time) + copy,
+    }
+    return from_metrics(meta.wall_s or 0.0, measured)
 
 
 _HOST = BREAKDOWN_CATEGORIES.index("host")

@@ -1,43 +1,20 @@
-"""Two runs side by side: the same quantities in rows, and what differs in kind.
+"""Two runs side by side: the same quantities in rows, and what differs in kind, as data.
 
 Rows cover the two diagnoses (verdict and each category's share of step time), the device,
-wall time, steps, compilations, runtime figures, CPU fallbacks and
-every labelled block, the blocks of both runs merged into one tree.
+wall time, steps, compilations, runtime figures, CPU fallbacks and every labelled block, the
+blocks of both runs merged into one tree. The words (the notes, the tables) are the render
+stage's (:mod:`~xprof_magic._analysis.render.comparison`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from xprof_magic._analysis.model.comparison import CompareRow, Comparison
+from xprof_magic._analysis.model.summary import Summary
 
-from xprof_magic._analysis.html import compare_html
-from xprof_magic._analysis.model import CompareRow, Summary
-from xprof_magic._analysis.text import compare_text
+__all__ = ["MOVED", "compare"]
 
-__all__ = ["Comparison", "compare", "moved"]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Two summaries side by side: the rows, and notes on what differs in kind."""
-
-    a: str
-    b: str
-    rows: tuple[CompareRow, ...]
-    notes: tuple[str, ...]
-
-    def text(self) -> str:
-        """The side-by-side table as plain text."""
-        return compare_text(self.a, self.b, self.rows, self.notes)
-
-    def html(self) -> str:
-        """The side-by-side table as static, self-contained HTML."""
-        return compare_html(self.a, self.b, self.rows, self.notes)
-
-    def _repr_html_(self) -> str:
-        return self.html()
-
-    def __str__(self) -> str:
-        return self.text()
+MOVED = 0.05
+"""A category's share of step time that moved by this much (5 points) is said as moved."""
 
 
 def compare(a: Summary, b: Summary) -> Comparison:
@@ -53,19 +30,17 @@ def compare(a: Summary, b: Summary) -> Comparison:
         *_fallback_rows(a, b),
         *_label_rows(a, b),
     ]
-    notes: list[str] = []
-    what_moved = moved(a, b)
-    if what_moved:
-        notes.append(what_moved)
-    if a.device.kind != b.device.kind:
-        notes.append(
-            f"The runs used different devices ({a.device.kind} vs {b.device.kind}): "
-            "their times are not comparable."
-        )
-    for which, s in (("A", a), ("B", b)):
-        if s.missing:
-            notes.append(f"{which} is incomplete: {s.missing[0]}")
-    return Comparison(a.run, b.run, tuple(rows), tuple(notes))
+    x, y = _shares(a), _shares(b)
+    verdicts = tuple((s.diagnosis.verdict, s.diagnosis.share) for s in (a, b)) if x or y else ()
+    return Comparison(
+        a.run,
+        b.run,
+        tuple(rows),
+        verdicts=verdicts,
+        moves=_moves(x, y),
+        devices=(a.device.kind, b.device.kind),
+        incomplete=tuple((which, s.missing[0]) for which, s in (("A", a), ("B", b)) if s.missing),
+    )
 
 
 def _shares(s: Summary) -> dict[str, float]:
@@ -80,22 +55,13 @@ def _verdict(s: Summary) -> str:
     return d.verdict if d.share is None else f"{d.verdict} ({d.share:.0%})"
 
 
-def moved(a: Summary, b: Summary) -> str:
-    """The two verdicts and the categories whose share of step time moved by at least 5
-    points, largest move first: ``Diagnosis: input (82%) → device (71%); input 82% → 6%,
-    device 3% → 71%``; "" when neither run has a diagnosis, or nothing moved."""
-    x, y = _shares(a), _shares(b)
-    if not x and not y:
-        return ""
+def _moves(x: dict[str, float], y: dict[str, float]) -> tuple[tuple[str, float, float], ...]:
+    """The categories whose share moved by :data:`MOVED` or more, largest move first."""
     changes = sorted(
-        (c for c in dict.fromkeys([*x, *y]) if abs(x.get(c, 0.0) - y.get(c, 0.0)) >= 0.05),
+        (c for c in dict.fromkeys([*x, *y]) if abs(x.get(c, 0.0) - y.get(c, 0.0)) >= MOVED),
         key=lambda c: -abs(x.get(c, 0.0) - y.get(c, 0.0)),
     )
-    what = ", ".join(f"{c} {x.get(c, 0.0):.0%} → {y.get(c, 0.0):.0%}" for c in changes)
-    if not what and a.diagnosis.verdict == b.diagnosis.verdict:
-        return ""
-    head = f"Diagnosis: {_verdict(a)} → {_verdict(b)}"
-    return f"{head}; {what}" if what else f"{head}; no category moved by 5 points or more"
+    return tuple((c, x.get(c, 0.0), y.get(c, 0.0)) for c in changes)
 
 
 def _diagnosis_rows(a: Summary, b: Summary) -> list[CompareRow]:

@@ -3,7 +3,7 @@
 Each line read on its own gives a :class:`_Part` (its share of the facts, from zero);
 :func:`absorb` adds the parts to the whole in line order, as the serial pass would have
 added the same numbers, so the facts equal the one-process pass's to the last bit. The
-workers (:mod:`~xprof_magic._analysis.pool`, :mod:`~xprof_magic._analysis.worker`) run
+workers (:mod:`.pool`, :mod:`.worker`) run
 :func:`read_parts`; what they need travels as plain data (:class:`_Settings`).
 """
 
@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from xprof_magic._analysis import pool
-from xprof_magic._analysis.facts import GroupFacts, TraceFacts
-from xprof_magic._analysis.lines import Floats, SerializedLines
-from xprof_magic._analysis.reader import Reader, Runtime
+from xprof_magic._analysis.timeline import pool
+from xprof_magic._analysis.timeline.events import Runtime
+from xprof_magic._analysis.timeline.facts import GroupFacts, TraceFacts
+from xprof_magic._analysis.timeline.lines import Floats, SerializedLines
+from xprof_magic._analysis.timeline.reader import Reader
 
 __all__ = ["absorb", "host_lines_in_parallel", "read_parts"]
 

@@ -1,4 +1,4 @@
-"""A summary, and two side by side, as static HTML with one inline SVG chart (:mod:`.chart`).
+"""A summary as static HTML, with inline SVG charts (:mod:`.chart`, :mod:`.breakdown_chart`).
 
 The HTML carries no script, no external resource and no ``<style>`` block (inline styles
 only), so it shows the same in a live notebook, a saved one opened without a kernel, and
@@ -8,14 +8,12 @@ viewers that strip scripts. Every string that came from the user's cell is escap
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.breakdown_chart import breakdown_svg
-from xprof_magic._analysis.chart import BLUE, GREY, ORANGE, chart_svg
-from xprof_magic._analysis.chart import escape as _e
-from xprof_magic._analysis.model import CompareRow, Summary
-from xprof_magic._analysis.text import (
-    compare_cell,
-    compare_delta,
+from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
+from xprof_magic._analysis.render.chart import BLUE, GREY, ORANGE, chart_svg
+from xprof_magic._analysis.render.chart import escape as _e
+from xprof_magic._analysis.render.text import (
     header,
     label_name,
     op_sections,
@@ -26,11 +24,14 @@ from xprof_magic._analysis.text import (
 from xprof_magic._registry import get_vocabulary
 from xprof_magic._units import NONE, percent, seconds
 
-__all__ = ["chart_svg", "compare_html", "render_html"]
+if TYPE_CHECKING:
+    from xprof_magic._analysis.model.summary import Summary
+
+__all__ = ["BOX", "HEADING", "chart_svg", "render_html", "table"]
 
 HTML_LABEL_ROWS = 60
 _LEVEL_COLOR = {"error": "#d62728", "warning": ORANGE, "info": BLUE}
-_BOX = (
+BOX = (
     "font-family:system-ui,-apple-system,'Segoe UI',sans-serif;font-size:13px;"
     "line-height:1.4;max-width:980px;border:1px solid rgba(127,127,127,0.35);"
     "border-radius:6px;padding:10px 14px;"
@@ -39,10 +40,10 @@ _TABLE = "border-collapse:collapse;margin:4px 0 10px 0;font-size:12px;"
 _TH = "text-align:left;padding:2px 8px;border-bottom:1px solid rgba(127,127,127,0.35);"
 _TD = "padding:1px 8px;vertical-align:top;"
 _NUM = _TD + "text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
-_H = "margin:10px 0 2px 0;font-size:13px;font-weight:600;"
+HEADING = "margin:10px 0 2px 0;font-size:13px;font-weight:600;"
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int]) -> str:
+def table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int]) -> str:
     cells = "".join(
         f'<th style="{_TH}{"text-align:right;" if i in numeric else ""}">{_e(h)}</th>'
         for i, h in enumerate(head)
@@ -87,15 +88,15 @@ def _hosts(s: Summary) -> list[str]:
                 + f" ({_e(percent(h.busy_share))})",
             ]
         )
-    table = _table(["host", "step", "step time", "steps", "device busy"], rows, {2, 3, 4})
-    return [f'<div style="{_H}">{_e(head)}</div>', table]
+    hosts = table(["host", "step", "step time", "steps", "device busy"], rows, {2, 3, 4})
+    return [f'<div style="{HEADING}">{_e(head)}</div>', hosts]
 
 
 def render_html(summary: Summary) -> str:
     """Static, self-contained HTML (inline styles and SVG, no script) of the summary."""
     s = summary
     words = get_vocabulary(s.backend)
-    parts = [f'<div class="xprof-magic-summary" style="{_BOX}">']
+    parts = [f'<div class="xprof-magic-summary" style="{BOX}">']
     parts += _heading(s)
     picture = breakdown_svg(s.diagnosis)
     if picture:
@@ -104,17 +105,17 @@ def render_html(summary: Summary) -> str:
     if chart:
         parts.append(f'<div style="margin:6px 0">{chart}</div>')
     if s.steps:
-        parts.append(f'<div style="{_H}">Steps</div><div>{_e(steps_line(s.steps))}</div>')
+        parts.append(f'<div style="{HEADING}">Steps</div><div>{_e(steps_line(s.steps))}</div>')
     parts += _labels(s)
     parts += _hosts(s)
     parts += _device(s)
-    parts.append(f'<div style="{_H}">{_e(words.headings.metrics)}</div>')
-    parts.append(_table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set()))
+    parts.append(f'<div style="{HEADING}">{_e(words.headings.metrics)}</div>')
+    parts.append(table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set()))
     parts += _compile_sites(s)
     if s.fallbacks:
-        parts.append(f'<div style="{_H}">{_e(words.headings.fallbacks)}</div>')
+        parts.append(f'<div style="{HEADING}">{_e(words.headings.fallbacks)}</div>')
         parts.append(
-            _table(
+            table(
                 ["op", "calls", "hint"],
                 [[_e(f.op), str(f.count), _e(f.hint)] for f in s.fallbacks],
                 {1},
@@ -123,7 +124,7 @@ def render_html(summary: Summary) -> str:
     parts += _ops(s)
     if s.missing:
         items = "".join(f"<li>{_e(m)}</li>" for m in s.missing)
-        parts.append(f'<div style="{_H}">Missing from this summary</div>')
+        parts.append(f'<div style="{HEADING}">Missing from this summary</div>')
         parts.append(f'<ul style="margin:2px 0">{items}</ul>')
     made_by = f"<br>{_e(versions_line(s))}" if s.versions else ""
     parts.append(
@@ -162,7 +163,7 @@ def _labels(s: Summary) -> list[str]:
     source = {"trace": "from the timeline", "metadata": "from the magic's timers"}.get(
         s.label_source, ""
     )
-    parts = [f'<div style="{_H}">Labelled blocks — host time {_e(source)}</div>']
+    parts = [f'<div style="{HEADING}">Labelled blocks — host time {_e(source)}</div>']
     rows = []
     for row in s.labels[:HTML_LABEL_ROWS]:
         pad = 14 * (len(row.path) - 1)
@@ -179,7 +180,7 @@ def _labels(s: Summary) -> list[str]:
             ]
         )
     parts.append(
-        _table(["block", "total", "mean", "runs", "share of cell", "compiles"], rows, {1, 2, 3})
+        table(["block", "total", "mean", "runs", "share of cell", "compiles"], rows, {1, 2, 3})
     )
     if len(s.labels) > HTML_LABEL_ROWS:
         parts.append(f"<div>… {len(s.labels) - HTML_LABEL_ROWS} more blocks</div>")
@@ -188,7 +189,7 @@ def _labels(s: Summary) -> list[str]:
 
 def _device(s: Summary) -> list[str]:
     """How busy the device (or the CPU client) and each group of host threads were."""
-    parts = [f'<div style="{_H}">Device and host threads</div>']
+    parts = [f'<div style="{HEADING}">Device and host threads</div>']
     d = s.device
     if d.busy_s is not None and d.window_s:
         what = "XLA ops were running on the CPU client" if d.on_cpu else "Device busy"
@@ -198,7 +199,7 @@ def _device(s: Summary) -> list[str]:
         )
     if d.devices:
         parts.append(
-            _table(
+            table(
                 ["device", "busy", "share", "idle"],
                 [
                     [_e(x.name), seconds(x.busy_s), percent(x.share), percent(1 - x.share)]
@@ -209,7 +210,7 @@ def _device(s: Summary) -> list[str]:
         )
     if d.threads:
         parts.append(
-            _table(
+            table(
                 ["threads", "count", "busy (thread time)", "share of window", "role"],
                 [
                     [_e(g.name), str(g.threads), seconds(g.busy_s), percent(g.share), _e(g.role)]
@@ -236,16 +237,16 @@ def _compile_sites(s: Summary) -> list[str]:
         for x in s.compiles.sites[:20]
     ]
     head = ["compiled inside", "compiles", "time", "runs that compiled", ""]
-    return [_table(head, rows, {1, 2, 3})]
+    return [table(head, rows, {1, 2, 3})]
 
 
 def _ops(s: Summary) -> list[str]:
     """One table per kind of operation (host, device, compile), by self time."""
     parts = []
     for title, ops in op_sections(s):
-        parts.append(f'<div style="{_H}">{_e(title)} (self time)</div>')
+        parts.append(f'<div style="{HEADING}">{_e(title)} (self time)</div>')
         parts.append(
-            _table(
+            table(
                 ["operation", "kind", "count", "self time", "share"],
                 [
                     [
@@ -261,39 +262,3 @@ def _ops(s: Summary) -> list[str]:
             )
         )
     return parts
-
-
-def compare_html(a: str, b: str, rows: Sequence[CompareRow], notes: Sequence[str]) -> str:
-    """Two runs side by side as static HTML."""
-    parts = [f'<div class="xprof-magic-compare" style="{_BOX}">']
-    parts.append(f'<div style="font-weight:600">xprof compare — A: {_e(a)} · B: {_e(b)}</div>')
-    for note in notes:
-        parts.append(
-            f'<div style="border-left:4px solid {ORANGE};padding:2px 8px;margin:3px 0">'
-            f"{_e(note)}</div>"
-        )
-    section = ""
-    table_rows: list[list[str]] = []
-
-    def flush() -> None:
-        if table_rows:
-            parts.append(f'<div style="{_H}">{_e(section)}</div>')
-            parts.append(_table(["", f"A: {a}", f"B: {b}", "Δ (B − A)"], table_rows, {1, 2, 3}))
-            table_rows.clear()
-
-    for row in rows:
-        if row.section != section:
-            flush()
-            section = row.section
-        pad = 14 * max(0, len(row.path) - 1)
-        table_rows.append(
-            [
-                f'<span style="padding-left:{pad}px">{_e(row.name)}</span>',
-                _e(compare_cell(row.a, row.unit)),
-                _e(compare_cell(row.b, row.unit)),
-                _e(compare_delta(row)),
-            ]
-        )
-    flush()
-    parts.append("</div>")
-    return "".join(parts)

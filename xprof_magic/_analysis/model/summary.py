@@ -9,35 +9,27 @@ which then recomputes.
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import Any
 
-from xprof_magic._analysis.diagnosis import Breakdown, Diagnosis, StepBreakdown
+from xprof_magic._analysis.model.diagnosis import Diagnosis
+from xprof_magic._analysis.model.plain import from_plain, to_plain
 
 __all__ = [
     "SUMMARY_SCHEMA",
-    "Breakdown",
-    "CompareRow",
     "CompileSite",
     "Compiles",
     "DeviceBusy",
     "DeviceInfo",
-    "Diagnosis",
     "Fallback",
     "HostRow",
     "LabelRow",
     "Note",
     "OpRow",
-    "StepBreakdown",
     "StepStats",
     "Summary",
     "ThreadGroup",
     "Timed",
-    "from_plain",
-    "to_plain",
 ]
 
 SUMMARY_SCHEMA = 2
@@ -228,27 +220,19 @@ class OpRow:
 
 
 @dataclass(frozen=True)
-class CompareRow:
-    """One quantity in two runs; ``unit`` is ``s``, ``count`` or ``text``.
-
-    Label rows carry their ``path``; ``name`` is its last element.
-    """
-
-    section: str
-    name: str
-    a: float | str | None
-    b: float | str | None
-    unit: str
-    path: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Summary:
     """What one run says at a glance. ``pending``: the timeline is still to be read.
 
     ``diagnosis`` is its conclusion: the bottleneck, where and the fix (:class:`Diagnosis`).
+    ``notes`` are the headlines in words; they and the diagnosis's words are the render
+    stage's (:mod:`~xprof_magic._analysis.render.headline`,
+    :mod:`~xprof_magic._analysis.render.notes`), made once when the summary is built and saved
+    with it, so a summary saved by an older version shows the words it was saved with.
 
     ``missing`` lists, as sentences, what could not be read and so is absent here.
+
+    A summary displays itself (IPython's rich display: ``_repr_mimebundle_``), as the text
+    and static HTML renderers (:mod:`~xprof_magic._analysis.render`) show it.
     """
 
     run: str
@@ -299,71 +283,9 @@ class Summary:
             raise ValueError(f"not a summary of schema {SUMMARY_SCHEMA}")
         return from_plain(cls, data)
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """``text/plain`` and static ``text/html``, for IPython's display of a cell's value."""
+        from xprof_magic._analysis.render.html import render_html
+        from xprof_magic._analysis.render.text import render_text
 
-def to_plain(value: Any) -> Any:
-    """Dataclasses to dicts and tuples to lists, recursively."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [to_plain(item) for item in value]
-    return value
-
-
-T = TypeVar("T")
-_hints_cache: dict[type, dict[str, Any]] = {}
-
-
-def from_plain(cls: type[T], data: Any) -> T:
-    """Rebuild dataclass ``cls`` from :func:`to_plain`'s output, checking every type."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-    hints = _hints_cache.get(cls)
-    if hints is None:
-        hints = _hints_cache[cls] = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{cls.__name__}.{f.name}")
-    try:
-        return cls(**kwargs)
-    except TypeError as error:
-        raise ValueError(f"{cls.__name__}: {error}") from None
-
-
-def _convert(hint: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    if origin is Union or origin is types.UnionType:
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(option, value, where)
-            except ValueError:
-                continue
-        raise ValueError(f"{where}: {value!r} does not fit {hint}")
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ValueError(f"{where}: expected a list")
-        args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], item, where) for item in value)
-        if len(args) != len(value):
-            raise ValueError(f"{where}: expected {len(args)} items")
-        return tuple(_convert(a, item, where) for a, item in zip(args, value, strict=True))
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return from_plain(hint, value)
-    if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint in (str, bool):
-        if isinstance(value, hint):
-            return value
-    elif hint is Any:
-        return value
-    raise ValueError(f"{where}: {value!r} is not a {getattr(hint, '__name__', hint)}")
+        return {"text/plain": render_text(self), "text/html": render_html(self)}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from xprof_magic._analysis.model import CompileSite, Note, Summary
-from xprof_magic._analysis.verdict import HIGHLY_INPUT, MODERATELY_INPUT
+from xprof_magic._analysis.model.diagnosis import HIGHLY_INPUT, MODERATELY_INPUT
+from xprof_magic._analysis.model.summary import CompileSite, Note, Summary
 from xprof_magic._backends import NEUTRAL, Vocabulary
 from xprof_magic._registry import capabilities
 from xprof_magic._units import seconds

@@ -1,8 +1,8 @@
 """A capture's timeline as arrays: one :class:`Line` per thread, read one at a time.
 
-The timeline pass (:mod:`xprof_magic._analysis.trace`) works on arrays of start, duration
+The timeline pass (:mod:`.trace`) works on arrays of start, duration
 and name per line. This module makes them from an ``xplane.pb`` parsed with our schema
-(:mod:`xprof_magic._analysis.xspace`), or from planes shaped like XProf's ``ProfileData``
+(:mod:`.xspace`), or from planes shaped like XProf's ``ProfileData``
 (tests build those by hand). Python touches each event once here, to copy three numbers
 into an array; stats are read later, for the few events whose kind depends on one.
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis import xspace
+from xprof_magic._analysis.timeline import xspace
 
 __all__ = [
     "Floats",

@@ -9,9 +9,13 @@ its length written on it.
 
 from __future__ import annotations
 
-from xprof_magic._analysis.chart import escape
-from xprof_magic._analysis.diagnosis import Diagnosis
+from typing import TYPE_CHECKING
+
+from xprof_magic._analysis.render.chart import escape
 from xprof_magic._units import seconds
+
+if TYPE_CHECKING:
+    from xprof_magic._analysis.model.diagnosis import Diagnosis
 
 __all__ = ["COLOURS", "breakdown_svg"]
 

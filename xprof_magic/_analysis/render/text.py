@@ -1,22 +1,21 @@
-"""A summary, and two summaries side by side, as plain text (``text/plain``).
+"""A summary as plain text (``text/plain``).
 
 The text form is what terminals, logs and tests read: the headlines first, then one short
 section per question. The pieces both forms share (the header line, the steps sentence,
-the runtime figures, a comparison's cells) live here too, so the HTML says the same words.
+the runtime figures) live here too, so the HTML says the same words.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.model import CompareRow, LabelRow, OpRow, StepStats, Summary, Timed
 from xprof_magic._registry import get_vocabulary
 from xprof_magic._units import NONE, data_size, percent, seconds
 
+if TYPE_CHECKING:
+    from xprof_magic._analysis.model.summary import LabelRow, OpRow, StepStats, Summary, Timed
+
 __all__ = [
-    "compare_cell",
-    "compare_delta",
-    "compare_text",
     "header",
     "label_name",
     "op_sections",
@@ -224,55 +223,3 @@ def op_sections(s: Summary) -> list[tuple[str, tuple[OpRow, ...]]]:
         )
         if ops
     ]
-
-
-def compare_cell(value: float | str | None, unit: str) -> str:
-    """One run's value in a comparison."""
-    if value is None:
-        return NONE
-    if isinstance(value, str):
-        return value
-    if unit == "s":
-        return seconds(value)
-    return f"{value:g}"
-
-
-def compare_delta(row: CompareRow) -> str:
-    """B − A, and B / A for times."""
-    a, b = row.a, row.b
-    if isinstance(a, str) or isinstance(b, str):
-        return "" if a == b else "differs"
-    if a is None or b is None:
-        return "only in A" if b is None else "only in B"
-    diff = b - a
-    if diff == 0:
-        return "="
-    text = seconds(diff) if row.unit == "s" else f"{diff:+g}"
-    if row.unit == "s" and not text.startswith("-"):
-        text = "+" + text
-    if a > 0 and row.unit == "s":
-        text += f" ({b / a:.2g}×)"
-    return text
-
-
-def _indented(row: CompareRow) -> str:
-    return "  " * max(0, len(row.path) - 1) + row.name
-
-
-def compare_text(a: str, b: str, rows: Sequence[CompareRow], notes: Sequence[str]) -> str:
-    """Two runs side by side as plain text, grouped by section."""
-    out = [f"xprof compare — A: {a}   B: {b}"]
-    out.extend(f"  ! {n}" for n in notes)
-    width = min(max([len(_indented(r)) for r in rows] + [10]), 48)
-    section = ""
-    for row in rows:
-        if row.section != section:
-            section = row.section
-            out += ["", f"{section}", f"  {'':<{width}} {'A':>12} {'B':>12}  Δ (B − A)"]
-        name = _indented(row)
-        name = name if len(name) <= width else name[: width - 1] + "…"
-        out.append(
-            f"  {name:<{width}} {compare_cell(row.a, row.unit):>12} "
-            f"{compare_cell(row.b, row.unit):>12}  {compare_delta(row)}"
-        )
-    return "\n".join(out)

@@ -7,10 +7,12 @@ below, so that it reads on a light and a dark notebook theme alike; :mod:`.html`
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.blocks import INPUT_PIPELINE
-from xprof_magic._analysis.model import LabelRow, StepStats, Summary
 from xprof_magic._units import seconds
+
+if TYPE_CHECKING:
+    from xprof_magic._analysis.model.summary import LabelRow, StepStats, Summary
 
 __all__ = ["BLUE", "GREY", "ORANGE", "chart_svg", "escape"]
 
@@ -26,10 +28,9 @@ def chart_svg(summary: Summary, width: int = 560, height: int = 150) -> str:
     """Step times as bars (compiling steps orange), else the largest labels; "" if neither."""
     if summary.steps and summary.steps.count >= 2:
         return _steps_svg(summary.steps, width, height)
+    loader = {r.path for r in summary.labels if r.kind == "input"}
     rows = [
-        r
-        for r in summary.labels
-        if len(r.path) <= 2 and not r.thread and r.path[0] != INPUT_PIPELINE
+        r for r in summary.labels if len(r.path) <= 2 and not r.thread and r.path[:1] not in loader
     ]
     if rows:
         return _labels_svg(sorted(rows, key=lambda r: -r.total_s)[:8], width)

@@ -1,7 +1,8 @@
-"""``python -m xprof_magic._analysis.worker``: one share of a timeline pass, for another process.
+"""``python -m xprof_magic._analysis.timeline.worker``: one share of a timeline pass, for
+another process.
 
-Started by :class:`~xprof_magic._analysis.pool.Pool`: reads one pickled task from stdin
-(the arguments of :func:`~xprof_magic._analysis.parallel.read_parts`: serialized lines and
+Started by :class:`.pool.Pool`: reads one pickled task from stdin
+(the arguments of :func:`.parallel.read_parts`: serialized lines and
 what reading them needs) and writes the pickled parts, or the exception that stopped it,
 to stdout.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import pickle
 import sys
 
-from xprof_magic._analysis.parallel import read_parts
+from xprof_magic._analysis.timeline.parallel import read_parts
 
 __all__ = ["main"]
 

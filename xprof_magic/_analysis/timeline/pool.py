@@ -5,8 +5,8 @@ A 100 MB capture of torch_xla on the CPU holds most of its events on two or thre
 protobuf's runtime and numpy under one GIL. Lines are independent until their sums are
 added, so the biggest go to worker processes while this process reads the rest.
 
-A worker is a fresh interpreter running ``python -m xprof_magic._analysis.worker``, started
-before the file is read (its imports take about 0.2 s) and given one task through its
+A worker is a fresh interpreter running ``python -m xprof_magic._analysis.timeline.worker``,
+started before the file is read (its imports take about 0.2 s) and given one task through its
 stdin: its lines, still serialized, written by a thread of this process so that reading
 goes on meanwhile. It answers with its lines' parts on stdout. Neither ``fork`` (unsafe in
 a process that holds threads, such as a kernel or a training script) nor
@@ -45,8 +45,8 @@ timeline this process reads meanwhile."""
 ANSWER_S = 60.0
 """How long a worker may take before its answer begins, besides a second per MB it reads
 (it reads tens of MB a second): this only catches a worker that hangs."""
-_WORKER_MODULE = "xprof_magic._analysis.worker"
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_WORKER_MODULE = "xprof_magic._analysis.timeline.worker"
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
 
 class WorkerFailed(Exception):

@@ -1,17 +1,38 @@
 """The diagnosis of a run, as plain frozen dataclasses: the step-time breakdown and the verdict.
 
-Part of the summary's model (:mod:`.model`), saved with it in ``xprof_magic_summary.json``;
-:mod:`.breakdown` measures the breakdown and :mod:`.verdict` draws the verdict from it.
+Part of the summary's model (:mod:`.summary`), saved with it in ``xprof_magic_summary.json``;
+:mod:`~xprof_magic._analysis.diagnosis.breakdown` measures the breakdown and
+:mod:`~xprof_magic._analysis.diagnosis.verdict` draws the verdict from it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["VERDICTS", "Breakdown", "Diagnosis", "StepBreakdown"]
+__all__ = [
+    "HIGHLY_INPUT",
+    "HOST_OFFLOAD",
+    "MIN_CELL_S",
+    "MIN_SHARE",
+    "MODERATELY_INPUT",
+    "VERDICTS",
+    "Breakdown",
+    "Diagnosis",
+    "StepBreakdown",
+]
 
 VERDICTS = ("input", "host", "compile", "transfer", "sync", "device", "collective", "unknown")
 """Every verdict a diagnosis can reach, the bottleneck's category (``unknown``: none)."""
+HIGHLY_INPUT = 0.20
+"""Input's share that is XProf's "highly input-bound": the verdict, over every other."""
+MODERATELY_INPUT = 0.05
+"""Input's share that is XProf's "moderately input-bound" (up to :data:`HIGHLY_INPUT`)."""
+MIN_SHARE = 0.20
+"""The least share a category other than input needs to be the verdict."""
+MIN_CELL_S = 0.010
+"""A cell whose breakdown covers less time has no bottleneck worth acting on."""
+HOST_OFFLOAD = 0.5
+"""The part of the transfer time that, as the chip's host-offload copies, is that cause."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +51,7 @@ class Breakdown:
 
     ``categories`` names the columns of ``cell`` and of each step's ``seconds``: input, host,
     compile, transfer, sync, device, collective and idle (how each is measured:
-    :mod:`xprof_magic._analysis.breakdown`). ``steps`` keeps the first 10,000 of
+    :mod:`xprof_magic._analysis.diagnosis.breakdown`). ``steps`` keeps the first 10,000 of
     ``step_count``. Empty when the timeline was not read.
 
     ``on_device``: per category, the seconds of ``cell`` that a chip's own XLA ops held
@@ -74,20 +95,34 @@ class Breakdown:
 class Diagnosis:
     """The summary's conclusion: what bounds the cell, where in its code, and what to do.
 
+    What the diagnosis stage decides (:mod:`~xprof_magic._analysis.diagnosis.verdict`):
+
     - ``verdict``: one of :data:`VERDICTS`: the bottleneck's category (``device`` is the
       healthy case: the device computes most of the time);
     - ``share``: that category's share of step time (of the cell's time without steps);
+    - ``shares``: every measured category's share of the same time, ``(category, share)`` in
+      the breakdown's order (idle left out); empty when the cell was too short to diagnose;
+    - ``warm_up``: how many first steps (that compiled) the shares leave out;
+    - ``busy``: the device's busy share of the same time: compute and the chip's own waits
+      (collectives, infeed, outfeed, host-offload copies), not ``device`` alone;
     - ``where``: the label path that carries most of it, and ``line``, its line in the cell
       (from 1; 0 when unknown);
-    - ``evidence``: the numbers behind the verdict, as ``(name, value)`` text pairs;
-    - ``fix``: one sentence of advice, in the backend's words;
     - ``cause``: for ``compile``, why it compiled: ``growing graph``, ``changing shapes``,
       ``warm-up``, ``first run`` or ``""``; for ``transfer``, ``host offload`` when most of
       it is the chip's own copies to and from host memory; ``shapes``: the input shapes
-      seen, in order, when they changed;
-    - ``headline``: the verdict in words, the summary's first note after the device line;
-    - ``level``: that note's level: ``warning`` for a bottleneck, ``info`` otherwise;
+      seen, in order, when they changed; ``offloaded``: for ``host offload``, the chip's
+      copy ops and the array each moves (``(op, HLO shape)``, longest copy first);
+    - the fix: the vocabulary's advice for ``cause``, else for ``verdict``
+      (:meth:`advice_keys`);
+    - ``source``: what the breakdown was measured from: ``timeline``, or ``metadata`` while
+      the timeline waits;
+    - ``level``: the headline's level: ``warning`` for a bottleneck, ``info`` otherwise;
     - ``breakdown``: every category, for the cell and per step.
+
+    Its words, which the render stage writes (:mod:`~xprof_magic._analysis.render.headline`)
+    when the summary is built and saves with it: ``evidence``, the numbers behind the verdict
+    as ``(name, value)`` text pairs; ``fix``, one sentence of advice in the backend's words;
+    ``headline``, the verdict in words, the summary's first note after the device line.
     """
 
     verdict: str = "unknown"
@@ -101,3 +136,25 @@ class Diagnosis:
     headline: str = ""
     level: str = "info"
     breakdown: Breakdown = Breakdown()
+    shares: tuple[tuple[str, float], ...] = ()
+    warm_up: int = 0
+    busy: float = 0.0
+    offloaded: tuple[tuple[str, str], ...] = ()
+    source: str = "timeline"
+
+    def share_of(self, category: str) -> float:
+        """``category``'s share (of :attr:`shares`; 0 when not measured)."""
+        return dict(self.shares).get(category, 0.0)
+
+    def basis(self) -> Breakdown:
+        """The breakdown the shares are of: the steps after the :attr:`warm_up` ones."""
+        if not self.warm_up:
+            return self.breakdown
+        return replace(self.breakdown, steps=self.breakdown.steps[self.warm_up :])
+
+    def advice_keys(self) -> tuple[str, ...]:
+        """Where the fix is found in the vocabulary's advice, in order: the cause, the verdict
+        (none for ``unknown``)."""
+        if self.verdict == "unknown":
+            return ()
+        return (self.cause, self.verdict) if self.cause else (self.verdict,)

@@ -8,7 +8,7 @@ run. Labels, steps, compile events, XLA ops and thread activity are all timeline
 
 Why not XProf's ``ProfileData`` API, which the first reader used: it costs about 10 µs an
 event (43 s and 3 GB for a 100 MB capture). Here the file is parsed by the protobuf runtime
-with a schema of our own (:mod:`~xprof_magic._analysis.xspace`), one line (thread) at a
+with a schema of our own (:mod:`.xspace`), one line (thread) at a
 time; each line becomes arrays of start, duration and name (:mod:`.lines`), and nesting,
 self time and per-name totals are array operations. The numbers are those of the former
 event-by-event pass, which the tests keep as an oracle.
@@ -30,11 +30,12 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from xprof_magic._analysis import pool, xspace
-from xprof_magic._analysis.facts import TraceFacts
-from xprof_magic._analysis.lines import Plane, object_planes, xspace_planes
-from xprof_magic._analysis.parallel import host_lines_in_parallel
-from xprof_magic._analysis.reader import Reader
+from xprof_magic._analysis.timeline import pool, xspace
+from xprof_magic._analysis.timeline.device_planes import read_device_plane
+from xprof_magic._analysis.timeline.facts import TraceFacts
+from xprof_magic._analysis.timeline.lines import Plane, object_planes, xspace_planes
+from xprof_magic._analysis.timeline.parallel import host_lines_in_parallel
+from xprof_magic._analysis.timeline.reader import Reader
 from xprof_magic._backends import NEUTRAL, TimelineNames
 
 __all__ = ["read_planes", "read_trace"]
@@ -158,7 +159,7 @@ def _read(
                 reader.host_line(line)
                 del line  # before the next line is parsed: one line in memory at a time
         elif plane.name.startswith("/device:"):
-            reader.device_plane(plane)
+            read_device_plane(reader, plane)
         reader.check()
     reader.finish()
     return facts
