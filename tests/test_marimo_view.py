@@ -81,7 +81,7 @@ def test_a_new_run_in_the_log_directory_joins_the_views_shown_there(
     view = _view.RunView(viewer, logdir, "newer")
     _capture(logdir, "latest")
     _view.announce(logdir)
-    assert [name for name, _ in view.runs][0] == "latest"
+    assert view.runs[0][0] == "latest"
     assert view.run == "newer"  # the selection stays where the person left it
     view.refreshed += 1  # the Refresh button
     assert view.run == "newer" and len(view.runs) == 3
@@ -123,3 +123,19 @@ def test_a_run_shows_its_view_with_its_summary_and_the_viewer_started_for_it(
 
 def _capture_nothing() -> int:
     return 1
+
+
+def test_a_marimo_kernels_thread_is_drawn_first_as_pythons_is() -> None:
+    """In a marimo app the labels land on the kernel's main thread, named ``marimo``."""
+    import json
+
+    from xprof_magic._viewer import replies
+
+    sent = (
+        '{"traceEvents":[{"args":{"name":"tf_XLAEigen"},"name":"thread_name","ph":"M",'
+        '"pid":1,"tid":2},{"args":{"name":"marimo"},"name":"thread_name","ph":"M",'
+        '"pid":1,"tid":9}]}'
+    )
+    events = json.loads(replies.label_threads_first(sent.encode()))["traceEvents"]
+    sorts = {e["tid"]: e["args"]["sort_index"] for e in events if e["name"] == "thread_sort_index"}
+    assert sorts == {9: replies.TOP_SORT_INDEX}

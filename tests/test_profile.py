@@ -5,6 +5,7 @@ a ``with`` block is one run; bad input is one line naming the fix."""
 from __future__ import annotations
 
 import asyncio
+import re
 import traceback
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,8 @@ def test_a_step_window_traces_only_its_steps(logdir: Path) -> None:
 
 
 def test_a_with_block_is_one_run_with_the_labels_it_opens(logdir: Path) -> None:
-    with xprof_magic.profile(logdir=logdir, name="block") as run:
-        with xprof_magic.label("evaluate"):
-            total = (torch.ones(3, device=DEVICE) * 2).sum().item()
+    with xprof_magic.profile(logdir=logdir, name="block") as run, xprof_magic.label("evaluate"):
+        total = (torch.ones(3, device=DEVICE) * 2).sum().item()
     assert total == 6.0
     assert run.result is not None and run.name == "block"
     assert "evaluate" in event_names(run.result.run_dir)
@@ -205,7 +205,7 @@ def test_a_trace_already_running_refuses_the_call_with_nothing_run(logdir: Path)
 
     xp.start_trace(str(logdir.parent / "own"))
     try:
-        with pytest.raises(TraceAlreadyRunning, match="already running.*stop it with"):
+        with pytest.raises(TraceAlreadyRunning, match=r"already running.*stop it with"):
             work()
     finally:
         xp.stop_trace()
@@ -227,7 +227,7 @@ def test_a_trace_already_running_refuses_the_call_with_nothing_run(logdir: Path)
 def test_bad_options_are_refused_at_once_naming_the_fix(
     options: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         xprof_magic.profile(**options)
 
 
@@ -244,9 +244,9 @@ def test_what_cannot_be_rewritten_is_refused_naming_the_fix() -> None:
     def cached() -> int:
         return 1
 
-    with pytest.raises(TypeError, match="generator.*profile the function that consumes it"):
+    with pytest.raises(TypeError, match=r"generator.*profile the function that consumes it"):
         xprof_magic.profile(generator)
-    with pytest.raises(TypeError, match="not a plain function.*directly above its def"):
+    with pytest.raises(TypeError, match=r"not a plain function.*directly above its def"):
         xprof_magic.profile(cached)
     with pytest.raises(TypeError, match="no def of its own"):
         xprof_magic.profile(lambda: 1)

@@ -14,20 +14,11 @@ from xprof_magic import _plan
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
-    from xprof_magic._marimo.profile import Options
+    from xprof_magic._marimo.options import Options
     from xprof_magic._result import CaptureResult
     from xprof_magic._viewer import ViewerStart
 
-__all__ = ["Run", "announce", "in_marimo"]
-
-
-def in_marimo() -> bool:
-    """Whether this runs in a marimo notebook or app (never imports marimo to find out)."""
-    marimo = sys.modules.get("marimo")
-    try:
-        return bool(marimo is not None and marimo.running_in_notebook())
-    except Exception:
-        return False
+__all__ = ["Run", "announce"]
 
 
 class Run:
@@ -81,7 +72,7 @@ class Run:
                     f"{self._repr_html_()}<p><i>xprof: the runs and XProf need anywidget "
                     f"({error}): pip install anywidget</i></p>"
                 )
-            self._view = view.view_of(self, self.result)
+            self._view = view.view_of(self.result, self.options, self.viewer)
         return self._view
 
     def _repr_html_(self) -> str:

@@ -47,8 +47,9 @@ from xprof_magic._viewer.tools import list_tools, order_tools, page_urls, tool_l
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
-    from xprof_magic._marimo.run import Run
+    from xprof_magic._marimo.options import Options
     from xprof_magic._result import CaptureResult
+    from xprof_magic._viewer import ViewerStart
 
 __all__ = ["SUMMARY_BUDGET_S", "RunView", "announce", "location", "view_of"]
 
@@ -275,14 +276,13 @@ def _run_label(run: _store.RunInfo) -> str:
     return f"{run.name}{mark}  ({when})" if when else f"{run.name}{mark}"
 
 
-def view_of(run: Run, result: CaptureResult) -> RunView:
-    """The view of a run that stored ``result``: its summary now (a big one finishes apart
-    and replaces it), and the viewer, waited for up to a minute (a failed one is one line in
-    the view)."""
+def view_of(result: CaptureResult, options: Options, start: ViewerStart | None) -> RunView:
+    """The view of a stored run: its summary now (a big one finishes apart and replaces it),
+    and the viewer (``start``, else begun now), waited for up to a minute (a failed one is
+    one line in the view)."""
     from xprof_magic import _analysis
 
-    options = run.options
-    start = run.viewer or manager.begin_viewer(
+    start = start or manager.begin_viewer(
         result.logdir, port=options.viewer_port, kind=options.viewer
     )
     summary = _analysis.summary_of(result.run_dir, budget_s=SUMMARY_BUDGET_S)
