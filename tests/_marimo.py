@@ -1,7 +1,8 @@
-"""Helpers for the marimo tiers: a notebook file from cells, a ``marimo run`` server on a
-loopback port with a fixed token, and the frames of a run's view in its page.
+"""Helpers for the marimo tiers: a notebook file from cells, a ``marimo run`` app on a
+loopback port with a fixed token, or behind JupyterLab's jupyter-server-proxy (as on
+JupyterHub), and the frames of a run's view in its page.
 
-Everything the server and its kernel write (marimo's state, the viewers' info files, the
+Everything the servers and the kernel write (marimo's state, the viewers' info files, the
 captures) goes under one temporary folder, as for JupyterLab (:mod:`tests._browser`).
 """
 
@@ -20,13 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests._browser import TOKEN as LAB_TOKEN
+from tests._browser import JupyterLab, start_jupyterlab
 from tests._kernel import free_port
 
 __all__ = [
     "MARIMO",
+    "PROXIED",
     "TOKEN",
     "MarimoServer",
     "start_marimo",
+    "start_marimo_behind_jupyterlab",
     "view_frames",
     "write_marimo_notebook",
 ]
@@ -135,6 +140,29 @@ def start_marimo(
             raise RuntimeError(f"marimo did not start; its log:\n{server.log_tail()}")
         time.sleep(0.3)
     return server
+
+
+PROXIED = "marimo"
+"""The path JupyterLab serves the marimo app under (jupyter-server-proxy's ``servers``)."""
+
+
+def start_marimo_behind_jupyterlab(
+    notebook: Path, home: Path, env: Mapping[str, str]
+) -> tuple[JupyterLab, str, str]:
+    """JupyterLab on a free loopback port, serving ``marimo run notebook`` at ``/marimo/``
+    through jupyter-server-proxy, which also serves the viewer's port at ``/proxy/<port>/``:
+    one origin, as on JupyterHub. Returns the server, the URL that logs the browser in, and
+    the app's URL. ``notebook`` must not be under ``home/notebooks``."""
+    command = [MARIMO, "run", str(notebook), "--headless", "--host", "127.0.0.1"]
+    command += ["--port", "{port}", "--base-url", "{base_url}" + PROXIED, "--no-token"]
+    command += ["--no-sandbox", "--no-skew-protection"]
+    servers = {PROXIED: {"command": command, "absolute_url": True, "timeout": 120}}
+    # start_jupyterlab writes the server's JSON config; Jupyter also reads a Python one.
+    config = home / "config" / "jupyter_server_config.py"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"c.ServerProxy.servers = {servers!r}\n")
+    lab = start_jupyterlab(home, base_env=env)
+    return lab, f"{lab.origin}/lab?token={LAB_TOKEN}", f"{lab.origin}/{PROXIED}/"
 
 
 def view_frames(page: Any, index: int) -> tuple[Any, Any]:
