@@ -16,6 +16,7 @@ import torch_xla
 
 import xprof_magic
 from tests.conftest import event_names, only_run, step_numbers
+from tests.conftest import run as run_cell
 from xprof_magic import _metadata
 from xprof_magic._backends import TraceAlreadyRunning
 from xprof_magic._rewrite import find_markers
@@ -154,6 +155,19 @@ def test_a_profiled_function_inside_another_capture_adds_its_labels_there(logdir
     paths = {s.path: s.count for s in outer.run.result.labels}
     assert paths[("first = inner()", "y = torch.ones(2, device=DEVICE) * 3")] == 1
     assert paths[("return first + inner()", "return float(y.sum().item())")] == 1
+
+
+def test_a_profiled_function_in_a_magic_cell_adds_its_labels_to_the_cells_run(
+    ip: Any, logdir: Path
+) -> None:
+    ip.user_ns["profiled"] = xprof_magic.profile(logdir=logdir / "never", name="never")(square_sum)
+    result = run_cell(ip, logdir, "total = profiled(2)", "--name cell")
+    assert result.success, result.error_in_exec
+    assert [r.name for r in xprof_magic.runs(logdir)] == ["cell"]
+    assert xprof_magic.runs(logdir / "never") == []
+    last = xprof_magic.last()
+    assert last is not None
+    assert ("total = profiled(2)", "for _ in range(n)", "matmul") in {s.path for s in last.labels}
 
 
 def test_an_async_function_is_captured_while_awaited(logdir: Path) -> None:
