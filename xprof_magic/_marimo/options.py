@@ -109,7 +109,7 @@ class Options:
             port=self.port,
             backend=backend,
             cell=cell,
-            options={"api": "profile", **{k: str(v) for k, v in self.given.items()}},
+            options={"api": "profile", **{k: _plain(v) for k, v in self.given.items()}},
         )
 
     def begin_viewer(self) -> ViewerStart | None:
@@ -120,3 +120,8 @@ class Options:
         from xprof_magic._viewer import manager
 
         return manager.begin_viewer(self.logdir.local, port=self.viewer_port, kind=self.viewer)
+
+
+def _plain(value: Any) -> Any:
+    """An option as the run's metadata keeps it: JSON's own types, else its text (a path)."""
+    return value if isinstance(value, bool | int | float | str) else str(value)

@@ -26,7 +26,7 @@ import types
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from xprof_magic import _capture, _labels, _store
 from xprof_magic._backends import TraceAlreadyRunning, get_vocabulary
@@ -35,14 +35,10 @@ from xprof_magic._marimo.options import Options
 from xprof_magic._marimo.run import Run, announce
 from xprof_magic._registry import DEFAULT_HEIGHT, DEFAULT_PORT
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["Options", "Profiled", "Profiler", "profile"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-VIEWERS = ("xprof", "tensorboard")
 
 
 def _refused(error: BaseException, backend: str) -> BaseException:
@@ -165,6 +161,7 @@ class Profiler:
         self.options = options
         self.run: Run | None = None
         self._stack: ExitStack | None = None
+        self._capture: _capture.Capture | None = None
 
     def __call__(self, fn: Callable[P, R]) -> Profiled[P, R]:
         return Profiled(fn, self.options)
@@ -186,7 +183,7 @@ class Profiler:
 
     def __exit__(self, *exc: Any) -> None:
         stack, self._stack = self._stack, None
-        assert stack is not None and self.run is not None
+        assert stack is not None and self.run is not None and self._capture is not None
         try:
             stack.__exit__(*exc)
         finally:
