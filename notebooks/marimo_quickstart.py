@@ -15,7 +15,8 @@ def _(mo):
     XProf's trace viewer under it. Without a TPU, torch_xla runs for real on the CPU
     (`PJRT_DEVICE=CPU`), with the same lazy tensors, compiler and profiler.
 
-    Run it with `marimo edit notebooks/marimo_quickstart.py`, or headless as a script:
+    Open it with `marimo edit notebooks/marimo_quickstart.py` and run all cells, as an app
+    with `marimo run notebooks/marimo_quickstart.py`, or headless as a script:
     `python notebooks/marimo_quickstart.py`.
     """)
     return
