@@ -19,7 +19,7 @@ from tests.conftest import event_names, only_run, step_numbers
 from tests.conftest import run as run_cell
 from xprof_magic import _metadata
 from xprof_magic._backends import TraceAlreadyRunning
-from xprof_magic._rewrite import find_markers
+from xprof_magic._markers import find_markers
 
 DEVICE = torch_xla.device()
 SCALE = 2.0
