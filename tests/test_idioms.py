@@ -150,11 +150,13 @@ compiled_convnet_step = torch_xla.compile(convnet_step, full_graph=True, name="r
 """
 
 
-def diagnosed(ip: Any, logdir: Path, name: str, body: str, options: str = "") -> Summary:
-    """Run ``body`` unprofiled (the warm-up: it compiles), then under ``%%xprof --steps``,
-    and summarize the run."""
+def diagnosed(
+    ip: Any, logdir: Path, name: str, body: str, options: str = "", steps: str = ""
+) -> Summary:
+    """Run ``body`` unprofiled (the warm-up: it compiles), then under ``%%xprof --steps``
+    (``--steps steps``, a window, when given), and summarize the run."""
     assert ip.run_cell(body).success
-    assert run(ip, logdir, body, f"--steps --name {name} {options}").success
+    assert run(ip, logdir, body, f"--steps {steps} --name {name} {options}").success
     summary = xprof_magic.summarize(logdir / "plugins" / "profile" / name)
     assert summary.complete, summary.missing
     return summary
@@ -215,18 +217,23 @@ def test_a_steptrace_loop_and_a_dataloader_with_workers_are_device_bound(
     s = diagnosed(ip, logdir, "steptrace", steptrace)
     assert s.steps is not None and s.steps.name == "train_step"
     no_input_alarm(s)
+    # launched in the step marker's exit: the statement is the loop, the marker no label
+    assert s.diagnosis.where == ("for step, (x, y) in enumerate(pl.MpDeviceLoader(ready, dev))",)
     ip.run_cell(
         "workers = torch.utils.data.DataLoader(\n"
         "    Decoding(), batch_size=8, num_workers=2, persistent_workers=True)"
     )
     workers = (
-        "for x, y in itertools.islice(workers, 6):\n"
+        "for x, y in itertools.islice(workers, 8):\n"
         "    big_opt.zero_grad()\n"
         "    loss = ((big(x.to(dev)) - y.to(dev)) ** 2).mean()\n"
         "    loss.backward()\n"
         "    xm.optimizer_step(big_opt, barrier=True)\n"
     )
-    no_input_alarm(diagnosed(ip, logdir, "workers", workers))
+    # The steps after the first two: the workers' first batches are the loader's start-up.
+    s = diagnosed(ip, logdir, "workers", workers, steps="2:8")
+    assert s.steps is not None and s.steps.count == 6
+    no_input_alarm(s)
 
 
 def test_a_dataloader_without_workers_still_makes_the_step_wait(

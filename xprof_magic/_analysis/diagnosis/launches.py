@@ -109,15 +109,16 @@ def callable_name(program: str) -> str:
     return name if name.isidentifier() else ""
 
 
-def where_launched(cell: str, launch: Launch) -> tuple[tuple[str, ...], int]:
-    """Where ``launch`` is in the cell: its label path and that label's line; where its
-    program names a function called inside the label's block on another line (a loop's
-    body), that statement's label appended to the path and its line."""
-    line = line_of(cell, launch.path)
+def where_launched(cell: str, path: tuple[str, ...], launch: Launch) -> tuple[tuple[str, ...], int]:
+    """Where ``launch`` is in the cell, with ``path`` its label (its own path, or a start of
+    it): that path and the label's line; where its program names a function called inside
+    the label's block on another line (a loop's body), that statement's label appended to
+    the path and its line."""
+    line = line_of(cell, path)
     name = callable_name(launch.program)
     if not line or not name:
-        return launch.path, line
+        return path, line
     number, text = call_line(cell, line, name)
     if number and number != line:
-        return (*launch.path, text), number
-    return launch.path, line
+        return (*path, text), number
+    return path, line

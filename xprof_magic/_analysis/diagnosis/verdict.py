@@ -93,8 +93,10 @@ def diagnose(
         cause = "host offload"
     where, line = _where(s, verdict)
     program = ""
-    if verdict == "device" and launched is not None and _is_row(s, launched.path):
-        (where, line), program = where_launched(s.cell, launched), launched.program
+    if verdict == "device" and launched is not None:
+        row = _label_row(s, launched.path)
+        if row:
+            (where, line), program = where_launched(s.cell, row, launched), launched.program
     return Diagnosis(
         verdict=verdict,
         share=share[verdict],
@@ -162,9 +164,11 @@ def _where(s: Summary, verdict: str) -> tuple[tuple[str, ...], int]:
     return (), 0
 
 
-def _is_row(s: Summary, path: tuple[str, ...]) -> bool:
-    """Whether ``path`` is a label row of the cell's thread."""
-    return any(r.path == path and not r.thread for r in s.labels)
+def _label_row(s: Summary, path: tuple[str, ...]) -> tuple[str, ...]:
+    """The longest start of ``path`` that is a label (or user trace) row of the cell's
+    thread: a user's step marker around it (``xp.StepTrace``) is no statement; () if none."""
+    rows = {r.path for r in s.labels if not r.thread and r.kind in ("label", "trace")}
+    return next((path[:k] for k in range(len(path), 0, -1) if path[:k] in rows), ())
 
 
 def _chip_busy(parts: Breakdown, share: dict[str, float]) -> float:
