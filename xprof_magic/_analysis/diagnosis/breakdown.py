@@ -49,6 +49,7 @@ from xprof_magic._analysis.summary.where import INPUT_PREFIX
 from xprof_magic._analysis.timeline.facts import (
     DEVICE_SIDE,
     LABEL,
+    LAUNCH,
     OFFLOAD,
     STEP,
     STEP_END,
@@ -128,7 +129,9 @@ def breakdown(
     ``untimed_copy_s``: host time spent copying to the device that the timeline shows no
     event for (the backend's metric): it moves from host to transfer, spread over the steps
     by their host time."""
-    cover = {key: merge(pieces) for key, pieces in facts.spans.items()}
+    cover = {
+        key: merge(pieces) for key, pieces in facts.spans.items() if not key.startswith(LAUNCH)
+    }
     mine = [b for b in facts.blocks if b.line == main_line]
     inputs = [
         (b.start, b.end)
@@ -190,8 +193,10 @@ def waiting_for_data(fetches: Spans, cover: dict[str, Spans]) -> Spans:
     ``next()`` that waits on a barrier or for the device (MpDeviceLoader's step-end sync,
     an iterator reading device arrays) is sync or device time; one that waits on a loader's
     empty queue, or runs the loader's Python, is input."""
-    cut = [cover[key] for key in NOT_DATA if key in cover]
-    return subtract(fetches, merge(cut)) if cut else fetches
+    for key in NOT_DATA:
+        if key in cover and len(fetches[0]):
+            fetches = subtract(fetches, cover[key])
+    return fetches
 
 
 def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:

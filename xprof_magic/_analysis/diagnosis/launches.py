@@ -45,14 +45,16 @@ class Launch:
 
 def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Launch | None:
     """The launcher (:func:`launcher`) of a run's timeline, on its cell's thread."""
-    line = main_line(facts.blocks, words.timeline.input_pipeline)
-    return launcher(facts, line, own_steps(meta.step_rule))
+    pipeline = words.timeline.input_pipeline
+    return launcher(facts, main_line(facts.blocks, pipeline), own_steps(meta.step_rule), pipeline)
 
 
-def launcher(facts: TraceFacts, line: str, steps: frozenset[str]) -> Launch | None:
+def launcher(
+    facts: TraceFacts, line: str, steps: frozenset[str], aside: frozenset[str] = frozenset()
+) -> Launch | None:
     """The block of ``line`` whose launches the device's time followed most (None: no
     launch, or no device time after one). ``steps`` are the magic's step markers, left out
-    of label paths as the summary's rows leave them."""
+    of label paths as the summary's rows leave them; ``aside`` the data loader's traces."""
     device = facts.spans.get("device")
     keys = [key for key in facts.spans if key.startswith(LAUNCH)]
     if not device or not keys:
@@ -74,7 +76,7 @@ def launcher(facts: TraceFacts, line: str, steps: frozenset[str]) -> Launch | No
     owning = np.flatnonzero(seconds > 0)
     by_path: dict[tuple[str, ...], float] = {}
     by_program: dict[tuple[tuple[str, ...], int], float] = {}
-    paths = paths_at(facts.blocks, line, steps, at[owning].tolist())
+    paths = paths_at(facts.blocks, line, steps, at[owning].tolist(), aside)
     for i, path in zip(owning.tolist(), paths, strict=True):
         if path:
             by_path[path] = by_path.get(path, 0.0) + float(seconds[i])

@@ -48,15 +48,23 @@ def subtract(spans: Spans, cut: Spans) -> Spans:
     starts, ends = spans
     if not len(starts) or not len(cut[0]):
         return spans
-    # Every piece's edges: the spans' own and the cut's, inside them; keep the pieces
-    # that lie in a span and outside every cut.
-    edges = np.unique(np.concatenate([starts, ends, cut[0], cut[1]]))
+    # Only the cut's intervals that meet a span matter (the first span ending after one
+    # starts before it ends).
+    at = np.minimum(np.searchsorted(ends, cut[0], side="right"), len(starts) - 1)
+    meets = starts[at] < cut[1]
+    meets &= ends[at] > cut[0]
+    cut_lo, cut_hi = cut[0][meets], cut[1][meets]
+    if not len(cut_lo):
+        return spans
+    # Every piece's edges: the spans' own and the cut's; keep the pieces that lie in a span
+    # and outside every cut.
+    edges = np.unique(np.concatenate([starts, ends, cut_lo, cut_hi]))
     lo, hi = edges[:-1], edges[1:]
     mid = (lo + hi) / 2
     inside = np.searchsorted(starts, mid, side="right") - 1
     kept = (inside >= 0) & (mid < ends[np.maximum(inside, 0)])
-    at = np.searchsorted(cut[0], mid, side="right") - 1
-    kept &= ~((at >= 0) & (mid < cut[1][np.maximum(at, 0)]))
+    at = np.searchsorted(cut_lo, mid, side="right") - 1
+    kept &= ~((at >= 0) & (mid < cut_hi[np.maximum(at, 0)]))
     return merge([(lo[kept], hi[kept])])
 
 

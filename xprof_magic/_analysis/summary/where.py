@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
 from xprof_magic._analysis.timeline.facts import STEP, Block
 from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._markers import find_markers, label_for
@@ -31,27 +33,53 @@ def own_steps(step_rule: str | None) -> frozenset[str]:
 
 
 def paths_at(
-    blocks: Sequence[Block], line: str, steps: frozenset[str], times: Sequence[float]
+    blocks: Sequence[Block],
+    line: str,
+    steps: frozenset[str],
+    times: Sequence[float],
+    aside: frozenset[str] = frozenset(),
 ) -> list[tuple[str, ...]]:
-    """The label path of the innermost block of ``line`` open at each of ``times`` (in
-    order), ``()`` where none is; without the magic's ``steps`` and shape markers, as the
-    summary's rows name blocks, and a loop's ``next(…)`` standing for its loop."""
-    mine = sorted(
-        (i for i, b in enumerate(blocks) if b.line == line and not _skipped(b, steps)),
-        key=lambda i: (blocks[i].start, -blocks[i].end),
-    )
-    out: list[tuple[str, ...]] = []
-    open_: list[int] = []
+    """The label path of the innermost block of ``line`` open at each of ``times``, ``()``
+    where none is; without the magic's ``steps`` and shape markers, as the summary's rows
+    name blocks, and a loop's ``next(…)`` standing for its loop. Blocks named in ``aside``
+    (a data loader's own traces, on its threads) are no one's.
+
+    Blocks on a line nest, so the innermost one open at ``t`` is the last to start before
+    it, or the nearest of that one's enclosing blocks still open."""
+    kept = [
+        i
+        for i, b in enumerate(blocks)
+        if b.line == line and not _skipped(b, steps) and b.name not in aside
+    ]
+    if not kept or not len(times):
+        return [()] * len(times)
+    up = _kept_parents(blocks, kept, steps)
+    order = sorted(range(len(kept)), key=lambda k: blocks[kept[k]].start)
+    rank = {k: r for r, k in enumerate(order)}
+    start = np.array([blocks[kept[k]].start for k in order])
+    end = np.array([blocks[kept[k]].end for k in order])
+    parent = np.array([rank[up[k]] if up[k] >= 0 else -1 for k in order], np.int64)
+    t = np.asarray(times, np.float64)
+    at = np.searchsorted(start, t, side="right") - 1
+    while True:
+        closed = (at >= 0) & (end[np.maximum(at, 0)] < t)
+        if not closed.any():
+            break
+        at[closed] = parent[at[closed]]
     known: dict[int, tuple[str, ...]] = {}
-    k = 0
-    for t in times:
-        while k < len(mine) and blocks[mine[k]].start <= t:
-            open_.append(mine[k])
-            k += 1
-        while open_ and blocks[open_[-1]].end < t:
-            open_.pop()
-        inner = next((i for i in reversed(open_) if blocks[i].end >= t), -1)
-        out.append(_path(blocks, inner, steps, known) if inner >= 0 else ())
+    return [_path(blocks, kept[order[a]], steps, known) if a >= 0 else () for a in at.tolist()]
+
+
+def _kept_parents(blocks: Sequence[Block], kept: list[int], steps: frozenset[str]) -> list[int]:
+    """For each kept block (by its place in ``kept``), the place of its nearest kept
+    enclosing block, -1 for none."""
+    place = {i: k for k, i in enumerate(kept)}
+    out = []
+    for i in kept:
+        up = blocks[i].parent
+        while up >= 0 and up not in place:
+            up = blocks[up].parent
+        out.append(place.get(up, -1))
     return out
 
 
