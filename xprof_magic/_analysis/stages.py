@@ -120,7 +120,12 @@ def _diagnose(
     if facts is not None:
         parts = breakdown.of_trace(facts, meta, words)
         return diagnose(
-            summary, words, parts, step_rule=meta.step_rule or "", shapes=input_shapes(facts)
+            summary,
+            words,
+            parts,
+            step_rule=meta.step_rule or "",
+            shapes=input_shapes(facts),
+            programs=facts.programs,
         )
     if meta.wall_s:
         parts = breakdown.of_metadata(meta, words)

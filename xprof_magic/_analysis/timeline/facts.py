@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from xprof_magic._analysis.timeline.programs import Program
+
 __all__ = [
     "CATEGORIES",
     "COLLECTIVE",
@@ -133,3 +135,7 @@ class TraceFacts:
     ``compile``, ``transfer`` and ``sync`` on the Python threads, ``device`` (executions,
     launch to completion) on the XLA CPU client's threads or a chip's modules, and the keys
     of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules."""
+    programs: list[Program] = field(default_factory=list)
+    """The compiled programs the timeline holds that can tell a compile's cause: those its
+    compile events compiled (the newest, one per event) and, per module name, the one
+    compiled before them (:mod:`.programs`); serialized, decoded only when needed."""
