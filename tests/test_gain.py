@@ -24,7 +24,7 @@ import xprof_magic
 from tests.test_diagnosis import headline
 from xprof_magic._analysis import Summary, compare
 from xprof_magic._analysis.diagnosis.breakdown import BREAKDOWN_CATEGORIES, breakdown
-from xprof_magic._analysis.diagnosis.gain import step_time
+from xprof_magic._analysis.diagnosis.gain import gain_of, step_time
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, Gain, StepBreakdown
 from xprof_magic._analysis.render.headline import speedup, worded
@@ -111,6 +111,17 @@ _UNDECIDED = {"input": 0.09, "host": 0.16} | dict.fromkeys(
     ("compile", "transfer", "sync", "device", "collective"), 0.15
 )
 """No category reaches 20%: no verdict."""
+
+
+def test_a_growing_graph_would_cost_each_step_what_its_least_step_costs() -> None:
+    """The steps re-run the graph of the steps before them: without compiles and with a sync
+    each would cost what the first one does, not the mean of the growing ones."""
+    rows = [{"compile": 0.5, "device": 0.01 * (i + 1), "host": 0.01} for i in range(4)]
+    steps = _steps(*rows, n=1)
+    growing = gain_of(steps, "compile", "growing graph")
+    assert growing is not None and growing.without_s == pytest.approx(0.02)
+    plain = gain_of(steps, "compile")
+    assert plain is not None and plain.without_s == pytest.approx(0.035)
 
 
 @pytest.mark.parametrize(
