@@ -7,12 +7,13 @@ Two sources, in this order:
   shapes in order (``input_ids (8, 20) → (8, 36) → …``);
 - the compiled programs (:mod:`~xprof_magic._analysis.timeline.programs`), when the items
   say nothing (the tensors are made inside the step, or the loop has no items): programs of
-  one module name that the capture compiled again. Their input shapes changed (a tensor made
-  in the step and fed to the graph), else their outputs' (a tensor the graph itself makes,
-  ``jnp.ones((L, 32))``), else the constants that not all of them hold: a Python number
-  baked into the graph that changes each step (torch_xla bakes an exponent, ``x.pow(p)``;
-  JAX a static argument). With the same shapes and constants, a baked Python number that
-  is not a constant (an index, a slice bound) is the cause left.
+  one module name that the capture compiled again (compared among themselves, or with the
+  one compiled before the capture when it compiled that module once). Their input shapes
+  changed (a tensor made in the step and fed to the graph), else their outputs' (a tensor
+  the graph itself makes, ``jnp.ones((L, 32))``), else the constants that not all of them
+  hold: a Python number baked into the graph that changes each step (torch_xla bakes an
+  exponent, ``x.pow(p)``; JAX a static argument). With the same shapes and constants, a
+  baked Python number that is not a constant (an index, a slice bound) is the cause left.
 
 The cause is data (:class:`Changes`); the render stage words it.
 """
@@ -90,10 +91,14 @@ def _from_programs(programs: Sequence[Program]) -> Changes:
         by_name.setdefault(program.name, []).append(program)
     found: list[tuple[int, int, Changes]] = []
     for group in by_name.values():
-        if len(group) < 2:
+        new = [p for p in group if not p.earlier]
+        # What changed between this capture's compilations; the one before them only when
+        # the capture compiled the module once (an earlier cell's may differ in anything).
+        compared = new if len(new) >= 2 else group
+        if len(compared) < 2:
             continue
-        rank, changes = _group_change(group)
-        found.append((-sum(not p.earlier for p in group), rank, changes))
+        rank, changes = _group_change(compared)
+        found.append((-len(new), rank, changes))
     if not found:
         return Changes()
     return min(found, key=lambda f: (f[0], f[1]))[2]

@@ -3,9 +3,9 @@
 Rows cover the two diagnoses (verdict and each category's share of step time), the device,
 wall time, steps, compilations, runtime figures, CPU fallbacks and every labelled block, the
 blocks of both runs merged into one tree. When B is the same cell after the fix A's verdict
-asks for (its share fell by 5 points or more), A's predicted gain (:mod:`.gain`) stands beside the measured one: the ratio of the
-two runs' mean steps. The words (the notes, the tables) are the render
-stage's (:mod:`~xprof_magic._analysis.render.comparison`).
+asks for (its share fell by 5 points or more), A's predicted gain (:mod:`.gain`) stands
+beside the measured one: the ratio of the two runs' mean steps. The words (the notes, the
+tables) are the render stage's (:mod:`~xprof_magic._analysis.render.comparison`).
 """
 
 from __future__ import annotations
