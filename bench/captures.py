@@ -10,9 +10,9 @@ per step: about 12 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
   lines (:mod:`xprof_magic._analysis.timeline.pool`), one less than the CPUs;
 - ``summary_serial``: the same in one process (``XPROF_MAGIC_SUMMARY_WORKERS=0``);
 - ``summary_nodiag``: ``summary`` without the diagnosis (no breakdown spans read, no
-  verdict), for the diagnosis's cost: ``--routes summary summary_nodiag`` (its patch
-  reaches no worker process, so compare it on captures under 40 MB or with
-  ``XPROF_MAGIC_SUMMARY_WORKERS=0``);
+  compiled programs kept, no verdict), for the diagnosis's cost: ``--routes summary
+  summary_nodiag`` (its patch reaches no worker process, so compare it on captures under
+  40 MB or with ``XPROF_MAGIC_SUMMARY_WORKERS=0``);
 - ``overview_page``: XProf's own converter on the same file;
 - ``parse``: a plain ``ParseFromString`` of the whole file with our schema (the floor).
 
@@ -137,11 +137,13 @@ if route == "summary_serial":
     import os
     os.environ["XPROF_MAGIC_SUMMARY_WORKERS"] = "0"
 if route == "summary_nodiag":
-    # The summary as it was before the diagnosis: no breakdown spans, no verdict.
+    # The summary as it was before the diagnosis: no breakdown spans, no compiled programs
+    # kept for a compile's cause, no verdict.
     from xprof_magic._analysis import stages
-    from xprof_magic._analysis.timeline import reader
+    from xprof_magic._analysis.timeline import reader, trace
     reader.Reader._spans = lambda self, *args: None
     reader.Reader._launches = lambda self, *args: None
+    trace.read_programs = lambda *args: []
     stages._diagnose = lambda *args: None
 if route.startswith("summary"):
     from xprof_magic._analysis import summarize

@@ -315,3 +315,128 @@ def test_where_names_the_line_of_an_xprof_comment_label() -> None:
     assert _line_of(cell, ("for inputs, targets in batches", "optimizer")) == 5
     assert _line_of(cell, ("for inputs, targets in batches", "data")) == 2
     assert _line_of(cell, ("for inputs, targets in batches", "missing")) == 1
+
+
+# --- compile causes beyond the loop's items -------------------------------------------------
+
+
+def test_shapes_made_inside_the_loop_are_named_from_the_compiled_programs(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    """The tensors' shapes change inside the body (no item of the loop has a shape): the
+    compiled programs' inputs say which, once each."""
+    assert ip.run_cell("torch_xla.sync()").success
+    body = (
+        "for L in (20, 36, 52, 68):\n"
+        "    ids = torch.randint(0, 32, (16, L)).to(dev)\n"
+        "    y = w[ids].tanh().sum()\n"
+        "    torch_xla.sync()\n"
+    )
+    s = diagnosed(ip, logdir, "inbody", body, warm=False)
+    d = s.diagnosis
+    assert (d.verdict, d.cause, d.changed_in) == ("compile", "changing shapes", "program inputs")
+    assert len(d.changed) == 1 and d.changed[0][1][-4:] == (
+        "(16, 20)",
+        "(16, 36)",
+        "(16, 52)",
+        "(16, 68)",
+    )
+    assert d.shapes == d.changed[0][1]
+    assert "the shapes of the compiled step's inputs changed (tensors made in the loop): " in (
+        headline(s)
+    )
+    assert "(16, 20) → (16, 36) → (16, 52) → (16, 68)" in d.headline and "bucketing" in d.fix
+
+
+def test_a_tensor_the_step_makes_on_the_device_is_named_by_its_shape(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    assert ip.run_cell("torch_xla.sync()").success
+    body = (
+        "for L in (21, 37, 53):\n"
+        "    ids = torch.randint(0, 32, (16, L), device=dev)\n"
+        "    y = w[ids].tanh().sum()\n"
+        "    torch_xla.sync()\n"
+    )
+    d = diagnosed(ip, logdir, "ondevice", body, warm=False).diagnosis
+    assert (d.cause, d.changed_in) == ("changing shapes", "program outputs"), d
+    assert d.changed[0][1][-3:] == ("(16, 21)", "(16, 37)", "(16, 53)")
+    assert "the shapes of a tensor the compiled step makes changed: " in d.headline
+
+
+def test_a_python_number_baked_into_the_graph_is_a_compile_cause(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    """torch_xla 2.9 passes most Python numbers to the graph as data (``x * lr`` compiles
+    once), but bakes an exponent (``x.pow(p)``) and an index (``x[i]``) into it."""
+    assert ip.run_cell("x = torch.rand(64, 64, device=dev)\ntorch_xla.sync()").success
+    body = "for i in range(5):\n    y = x.pow(1.5 + 0.1 * i).sum()\n    torch_xla.sync()\n"
+    d = diagnosed(ip, logdir, "exponent", body, warm=False).diagnosis
+    assert (d.verdict, d.cause, d.changed_in) == ("compile", "changing values", "program constants")
+    assert d.changed == (("", ("1.5", "1.6", "1.7", "1.8", "1.9")),)
+    assert "a Python number baked into the compiled step changed: 1.5 → 1.6 → 1.7" in d.headline
+    assert "torch.tensor(p, device=dev)" in d.fix
+    body = "for i in range(5):\n    y = (x + x[i]).sum()\n    torch_xla.sync()\n"
+    d = diagnosed(ip, logdir, "index", body, warm=False).diagnosis
+    assert (d.cause, d.changed_in, d.changed) == ("changing values", "programs", ())
+    assert "the compiled step's shapes stayed the same, so a Python number baked" in d.headline
+    # a Python number the graph takes as data compiles once: no recompile to explain
+    body = "for i in range(5):\n    y = (x * (0.5 + 0.01 * i)).sum()\n    torch_xla.sync()\n"
+    d = diagnosed(ip, logdir, "scaled", body).diagnosis
+    assert d.verdict != "compile", d.evidence
+
+
+JAX_CAUSES = """
+import jax, jax.numpy as jnp
+from functools import partial
+Wc = jnp.ones((32, 32))
+f = jax.jit(lambda x: jnp.tanh(x @ Wc).sum())
+@partial(jax.jit, static_argnums=1)
+def scaled(x, lr):
+    return (x * lr).sum()
+"""
+
+
+def test_jax_shapes_made_in_the_loop_and_static_numbers_are_compile_causes(
+    ip: Any, logdir: Path
+) -> None:
+    assert ip.run_cell(JAX_CAUSES).success
+    body = "for L in (20, 36, 52, 68):\n    f(jnp.ones((L, 32))).block_until_ready()\n"
+    assert run(ip, logdir, body, "--steps --backend jax --name jinbody").success
+    d = xprof_magic.summarize(logdir / "plugins" / "profile" / "jinbody").diagnosis
+    assert (d.verdict, d.cause, d.changed_in) == ("compile", "changing shapes", "program inputs")
+    assert d.changed[0][1][-3:] == ("(36, 32)", "(52, 32)", "(68, 32)"), d.changed
+    body = (
+        "x = jnp.ones((64, 64))\n"
+        "for i in range(5):\n"
+        "    scaled(x, 0.5 + 0.2 * i).block_until_ready()\n"
+    )
+    assert run(ip, logdir, body, "--steps --backend jax --name jstatic").success
+    d = xprof_magic.summarize(logdir / "plugins" / "profile" / "jstatic").diagnosis
+    assert d.verdict == "compile" and d.cause == "changing values", d.evidence
+    assert d.changed == (("", ("0.5", "0.7", "0.9", "1.1", "1.3")),), d.changed
+    assert "static_argnums" in d.fix
+
+
+def test_a_dict_batch_names_each_changing_input_once(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    body = (
+        "def batches():\n"
+        "    for n in (20, 36, 52, 68):\n"
+        "        yield {'input_ids': torch.ones(8, n, dtype=torch.long),\n"
+        "               'attention_mask': torch.ones(8, n), 'labels': torch.ones(8)}\n"
+        "for b in batches():\n"
+        "    y = (w[b['input_ids'].to(dev) % 32].sum(-1) * b['attention_mask'].to(dev)).sum()\n"
+        "    torch_xla.sync()\n"
+    )
+    d = diagnosed(ip, logdir, "dicts", body, warm=False).diagnosis
+    assert (d.cause, d.changed_in) == ("changing shapes", "items"), d
+    assert d.changed == (
+        ("input_ids, attention_mask", ("(8, 20)", "(8, 36)", "(8, 52)", "(8, 68)")),
+    )
+    assert (
+        "the input shapes changed: input_ids, attention_mask (8, 20) → (8, 36) → (8, 52) → (8, 68)"
+        in d.headline
+    )
+    assert "(8, 20), (8, 20)" not in d.headline and "labels" not in d.headline

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -325,12 +326,18 @@ class _Inputs:
 
 
 def _shapes_of(item: Any, depth: int = 0) -> str:
-    """The shapes in an item, ``(16, 8), (16,)``: its own, or its first few parts'."""
+    """The shapes in an item, ``(16, 8), (16,)``: its own, or its first few parts'; a dict's
+    by key, ``input_ids (8, 20), labels (8,)``, so that a change names its input."""
     shape: Any = getattr(item, "shape", None)
     if isinstance(shape, tuple) or type(shape).__name__ == "Size":
         return str(tuple(int(n) for n in shape))
-    if depth == 0 and isinstance(item, tuple | list | dict):
-        parts = item.values() if isinstance(item, dict) else item
-        found = [_shapes_of(part, 1) for part in itertools.islice(parts, 4)]
+    if depth == 0 and isinstance(item, dict):
+        named = ((_KEY.sub("_", str(k))[:40], _shapes_of(v, 1)) for k, v in item.items())
+        return ", ".join(f"{k} {s}" for k, s in itertools.islice(named, 4) if s)
+    if depth == 0 and isinstance(item, tuple | list):
+        found = [_shapes_of(part, 1) for part in itertools.islice(item, 4)]
         return ", ".join(f for f in found if f)
     return ""
+
+
+_KEY = re.compile(r"[^\w.\-]")

@@ -126,6 +126,7 @@ def _diagnose(
             step_rule=meta.step_rule or "",
             shapes=input_shapes(facts),
             launched=launches.of_trace(facts, meta, words),
+            programs=facts.programs,
         )
     if meta.wall_s:
         parts = breakdown.of_metadata(meta, words)

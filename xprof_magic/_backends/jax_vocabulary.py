@@ -87,6 +87,9 @@ VOCABULARY = words.Vocabulary(
             "loop of small ops is bound by the host.",
             "changing shapes": "Pad the inputs to a few fixed shapes (bucketing), so each "
             "jitted function compiles once per shape; JAX_EXPLAIN_CACHE_MISSES=1 says why.",
+            "changing values": "Pass numbers that change between steps as traced "
+            "arguments, not static_argnums or Python values the jitted function closes over, "
+            "so it compiles once; JAX_EXPLAIN_CACHE_MISSES=1 says why.",
             "transfer": "Keep arrays on the device: jax.device_put once, before the loop, and "
             "no np.asarray of device arrays inside the step.",
             "sync": "Keep block_until_ready(), float(x) and printing arrays out of the loop.",

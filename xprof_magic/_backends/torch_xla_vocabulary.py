@@ -65,6 +65,10 @@ FIXES = {
     "pending graph grows every step and each .item() compiles a new one.",
     "changing shapes": "Pad the batches to a few fixed sizes (bucketing) or drop the last "
     "partial batch (drop_last=True), so the graphs compiled once are reused.",
+    "changing values": "Pass numbers that change between steps as device tensors "
+    "(torch.tensor(p, device=dev)) or index with tensors, not Python numbers that the graph "
+    "bakes in (an exponent in x.pow(p), an index x[i]); PT_XLA_DEBUG_LEVEL=2 prints why a "
+    "graph compiled.",
     "transfer": "Keep tensors on the device between steps: move the data once, before the "
     "loop, or let MpDeviceLoader copy the next batch while the step runs.",
     "sync": "Keep .item(), print(t) and .cpu() out of the loop: read values once, after it, "

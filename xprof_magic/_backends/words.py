@@ -94,7 +94,8 @@ class Advice:
     )
     fixes: Mapping[str, str] = field(default_factory=lambda: dict(NEUTRAL_FIXES))
     """The diagnosis's advice, one sentence per verdict (and per compile cause:
-    ``growing graph``, ``changing shapes``, ``warm-up``, ``first run``; per transfer cause:
+    ``growing graph``, ``changing shapes``, ``changing values``, ``warm-up``, ``first run``;
+    per transfer cause:
     ``host offload``), in the backend's words."""
 
 
@@ -114,8 +115,10 @@ NEUTRAL_FIXES: Mapping[str, str] = {
     "transfer": "Keep the data on the device between steps, and copy less (smaller dtypes, "
     "only what the step needs).",
     "sync": "Read values back once, after the loop, instead of in every step.",
-    "device": "The device computes most of the time: speed now comes from the model itself "
-    "(fusing, a larger batch, a faster chip).",
+    "device": "Speed now comes from the model itself: a larger batch, bf16, fused ops (or a "
+    "faster chip).",
+    "changing values": "Pass numbers that change between steps as tensors or arrays, not as "
+    "Python numbers that the compiled graph bakes in.",
     "collective": "The chips wait on collectives (all-reduce and the like): overlap them with "
     "compute, shard so that less crosses the chips, or communicate less often.",
     "host offload": "The chip waits for copies between its memory and the host's (host "

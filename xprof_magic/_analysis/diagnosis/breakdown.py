@@ -35,6 +35,8 @@ Steps tile the loop: a step runs from the previous one's end (the first from its
 or from the fetch of its batch just before it), so that a fetch made between two
 iterations belongs to the step it feeds. The last step runs until the device has finished
 the work the loop queued: a host that runs ahead of the device leaves it busy after the loop.
+Each step, and the cell, also keep the device's busy time whichever category holds it
+(:attr:`StepBreakdown.busy_s`): the least a step could take, which the gain estimate needs.
 """
 
 from __future__ import annotations
@@ -157,17 +159,18 @@ def breakdown(
         # The host ran ahead: the device finishes the work queued by the loop after it.
         number, start, _ = steps[-1]
         steps[-1] = (number, start, float(device[1][-1]))
-    table, _ = _split(
-        cover, np.array([a for _, a, _ in steps]), np.array([b for _, _, b in steps]), None
-    )
+    starts, ends = np.array([a for _, a, _ in steps]), np.array([b for _, _, b in steps])
+    table, _ = _split(cover, starts, ends, None)
     split = [_as_tuple(row) for row in table]
+    device_busy = _device_busy(cover)
+    step_busy = measure(device_busy, starts, ends) / 1e9 if steps else np.zeros(0)
     if untimed_copy_s > 0:
         cell = _moved(cell, untimed_copy_s, cell[_HOST])
         host_s = sum(parts[_HOST] for parts in split)
         split = [_moved(parts, untimed_copy_s, host_s) for parts in split]
     rows = tuple(
-        StepBreakdown(number, round((b - a) / 1e9, 9), parts)
-        for (number, a, b), parts in zip(steps[:MAX_STEPS], split, strict=False)
+        StepBreakdown(number, round((b - a) / 1e9, 9), parts, round(float(busy), 9))
+        for (number, a, b), parts, busy in zip(steps[:MAX_STEPS], split, step_busy, strict=False)
     )
     return Breakdown(
         categories=BREAKDOWN_CATEGORIES,
@@ -177,6 +180,7 @@ def breakdown(
         step_count=len(steps),
         on_device=_as_tuple(side[0, :-1]) if waits else (),
         offload_s=float(side[0, -1]),
+        busy_s=round(float(measure(device_busy, np.array([lo]), np.array([hi]))[0]) / 1e9, 9),
     )
 
 
@@ -197,6 +201,11 @@ def waiting_for_data(fetches: Spans, cover: dict[str, Spans]) -> Spans:
         if key in cover and len(fetches[0]):
             fetches = subtract(fetches, cover[key])
     return fetches
+
+
+def _device_busy(cover: dict[str, Spans]) -> Spans:
+    """When the device was busy: its executions or modules and the chip's own waits."""
+    return merge(cover[key] for key in ("device", *DEVICE_SIDE) if key in cover)
 
 
 def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:

@@ -2,13 +2,17 @@
 
 Rows cover the two diagnoses (verdict and each category's share of step time), the device,
 wall time, steps, compilations, runtime figures, CPU fallbacks and every labelled block, the
-blocks of both runs merged into one tree. The words (the notes, the tables) are the render
-stage's (:mod:`~xprof_magic._analysis.render.comparison`).
+blocks of both runs merged into one tree. When B is the same cell after the fix A's verdict
+asks for (its share fell by 5 points or more), A's predicted gain (:mod:`.gain`) stands
+beside the measured one: the ratio of the two runs' mean steps. The words (the notes, the
+tables) are the render stage's (:mod:`~xprof_magic._analysis.render.comparison`).
 """
 
 from __future__ import annotations
 
+from xprof_magic._analysis.diagnosis.gain import step_time
 from xprof_magic._analysis.model.comparison import CompareRow, Comparison
+from xprof_magic._analysis.model.diagnosis import Gain
 from xprof_magic._analysis.model.summary import Summary
 
 __all__ = ["MOVED", "compare"]
@@ -40,7 +44,25 @@ def compare(a: Summary, b: Summary) -> Comparison:
         moves=_moves(x, y),
         devices=(a.device.kind, b.device.kind),
         incomplete=tuple((which, s.missing[0]) for which, s in (("A", a), ("B", b)) if s.missing),
+        predicted=_predicted(a, x, y),
+        step_s=_step_times(a, b),
     )
+
+
+def _predicted(a: Summary, x: dict[str, float], y: dict[str, float]) -> Gain | None:
+    """A's estimate of its fix's gain, where its verdict has a cost to remove and B, the run
+    after the fix, has at least :data:`MOVED` less of it (no fix, nothing to measure)."""
+    d = a.diagnosis
+    if d.verdict in ("device", "unknown") or d.gain is None:
+        return None
+    fixed = x.get(d.verdict, 0.0) - y.get(d.verdict, 0.0) >= MOVED
+    return d.gain if fixed else None
+
+
+def _step_times(a: Summary, b: Summary) -> tuple[float, float] | None:
+    """The two runs' mean steps, as the gain estimate measures them."""
+    x, y = step_time(a.diagnosis), step_time(b.diagnosis)
+    return (x, y) if x and y else None
 
 
 def _shares(s: Summary) -> dict[str, float]:

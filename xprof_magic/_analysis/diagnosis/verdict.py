@@ -10,13 +10,26 @@ with these thresholds (shares of step time; of the cell's busy time without step
   ``device`` is the healthy case and raises no alarm; below that (the time went nowhere
   measured) the verdict is ``unknown``;
 - a cell whose breakdown covers less than :data:`MIN_CELL_S` (10 ms) has no bottleneck worth
-  acting on: ``unknown``, and no headline (a one-line ``x = 1`` is not "host-bound").
+  acting on: ``unknown``, and no headline (a one-line ``x = 1`` is not "host-bound");
+- a step is ``mixed`` (no single bottleneck) when its largest category holds less than
+  :data:`MIXED_LEADER` (half) or the runner-up is within :data:`MIXED_MARGIN` (10 points)
+  of it: the verdict is then the category, of those holding at least :data:`MIXED_NAMED`
+  (15%), whose fix is cheapest (:data:`CHEAPEST_FIRST`: a loader's option, a sync or a
+  copy before the way the step is compiled, the step's own code, the device's own compute
+  last).
+
+Every verdict carries what removing its time would gain (:mod:`.gain`): a step's time now
+and without it, bounded below by the device's busy time; ``unknown`` that of its largest
+category.
 
 A compile verdict names its cause: a ``growing graph`` when the steps compiled again and
 again and the loop never synced (a backend with lazy graphs), ``changing shapes`` when the
-input shapes changed between steps, ``warm-up`` when only the first steps compiled, and
-``first run`` when a cell without steps (no loop: one-off eager calls) spent its time compiling
-what it ran for the first time, which is no alarm.
+input shapes changed between steps (the loop's items' shapes; else the compiled programs'
+shapes, for tensors made inside the step: :mod:`.causes`), ``changing values`` when the
+programs compiled again with the same shapes (a Python number baked into the graph),
+``warm-up`` when only the first steps compiled, and ``first run`` when a cell without steps
+(no loop: one-off eager calls) spent its time compiling what it ran for the first time,
+which is no alarm.
 
 A transfer verdict's cause is ``host offload`` when at least :data:`HOST_OFFLOAD` (half) of
 the cell's transfer time is the chip's own host-offload copies
@@ -38,18 +51,26 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX
+from xprof_magic._analysis.diagnosis.causes import Changes, compile_changes
+from xprof_magic._analysis.diagnosis.gain import gain_of
 from xprof_magic._analysis.diagnosis.launches import Launch, where_launched
 from xprof_magic._analysis.model.diagnosis import (
+    CHEAPEST_FIRST,
     HIGHLY_INPUT,
     HOST_OFFLOAD,
     MIN_CELL_S,
     MIN_SHARE,
+    MIXED_LEADER,
+    MIXED_MARGIN,
+    MIXED_NAMED,
     Breakdown,
     Diagnosis,
+    Gain,
 )
 from xprof_magic._analysis.model.summary import LabelRow, Summary
 from xprof_magic._analysis.summary.blocks import line_of
 from xprof_magic._analysis.timeline.facts import OFFLOAD, device_side
+from xprof_magic._analysis.timeline.programs import Program
 from xprof_magic._backends import Vocabulary
 from xprof_magic._registry import capabilities
 
@@ -67,15 +88,18 @@ def diagnose(
     shapes: Sequence[str] = (),
     source: str = "timeline",
     launched: Launch | None = None,
+    programs: Sequence[Program] = (),
 ) -> Diagnosis:
     """The diagnosis of summary ``s`` from its breakdown ``parts``; ``step_rule`` is how the
     capture found the steps (``sync``: the loop synced), ``shapes`` the input shapes seen,
     ``source`` what ``parts`` was measured from (``timeline`` or ``metadata``), ``launched``
-    the block that launched most of the device's time (:mod:`.launches`)."""
+    the block that launched most of the device's time (:mod:`.launches`), ``programs`` the
+    compiled programs the timeline holds (:mod:`.causes`)."""
     if not parts.categories or parts.total_s() <= 0:
         return Diagnosis(breakdown=parts, source=source)
     if parts.total_s() < MIN_CELL_S:
-        return Diagnosis(share=None, breakdown=parts, source=source)
+        share = {c: parts.share(c, bool(parts.steps)) for c in parts.categories}
+        return Diagnosis(breakdown=parts, source=source, gain=_largest_gain(parts, share))
     warm_up = _warm_up(s, parts)
     basis = replace(parts, steps=parts.steps[warm_up:]) if warm_up else parts
     of_steps = bool(basis.steps)
@@ -86,8 +110,20 @@ def diagnose(
         best = max(_CANDIDATES, key=lambda c: share[c])
         verdict = best if share[best] >= MIN_SHARE else "unknown"
     if verdict == "unknown":
-        return Diagnosis(share=None, breakdown=parts, shares=shares, warm_up=warm_up, source=source)
-    cause = _cause(s, words, step_rule, shapes) if verdict == "compile" else ""
+        return Diagnosis(
+            share=None,
+            breakdown=parts,
+            shares=shares,
+            warm_up=warm_up,
+            source=source,
+            gain=_largest_gain(basis, share),
+        )
+    mixed, verdict = mixed_step(share, verdict)
+    cause, changes = "", Changes()
+    if verdict == "compile":
+        cause = _cause(s, words, step_rule, shapes)
+        changes = compile_changes(cause, shapes, programs, _compiled(s))
+        cause = changes.cause or cause
     transfer_s = parts.seconds("transfer", of_steps=False)
     if verdict == "transfer" and transfer_s > 0 and parts.offload_s >= HOST_OFFLOAD * transfer_s:
         cause = "host offload"
@@ -103,7 +139,7 @@ def diagnose(
         where=where,
         line=line,
         cause=cause,
-        shapes=tuple(shapes) if cause == "changing shapes" else (),
+        shapes=changes.shapes if cause == "changing shapes" else (),
         level="info" if verdict == "device" or cause in ("warm-up", "first run") else "warning",
         breakdown=parts,
         shares=shares,
@@ -112,7 +148,36 @@ def diagnose(
         offloaded=_offloaded(s) if cause == "host offload" else (),
         source=source,
         program=program,
+        mixed=mixed,
+        runner_up=runner_up(share, verdict),
+        gain=gain_of(basis, verdict, cause),
+        changed=changes.changed,
+        changed_in=changes.found_in,
     )
+
+
+def mixed_step(share: dict[str, float], verdict: str) -> tuple[bool, str]:
+    """Whether the step has no single bottleneck, and the category to act on: ``verdict``,
+    or for a mixed step the one of its categories holding at least :data:`MIXED_NAMED`
+    that is cheapest to remove (:data:`CHEAPEST_FIRST`)."""
+    ranked = sorted(("input", *_CANDIDATES), key=lambda c: -share[c])
+    leader, second = ranked[0], ranked[1]
+    if share[leader] >= MIXED_LEADER and share[leader] - share[second] > MIXED_MARGIN:
+        return False, verdict
+    named = [c for c in CHEAPEST_FIRST if share.get(c, 0.0) >= MIXED_NAMED]
+    return True, named[0] if named else verdict
+
+
+def runner_up(share: dict[str, float], verdict: str) -> str:
+    """The largest category besides ``verdict`` ("" when no other holds any time)."""
+    others = [c for c in ("input", *_CANDIDATES) if c != verdict and share[c] > 0]
+    return max(others, key=lambda c: share[c]) if others else ""
+
+
+def _largest_gain(basis: Breakdown, share: dict[str, float]) -> Gain | None:
+    """For a step with no verdict: what removing its largest category would gain."""
+    largest = max(("input", *_CANDIDATES), key=lambda c: share.get(c, 0.0))
+    return gain_of(basis, largest)
 
 
 def _warm_up(s: Summary, parts: Breakdown) -> int:
@@ -125,6 +190,12 @@ def _warm_up(s: Summary, parts: Breakdown) -> int:
     if first <= 2 and steps.count - first >= 3:
         return first
     return 0
+
+
+def _compiled(s: Summary) -> int:
+    """How many compilations the capture's timeline holds (the backend's count without)."""
+    c = s.compiles
+    return c.trace_count if c.trace_count is not None else c.count or 0
 
 
 def _cause(s: Summary, words: Vocabulary, step_rule: str, shapes: Sequence[str]) -> str:

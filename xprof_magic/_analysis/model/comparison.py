@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from xprof_magic._analysis.model.diagnosis import Gain
+
 __all__ = ["CompareRow", "Comparison"]
 
 
@@ -38,7 +40,12 @@ class Comparison:
     - ``moves``: ``(category, share in A, share in B)`` of each category whose share of step
       time moved by at least 5 points, largest move first;
     - ``devices``: the two runs' device kinds;
-    - ``incomplete``: ``("A" or "B", the first thing missing from it)`` per incomplete run.
+    - ``incomplete``: ``("A" or "B", the first thing missing from it)`` per incomplete run;
+    - ``predicted``: A's estimate of what removing its verdict's time would gain (None for
+      a healthy ``device`` or ``unknown`` A, one saved without it, or a B whose share of that
+      category did not fall by 5 points: no fix to measure), and ``step_s``: the two
+      runs' mean steps as that estimate measures them, so that B, the same cell after the
+      fix, is the measured result (:attr:`measured`).
     """
 
     a: str
@@ -48,6 +55,15 @@ class Comparison:
     moves: tuple[tuple[str, float, float], ...] = ()
     devices: tuple[str, str] = ("", "")
     incomplete: tuple[tuple[str, str], ...] = ()
+    predicted: Gain | None = None
+    step_s: tuple[float, float] | None = None
+
+    @property
+    def measured(self) -> float | None:
+        """How many times faster B's mean step is than A's (None: either is unknown)."""
+        if self.step_s is None or self.step_s[1] <= 0:
+            return None
+        return self.step_s[0] / self.step_s[1]
 
     @property
     def notes(self) -> tuple[str, ...]:

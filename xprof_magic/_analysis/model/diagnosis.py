@@ -10,14 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "CHEAPEST_FIRST",
     "HIGHLY_INPUT",
     "HOST_OFFLOAD",
     "MIN_CELL_S",
     "MIN_SHARE",
+    "MIXED_LEADER",
+    "MIXED_MARGIN",
+    "MIXED_NAMED",
     "MODERATELY_INPUT",
     "VERDICTS",
     "Breakdown",
     "Diagnosis",
+    "Gain",
     "StepBreakdown",
 ]
 
@@ -33,16 +38,32 @@ MIN_CELL_S = 0.010
 """A cell whose breakdown covers less time has no bottleneck worth acting on."""
 HOST_OFFLOAD = 0.5
 """The part of the transfer time that, as the chip's host-offload copies, is that cause."""
+MIXED_LEADER = 0.50
+"""The share the largest category needs to be the step's single bottleneck (most of it)."""
+MIXED_MARGIN = 0.10
+"""A runner-up within this many points of the largest category makes the step mixed: a
+step's shares move by a few points between two runs of the same cell on a busy machine."""
+MIXED_NAMED = 0.15
+"""The least share a category of a mixed step needs to be named as the one to remove."""
+CHEAPEST_FIRST = ("input", "sync", "transfer", "compile", "host", "collective", "device")
+"""The categories by the kind of fix that removes them, cheapest first: a loader's option or
+a line the loop can drop or move (workers or prefetch for the input; a sync, a copy), then
+how the step is compiled (fixed shapes, a sync per step), then the step's own code (fewer
+ops, a compiled step; fewer collectives), the device's own compute last (the model
+itself). Input first also keeps XProf's rule that a step waiting 20% for its input is
+input-bound."""
 
 
 @dataclass(frozen=True)
 class StepBreakdown:
     """One step: its number, its length, and its ``seconds`` per category of the
-    :class:`Breakdown`'s ``categories``, in their order."""
+    :class:`Breakdown`'s ``categories``, in their order; ``busy_s``: the seconds the device
+    was busy in it, whichever category holds them (0 in summaries saved before it)."""
 
     step: int
     total_s: float
     seconds: tuple[float, ...]
+    busy_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -57,8 +78,9 @@ class Breakdown:
     ``on_device``: per category, the seconds of ``cell`` that a chip's own XLA ops held
     (infeed as input, collectives, outfeed and host-offload copies as transfer), empty
     where the timeline has none (the CPU); ``offload_s``: of those, the host-offload copies'
-    (a chip copying arrays between its memory and the host's). Summaries saved before these
-    fields load with them empty.
+    (a chip copying arrays between its memory and the host's); ``busy_s``: the seconds of
+    the cell's window the device was busy, whichever category holds them. Summaries saved
+    before these fields load with them empty.
     """
 
     categories: tuple[str, ...] = ()
@@ -68,6 +90,7 @@ class Breakdown:
     step_count: int = 0
     on_device: tuple[float, ...] = ()
     offload_s: float = 0.0
+    busy_s: float = 0.0
 
     def seconds(self, category: str, of_steps: bool = True) -> float:
         """A category's seconds over the steps (``of_steps``, when there are any) or the cell."""
@@ -92,13 +115,42 @@ class Breakdown:
 
 
 @dataclass(frozen=True)
+class Gain:
+    """What a fix would gain: a step's time now and without one category's time.
+
+    ``step_s`` is the mean step (the cell's busy time without steps) the shares are of;
+    ``without_s`` the mean step with ``category``'s seconds taken out, never below the
+    device's own busy time in it (host work overlaps the device on a lazy or asynchronous
+    backend: a step cannot be shorter than the device's work in it). For ``device``, the
+    healthy case, ``without_s`` is the step with everything but the device's own time
+    taken out: the most that any fix outside the model would gain.
+    (:mod:`~xprof_magic._analysis.diagnosis.gain` measures it.)
+    """
+
+    category: str
+    step_s: float
+    without_s: float
+
+    @property
+    def speedup(self) -> float:
+        """How many times faster a step would be (infinite when nothing would be left)."""
+        return self.step_s / self.without_s if self.without_s > 0 else float("inf")
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """The summary's conclusion: what bounds the cell, where in its code, and what to do.
 
     What the diagnosis stage decides (:mod:`~xprof_magic._analysis.diagnosis.verdict`):
 
     - ``verdict``: one of :data:`VERDICTS`: the bottleneck's category (``device`` is the
-      healthy case: the device computes most of the time);
+      healthy case: the device's own compute bounds the step); for a ``mixed`` step, the
+      one of its large categories that is cheapest to remove (:data:`CHEAPEST_FIRST`);
+    - ``mixed``: no single bottleneck: the largest category holds less than
+      :data:`MIXED_LEADER` of the step, or the runner-up is within :data:`MIXED_MARGIN` of
+      it; ``runner_up``: the largest category besides ``verdict`` (``""``: none);
+    - ``gain``: what removing the verdict's time would leave of a step (:class:`Gain`; for
+      ``unknown``, of the largest category's); None where nothing was measured;
     - ``share``: that category's share of step time (of the cell's time without steps);
     - ``shares``: every measured category's share of the same time, ``(category, share)`` in
       the breakdown's order (idle left out); empty when the cell was too short to diagnose;
@@ -112,10 +164,16 @@ class Diagnosis:
     - ``program``: for ``device``, the program those launches name (``PjitFunction(train)``),
       ``""`` where the runtime names none;
     - ``cause``: for ``compile``, why it compiled: ``growing graph``, ``changing shapes``,
-      ``warm-up``, ``first run`` or ``""``; for ``transfer``, ``host offload`` when most of
-      it is the chip's own copies to and from host memory; ``shapes``: the input shapes
-      seen, in order, when they changed; ``offloaded``: for ``host offload``, the chip's
-      copy ops and the array each moves (``(op, HLO shape)``, longest copy first);
+      ``changing values`` (Python numbers baked into the compiled programs), ``warm-up``,
+      ``first run`` or ``""``; for ``transfer``, ``host offload`` when most of it is the
+      chip's own copies to and from host memory; ``shapes``: the input shapes seen, in
+      order, when they changed; ``changed``: what changed between the compilations, each
+      input once, ``(name, its shapes or values in order)`` (the name is a dict batch's key,
+      ``[i]`` a tuple's part, ``""`` for a lone tensor or a compiled program's input), and
+      ``changed_in`` where that was seen: ``items`` (the loop's), ``program inputs``,
+      ``program outputs`` (a tensor made inside the step) or ``program constants``;
+      ``offloaded``: for ``host offload``, the chip's copy ops and the array each moves
+      (``(op, HLO shape)``, longest copy first);
     - the fix: the vocabulary's advice for ``cause``, else for ``verdict``
       (:meth:`advice_keys`);
     - ``source``: what the breakdown was measured from: ``timeline``, or ``metadata`` while
@@ -146,6 +204,11 @@ class Diagnosis:
     offloaded: tuple[tuple[str, str], ...] = ()
     source: str = "timeline"
     program: str = ""
+    mixed: bool = False
+    runner_up: str = ""
+    gain: Gain | None = None
+    changed: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    changed_in: str = ""
 
     def share_of(self, category: str) -> float:
         """``category``'s share (of :attr:`shares`; 0 when not measured)."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from xprof_magic._analysis.render.chart import ORANGE
 from xprof_magic._analysis.render.chart import escape as _e
+from xprof_magic._analysis.render.headline import WITHOUT, speedup
 from xprof_magic._analysis.render.html import BOX, HEADING, table
 from xprof_magic._units import NONE, seconds
 
@@ -23,13 +24,14 @@ __all__ = [
     "comparison_html",
     "comparison_notes",
     "comparison_text",
+    "predicted_and_measured",
 ]
 
 
 def comparison_notes(c: Comparison) -> tuple[str, ...]:
     """What differs in kind: the verdicts and the categories that moved, ``Diagnosis: input
-    (82%) → device (71%); input 82% → 6%, device 3% → 71%``; different devices; a run that
-    is incomplete."""
+    (82%) → device (71%); input 82% → 6%, device 3% → 71%``; A's predicted gain beside the
+    measured one; different devices; a run that is incomplete."""
     notes: list[str] = []
     if c.verdicts:
         (x, x_share), (y, y_share) = c.verdicts
@@ -39,6 +41,8 @@ def comparison_notes(c: Comparison) -> tuple[str, ...]:
             notes.append(
                 f"{head}; {what}" if what else f"{head}; no category moved by 5 points or more"
             )
+    if c.predicted is not None and c.measured is not None and c.step_s is not None:
+        notes.append(predicted_and_measured(c))
     kind_a, kind_b = c.devices
     if kind_a != kind_b:
         notes.append(
@@ -47,6 +51,17 @@ def comparison_notes(c: Comparison) -> tuple[str, ...]:
         )
     notes.extend(f"{which} is incomplete: {missing}" for which, missing in c.incomplete)
     return tuple(notes)
+
+
+def predicted_and_measured(c: Comparison) -> str:
+    """``Predicted 7.0×, measured 6.4×``, with the step times behind both."""
+    g, measured, steps = c.predicted, c.measured, c.step_s
+    assert g is not None and measured is not None and steps is not None
+    return (
+        f"Predicted {speedup(g.speedup)}, measured {speedup(measured)}: A's step "
+        f"{seconds(steps[0])}, without {WITHOUT[g.category]} about {seconds(g.without_s)}; "
+        f"B's {seconds(steps[1])}."
+    )
 
 
 def _verdict(verdict: str, share: float | None) -> str:

@@ -21,7 +21,17 @@ if TYPE_CHECKING:
     from xprof_magic._analysis.model.diagnosis import Diagnosis
     from xprof_magic._analysis.model.summary import Summary
 
-__all__ = ["evidence", "fix", "headline", "worded"]
+__all__ = [
+    "WITHOUT",
+    "changes",
+    "evidence",
+    "fix",
+    "gained",
+    "headline",
+    "speedup",
+    "split",
+    "worded",
+]
 
 _WHAT = {
     "input": "waits for the next batch",
@@ -32,6 +42,17 @@ _WHAT = {
     "device": "runs on the device",
     "collective": "waits on collectives between the chips (all-reduce and the like)",
 }
+_NAME = {"compile": "compilation", "transfer": "transfers", "collective": "collectives"}
+WITHOUT = {
+    "input": "the input wait",
+    "host": "the host's Python and graph building",
+    "compile": "the compilations",
+    "transfer": "the transfers",
+    "sync": "the syncs",
+    "collective": "the collectives",
+    "device": "the device's own work",
+}
+"""Each category's time as the thing a fix removes: "without the input wait"."""
 _TITLE = {
     "input": "Input-bound",
     "host": "Host-bound",
@@ -78,6 +99,13 @@ def evidence(d: Diagnosis) -> tuple[tuple[str, str], ...]:
     ]
     if d.warm_up and d.verdict != "unknown":
         out.append(("warm-up steps", str(d.warm_up)))
+    if d.mixed:
+        out.append(("no single bottleneck", f"{split(d)}; runner-up {d.runner_up}"))
+    g = d.gain
+    if g is not None and g.step_s > 0:
+        name = "device alone" if g.category == "device" else f"without {g.category}"
+        times = f"{seconds(g.without_s)} instead of {seconds(g.step_s)} ({speedup(g.speedup)})"
+        out.append((name, times))
     return (*out, *source)
 
 
@@ -97,10 +125,13 @@ def headline(s: Summary, d: Diagnosis, advice: str) -> str:
         where = f" (`{d.where[-1]}`)"
     if d.program:
         where = _launched(d)
-    title = _TITLE[d.verdict]
-    if d.verdict == "input":
-        title += " (highly, XProf's ≥ 20%)"
-    text = f"{title}: {_percent(d.share or 0.0)} {each} {_WHAT[d.verdict]}{where}"
+    if d.mixed:
+        text = f"No single bottleneck: {split(d)} {each}" + _cheapest(d, where)
+    else:
+        title = _TITLE[d.verdict]
+        if d.verdict == "input":
+            title += " (highly, XProf's ≥ 20%)"
+        text = f"{title}: {_percent(d.share or 0.0)} {each} {_WHAT[d.verdict]}{where}"
     if d.verdict == "compile":
         text += _compiled(s, d)
     if d.cause == "host offload":
@@ -116,7 +147,47 @@ def headline(s: Summary, d: Diagnosis, advice: str) -> str:
         text += f"; the device is busy {_percent(d.busy)}"
         if d.breakdown.on_device:
             text += f", computing {_percent(d.share_of('device'))}"
-    return f"{text}. {advice}".strip()
+    return " ".join(part for part in (f"{text}.", gained(d), advice) if part)
+
+
+def split(d: Diagnosis) -> str:
+    """``device 39%, transfers 34%, host 27%``: the step's categories of 5% or more, largest
+    first."""
+    ranked = sorted((c for c, share in d.shares if share >= 0.05), key=lambda c: -d.share_of(c))
+    return ", ".join(f"{_NAME.get(c, c)} {d.share_of(c):.0%}" for c in ranked[:4])
+
+
+def _cheapest(d: Diagnosis, where: str) -> str:
+    """The category of a mixed step the verdict names, and why it is the one."""
+    if d.verdict == "device":
+        return f"; the largest is the device's own compute{where}"
+    return f". Cheapest to remove: {WITHOUT[d.verdict]}{where}"
+
+
+def gained(d: Diagnosis) -> str:
+    """What removing the verdict's time would leave of a step, and the speed-up; for
+    ``device``, the most that a fix outside the model would gain."""
+    g = d.gain
+    if g is None or g.step_s <= 0 or d.verdict not in _TITLE:
+        return ""
+    unit = "a step" if d.breakdown.steps else "the cell"
+    times = f"{seconds(g.without_s)} instead of {seconds(g.step_s)}"
+    if g.category == "device":
+        rest = 1 - g.without_s / g.step_s
+        if rest < 0.05:
+            return f"Everything else is under 5% of {unit}, so the gain lies in the model."
+        return (
+            f"Everything else is {rest:.0%} of {unit}: without it {unit} would take about "
+            f"{times} ({speedup(g.speedup)}); beyond that the gain lies in the model."
+        )
+    return f"Without {WITHOUT[g.category]} {unit} would take about {times} ({speedup(g.speedup)})."
+
+
+def speedup(times: float) -> str:
+    """``7×``, ``1.5×``; ``over 100×``."""
+    if times >= 100:
+        return "over 100×"
+    return f"{times:.0f}×" if times >= 10 else f"{times:.1f}×"
 
 
 def _launched(d: Diagnosis) -> str:
@@ -137,13 +208,37 @@ def _compiled(s: Summary, d: Diagnosis) -> str:
         text += f", {c.count} {noun} ({seconds(c.total_s or 0.0)})"
     if d.cause == "growing graph":
         text += "; the loop never syncs, so its pending graph grows and compiles every step"
-    elif d.cause == "changing shapes":
-        text += f"; the input shapes changed: {' → '.join(d.shapes[:6])}"
+    elif d.cause in ("changing shapes", "changing values"):
+        text += f"; {changes(d)}"
     elif d.cause == "warm-up":
         text += "; only the first steps compiled (warm-up)"
     elif d.cause == "first run":
         text += "; the cell has no steps, so this is its programs compiling on first use"
     return text
+
+
+_CHANGED_IN = {
+    "items": "the input shapes changed",
+    "program inputs": "the shapes of the compiled step's inputs changed (tensors made in the loop)",
+    "program outputs": "the shapes of a tensor the compiled step makes changed",
+    "program constants": "a Python number baked into the compiled step changed",
+}
+
+
+def changes(d: Diagnosis) -> str:
+    """What changed between the compilations: each input once, with its shapes in order
+    (``input_ids (8, 20) → (8, 36) → …``), or the baked values."""
+    if d.changed_in == "programs" or (d.cause == "changing values" and not d.changed):
+        return (
+            "the compiled step's shapes stayed the same, so a Python number baked into it "
+            "changed (an index, a slice bound, an exponent)"
+        )
+    listed = d.changed or (("", d.shapes),)
+    what = "; ".join(
+        (f"{name} " if name else "") + " → ".join(order[:6]) + (" → …" if len(order) > 6 else "")
+        for name, order in listed[:3]
+    )
+    return f"{_CHANGED_IN.get(d.changed_in, _CHANGED_IN['items'])}: {what}"
 
 
 def _offloaded(copies: tuple[tuple[str, str], ...]) -> str:

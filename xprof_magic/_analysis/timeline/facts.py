@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from xprof_magic._analysis.timeline.programs import Program
+
 __all__ = [
     "CATEGORIES",
     "COLLECTIVE",
@@ -142,3 +144,7 @@ class TraceFacts:
     of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules; also, on the
     Python threads, the step ends (:data:`STEP_END`) and each program's launches
     (:data:`LAUNCH` + its name), which say whose the device's time is."""
+    programs: list[Program] = field(default_factory=list)
+    """The compiled programs the timeline holds that can tell a compile's cause: those its
+    compile events compiled (the newest, one per event) and, per module name, the one
+    compiled before them (:mod:`.programs`); serialized, decoded only when needed."""

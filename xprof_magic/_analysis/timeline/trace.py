@@ -36,6 +36,7 @@ from xprof_magic._analysis.timeline.events import Runtime
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._analysis.timeline.lines import Plane, object_planes, xspace_planes
 from xprof_magic._analysis.timeline.parallel import host_lines_in_parallel
+from xprof_magic._analysis.timeline.programs import METADATA_PLANE, read_programs
 from xprof_magic._analysis.timeline.reader import Reader
 from xprof_magic._backends import NEUTRAL, TimelineNames
 
@@ -65,9 +66,10 @@ def read_trace(
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error}") from error
     # Workers only where nothing waits on a deadline: the kernel's own quick pass has one.
+    space = _parse(path)
     with pool.Pool(pool.worker_count(size) if deadline is None else 0) as workers:
-        return _read(
-            xspace_planes(_parse(path)),
+        facts = _read(
+            xspace_planes(space),
             host=path.name[: -len(".xplane.pb")],
             label_names=label_names,
             cell_ns=cell_ns,
@@ -75,6 +77,10 @@ def read_trace(
             runtime=runtime,
             workers=workers,
         )
+    for plane in space.planes:
+        if plane.name == METADATA_PLANE:
+            facts.programs = read_programs(plane, facts.compile_count)
+    return facts
 
 
 def _parse(path: Path) -> Any:

@@ -1,0 +1,73 @@
+"""What a fix would gain: a step's time without one category's, from the breakdown.
+
+The model, per step (the steps the shares are of; the cell's busy time without steps):
+removing a category's time leaves the rest of the step, ``total - removed``, but never less
+than the device's own busy time in that step (:attr:`StepBreakdown.busy_s`): on a lazy or
+asynchronous backend the host's work overlaps the device's, and a step cannot end before the
+device has done its work. A wait for the next batch that overlapped the device (a loader
+whose ``next()`` ends the previous step) so gains only the part the device was idle. The
+estimate is the mean of those steps against the mean step now (:class:`Gain`).
+
+A graph that grows because the loop never syncs (:data:`GROWING`) also makes each step run
+the steps before it again, which the fix ends too: every step would then cost what the least
+of them costs without its compile.
+
+``device``, the healthy case, has no cost to remove: its estimate is the step reduced to the
+device's own time, the most that any fix outside the model would gain.
+
+:func:`step_time` is a run's mean step as the estimate measures it, so that a comparison of
+the run before a fix with the run after it (:mod:`.compare`) sets the measured speed-up
+beside the predicted one.
+"""
+
+from __future__ import annotations
+
+from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, Gain
+
+__all__ = ["GROWING", "gain_of", "step_time"]
+
+GROWING = "growing graph"
+"""The compile cause whose fix (a sync per step) also stops each step from running the graph
+of every step before it again: each step would cost what the least of them costs without
+its compile."""
+
+
+def gain_of(parts: Breakdown, category: str, cause: str = "") -> Gain | None:
+    """The mean step of ``parts`` (a diagnosis's basis) now and without ``category``'s
+    seconds (``cause``: the verdict's, :data:`GROWING`); None when it has no such category
+    or no time."""
+    if category not in parts.categories or "device" not in parts.categories:
+        return None
+    at, device = parts.categories.index(category), parts.categories.index("device")
+    if parts.steps:
+        rows = [(s.total_s, s.seconds[at], s.seconds[device], s.busy_s) for s in parts.steps]
+    elif parts.cell:
+        rows = [(parts.total_s(False), parts.cell[at], parts.cell[device], parts.busy_s)]
+    else:
+        return None
+    total = sum(row[0] for row in rows)
+    if total <= 0:
+        return None
+    lefts = [_left(category, *row) for row in rows]
+    left = min(lefts) * len(lefts) if cause == GROWING else sum(lefts)
+    return Gain(category, round(total / len(rows), 9), round(left / len(rows), 9))
+
+
+def _left(category: str, total: float, removed: float, device: float, busy: float) -> float:
+    """One step's time without ``removed``, bounded below by the device's busy time."""
+    floor = max(busy, device)
+    if category == "device":
+        return min(total, floor)
+    return min(total, max(total - removed, floor))
+
+
+def step_time(d: Diagnosis) -> float | None:
+    """The mean step of a diagnosis's basis (its steps after the warm-up; the cell's busy
+    time without steps), as :func:`gain_of` measures it; None without a breakdown."""
+    parts = d.basis()
+    if not parts.categories:
+        return None
+    if parts.steps:
+        return sum(s.total_s for s in parts.steps) / len(parts.steps)
+    total = parts.total_s(False)
+    return total if total > 0 else None
