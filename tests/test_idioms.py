@@ -20,6 +20,7 @@ The last tests build timelines by hand, to pin each rule on its own.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -338,8 +339,14 @@ def prefetched(batches):
 
 
 @pytest.fixture(scope="module")
-def jax_ready(ip: Any) -> None:
+def jax_ready(ip: Any) -> Iterator[None]:
+    before = dict(ip.user_ns)
     assert ip.run_cell(JAX).success
+    yield
+    # The shell is the session's: later tests' ``--backend auto`` must not find JAX's values.
+    for name in set(ip.user_ns) - set(before):
+        del ip.user_ns[name]
+    ip.user_ns.update(before)
 
 
 def launched_by(s: Summary, statement: str, line: int, program: str) -> None:

@@ -34,7 +34,9 @@ def test_an_interrupt_while_stopping_still_stops_the_trace(
     monkeypatch.setattr(backend, "wait_for_device", interrupted)
     # The capture waits only for a runtime the cell started (an earlier test's, run alone).
     monkeypatch.setattr(backend, "runtime_started", lambda: True)
-    result = run(ip, logdir, "x = 5", "--name stopped")
+    # The backend patched is the one the capture uses, whatever an earlier test left in the
+    # shell's namespace (JAX's arrays would make ``--backend auto`` choose JAX).
+    result = run(ip, logdir, "x = 5", "--name stopped --backend torch_xla")
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
     monkeypatch.undo()
     assert run(ip, logdir, "y = 6", "--name after").success

@@ -135,8 +135,9 @@ def _same(new: Any, old: Any, where: str = "") -> None:
 
 
 def _former(facts: TraceFacts) -> TraceFacts:
-    """The facts the former reader had: it kept no spans for the step breakdown."""
-    return dataclasses.replace(facts, spans={})
+    """The facts the former reader had: it kept no spans for the step breakdown, nor the
+    programs that ran or compiled."""
+    return dataclasses.replace(facts, spans={}, programs_ran={}, programs=[])
 
 
 def test_facts_equal_the_former_readers(run_dir: Path) -> None:
@@ -145,6 +146,7 @@ def test_facts_equal_the_former_readers(run_dir: Path) -> None:
     old = oracle.read_trace(_xplane(run_dir), **args)
     _same(_former(new), old)
     assert {"compile", "device"} <= set(new.spans)
+    assert new.programs_ran and all(ns > 0 for ns in new.programs_ran.values())
     # The capture exercises what the figures come from, so equality is not vacuous.
     kinds = {b.kind for b in new.blocks}
     assert kinds == {"label", "step", "trace"}, kinds
@@ -178,10 +180,13 @@ def test_the_summary_is_the_same_with_either_reader(
     new = summarize(run_dir, budget_s=None)
 
     # Wherever summarize lives, it reads the timeline through its module's read_trace. The
-    # former reader kept no spans: the breakdown's come from the new one in both.
+    # former reader kept no spans nor programs: those come from the new one in both.
     def former(*args: Any, **kwargs: Any) -> TraceFacts:
-        spans = read_trace(*args, **kwargs).spans
-        return dataclasses.replace(oracle.read_trace(*args, **kwargs), spans=spans)
+        new = read_trace(*args, **kwargs)
+        old = oracle.read_trace(*args, **kwargs)
+        return dataclasses.replace(
+            old, spans=new.spans, programs_ran=new.programs_ran, programs=new.programs
+        )
 
     monkeypatch.setattr(sys.modules[summarize.__module__], "read_trace", former)
     old = summarize(run_dir, budget_s=None)

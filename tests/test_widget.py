@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import xprof_magic
-from xprof_magic import _viewer
+from xprof_magic import _analysis, _store, _viewer
 from xprof_magic._notebook import context as _context
 from xprof_magic._notebook import widget as _widget
 from xprof_magic._viewer import survey as _survey
@@ -43,6 +43,10 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch_xla
 
     root = tmp_path_factory.mktemp("widget")
+    # A program compiled before the captures, and bigger than theirs: every capture's metadata
+    # lists it, as a notebook's earlier cells' programs, yet none runs it.
+    device = torch_xla.device()
+    (torch.ones(64, 64, device=device) @ torch.ones(64, 64, device=device)).tanh().sum().item()
     for name in ("older", "newer"):
         with (
             xprof_magic.capture(logdir=root, name=name, server=False),
@@ -264,6 +268,29 @@ def test_tools_with_data_lead_and_the_others_say_why(viewer: _viewer.Viewer, log
     query = parse_qs(urlsplit(view.urls()[0] or "").query)
     assert query["module_name"][0].startswith("SyncTensorsGraph")
     assert query["node_name"][0]  # the entry's root op: the graph viewer has an op to search
+
+
+def test_the_program_tools_open_on_a_program_the_capture_ran(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    """The metadata lists the process's every program (an earlier cell's too); the saved
+    summary says which ran, and the graph viewer opens on one of those."""
+    run_dir = _store.run_path(logdir, "newer")
+    listed = _survey.modules(viewer, "newer")
+    summary = _analysis.summarize(run_dir, budget_s=None)
+    ran = [name for name, _ in summary.programs]
+    assert ran and set(ran) < set(listed), (ran, listed)  # one ran; the earlier one did not
+    assert _survey.ran(listed, run_dir) == list(listed)  # no saved summary: any may be it
+    saved = _analysis.save_summary(summary)
+    try:
+        assert _survey.ran(listed, run_dir) == ran
+        view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+        assert view.wait_for_tools()
+        view.tools.value = "graph_viewer"
+        query = parse_qs(urlsplit(view.urls()[0] or "").query)
+        assert query["module_name"] == [ran[0]]
+    finally:
+        saved.unlink()
 
 
 def test_the_memory_viewer_opens_on_the_largest_program(

@@ -30,6 +30,7 @@ __all__ = [
     "GCS_CACHE_ENV",
     "LOGDIR_ENV",
     "METADATA_FILE",
+    "SUMMARY_FILE",
     "LogdirError",
     "RunInfo",
     "Staging",
@@ -57,6 +58,8 @@ LOGDIR_ENV = "XPROF_MAGIC_LOGDIR"
 GCS_CACHE_ENV = "XPROF_MAGIC_GCS_CACHE"
 GCS_SCHEME = "gs://"
 METADATA_FILE = "xprof_magic.json"
+SUMMARY_FILE = "xprof_magic_summary.json"
+"""A run's saved summary (:mod:`xprof_magic._analysis.cache` writes it)."""
 PROFILE_DIR = ("plugins", "profile")
 XPLANE_SUFFIX = ".xplane.pb"
 STAGING_DIR = ".xprof_magic_staging"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from xprof_magic import _store
 from xprof_magic._analysis.model.summary import Summary
-from xprof_magic._store import write_json
+from xprof_magic._store import SUMMARY_FILE, write_json
 
 __all__ = [
     "READ_BYTES_PER_S",
@@ -30,7 +30,6 @@ __all__ = [
     "summarize_in_subprocess",
 ]
 
-SUMMARY_FILE = "xprof_magic_summary.json"
 # The protobuf + numpy reader on a 2-core VM: about 30 MB of xplane.pb per CPU-second,
 # about 20 MB/s wall when shared (make bench); the reader's deadline catches an estimate
 # that was too hopeful.

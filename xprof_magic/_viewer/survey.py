@@ -3,8 +3,9 @@
 XProf lists every tool for every run (``run_tools``), yet on a CPU capture the device tools
 are empty, and a tool opened empty looks broken. So the widget asks each tool's cheap data
 reply (or, for the tools of one XLA program, the ``module_list``) and marks a tool without
-data with the reason in a few words; the tools with data lead the dropdown. The memory
-viewer opens on the largest program, not on the first name in the list.
+data with the reason in a few words; the tools with data lead the dropdown. The per-program
+tools open on a program the capture ran (its saved summary says which), the largest of them,
+not on the first name in the list, which may be an earlier cell's.
 
 Each question is answered by XProf in milliseconds once it has converted the run (the
 conversion is shared by all tools); a question that fails counts as "has data", so that a
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xprof_magic._store import SUMMARY_FILE
 from xprof_magic._viewer.client import Viewer, ViewerError, fetch_json, http_get
 
 __all__ = ["NO_DEVICE_OPS", "NO_PROGRAMS", "Survey", "survey_tools"]
@@ -108,6 +111,19 @@ def modules(viewer: Viewer, run: str, timeout: float = 30.0) -> list[str]:
     return [m for m in body.decode("utf-8", "replace").split(",") if m.strip()]
 
 
+def ran(programs: Sequence[str], run_dir: Path | None) -> list[str]:
+    """Those of ``programs`` that ran in the capture, most time first, from its saved
+    summary: the capture's metadata lists every program the process holds, an earlier
+    cell's too. All of ``programs`` when the summary is not saved yet or names none."""
+    try:
+        saved = json.loads((run_dir / SUMMARY_FILE).read_text("utf-8")) if run_dir else {}
+        timed = [str(name) for name, _ in saved.get("programs") or ()]
+    except (OSError, ValueError, TypeError, AttributeError):
+        timed = []
+    listed = set(programs)
+    return [p for p in timed if p in listed] or list(programs)
+
+
 def largest(programs: Sequence[str], run_dir: Path | None) -> str | None:
     """The program whose HLO is the largest: XProf caches each one it has read as
     ``<program>.hlo_proto.pb`` in the run's folder; without those, None (XProf's first)."""
@@ -137,7 +153,8 @@ def survey_tools(
         if programs is not None and not programs:
             empty.update({t: NO_PROGRAMS for t in tools if t in PROGRAM_TOOLS})
         elif programs:
-            program = largest(programs, run_dir) or programs[0]
+            candidates = ran(programs, run_dir)
+            program = largest(candidates, run_dir) or candidates[0]
             if "graph_viewer" in tools:
                 with contextlib.suppress(ViewerError, OSError, http.client.HTTPException):
                     node = entry_root(viewer, run, program, timeout)

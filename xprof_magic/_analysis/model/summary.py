@@ -229,6 +229,10 @@ class Summary:
     :mod:`~xprof_magic._analysis.render.notes`), made once when the summary is built and saved
     with it, so a summary saved by an older version shows the words it was saved with.
 
+    ``programs`` are the XLA programs that ran in the capture, as XProf names them
+    (``<module>(<program id>)``), with their seconds, most first: the process's earlier
+    programs, which the capture's metadata lists too, are not among them.
+
     ``missing`` lists, as sentences, what could not be read and so is absent here.
 
     A summary displays itself (IPython's rich display: ``_repr_mimebundle_``), as the text
@@ -265,6 +269,7 @@ class Summary:
     host_ops: tuple[OpRow, ...] = ()
     device_ops: tuple[OpRow, ...] = ()
     compile_ops: tuple[OpRow, ...] = ()
+    programs: tuple[tuple[str, float], ...] = ()
     events: int = 0
     read_s: float = 0.0
     hosts: tuple[HostRow, ...] = ()

@@ -85,8 +85,15 @@ def build(
         host_ops=top_host_ops(facts),
         device_ops=top_ops(facts.device_ops if facts else {}, "XLA op"),
         compile_ops=top_ops(facts.compile_ops if facts else {}, "compile"),
+        programs=_programs(facts),
         events=facts.events if facts else 0,
     )
+
+
+def _programs(facts: TraceFacts | None) -> tuple[tuple[str, float], ...]:
+    """The programs that ran, with their seconds, most first."""
+    ran = facts.programs_ran if facts else {}
+    return tuple((name, ns / 1e9) for name, ns in sorted(ran.items(), key=lambda kv: -kv[1]))
 
 
 def _blocks(

@@ -14,6 +14,7 @@ import numpy as np
 from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.facts import CATEGORIES, DEVICE_SIDE, XLA_OP, device_side
 from xprof_magic._analysis.timeline.lines import Line, Plane
+from xprof_magic._analysis.timeline.programs import program_time
 from xprof_magic._analysis.timeline.reader import Reader
 
 __all__ = ["read_device_plane"]
@@ -33,6 +34,13 @@ def read_device_plane(reader: Reader, plane: Plane) -> None:
             busy = nesting.union_ns(line.start, line.start + line.dur, reader.facts.window)
             if first:
                 reader.add_spans("device", line.start, line.start + line.dur)
+            if name == "XLA Modules":
+                every = np.arange(len(line.start))
+                reader.add_programs(
+                    program_time(
+                        line.text or line.stat, every, line.name_id, line.dur, names=line.names
+                    )
+                )
         if name == "XLA Ops":
             _device_ops(reader, line, first)
     reader.facts.devices.append((plane.name, busy))

@@ -144,6 +144,9 @@ class TraceFacts:
     of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules; also, on the
     Python threads, the step ends (:data:`STEP_END`) and each program's launches
     (:data:`LAUNCH` + its name), which say whose the device's time is."""
+    programs_ran: dict[str, float] = field(default_factory=dict)
+    """The time (ns) of each program that ran, by XProf's name for it (``<module>(<id>)``):
+    the XLA ops' on the CPU, the modules' on a chip."""
     programs: list[Program] = field(default_factory=list)
     """The compiled programs the timeline holds that can tell a compile's cause: those its
     compile events compiled (the newest, one per event) and, per module name, the one

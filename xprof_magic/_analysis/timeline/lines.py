@@ -60,6 +60,9 @@ class Line:
     """``stat(i, key)``: the value of event ``i``'s last stat named ``key``, or None."""
     has: StatCheck
     """``has(events, key)``: whether each of those events has a stat named ``key``."""
+    text: StatLookup | None = field(default=None, repr=False)
+    """``text(i, key)``: as :attr:`stat`, with a reference (``ref_value``: a name XLA
+    interns, as ``hlo_module``'s) given as the name it refers to; None: as :attr:`stat`."""
     meta_stat: MetaStat = field(default=lambda key: [], repr=False)
     """``meta_stat(key)``: for each of :attr:`names`, in order, the value of its event
     metadata's stat named ``key``, or None (object planes: the first such stat of an event
@@ -170,7 +173,7 @@ def _proto_line(
     offset_ps, duration_ps, ids = fields.reshape(n, 3).T
     unique, name_id = _dense(ids)
 
-    def stat(index: int, key: str) -> str | None:
+    def last(index: int, key: str) -> Any:
         wanted = stat_ids.get(key)
         found = None
         if wanted:
@@ -178,7 +181,18 @@ def _proto_line(
                 s = xspace.parse_stat(data)
                 if s.metadata_id in wanted:
                     found = s
+        return found
+
+    def stat(index: int, key: str) -> str | None:
+        found = last(index, key)
         return None if found is None else xspace.stat_value(found)
+
+    def text(index: int, key: str) -> str | None:
+        found = last(index, key)
+        if found is None or found.WhichOneof("value") != "ref_value":
+            return None if found is None else xspace.stat_value(found)
+        ref = int(found.ref_value)
+        return next((name for name, ids in stat_ids.items() if ref in ids), "")
 
     def has(index: Ints, key: str) -> NDArray[np.bool_]:
         wanted = stat_ids.get(key)
@@ -204,6 +218,7 @@ def _proto_line(
         names=[names.get(u, "") for u in unique.tolist()],
         stat=stat,
         has=has,
+        text=text,
         meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
     )
 

@@ -131,6 +131,7 @@ def absorb(reader: Reader, part: _Part) -> None:
             row = table.setdefault(key, [0, 0.0])
             row[0] += count
             row[1] += total
+    reader.add_programs(theirs.programs_ran)
     for key, spans in theirs.spans.items():
         facts.spans.setdefault(key, []).extend(spans)
     reader.cpu_op_spans.extend(part.cpu_op_spans)

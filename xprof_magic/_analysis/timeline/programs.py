@@ -16,13 +16,24 @@ diagnosis decodes the few it compares, only when it needs a cause (:func:`signat
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-__all__ = ["METADATA_PLANE", "Program", "constants", "read_programs", "signature"]
+from xprof_magic._analysis.timeline.lines import Floats, Ints
+
+__all__ = [
+    "METADATA_PLANE",
+    "Program",
+    "constants",
+    "program_time",
+    "read_programs",
+    "signature",
+]
 
 METADATA_PLANE = "/host:metadata"
 _HLO_STAT = "Hlo Proto"
@@ -66,6 +77,46 @@ def read_programs(plane: Any, compiles: int) -> list[Program]:
             if stat.metadata_id in hlo_stats and stat.bytes_value:
                 found.append(Program(number, name, bytes(stat.bytes_value), entry in earlier))
                 break
+    return found
+
+
+def program_time(
+    stat: Callable[[int, str], str | None],
+    order: Ints,
+    name_id: Ints,
+    dur: Floats,
+    parent: Ints | None = None,
+    names: Sequence[str] | None = None,
+) -> dict[str, float]:
+    """Time (ns) of each program that ran on one line, named as XProf names it
+    (``<module>(<program id>)``). The line's events are given in ``order`` (their stored
+    indices), with their ``name_id``, ``dur`` and ``parent`` (their enclosing event's
+    position, -1 for none); ``stat`` is the line's :attr:`~.lines.Line.text`.
+
+    An event is an XLA op of a program when its name's first event has the ``hlo_module``
+    stat (an op's name is its program's), so a line costs a stat read per distinct name, not
+    per event; only ops outside another op count. With ``names`` (the line's: a chip's
+    modules line) every event is a module, named as its program already."""
+    found: dict[str, float] = {}
+    if not len(order):
+        return found
+    unique, first = np.unique(name_id, return_index=True)
+    program = [""] * (int(unique[-1]) + 1)
+    for u, at in zip(unique.tolist(), first.tolist(), strict=True):
+        name = names[u] if names is not None else stat(int(order[at]), "hlo_module")
+        if name and not _ID.search(name):  # A chip's module is named with its id already.
+            number = stat(int(order[at]), "program_id")
+            name = f"{name}({number})" if number else ""
+        program[u] = name or ""
+    is_op = np.array([bool(p) for p in program])
+    op = is_op[name_id]
+    if parent is not None:
+        op &= ~((parent >= 0) & op[np.maximum(parent, 0)])
+    if not op.any():
+        return found
+    totals = np.bincount(name_id[op], weights=dur[op], minlength=len(program))
+    for u in np.flatnonzero(np.bincount(name_id[op], minlength=len(program))).tolist():
+        found[program[u]] = found.get(program[u], 0.0) + float(totals[u])
     return found
 
 

@@ -55,6 +55,7 @@ from xprof_magic._analysis.timeline.facts import (
     TraceFacts,
 )
 from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.programs import program_time
 
 __all__ = ["Reader"]
 
@@ -125,6 +126,7 @@ class Reader:
             if group == "python":
                 self.add_spans("device", start[ops], end[ops])
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
+        self.add_programs(program_time(line.text or line.stat, order, name_id, dur, nest.parent))
         if group == "python" and self.runtime.launches:
             self._launches(start, end, name_id, names, pushed & (cat == _RUNTIME), flag)
         self.tables(start, end, dur, name_id, names, nest, cat)
@@ -299,6 +301,11 @@ class Reader:
         for group in np.split(at, np.flatnonzero(np.diff(name_id[at])) + 1):
             key = LAUNCH + launched_program(names[int(name_id[group[0]])], self.runtime.launches)
             self.add_spans(key, start[group], end[group])
+
+    def add_programs(self, time_ns: dict[str, float]) -> None:
+        """Add the time of the programs that ran (:func:`.programs.program_time`)."""
+        for name, ns in time_ns.items():
+            self.facts.programs_ran[name] = self.facts.programs_ran.get(name, 0.0) + ns
 
     def add_spans(self, key: str, lo: Floats, hi: Floats) -> None:
         self.facts.spans.setdefault(key, []).append((lo.tolist(), hi.tolist()))
