@@ -53,6 +53,7 @@ __all__ = [
     "ToolView",
     "check_every_tool",
     "find_chromium",
+    "in_frame",
     "isolated",
     "leftover_processes",
     "machine_environment",
@@ -103,6 +104,8 @@ BACKDROP = ".mat-drawer-backdrop.mat-drawer-shown"
 MENU_PLACED = (
     ".mat-drawer.mat-drawer-side, .mat-drawer.mat-drawer-over, .mat-drawer.mat-drawer-push"
 )
+FRAME_LOOK_MS = 10_000
+"""The longest one look into an XProf frame's document may take (:func:`in_frame`)."""
 V2_KEY = "use_trace_viewer_v2"
 CHARTS_NOTE_CLASS = "xprof-charts-note"
 
@@ -817,41 +820,52 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
             else:
                 found = functools.partial(view.data.find, run, value, frame)
                 _wait(view, found, f"{value} data of {run}")
-            _wait(view, functools.partial(_menu_laid_out, frame), f"{value}: XProf's menu")
-        assert frame.locator(BACKDROP).count() == 0, f"{value}: XProf's menu covers the tool"
+            menu = _wait(view, functools.partial(_menu, frame), f"{value}: XProf's menu")
+            assert menu != "covering", f"{value}: XProf's menu covers the tool"
         if not value.startswith("trace_viewer"):
             # A Trace Viewer v2 choice saved here (no WebGPU adapter headless) is dropped by
             # the next XProf page this origin loads.
-            saved = frame.evaluate(f"localStorage.getItem('{V2_KEY}')")
+            saved = in_frame(frame, f"() => localStorage.getItem('{V2_KEY}')")
             assert saved is None, f"{value}: a saved Trace Viewer v2 choice was kept"
-            frame.evaluate(f"localStorage.setItem('{V2_KEY}', 'true')")
+            in_frame(frame, f"() => localStorage.setItem('{V2_KEY}', 'true')")
         view.screenshot(f"{name}-{value.rstrip('@')}")
         assert not view.data.failed, (value, view.data.failed)
     return [v for v, _ in offered]
 
 
-def _menu_laid_out(frame: Any) -> bool:
-    """XProf's full UI has placed its menu: its drawer has taken a mode (docked, or over
-    the tool with a backdrop, which XProf shows in the same update) and XProf has finished
-    navigating to the tool (its "Navigating." notice is gone), the moment its classic menu
-    would open over a narrow frame."""
+def in_frame(frame: Any, script: str) -> Any:
+    """``script`` (a function of the root element) evaluated in ``frame``'s document, within
+    :data:`FRAME_LOOK_MS`. ``Locator.evaluate`` waits for the document with a timeout, where
+    ``Frame.evaluate`` and ``Locator.count`` wait without one: a cross-origin frame whose
+    document never came back once held a test until the job was killed."""
+    return frame.locator(":root").evaluate(script, timeout=FRAME_LOOK_MS)
+
+
+_MENU_JS = f"""root => {{
+  if (!root.querySelector({json.dumps(MENU_PLACED)})) return null;
+  if (document.body && document.body.innerText.includes('Navigating.')) return null;
+  return root.querySelector({json.dumps(BACKDROP)}) ? 'covering' : 'placed';
+}}"""
+
+
+def _menu(frame: Any) -> str | None:
+    """Where XProf's full UI has put its menu, once it has: "placed" (docked, or closed) or
+    "covering" (over the tool, with a backdrop, which XProf shows in the same update); None
+    while its drawer has no mode yet or XProf is still navigating to the tool ("Navigating."),
+    the moment its classic menu would open over a narrow frame."""
     from playwright.sync_api import Error
 
     try:
-        placed = frame.locator(MENU_PLACED).count() > 0
-        return placed and frame.get_by_text("Navigating.").count() == 0
+        found: str | None = in_frame(frame, _MENU_JS)
     except Error:
-        return False
+        return None
+    return found
 
 
-def _content(frame: Any) -> str:
-    """A frame's HTML, or "" while it is still navigating."""
-    from playwright.sync_api import Error
-
-    try:
-        return str(frame.content())
-    except Error:
-        return ""
+_GRAPH_JS = """root => ({
+  drawn: root.querySelector('#graph-container svg g.node') !== null,
+  notice: root.querySelector('.xprof-magic-graph-notice')?.textContent ?? null,
+})"""
 
 
 def _has_graph(frame: Any) -> bool:
@@ -860,12 +874,11 @@ def _has_graph(frame: Any) -> bool:
     from playwright.sync_api import Error
 
     try:
-        drawn = frame.locator("#graph-container svg g.node").count() > 0
-        notice = frame.locator(".xprof-magic-graph-notice").count() > 0
+        found = in_frame(frame, _GRAPH_JS)
     except Error:
         return False
-    assert not notice, frame.locator(".xprof-magic-graph-notice").first.text_content()
-    return drawn
+    assert found["notice"] is None, found["notice"]
+    return bool(found["drawn"])
 
 
 def _graph(data: DataFetches, run: str) -> DataFetch | None:

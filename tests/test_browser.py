@@ -36,7 +36,9 @@ from tests._browser import (
 )
 from tests.conftest import missing
 
-pytestmark = pytest.mark.browser
+# A guard against a hang only: each wait below fails sooner, naming what it waited for. On
+# a loaded 2-core machine the direct route's test, which checks every tool, nears 10 minutes.
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200)]
 
 ROUTES = {"direct": "python3", "proxy": PROXY_KERNEL}
 RUN_TIMEOUT_S = 300.0

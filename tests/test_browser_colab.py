@@ -44,7 +44,10 @@ from tests._kernel import free_port
 from tests.conftest import missing
 from xprof_magic._notebook import colab
 
-pytestmark = [pytest.mark.browser, pytest.mark.pinned]
+# A guard against a hang only: each wait below fails sooner, naming what it waited for. On
+# a loaded 2-core machine (load average 9) Run All alone took 5 minutes, and checking every
+# tool of two runs as long again.
+pytestmark = [pytest.mark.browser, pytest.mark.pinned, pytest.mark.timeout(1200)]
 
 STUB = Path(__file__).resolve().parent / "colab_stub"
 KERNEL = "python3-colab"
@@ -223,27 +226,46 @@ def failed(notebook: NotebookPage, name: str) -> None:
         print("Output areas:", *areas, sep="\n")
 
 
-def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
-    server: JupyterLab, browser: Callable[[str], Any]
-) -> None:
+@pytest.fixture(scope="module")
+def colab_notebook(server: JupyterLab, browser: Callable[[str], Any]) -> Iterator[NotebookPage]:
+    """Two torch_xla cells and a JAX cell run in Notebook 6 through the fake proxy, each
+    with its widget and its output frame, for the tests below to look at."""
     context = browser(FAKE_PROXY % "null")
     offline(context)
     cells = [SETUP, TRAIN, EVALUATE, JAX]
     notebook = open_notebook(server, context, "colab.ipynb", cells, KERNEL)
-    page = notebook.page
     try:
         notebook.run_all(count=len(cells), timeout=RUN_TIMEOUT_S)
+        notebook.wait(
+            lambda: notebook.widgets.count() == 3 and frames(notebook).count() == 3,
+            lambda: f"3 widgets and 3 frames:\n{notebook.outputs()}",
+            LOAD_TIMEOUT_S,
+        )
+        yield notebook
+    except BaseException:
+        failed(notebook, "notebook-failure")
+        raise
+    finally:
+        context.close()
+        server.shutdown_kernels()
+
+
+def frames(notebook: NotebookPage) -> Any:
+    """The viewer's outputs of their own, one per profiled cell (a locator)."""
+    return notebook.page.locator(".xprof-colab")
+
+
+def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
+    colab_notebook: NotebookPage, server: JupyterLab
+) -> None:
+    notebook = colab_notebook
+    page = notebook.page
+    try:
         outputs = notebook.outputs()
         assert "Traceback" not in outputs and "showing it failed" not in outputs, outputs
         for run in ("colab-train", "colab-eval", "colab-jax"):
             assert f"xprof: run {run} (ok)" in outputs, outputs
-        widgets = notebook.widgets
-        boxes = page.locator(".xprof-colab")
-        notebook.wait(
-            lambda: widgets.count() == 3 and boxes.count() == 3,
-            lambda: f"{widgets.count()} widgets, {boxes.count()} frames:\n{notebook.outputs()}",
-            LOAD_TIMEOUT_S,
-        )
+        widgets, boxes = notebook.widgets, frames(notebook)
         assert page.locator("a.xprof-open").count() == 0, "Colab gets no new-tab link"
 
         # The frame comes from another origin than the notebook's, through proxyPort.
@@ -280,18 +302,24 @@ def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
         # XProf's pages read window.parent (gtag, TENSORBOARD_ENV), which throws
         # cross-origin: what matters is that they render, as checked above.
         assert not [e for e in notebook.errors if "localStorage" in e], notebook.errors
-
-        # Every tool offered, for torch_xla and for JAX, in Notebook 6's output width.
-        for index, run, label in ((0, "colab-eval", "evaluate"), (2, "colab-jax", "update")):
-            tools = every_tool(notebook, widgets.nth(index), boxes.nth(index), run, label)
-            assert "graph_viewer" in tools and "memory_viewer" in tools, tools
-        print("Page errors (XProf's, cross-origin):", *notebook.errors, sep="\n")
     except BaseException:
         failed(notebook, "failure")
         raise
-    finally:
-        context.close()
-        server.shutdown_kernels()
+
+
+def test_every_tool_renders_cross_origin(colab_notebook: NotebookPage) -> None:
+    """Every tool offered, for torch_xla and for JAX, in Notebook 6's output width."""
+    notebook = colab_notebook
+    try:
+        select_run(notebook.widgets.nth(0), "colab-eval")
+        for index, run, label in ((0, "colab-eval", "evaluate"), (2, "colab-jax", "update")):
+            widget, box = notebook.widgets.nth(index), frames(notebook).nth(index)
+            tools = every_tool(notebook, widget, box, run, label)
+            assert "graph_viewer" in tools and "memory_viewer" in tools, tools
+        print("Page errors (XProf's, cross-origin):", *notebook.errors, sep="\n")
+    except BaseException:
+        failed(notebook, "tools-failure")
+        raise
 
 
 def test_a_refusing_proxy_shows_the_one_line_hint(
