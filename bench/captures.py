@@ -7,7 +7,7 @@ per step: about 12 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
 
 - ``summary``: :func:`xprof_magic._analysis.summarize` with no budget, as the magic runs it
   in a process of its own: a capture over 16 MB gets worker processes for its biggest
-  lines (:mod:`xprof_magic._analysis.pool`), one less than the CPUs;
+  lines (:mod:`xprof_magic._analysis.timeline.pool`), one less than the CPUs;
 - ``summary_serial``: the same in one process (``XPROF_MAGIC_SUMMARY_WORKERS=0``);
 - ``summary_nodiag``: ``summary`` without the diagnosis (no breakdown spans read, no
   verdict), for the diagnosis's cost: ``--routes summary summary_nodiag`` (its patch
@@ -138,10 +138,11 @@ if route == "summary_serial":
     os.environ["XPROF_MAGIC_SUMMARY_WORKERS"] = "0"
 if route == "summary_nodiag":
     # The summary as it was before the diagnosis: no breakdown spans, no verdict.
-    from xprof_magic._analysis import reader, verdict
-    from xprof_magic._analysis.diagnosis import Diagnosis
+    from xprof_magic._analysis import stages
+    from xprof_magic._analysis.timeline import reader
     reader.Reader._spans = lambda self, *args: None
-    verdict.from_trace = lambda *args: Diagnosis()
+    reader.Reader._launches = lambda self, *args: None
+    stages._diagnose = lambda *args: None
 if route.startswith("summary"):
     from xprof_magic._analysis import summarize
     import pathlib
@@ -152,7 +153,7 @@ elif route == "overview_page":
     data, _ = xspace_to_tool_data([path], "overview_page", {})
     assert data
 elif route == "parse":
-    from xprof_magic._analysis.xspace import XSpace
+    from xprof_magic._analysis.timeline.xspace import XSpace
     with open(path, "rb") as f:
         raw = f.read()
     XSpace().ParseFromString(raw)
@@ -160,7 +161,7 @@ took, cpu = time.perf_counter() - t, time.process_time() - cpu
 # VmHWM, not ru_maxrss: the latter survives exec and would report a big parent's peak.
 hwm = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
 rss_mb = int(hwm) / 1024
-# The summary's worker processes (xprof_magic._analysis.pool), all of them waited for:
+# The summary's worker processes (xprof_magic._analysis.timeline.pool), all of them waited for:
 # their CPU time together, and the biggest one's peak (started small, so ru_maxrss is theirs).
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({

@@ -780,7 +780,7 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
     its menu, and in the trace viewer the ``python`` row (``label``'s thread) is inside the
     frame without scrolling. Returns the tools seen.
     """
-    from xprof_magic._notebook.tools import TOOL_NAMES
+    from xprof_magic._viewer.tools import TOOL_NAMES
 
     select = view.widget.locator(".xprof-tools select")
     labels: list[str] = select.evaluate("s => Array.from(s.options).map(o => o.textContent)")

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from xprof_magic._analysis.facts import Block, GroupFacts, ReadAborted, TraceFacts
+from xprof_magic._analysis.timeline.facts import Block, GroupFacts, ReadAborted, TraceFacts
 
 __all__ = [
     "COMPILE_EVENTS",

@@ -1,6 +1,7 @@
-"""The package's shape, checked: where IPython may be imported, no import cycles, module size,
-Colab branches only in the notebook context and the Colab frame, no probing of a backend
-object, and a ``%load_ext`` that imports nothing heavy.
+"""The package's shape, checked: ARCHITECTURE.md's "may import" table, where IPython may be
+imported, no import cycles, module size, Colab branches only in the notebook context and the
+Colab frame, no probing of a backend object, a ``%load_ext`` that imports nothing heavy, and a
+marimo front apart from the notebook's.
 
 ARCHITECTURE.md states these rules; these tests keep them true as the code grows. The static
 rules read the modules' syntax trees, not their text, and each has a test that it can fail.
@@ -16,9 +17,13 @@ from pathlib import Path
 import pytest
 
 import xprof_magic
+from tests._import_table import Row, module_imports, read_table, row_of, violations
 
 PACKAGE = Path(xprof_magic.__file__).resolve().parent
 NOTEBOOK = "xprof_magic._notebook"
+MARIMO = "xprof_magic._marimo"
+# The marimo view is an anywidget, which brings ipywidgets, traitlets and IPython with it.
+MARIMO_VIEW = f"{MARIMO}.view"
 FRONTEND_MODULES = ("IPython", "ipywidgets", "ipykernel", "traitlets")
 MAX_LINES = 500
 # Where the notebook context is decided and where Colab's output frame is made: the only two
@@ -34,26 +39,17 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "ARCHITECTURE.md"
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """Every module of the package that ``name`` imports, at any depth of its code."""
-    found: set[str] = set()
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            subs = [f"{base}.{alias.name}" for alias in node.names]
-            targets = [sub for sub in subs if sub in MODULES] or [base]
-        else:
-            continue
-        found.update(t for t in targets if t in MODULES and t != name)
-    return found
+def _imports(name: str, path: Path, typing_too: bool = True) -> set[str]:
+    """Every module of the package that ``name`` imports, at any depth of its code (with
+    ``typing_too`` False, leaving out imports only type checkers run)."""
+    return {
+        use.target
+        for use in module_imports(name, path, MODULES)
+        if use.target in MODULES and (typing_too or not use.typing_only)
+    }
 
 
 def test_every_module_is_found() -> None:
@@ -61,7 +57,9 @@ def test_every_module_is_found() -> None:
 
 
 def test_no_import_cycles_even_inside_functions() -> None:
-    graph = {name: _imports(name, path) for name, path in MODULES.items()}
+    """Imports inside functions count; those only type checkers run (``if TYPE_CHECKING:``)
+    do not: a renderer names the model's types, and the model's display calls the renderer."""
+    graph = {name: _imports(name, path, typing_too=False) for name, path in MODULES.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -95,12 +93,65 @@ def test_no_import_cycles_even_inside_functions() -> None:
 def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
     """The import reader sees imports inside functions, so a hidden cycle would be caught."""
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    from xprof_magic import _store\n")
-    assert _imports("xprof_magic._fake", source) == {"xprof_magic._store"}
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from xprof_magic import _units\n"
+        "def f():\n    from xprof_magic import _store\n"
+    )
+    assert _imports("xprof_magic._fake", source, typing_too=False) == {"xprof_magic._store"}
+    assert _imports("xprof_magic._fake", source) == {"xprof_magic._store", "xprof_magic._units"}
+
+
+def _table() -> list[Row]:
+    return read_table(ARCHITECTURE.read_text(encoding="utf-8"))
+
+
+def test_every_import_is_one_architecture_md_allows() -> None:
+    """Each import between the package's parts, and of each third-party library, is one its
+    row of the table allows (lazily where it says so); an allowed edge need not be used."""
+    found = violations(_table(), MODULES)
+    assert not found, "\n".join(
+        [*found, "change the import, or the row of ARCHITECTURE.md's table that forbids it"]
+    )
+
+
+def test_every_part_the_table_names_exists() -> None:
+    """A path in the table that names no module is a typo, or a part that moved."""
+    rows = _table()
+    named = {p for row in rows for p in row.where} | {
+        p for row in rows for clause in row.clauses for p in clause.parts if p != "*"
+    }
+    missing = [p for p in sorted(named) if not any(row_of(m, [_only(p)]) for m in MODULES)]
+    assert not missing, f"ARCHITECTURE.md's table names {missing}, which are not modules"
+
+
+def _only(part: str) -> Row:
+    return Row((part,), "", ())
+
+
+def test_the_table_check_can_fail() -> None:
+    """A forbidden import fails, at import time where only a lazy one is allowed too; an
+    allowed one that the code stops using changes nothing."""
+    rows = _table()
+    guard, model = "xprof_magic._viewer.guard", "xprof_magic._analysis.model.summary"
+    sources = {
+        guard: "import numpy\nfrom xprof_magic import _analysis\ndef f():\n    import xprof\n",
+        model: "from xprof_magic._analysis.render import text\n",
+        "xprof_magic._gcs": "",
+    }
+    found = violations(rows, MODULES, sources)
+    assert [f.split(": the row")[0] for f in found] == [
+        f"{model}:1 imports xprof_magic._analysis.render.text",
+        f"{guard}:1 imports numpy",
+        f"{guard}:2 imports xprof_magic._analysis",
+    ]
+    assert "allows it only lazily" in found[0] and "not at all" in found[1]
 
 
 CORE = sorted(
-    name for name in MODULES if not name.startswith(NOTEBOOK) and not name.endswith("__main__")
+    name
+    for name in MODULES
+    if not name.startswith((NOTEBOOK, MARIMO_VIEW)) and not name.endswith("__main__")
 )
 
 
@@ -129,6 +180,30 @@ def test_the_frontend_probe_can_fail() -> None:
 def test_no_module_is_over_500_lines(module: str) -> None:
     lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{module} has {lines} lines (at most {MAX_LINES}): split it by job"
+
+
+@pytest.mark.parametrize("module", sorted(n for n in MODULES if n.startswith(MARIMO)))
+def test_the_marimo_front_stays_apart_from_the_notebook_and_imports_no_marimo(module: str) -> None:
+    """``xprof_magic.profile`` works in a script without marimo; only the view, shown in
+    marimo, imports anywidget; no module of the marimo front reaches into ``_notebook``."""
+    assert not [t for t in _imports(module, MODULES[module]) if t.startswith(NOTEBOOK)]
+    found = "sorted(m for m in ('marimo', 'anywidget') if m in sys.modules)"
+    probe = f"import sys, {module}\nprint({found})"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = "['anywidget']" if module == MARIMO_VIEW else "[]"
+    assert done.stdout.strip().splitlines()[-1] == expected
+
+
+def test_only_the_public_api_imports_the_marimo_front() -> None:
+    importers = sorted(
+        name
+        for name, path in MODULES.items()
+        if not name.startswith(MARIMO) and any(t.startswith(MARIMO) for t in _imports(name, path))
+    )
+    assert importers == ["xprof_magic"]
 
 
 def test_viewer_modules_never_import_through_the_viewer_package() -> None:

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from xprof_magic import _backends, _capture, _labels, _logdir, _ondemand, _store
+from xprof_magic import _capture, _labels, _logdir, _ondemand, _registry, _store
 from xprof_magic._backends import Backend, MetricsSnapshot, ServerStatus, TraceAlreadyRunning
 from xprof_magic._plan import Plan
-from xprof_magic._steps import parse_steps
+from xprof_magic._step_window import parse_steps
 
 HOST = "fake-host"
 
@@ -126,7 +126,7 @@ def no_profiler_imported() -> Iterator[None]:
 def backend(monkeypatch: pytest.MonkeyPatch) -> FakeBackend:
     fake = FakeBackend()
     typed: Backend = fake  # the fake offers exactly the protocol
-    monkeypatch.setitem(_backends._loaded, "fake", typed)
+    monkeypatch.setitem(_registry._loaded, "fake", typed)
     monkeypatch.setattr(_capture, "_server_said", {})
     return fake
 

@@ -302,7 +302,7 @@ def test_each_next_of_the_cells_loops_is_timed_and_the_loop_behaves_the_same() -
 
 def test_where_names_the_line_of_an_xprof_comment_label() -> None:
     """A ``# xprof: NAME`` block is found at its comment's line, not at its loop's."""
-    from xprof_magic._analysis.verdict import _line_of
+    from xprof_magic._analysis.summary.blocks import line_of as _line_of
 
     cell = (
         "for inputs, targets in batches:\n"

@@ -13,9 +13,10 @@ import pytest
 from tests.conftest import host_events, only_run, run, step_numbers
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._analysis import render_text, summarize
-from xprof_magic._backends import get_backend, get_vocabulary
-from xprof_magic._plan import choose_backend
-from xprof_magic._rewrite import find_markers, rewrite
+from xprof_magic._detect import choose_backend
+from xprof_magic._markers import find_markers
+from xprof_magic._registry import get_backend, get_vocabulary
+from xprof_magic._rewrite import rewrite
 
 TRAIN = """
 import jax, jax.numpy as jnp
@@ -369,7 +370,7 @@ def test_hits_of_the_persistent_compilation_cache_are_counted(
 def test_without_function_names_the_reason_still_flags_the_recompile(ip: Any, logdir: Path) -> None:
     import dataclasses
 
-    from xprof_magic._analysis.notes import notes_for
+    from xprof_magic._analysis.render.notes import notes_for
 
     assert run(ip, logdir, "import jax\njax.jit(lambda v: v * 4)(2.0)", "--backend jax").success
     summary = summarize(only_run(logdir).path)

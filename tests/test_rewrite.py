@@ -10,7 +10,8 @@ import pytest
 
 from tests.conftest import FakeEvent
 from xprof_magic import _labels, _steps
-from xprof_magic._rewrite import find_markers, label_for, rewrite
+from xprof_magic._markers import find_markers, label_for
+from xprof_magic._rewrite import rewrite
 
 
 def run(

@@ -18,7 +18,7 @@ import pytest
 
 import xprof_magic
 from tests.conftest import FakeEvent, host_events, only_run, run, step_numbers
-from xprof_magic import _labels, _metadata, _steps, _store, _trace
+from xprof_magic import _labels, _metadata, _step_window, _steps, _store, _trace
 from xprof_magic._capture import parse_steps
 from xprof_magic._rewrite import rewrite
 
@@ -88,7 +88,7 @@ def test_a_window_starts_and_stops_the_trace_at_its_steps() -> None:
     tracker = _steps.StepTracker(
         FakeEvent,
         watch_syncs=True,
-        window=_trace.TraceWindow(_steps.StepWindow(2, 4), Trace()),
+        window=_trace.TraceWindow(_step_window.StepWindow(2, 4), Trace()),
     )
     tracker.arm()
     for _ in range(6):
@@ -105,9 +105,9 @@ def test_a_window_starts_and_stops_the_trace_at_its_steps() -> None:
         (None, (False, None)),
         (True, (True, None)),
         ("", (True, None)),
-        ("100:103", (True, _steps.StepWindow(100, 103))),
-        ("5:", (True, _steps.StepWindow(5, None))),
-        (":3", (True, _steps.StepWindow(0, 3))),
+        ("100:103", (True, _step_window.StepWindow(100, 103))),
+        ("5:", (True, _step_window.StepWindow(5, None))),
+        (":3", (True, _step_window.StepWindow(0, 3))),
     ],
 )
 def test_step_options_parse(given: Any, expected: Any) -> None:
@@ -402,7 +402,7 @@ def test_only_the_cells_syncs_count_and_only_for_the_work_they_launch() -> None:
     import torch
     import torch_xla
 
-    from xprof_magic._backends import get_backend
+    from xprof_magic._registry import get_backend
 
     dev = torch_xla.device()
     torch_xla.sync()
@@ -522,7 +522,7 @@ def test_the_script_api_takes_a_window(tmp_path: Path) -> None:
 def test_the_step_hooks_do_not_start_the_runtime() -> None:
     code = (
         "from torch_xla import _XLAC\n"
-        "from xprof_magic._backends import get_backend\n"
+        "from xprof_magic._registry import get_backend\n"
         "backend = get_backend()\n"
         "seen = []\n"
         "with backend.step_hooks(seen.append, seen.append):\n"

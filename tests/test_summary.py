@@ -36,22 +36,22 @@ from xprof_magic._analysis import (
     summarize,
     summarize_in_subprocess,
 )
-from xprof_magic._analysis.blocks import INPUT_PIPELINE
-from xprof_magic._analysis.device import device_info
-from xprof_magic._analysis.model import Compiles, CompileSite
-from xprof_magic._analysis.notes import notes_for
-from xprof_magic._analysis.trace import read_planes
+from xprof_magic._analysis.model.summary import Compiles, CompileSite
+from xprof_magic._analysis.render.notes import notes_for
+from xprof_magic._analysis.summary.blocks import INPUT_PIPELINE
+from xprof_magic._analysis.summary.device import device_info
+from xprof_magic._analysis.timeline.trace import read_planes
 from xprof_magic._backends import (
-    VOCABULARIES,
     Advice,
+    Backend,
     Headings,
     MetricNames,
     TimelineNames,
     Vocabulary,
-    get_vocabulary,
 )
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 from xprof_magic._metadata import MetricTotal, RunError, RunMetrics
+from xprof_magic._registry import BACKENDS, Entry, get_vocabulary
 from xprof_magic._units import seconds
 
 from ._analysis_captures import make_run, shapes_cell, steps_cell
@@ -300,6 +300,33 @@ def test_compare_two_runs(shapes: Summary, steps: Summary) -> None:
     assert "      user_block " in same.text()
 
 
+def test_a_summary_and_a_comparison_display_themselves(
+    ip: Any, shapes: Summary, steps: Summary
+) -> None:
+    """As a cell's value, each shows as its renderers write it (IPython's rich display)."""
+    data, _ = ip.display_formatter.format(shapes)
+    assert data["text/plain"] == render_text(shapes)
+    assert data["text/html"] == render_html(shapes)
+    both = compare(shapes, steps)
+    data, _ = ip.display_formatter.format(both)
+    assert data["text/plain"] == both.text() and data["text/html"] == both.html()
+    assert "A: shapes" in data["text/plain"] and "<table" in data["text/html"]
+
+
+def test_a_summary_saved_before_the_analysis_was_staged_loads_and_shows_its_words() -> None:
+    """A summary saved by the version before the verdict became data (no ``shares``, no
+    ``warm_up``) loads, and shows the words it was saved with, not words made again."""
+    saved = Path(__file__).parent / "data" / "summary_saved_before_stages.json"
+    s = Summary.from_json(json.loads(saved.read_text(encoding="utf-8")))
+    d = s.diagnosis
+    assert d.verdict == "host" and d.shares == () and d.warm_up == 0
+    assert d.headline.startswith("Host-bound: 88% of each step after the 2 first (compiling)")
+    assert ("warm-up steps", "2") in d.evidence and "torch_xla.compile" in d.fix
+    text = s._repr_mimebundle_()["text/plain"]
+    assert text == render_text(s) and d.headline in text
+    assert "Host-bound: 88%" in render_html(s)
+
+
 def test_a_quick_summary_first_then_the_full_one(runs: dict[str, Path], tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(runs["shapes"], run)
@@ -378,9 +405,9 @@ def test_the_breakdown_chart_cuts_a_compiling_first_step_and_keeps_its_mix() -> 
     first is cut, still shows its compile part, and says how long it was."""
     import re
 
-    from xprof_magic._analysis.breakdown import BREAKDOWN_CATEGORIES as names
-    from xprof_magic._analysis.breakdown_chart import breakdown_svg
-    from xprof_magic._analysis.diagnosis import Breakdown, Diagnosis, StepBreakdown
+    from xprof_magic._analysis.diagnosis.breakdown import BREAKDOWN_CATEGORIES as names
+    from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, StepBreakdown
+    from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
 
     def step(n: int, host: float, compile_s: float, device: float) -> StepBreakdown:
         parts = dict.fromkeys(names, 0.0) | {"host": host, "compile": compile_s, "device": device}
@@ -602,6 +629,10 @@ def _torch_xla_words() -> list[str]:
     ]
 
 
+def _no_backend() -> Backend:
+    raise AssertionError("the analysis never makes a backend")
+
+
 def _as_backend(run: Path, backend: str, metrics: RunMetrics | None = None) -> None:
     meta = _metadata.read(run)
     assert meta is not None and meta.backend == "torch_xla"
@@ -611,7 +642,7 @@ def _as_backend(run: Path, backend: str, metrics: RunMetrics | None = None) -> N
 def test_a_backend_brings_its_own_words_and_numbers(
     runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(VOCABULARIES, "fake", __name__)
+    monkeypatch.setitem(BACKENDS, "fake", Entry("fake", _no_backend, lambda: VOCABULARY))
     run = tmp_path / "run"
     shutil.copytree(runs["shapes"], run)
     meta = _metadata.read(run)
@@ -689,7 +720,7 @@ def test_reading_a_vocabulary_loads_no_profiler() -> None:
     code = (
         "import sys\n"
         "from xprof_magic import _analysis\n"
-        "from xprof_magic._backends import get_vocabulary\n"
+        "from xprof_magic._registry import get_vocabulary\n"
         "assert get_vocabulary('torch_xla').backend == 'torch_xla'\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(_PROFILERS)!r})))\n"
     )

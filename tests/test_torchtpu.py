@@ -152,7 +152,7 @@ def test_xprofs_overview_finds_the_steps(ip: Any, logdir: Path, tmp_path: Path) 
 
 
 def test_sync_without_a_device_adds_nothing(ip: Any, logdir: Path) -> None:
-    from xprof_magic._backends import get_vocabulary
+    from xprof_magic._registry import get_vocabulary
 
     assert run(ip, logdir, "import torch\nq = torch.ones(2) + 1\n", "--sync").success
     names = {event.name for event in host_events(only_run(logdir).path)}
@@ -205,11 +205,11 @@ def test_a_moved_private_api_fails_in_one_line_naming_the_versions(
 ) -> None:
     from torch_tpu._internal.profiler import _impl
 
-    from xprof_magic._backends import torch_tpu as backend
+    from xprof_magic._backends import torch_tpu_private as backend
 
     monkeypatch.delattr(_impl, "start_trace")
     with pytest.raises(RuntimeError) as raised:
-        backend._private_api()
+        backend.private_api()
     message = str(raised.value)
     assert "\n" not in message
     assert "torch-tpu 0.2.0" in message and "start_trace" in message
@@ -233,8 +233,8 @@ def test_a_recompile_note_reaches_the_summary(logdir: Path) -> None:
 
     import xprof_magic
     from xprof_magic._analysis import render_text, summarize
-    from xprof_magic._backends import get_backend
     from xprof_magic._backends.torch_tpu import TorchTpuBackend
+    from xprof_magic._registry import get_backend
 
     backend = get_backend("torch_tpu")
     assert isinstance(backend, TorchTpuBackend)
@@ -265,7 +265,7 @@ def test_a_recompile_note_reaches_the_summary(logdir: Path) -> None:
 def test_auto_picks_torchtpu_for_its_imports_devices_and_plain_torch() -> None:
     import torch
 
-    from xprof_magic._plan import choose_backend
+    from xprof_magic._detect import choose_backend
 
     for cell in (
         "import torch_tpu",
@@ -325,7 +325,8 @@ _FRESH = textwrap.dedent(
     options = impl.ProfileOptions(host_tracer_level=2, device_tracer_level=0,
                                   python_tracer_level=0)
     raw = traced(lambda run: impl.start_trace(run, options), impl.stop_trace)
-    from xprof_magic._backends import get_backend, listens_here
+    from xprof_magic._backends.ports import listens_here
+    from xprof_magic._registry import get_backend
     backend = get_backend("torch_tpu")
     ours = traced(backend.start_trace, backend.stop_trace)
     port = int(sys.argv[1])
@@ -376,3 +377,27 @@ def test_labels_need_no_server_and_the_server_binds_every_interface(tmp_path: Pa
     assert found["started"] and found["listening"]
     assert "one server per process" in found["again"]
     assert f"Unable to bind to [::]:{port}" not in done.stderr
+
+
+def test_a_profiled_function_is_a_torchtpu_run_with_its_labels_and_steps(logdir: Path) -> None:
+    """``xprof_magic.profile``, the form TorchTPU's marimo guides would use, picks TorchTPU
+    from the names the function uses."""
+    import torch
+    import torch_tpu  # noqa: F401
+
+    import xprof_magic
+
+    @xprof_magic.profile(logdir=logdir, name="profiled", steps=True)
+    def train() -> float:
+        x = torch.ones(8, 8)
+        for _ in range(3):
+            # xprof: matmul
+            x = (x @ x) / 8
+        return float(x.sum())
+
+    assert train() == 64.0
+    meta = _meta(logdir)
+    assert (meta.backend, meta.step_rule) == ("torch_tpu", "iteration")
+    names = {event.name for event in host_events(only_run(logdir).path)}
+    assert {"matmul", "x = torch.ones(8, 8)", "for _ in range(3)"} <= names
+    assert step_numbers(only_run(logdir).path) == [0, 1, 2]

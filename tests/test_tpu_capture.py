@@ -2,7 +2,7 @@
 
 A real capture of 4 TPU v6e chips from XProf's test data (``tests/data/NOTICE.md``), whose
 chips spend most of their busy time waiting for host-offload copies, and timelines written
-here with the full schema (:data:`xprof_magic._analysis.xspace.XSpace`) for what it lacks:
+here with the full schema (:data:`xprof_magic._analysis.timeline.xspace.XSpace`) for what it lacks:
 infeed, outfeed and a chip bound by collectives. The expected figures are measured from
 the file with the full schema, not through the reader under test.
 """
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 import xprof_magic
-from xprof_magic._analysis import xspace
-from xprof_magic._analysis.model import Summary
-from xprof_magic._analysis.reader import device_side
-from xprof_magic._analysis.trace import read_planes
+from xprof_magic._analysis.model.summary import Summary
+from xprof_magic._analysis.timeline import xspace
+from xprof_magic._analysis.timeline.facts import device_side
+from xprof_magic._analysis.timeline.trace import read_planes
 from xprof_magic._backends import NEUTRAL_FIXES
 
 DATA = Path(__file__).resolve().parent / "data" / "tpu_inference_2.xplane.pb.gz"

@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 
 from tests import _oracle_trace as oracle
-from xprof_magic._analysis import nesting, pool, render_text, summarize
-from xprof_magic._analysis import parallel as parallel_pass
-from xprof_magic._analysis.facts import TraceFacts
-from xprof_magic._analysis.trace import read_planes, read_trace
+from xprof_magic._analysis import render_text, summarize
+from xprof_magic._analysis.timeline import nesting, pool
+from xprof_magic._analysis.timeline import parallel as parallel_pass
+from xprof_magic._analysis.timeline.facts import TraceFacts
+from xprof_magic._analysis.timeline.trace import read_planes, read_trace
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 
 
@@ -296,7 +297,7 @@ def test_device_planes_and_windows_read_as_before() -> None:
 
 
 def test_the_full_schema_and_the_lazy_one_read_the_same_events(run_dir: Path) -> None:
-    from xprof_magic._analysis import xspace
+    from xprof_magic._analysis.timeline import xspace
 
     data = _xplane(run_dir).read_bytes()
     full, lazy = xspace.XSpace.FromString(data), xspace.LazyXSpace.FromString(data)
@@ -343,7 +344,7 @@ def one_process(run_dir: Path) -> TraceFacts:
 
 
 def _host_lines(run_dir: Path) -> int:
-    from xprof_magic._analysis import xspace
+    from xprof_magic._analysis.timeline import xspace
 
     space = xspace.LazyXSpace()
     space.ParseFromString(_xplane(run_dir).read_bytes())
@@ -413,7 +414,7 @@ def test_workers_do_not_run_the_callers_script_again(run_dir: Path, tmp_path: Pa
             f"""
             import resource
             import xprof_magic
-            from xprof_magic._analysis import pool
+            from xprof_magic._analysis.timeline import pool
 
             with open({str(marker)!r}, "a") as f:
                 f.write("ran\\n")

@@ -17,9 +17,9 @@ import xprof_magic
 from xprof_magic import _viewer
 from xprof_magic._notebook import context as _context
 from xprof_magic._notebook import frame as _frame
-from xprof_magic._notebook import tools as _tools
 from xprof_magic._notebook import widget as _widget
 from xprof_magic._viewer import survey as _survey
+from xprof_magic._viewer import tools as _tools
 
 
 class Frames(HTMLParser):

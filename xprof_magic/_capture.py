@@ -15,28 +15,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any, TypeVar
 
-from xprof_magic import _labels, _logdir, _metadata, _store
-from xprof_magic._backends import (
-    Backend,
-    CaptureWords,
-    MetricsSnapshot,
-    get_backend,
-    get_vocabulary,
-    metrics_delta,
-)
+from xprof_magic import _labels, _logdir, _store
+from xprof_magic._backends import Backend, CaptureWords, MetricsSnapshot
 from xprof_magic._plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
+from xprof_magic._record import Ended, run_metadata
+from xprof_magic._registry import capabilities, get_backend, get_vocabulary
 from xprof_magic._result import CaptureResult, size_warning
-from xprof_magic._steps import StepTracker, end_messages, parse_steps
+from xprof_magic._step_window import end_messages, parse_steps
+from xprof_magic._steps import StepTracker
 from xprof_magic._trace import Trace, TraceWindow, collect_workers
 
 __all__ = [
@@ -149,7 +143,7 @@ class Capture:
             recorder,
             watch_syncs=self.plan.steps,
             window=window,
-            defer_nested=get_vocabulary(backend.name).advice.syncs,
+            defer_nested=capabilities(backend.name).lazy_graph,
         )
 
     def _hook_cell(self, run: _Running) -> None:
@@ -291,7 +285,17 @@ class Capture:
             said = collect_workers(run.staging.path, len(run.trace.workers))
             if said:
                 self._messages.append(said)
-            metadata = self._metadata(run, exc, wall_s, time.time_ns())
+            ended = Ended(wall_s, self._start_ns, time.time_ns(), exc)
+            metadata = run_metadata(
+                plan,
+                run.backend,
+                run.before,
+                run.trace,
+                run.tracker,
+                run.recorder,
+                ended,
+                self._messages,
+            )
             stored = _logdir.store(plan.logdir, run.staging, plan.name, metadata.to_json())
         except Exception as error:
             failure = _logdir.StoreError.of(plan.logdir, error)
@@ -312,41 +316,6 @@ class Capture:
         global _last
         _last = self.result
 
-    def _metadata(
-        self, run: _Running, exc: BaseException | None, wall_s: float, end_ns: int
-    ) -> _metadata.RunMetadata:
-        from xprof_magic._version import __version__
-
-        error = None if exc is None else _metadata.RunError(type(exc).__name__, _message(exc))
-        backend, tracker, plan = run.backend, run.tracker, self.plan
-        start_ns, end_ns = run.trace.span(self._start_ns, end_ns)
-        steps = tuple(tracker.durations())
-        return _metadata.RunMetadata(
-            run=plan.name or "",
-            cell=plan.cell,
-            cell_number=plan.cell_number,
-            labels=tuple(run.recorder.labels()),
-            steps=steps,
-            options=plan.options,
-            start=_iso(start_ns),
-            end=_iso(end_ns),
-            start_ns=start_ns,
-            end_ns=end_ns,
-            wall_s=wall_s,
-            status="error" if exc is not None else "partial" if run.trace.partial else "ok",
-            error=error,
-            backend=backend.name,
-            device=backend.device(),
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            versions={**backend.versions(), "xprof_magic": __version__},
-            metrics=metrics_delta(run.before, backend.metrics()),
-            step_rule=tracker.rule if steps else None,
-            step_window=None if tracker.window is None else str(tracker.window),
-            steps_first=tracker.first if steps else None,
-            messages=tuple(self._messages),
-        )
-
 
 def _enter_quietly(stack: ExitStack, manager: AbstractContextManager[Any]) -> None:
     """Open ``manager`` and close it with ``stack``; its own failure to close is dropped, so
@@ -358,17 +327,6 @@ def _enter_quietly(stack: ExitStack, manager: AbstractContextManager[Any]) -> No
             manager.__exit__(None, None, None)
 
     stack.callback(close)
-
-
-def _message(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:
-        return f"<{type(exc).__name__} whose message could not be read>"
-
-
-def _iso(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).astimezone().isoformat()
 
 
 def capture(

@@ -1,8 +1,9 @@
 """What rewritten cells call at run time: labels, steps and the kept final value.
 
-A capture hands :func:`recording` its :class:`Recorder` (label times, the open label blocks,
-the kept value) and its :class:`~xprof_magic._steps.StepTracker`, which the recorder does not
-know: the tracker splits the recorder's blocks at step ends, never the other way round.
+A capture hands :func:`recording` its :class:`~xprof_magic._recorder.Recorder` (label
+times, the open label blocks, the kept value) and its
+:class:`~xprof_magic._steps.StepTracker`, which the recorder does not know: the tracker
+splits the recorder's blocks at step ends, never the other way round.
 
 The rewritten code reaches this module through ``__import__``, so it must stay cheap to
 import and free of torch: the backend hands in its event factory when a capture starts.
@@ -19,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "SHAPES_EVENT",
     "LabelStat",
     "Recorder",
+    "capturing",
     "inputs",
     "iteration",
     "keep",
@@ -38,91 +39,11 @@ __all__ = [
     "step",
 ]
 
-from xprof_magic._steps import EventFactory, StepTracker
+from xprof_magic._recorder import LabelStat, Recorder
+from xprof_magic._steps import StepTracker
 
 SHAPES_EVENT = "xprof.shapes "
 """The name that starts the marker :func:`inputs` leaves when the items' shapes change."""
-
-
-@dataclass(frozen=True)
-class LabelStat:
-    """Host time spent in one labelled block, summed over its entries."""
-
-    path: tuple[str, ...]
-    count: int
-    total_s: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": list(self.path), "count": self.count, "total_s": self.total_s}
-
-
-class Recorder:
-    """Collects one capture's label times and final value; ``tracing`` says whether the
-    trace runs now (a label's time counts only when it ran from the block's entry to exit)."""
-
-    def __init__(self, make_event: EventFactory) -> None:
-        self.make_event = make_event
-        self.tracing = True
-        self._lock = threading.Lock()
-        self._totals: dict[tuple[str, ...], list[int]] = {}
-        self._opened = 0
-        self._open: dict[int, _Block] = {}
-        self.value: Any = None
-        self.has_value = False
-
-    def add(self, path: tuple[str, ...], elapsed_ns: int) -> None:
-        with self._lock:
-            entry = self._totals.setdefault(path, [0, 0])
-            entry[0] += 1
-            entry[1] += elapsed_ns
-
-    def opened(self, block: _Block) -> int:
-        """Number a traced block as it opens (1, 2, ...)."""
-        with self._lock:
-            self._opened += 1
-            self._open[self._opened] = block
-            return self._opened
-
-    def closed(self, number: int) -> None:
-        with self._lock:
-            self._open.pop(number, None)
-
-    def opened_count(self) -> int:
-        with self._lock:
-            return self._opened
-
-    def split(self, after: int) -> list[_Block]:
-        """Close the events of this thread's open blocks numbered above ``after``, innermost
-        first; return them, outermost first, for :meth:`resume`."""
-        me = threading.get_ident()
-        with self._lock:
-            blocks = [b for n, b in sorted(self._open.items()) if n > after and b.thread == me]
-        for block in reversed(blocks):
-            block.close_event()
-        return blocks
-
-    def resume(self, blocks: list[_Block]) -> None:
-        """Reopen the events of split blocks, outermost first, as blocks opened now."""
-        for block in blocks:
-            with self._lock:
-                self._open.pop(block.number, None)
-                self._opened += 1
-                self._open[self._opened] = block
-                block.number = self._opened
-            block.open_event(continued=1)
-
-    def clip(self) -> None:
-        """The trace stops now: the open blocks it holds count up to here, and no further."""
-        with self._lock:
-            blocks = list(self._open.values())
-            self._open.clear()
-        for block in blocks:
-            block.clip()
-
-    def labels(self) -> list[LabelStat]:
-        """Label totals, in the order the blocks were first entered."""
-        with self._lock:
-            return [LabelStat(p, c, t / 1e9) for p, (c, t) in self._totals.items()]
 
 
 class _Active:
@@ -278,6 +199,11 @@ class _Hook:
 
 def _nothing() -> None:
     return None
+
+
+def capturing() -> bool:
+    """Whether a capture receives labels now (a profiled function called inside another)."""
+    return _active is not None
 
 
 def label(name: str) -> _Block | _Nothing:

@@ -143,13 +143,14 @@ def host_name(address: str) -> str:
 def own_address(port: int, backend: str = "torch_xla") -> tuple[str, str]:
     """This process's own profiler server as an address, started now if needed.
 
-    ``backend`` is the profiler whose server it is (torch_xla's or JAX's: a JAX kernel
-    never imports torch_xla for this). Starting torch_xla's imports torch_xla but does not
+    ``backend`` is the profiler whose server it is (a JAX kernel never imports torch_xla
+    for this). Starting torch_xla's imports torch_xla but does not
     start its runtime. Returns the address and what the backend said (empty when nothing
     worth saying); raises :class:`CaptureError` when no server of this process listens on
     ``port``.
     """
-    from xprof_magic._backends import get_backend, listens_here
+    from xprof_magic._backends.ports import listens_here
+    from xprof_magic._registry import get_backend
 
     status = get_backend(backend).start_server(port)
     if status.started and status.port is not None:

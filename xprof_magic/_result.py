@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from xprof_magic import _labels, _metadata, _store
-from xprof_magic._steps import steps_line
+from xprof_magic._step_window import steps_line
 from xprof_magic._units import seconds
 
 __all__ = ["CaptureResult", "size_warning"]

@@ -3,32 +3,21 @@
 Pure AST work, no IPython and no torch, so that it can be tested on its own and reused by
 any backend. The rewritten code calls back into :mod:`xprof_magic._labels` through
 ``__import__`` rather than through a name in the user's namespace: nothing is left behind
-after the cell, and functions defined in the cell keep working when called later.
+after the cell, and functions defined in the cell keep working when called later. What a
+block is called (a statement's label, a ``# xprof: NAME`` marker) is :mod:`xprof_magic._markers`'s.
 """
 
 from __future__ import annotations
 
 import ast
-import io
-import re
-import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["LABEL_MAX_CHARS", "RewrittenCell", "find_markers", "label_for", "rewrite"]
+from xprof_magic._markers import Marker, label_for
 
-LABEL_MAX_CHARS = 60
-_MARKER = re.compile(r"#\s*xprof:\s*(?P<name>\S.*?)\s*$")
+__all__ = ["RewrittenCell", "rewrite"]
+
 _RUNTIME = "xprof_magic._labels"
-
-
-@dataclass(frozen=True)
-class Marker:
-    """A ``# xprof: NAME`` comment on a line of its own."""
-
-    line: int
-    col: int
-    name: str
 
 
 @dataclass(frozen=True)
@@ -39,50 +28,6 @@ class RewrittenCell:
     labels: tuple[str, ...]
     keeps_value: bool
     step_loops: int
-
-
-def label_for(line: str) -> str:
-    """A block's label: its first source line, stripped and trimmed to 60 characters.
-
-    A trailing ``:`` or ``#`` is dropped: the profiler's event names treat them as markup.
-    """
-    text = " ".join(_without_comment(line).split()).rstrip(":#").rstrip()
-    if len(text) > LABEL_MAX_CHARS:
-        text = text[: LABEL_MAX_CHARS - 1].rstrip() + "…"
-    return text or "<empty>"
-
-
-def _without_comment(line: str) -> str:
-    """A source line without its trailing comment (strings containing ``#`` are kept)."""
-    if "#" not in line:
-        return line
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(line).readline):
-            if tok.type == tokenize.COMMENT:
-                return line[: tok.start[1]]
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        pass
-    return line
-
-
-def find_markers(source: str) -> list[Marker]:
-    """Every ``# xprof: NAME`` comment that stands alone on its line.
-
-    Comments are found with :mod:`tokenize`, so marker-like text inside strings is ignored.
-    """
-    markers: list[Marker] = []
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        return markers
-    for tok in tokens:
-        if tok.type != tokenize.COMMENT or tok.line[: tok.start[1]].strip():
-            continue
-        match = _MARKER.fullmatch(tok.string)
-        if match:
-            name = label_for(match.group("name"))
-            markers.append(Marker(tok.start[0], tok.start[1], name))
-    return markers
 
 
 def rewrite(

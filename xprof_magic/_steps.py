@@ -1,16 +1,16 @@
-"""Steps: where they begin and end in a cell, how they are marked, and step windows.
+"""Steps: where they begin and end in a cell, and how they are marked.
 
 IPython- and torch-free, like :mod:`xprof_magic._labels`, which feeds the tracker: the
 backend reports syncs and the user's own markers, the rewritten cell its loops. Ownership
 runs one way: the tracker splits the label blocks (:class:`LabelBlocks`) at step ends and
 asks its step :class:`Window`, if any, which steps are traced; the window starts and stops
-the capture's trace. Nothing here calls back into what owns it.
+the capture's trace. Nothing here calls back into what owns it. The ``--steps`` option's
+window, and what the user is told about a run's steps, are :mod:`xprof_magic._step_window`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -20,16 +20,10 @@ from typing import Any, Protocol
 
 __all__ = [
     "STEP_EVENT",
-    "STEP_RULES",
     "EventFactory",
     "LabelBlocks",
     "StepTracker",
-    "StepWindow",
     "Window",
-    "end_messages",
-    "never_started",
-    "parse_steps",
-    "steps_line",
 ]
 
 EventFactory = Callable[..., AbstractContextManager[Any]]
@@ -48,22 +42,6 @@ class LabelBlocks(Protocol):
 
 
 STEP_EVENT = "step"
-STEP_RULES = {
-    "sync": "a step ends at each sync",
-    "iteration": "a step is one iteration of the cell's loop",
-    "user": "the steps your code marks",
-}
-
-
-@dataclass(frozen=True)
-class StepWindow:
-    """Steps ``start`` to ``stop - 1`` of the cell, numbered from 0; no ``stop``: to the end."""
-
-    start: int = 0
-    stop: int | None = None
-
-    def __str__(self) -> str:
-        return f"{self.start}:{'' if self.stop is None else self.stop}"
 
 
 class Window(Protocol):
@@ -330,84 +308,3 @@ class StepTracker:
     def _drop(self, step: _Open | None) -> None:
         if step is not None and step.marker is not None:
             self._kept.append(step.marker)
-
-
-_WINDOW = re.compile(r"\s*(?P<start>-?\d*)\s*:\s*(?P<stop>-?\d*)\s*")
-
-
-def parse_steps(value: bool | str | None) -> tuple[bool, StepWindow | None]:
-    """``--steps`` as given: absent/False, plain (True or ``""``), or a window ``A:B``.
-
-    Returns whether to mark steps, and the window to trace. Raises ``ValueError`` with a
-    one-line reason for anything else.
-    """
-    if value is None or value is False:
-        return False, None
-    if value is True or (isinstance(value, str) and not value.strip()):
-        return True, None
-    if not isinstance(value, str):
-        raise ValueError(f"steps={value!r}: give True or a window 'A:B', e.g. '10:13'")
-    match = _WINDOW.fullmatch(value)
-    if match is None:
-        raise ValueError(
-            f"{value!r} is not a step window; write A:B for steps A to B-1 (numbered from 0 "
-            "in the cell), A: or :B, e.g. 10:13"
-        )
-    start_text, stop_text = match["start"], match["stop"]
-    if start_text.startswith("-") or stop_text.startswith("-"):
-        raise ValueError(
-            f"{value}: steps are numbered from 0 in the cell, so a window cannot hold negative "
-            "numbers; e.g. 10:13 traces steps 10, 11 and 12"
-        )
-    start = int(start_text) if start_text else 0
-    stop = int(stop_text) if stop_text else None
-    if stop is not None and stop <= start:
-        raise ValueError(
-            f"{value} holds no step: B must be greater than A (A:B traces steps A to B-1)"
-        )
-    return True, StepWindow(start, stop)
-
-
-def steps_line(count: int, rule: str | None, window: str | None, first: int | None) -> str:
-    """Which steps the run holds and how they were found, e.g.
-    ``3 steps (100 to 102 of the cell, --steps 100:103; a step ends at each sync)``."""
-    if not count:
-        return ""
-    how = STEP_RULES.get(rule or "", "")
-    if window is None or first is None:
-        span = "" if not how else f" ({how})"
-        return f"{count} steps{span}"
-    noun = "step" if count == 1 else "steps"
-    which = f"{first}" if count == 1 else f"{first} to {first + count - 1}"
-    how = f"; {how}" if how else ""
-    return f"{count} {noun} ({which} of the cell, --steps {window}{how})"
-
-
-def end_messages(tracker: StepTracker, marking: bool, no_steps: str) -> list[str]:
-    """What the user should know about the steps when the cell has ended; ``no_steps`` (the
-    backend's words) says why none was found and how to mark them."""
-    window = tracker.window
-    if window is None:
-        if marking and not tracker.durations():
-            return [f"--steps found no step to mark: {no_steps}"]
-        return []
-    if tracker.state == "before":
-        return [never_started(tracker)]
-    if tracker.state == "inside":
-        held = "none" if tracker.last is None else f"{tracker.first} to {tracker.last}"
-        return [f"the cell ended inside the window --steps {window}: the run holds steps {held}"]
-    return []
-
-
-def never_started(tracker: StepTracker) -> str:
-    """Why a step window left no run, and what to do."""
-    window = tracker.window
-    ran = "no step" if not tracker.ended else f"{tracker.ended} steps"
-    if tracker.ended == 1:
-        ran = "1 step"
-    hint = (
-        f"choose a window within steps 0 to {tracker.ended - 1}"
-        if tracker.ended
-        else "the cell neither synced nor ran a loop; run plain --steps to see its steps"
-    )
-    return f"the cell ran {ran}; --steps {window} never started, so nothing was stored; {hint}"

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from xprof_magic import _labels, _store
 from xprof_magic._backends import Backend
-from xprof_magic._steps import StepWindow
+from xprof_magic._step_window import StepWindow
 from xprof_magic._units import seconds
 
 __all__ = ["WORKERS", "Trace", "TraceSwitch", "TraceWindow", "collect_workers"]

@@ -2,26 +2,28 @@
 
 Which device ran the work, where the cell's time went (labels, steps), whether the same code
 compiled again, which ops fell back to the CPU, what the device and the host threads were
-busy with. The modules, in the order data flows through them:
+busy with, and the verdict: what bounds the cell, where, and the fix. The sub-packages are
+the stages, in the order data flows through them (:mod:`.stages` runs them):
 
-* the timeline reader (:mod:`.trace` and the modules it uses) parses ``<host>.xplane.pb``
-  with the protobuf runtime and a schema of its own (:mod:`.xspace`), one thread's line at
-  a time, into numpy arrays (:mod:`.lines`) and then plain facts; big timelines are shared
-  with worker processes (:mod:`.pool`, :mod:`.worker`); reading never writes into the run;
-* :mod:`.build` turns the run's metadata (:class:`~xprof_magic._metadata.RunMetadata`) and
-  those facts into a :class:`Summary` (:mod:`.model`), with :mod:`.blocks` (labels, steps)
-  and :mod:`.device` (device, threads, top ops); :mod:`.breakdown` splits each step's time
-  into input, host, compile, transfer, sync, device, collective and idle, and
-  :mod:`.verdict` draws the :class:`Diagnosis` (:mod:`.diagnosis`) from it; :mod:`.notes`
-  adds the headlines, the verdict first after the device;
-* :mod:`.compare` puts two summaries side by side;
-* :mod:`.text` and :mod:`.html` render them (static HTML, inline SVG, no JavaScript, so a
-  saved notebook shows the summary without a kernel; :mod:`.chart` the step times,
-  :mod:`.breakdown_chart` the per-step breakdown);
-* :mod:`.cache` keeps a summary beside its capture and reads big ones in a process of its
-  own (``python -m xprof_magic._analysis RUN_DIR``, :mod:`.__main__`);
-* :func:`summary_of` (:mod:`.entry`) is what front ends call: it picks the saved summary,
-  a quick one within a time budget, or the whole one, here or in a process of its own.
+* :mod:`.timeline`: read ``<host>.xplane.pb`` with the protobuf runtime and a schema of its
+  own, one thread's line at a time, into numpy arrays and then plain facts
+  (:mod:`.timeline.facts`); big timelines are shared with worker processes; reading never
+  writes into the run;
+* :mod:`.summary`: the run's metadata and those facts -> a :class:`Summary`: labels and
+  steps, device and threads, hosts, compilations, the backend's figures;
+* :mod:`.diagnosis`: each step's time split into input, host, compile, transfer, sync,
+  device, collective and idle, and the verdict drawn from it, as data
+  (:class:`Diagnosis`); two summaries side by side (:class:`Comparison`);
+* :mod:`.render`: the words: the verdict's headline and the notes (made once, when the
+  summary is built, and saved with it), the text and static HTML of a summary and of a
+  comparison (inline SVG, no JavaScript, so a saved notebook shows it without a kernel).
+
+:mod:`.model` holds the plain frozen dataclasses the stages hand on (and their JSON form);
+a :class:`Summary` and a :class:`Comparison` display themselves through :mod:`.render`.
+:mod:`.cache` keeps a summary beside its capture and reads big ones in a process of its own
+(``python -m xprof_magic._analysis RUN_DIR``, :mod:`.__main__`); :func:`summary_of`
+(:mod:`.entry`) is what front ends call: it picks the saved summary, a quick one within a
+time budget, or the whole one, here or in a process of its own.
 
 The backend's metric names, event names and advice come from its
 :class:`~xprof_magic._backends.Vocabulary`. :func:`summarize` and :func:`summary_of` never
@@ -32,7 +34,6 @@ only when a summary is first needed.
 
 from __future__ import annotations
 
-from xprof_magic._analysis.build import DEFAULT_BUDGET_S, summarize
 from xprof_magic._analysis.cache import (
     SUMMARY_FILE,
     estimate_read_s,
@@ -40,28 +41,28 @@ from xprof_magic._analysis.cache import (
     save_summary,
     summarize_in_subprocess,
 )
-from xprof_magic._analysis.compare import Comparison, compare
+from xprof_magic._analysis.diagnosis.compare import compare
 from xprof_magic._analysis.entry import summary_of
-from xprof_magic._analysis.html import chart_svg, render_html
-from xprof_magic._analysis.model import (
-    Breakdown,
-    CompareRow,
+from xprof_magic._analysis.model.comparison import CompareRow, Comparison
+from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, StepBreakdown
+from xprof_magic._analysis.model.summary import (
     Compiles,
     CompileSite,
     DeviceBusy,
     DeviceInfo,
-    Diagnosis,
     Fallback,
     LabelRow,
     Note,
     OpRow,
-    StepBreakdown,
     StepStats,
     Summary,
     ThreadGroup,
     Timed,
 )
-from xprof_magic._analysis.text import render_text
+from xprof_magic._analysis.render.chart import chart_svg
+from xprof_magic._analysis.render.html import render_html
+from xprof_magic._analysis.render.text import render_text
+from xprof_magic._analysis.stages import DEFAULT_BUDGET_S, summarize
 
 __all__ = [
     "DEFAULT_BUDGET_S",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from xprof_magic._analysis.build import summarize
 from xprof_magic._analysis.cache import save_summary
+from xprof_magic._analysis.stages import summarize
 
 __all__ = ["main"]
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from xprof_magic import _store
-from xprof_magic._analysis.model import Summary
+from xprof_magic._analysis.model.summary import Summary
 from xprof_magic._store import write_json
 
 __all__ = [

@@ -15,14 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from xprof_magic import _store
-from xprof_magic._analysis.build import summarize
 from xprof_magic._analysis.cache import (
     estimate_read_s,
     load_summary,
     save_summary,
     summarize_in_subprocess,
 )
-from xprof_magic._analysis.model import Summary
+from xprof_magic._analysis.model.summary import Summary
+from xprof_magic._analysis.stages import summarize
 from xprof_magic._result import PROTOBUF_LIMIT_BYTES
 
 __all__ = ["FULL_SUMMARY_MAX_BYTES", "summary_of"]

@@ -7,7 +7,9 @@ are alive (which include those the cell bound to names, and its value).
 
 Compilations are counted from ``jax.monitoring`` duration events, by a listener registered
 only while a capture runs (:meth:`JaxBackend.watch`) and removed afterwards, leaving the
-user's own listeners alone.
+user's own listeners alone. Nothing of the user's is intercepted: the cell's own
+``jax.profiler.start_trace`` fails while the capture traces (one trace per process), as it
+does inside any trace, and JAX starts no worker processes of its own.
 """
 
 from __future__ import annotations
@@ -17,20 +19,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from importlib import metadata
 from typing import Any
 
 import jax
 import jax.monitoring
 import jax.profiler
+from jax._src import profiler as _profiler_state
 
-from xprof_magic._backends import (
-    MetricsSnapshot,
-    ServerStatus,
-    TraceAlreadyRunning,
-    port_refusal,
-    reset_profile_state,
-)
+from xprof_magic._backends import Backend, MetricsSnapshot
+from xprof_magic._backends.base import ProfilerBackend, patched
 from xprof_magic._backends.jax_vocabulary import (
     BACKEND_COMPILE,
     CACHE_EVENTS,
@@ -41,8 +38,6 @@ from xprof_magic._backends.jax_vocabulary import (
 )
 
 __all__ = ["JaxBackend", "create"]
-
-_VERSIONED = ("jax", "jaxlib", "xprof", "ipython", "xprof_magic")
 
 
 def _library_names() -> frozenset[str]:
@@ -89,50 +84,30 @@ def _event_unregister() -> Callable[[Callable[..., None]], None] | None:
     return getattr(monitoring, "_unregister_event_listener_by_callback", None)
 
 
-class JaxBackend:
+class JaxBackend(ProfilerBackend):
     """``jax.profiler``'s trace and server, ``jax.monitoring``'s compile events, the device."""
 
     name = "jax"
+    server = "JAX's profiler server"
+    packages = ("jax", "jaxlib", "xprof", "ipython", "xprof_magic")
+    server_refusals = (Exception,)  # one server per process: the user may have started one
 
     def __init__(self) -> None:
-        self._server_status: ServerStatus | None = None
+        super().__init__(_profiler_state)
         self._lock = threading.Lock()
         self._counters: dict[str, int] = {}
         self._metrics: dict[str, tuple[int, float]] = {}
         self._library = _library_names()
         self._notes: list[str] = []
 
-    def start_server(self, port: int) -> ServerStatus:
-        if self._server_status is not None and self._server_status.started:
-            return self._server_status
-        refused = port_refusal(port, "JAX's profiler server")
-        if refused is not None:
-            return refused
-        try:
-            jax.profiler.start_server(port)
-        except Exception as error:
-            # One server per process: the user may have started one already.
-            return ServerStatus(
-                port, False, f"JAX's profiler server did not start ({error}); use --no-server"
-            )
-        self._server_status = ServerStatus(port, True)
-        return self._server_status
+    def _serve(self, port: int) -> None:
+        jax.profiler.start_server(port)
 
-    def start_trace(self, log_dir: str) -> None:
-        try:
-            jax.profiler.start_trace(log_dir, **_options())
-        except RuntimeError as error:
-            if "already" in str(error):
-                raise TraceAlreadyRunning(str(error)) from None
-            raise
+    def _start(self, log_dir: str) -> None:
+        jax.profiler.start_trace(log_dir, **_options())
 
-    def stop_trace(self) -> None:
-        try:
-            jax.profiler.stop_trace()
-        finally:
-            from jax._src import profiler
-
-            reset_profile_state(profiler)
+    def _stop(self) -> None:
+        jax.profiler.stop_trace()
 
     def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
         event: AbstractContextManager[Any] = jax.profiler.TraceAnnotation(name, **stats)
@@ -160,18 +135,15 @@ class JaxBackend:
         started = getattr(xla_bridge, "backends_are_initialized", None)
         return bool(started()) if started is not None else bool(xla_bridge._backends)
 
-    @contextlib.contextmanager
     def step_hooks(
         self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
-    ) -> Iterator[None]:
+    ) -> AbstractContextManager[None]:
         """JAX never syncs, so only the user's ``StepTraceAnnotation`` markers are reported,
         on the cell's thread, where they begin and end; otherwise a step is one iteration
         of the cell's loop."""
         owner = threading.get_ident()
         step_class = jax.profiler.StepTraceAnnotation
-        init = step_class.__init__
-        exit_ = step_class.__dict__.get("__exit__")
-        inherited_exit = step_class.__exit__
+        init, exit_ = step_class.__init__, step_class.__exit__
 
         def hooked_init(annotation: Any, name: str, **kwargs: Any) -> None:
             init(annotation, name, **kwargs)
@@ -181,33 +153,15 @@ class JaxBackend:
 
         def hooked_exit(annotation: Any, *exc: Any) -> Any:
             try:
-                return inherited_exit(annotation, *exc)
+                return exit_(annotation, *exc)
             finally:
                 if threading.get_ident() == owner:
                     with contextlib.suppress(Exception):
                         on_user_step(False)
 
-        setattr(step_class, "__init__", hooked_init)  # noqa: B010
-        setattr(step_class, "__exit__", hooked_exit)  # noqa: B010
-        try:
-            yield
-        finally:
-            setattr(step_class, "__init__", init)  # noqa: B010
-            if exit_ is None:
-                delattr(step_class, "__exit__")
-            else:
-                setattr(step_class, "__exit__", exit_)  # noqa: B010
-
-    def user_hooks(
-        self,
-        on_user_trace: Callable[[str], None],
-        on_workers: Callable[[str, bool], str | None],
-        namespace: dict[str, Any] | None = None,
-    ) -> AbstractContextManager[None]:
-        """Nothing is intercepted: the cell's own ``jax.profiler.start_trace`` fails while
-        the capture traces (one trace per process), as it does inside any trace, and JAX
-        starts no worker processes of its own."""
-        return contextlib.nullcontext()
+        return patched(
+            [(step_class, "__init__", hooked_init), (step_class, "__exit__", hooked_exit)]
+        )
 
     def sync(self) -> None:
         """No lazy graph to cut: wait for the dispatched work instead."""
@@ -294,15 +248,6 @@ class JaxBackend:
             return "unknown"
         return {"cuda": "GPU", "rocm": "GPU", "gpu": "GPU"}.get(platform, platform.upper())
 
-    def versions(self) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for dist in _VERSIONED:
-            try:
-                found[dist] = metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
-        return found
-
 
 # Where JAX logs its explanations of cache misses: the tracing cache (jax 0.8+ and 0.7), the
 # compiler and the persistent compilation cache.
@@ -362,5 +307,5 @@ def _options() -> dict[str, Any]:
     return {"profiler_options": options}
 
 
-def create() -> JaxBackend:
+def create() -> Backend:
     return JaxBackend()

@@ -10,15 +10,7 @@ recompiles).
 
 from __future__ import annotations
 
-from xprof_magic._backends import (
-    NEUTRAL_FIXES,
-    Advice,
-    CaptureWords,
-    Headings,
-    MetricNames,
-    TimelineNames,
-    Vocabulary,
-)
+from xprof_magic._backends import words
 
 __all__ = [
     "BACKEND_COMPILE",
@@ -56,30 +48,39 @@ RUNTIME_NAMES = frozenset(
         "ExecuteReplicated.__call__",
         "DevicePut",
         "DevicePutWithSharding",
+        "ArrayImpl.copy_to_host_async",
+        "np.asarray(jax.Array)",
     }
 )
 RUNTIME_PREFIXES = ("PjitFunction(", "batched_copy_array_to_devices", "BatchedCopyToDevice")
+# A device array read on the host (np.asarray(x), float(x)) waits for the program that
+# computes it; jax.block_until_ready and x.item() wait without an event of their own.
+WAITS = frozenset({"np.asarray(jax.Array)"})
+# Each jitted call (and each eager op) dispatches its program, named, and returns at once.
+LAUNCHES = ("PjitFunction(",)
 
-VOCABULARY = Vocabulary(
+VOCABULARY = words.Vocabulary(
     backend="jax",
-    metrics=MetricNames(
+    metrics=words.MetricNames(
         compile_time=BACKEND_COMPILE,
         compile_cache_hits=PERSISTENT_HITS,
         function_compile_prefix=FUNCTION_COMPILE,
     ),
-    timeline=TimelineNames(
+    timeline=words.TimelineNames(
         compile_events=COMPILE_EVENTS,
         runtime_names=RUNTIME_NAMES,
         runtime_prefixes=RUNTIME_PREFIXES,
+        waits=WAITS,
+        launches=LAUNCHES,
         thread_roles={
             "python": "Python threads: your code, tracing and dispatch of jitted calls",
             "tf_XLAEigen": "Eigen pool: parallel parts of XLA ops",
             "tf_xla-cpu-codegen": "XLA CPU codegen: compilation",
         },
     ),
-    advice=Advice(
+    advice=words.Advice(
         fixes={
-            **NEUTRAL_FIXES,
+            **words.NEUTRAL_FIXES,
             "input": "Prefetch: load the next batch while the step runs (a loader with "
             "workers, or jax.device_put of the next batch before the step).",
             "host": "Put the step under jax.jit: eager ops dispatch one at a time, so a Python "
@@ -96,7 +97,6 @@ VOCABULARY = Vocabulary(
             "(host offload: memory_kind='pinned_host', an offloading remat policy): keep those "
             "arrays in HBM (memory_kind='device') if they fit, or offload fewer of them.",
         },
-        eager_compiles=True,
         host_read_how="np.asarray(x), x.item(), float(x), printing",
         recompile=(
             "A jitted function compiles again for each new input shape, dtype or static "
@@ -108,11 +108,8 @@ VOCABULARY = Vocabulary(
             "accelerator speed."
         ),
     ),
-    headings=Headings(
-        metrics="JAX, this cell only",
-        fallbacks="Ops that fell back to the CPU",
-    ),
-    capture=CaptureWords(
+    headings=words.Headings(metrics="JAX, this cell only"),
+    capture=words.CaptureWords(
         stop_trace="jax.profiler.stop_trace()",
         sync_label="jax.block_until_ready(live arrays) (--sync)",
         no_steps=(

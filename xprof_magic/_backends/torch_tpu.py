@@ -24,34 +24,35 @@ module registers that callback itself before each trace, so labels do not depend
 server, and ``--no-server`` opens no port. Steps carry ``step_num`` and ``_r`` in TraceMe's
 own ``name#key=value#`` encoding, which the host tracer turns into the stats XProf reads.
 
-Every private call is here, behind one check (:func:`_private_api`): written for torch-tpu
-0.2; on another version that has moved one of them, the capture fails with one line naming
-both versions.
+Every private call goes through the one check of :mod:`.torch_tpu_private`: written for
+torch-tpu 0.2; on another version that has moved one of them, the capture fails with one line
+naming both versions. TorchTPU runs eagerly: no sync cuts a graph, so a step is one
+iteration of the cell's loop (or what ``xprof_magic.step()`` marks), and no step hook is
+needed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import timedelta
-from importlib import metadata
 from typing import Any
 
 import torch
 import torch.profiler
 
-from xprof_magic._backends import (
-    MetricsSnapshot,
-    ServerStatus,
-    TraceAlreadyRunning,
-    port_refusal,
-    reset_profile_state,
+from xprof_magic._backends import Backend, MetricsSnapshot, TraceAlreadyRunning
+from xprof_magic._backends.base import (
+    OnUserTrace,
+    OnWorkers,
+    Patch,
+    ProfilerBackend,
+    guarded,
+    refused_if_running,
 )
+from xprof_magic._backends.torch_tpu_private import Private, private_api, tpu
 from xprof_magic._backends.torch_tpu_vocabulary import (
     CACHE_HITS,
     CACHE_REQUESTS,
@@ -64,82 +65,6 @@ from xprof_magic._backends.torch_tpu_vocabulary import (
 )
 
 __all__ = ["TorchTpuBackend", "create", "step_recompiles"]
-
-TRIED = "0.2"
-"""The torch-tpu release line whose private API this module was written against."""
-_VERSIONED = ("torch", "torch-tpu", "libtpu", "xprof", "ipython", "xprof_magic")
-_REGISTER_SYMBOL = "_ZN9torch_tpu20XProfCallbackHandler8RegisterEv"
-_GLUE = "libpywrap_"
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-@dataclass(frozen=True)
-class _Private:
-    """TorchTPU's private calls this backend makes, looked up once."""
-
-    impl: Any
-    start_trace: Callable[..., None]
-    stop_trace: Callable[[], None]
-    options: Callable[..., Any]
-    start_server: Callable[[int], Any]
-    push_enable: Callable[[], None]
-    pop_enable: Callable[[], None]
-    register_labels: Callable[[], None]
-    cache_stats: Callable[[], Any]
-
-
-def _label_callback() -> Callable[[], None]:
-    """``torch_tpu::XProfCallbackHandler::Register()`` in TorchTPU's already loaded glue
-    library: it adds the RecordFunction callback that turns labels and aten ops into
-    timeline events, once per process (a static inside). Nothing else is loaded."""
-    with open("/proc/self/maps", encoding="utf-8") as maps:
-        paths = {line.split()[-1] for line in maps if _GLUE in line and "torch_tpu" in line}
-    for path in sorted(paths):
-        if not path.endswith("_common.so"):
-            continue
-        library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-        register = getattr(library, _REGISTER_SYMBOL)
-        register.restype = None
-        register.argtypes = []
-        return register  # type: ignore[no-any-return]
-    raise AttributeError("no loaded libpywrap_*_common.so holds XProfCallbackHandler::Register")
-
-
-def _private_api() -> _Private:
-    """The one version check: every private call, found or the one-line reason why not."""
-    version = _version("torch-tpu")
-    try:
-        import torch_tpu  # noqa: F401  (torch loads it itself unless autoload is off)
-        from torch_tpu._internal.profiler import _impl, _profiler_backend
-
-        return _Private(
-            impl=_impl,
-            start_trace=_impl.start_trace,
-            stop_trace=_impl.stop_trace,
-            options=_impl.ProfileOptions,
-            start_server=_impl.start_server,
-            push_enable=_profiler_backend._push_enable_profiler,
-            pop_enable=_profiler_backend._pop_enable_profiler,
-            register_labels=_label_callback(),
-            cache_stats=_tpu()._get_cache_stats,
-        )
-    except (ImportError, AttributeError, OSError) as error:
-        raise RuntimeError(
-            f"torch-tpu {version}: its private profiler API moved ({error}); xprof_magic's "
-            f"torch_tpu backend was written for torch-tpu {TRIED}: pip install "
-            f"'torch-tpu=={TRIED}.0', or profile with --backend torch_xla or jax"
-        ) from None
-
-
-def _tpu() -> Any:
-    """``torch.tpu``, TorchTPU's device module, which torch's stubs do not know."""
-    return torch.tpu  # type: ignore[attr-defined]
 
 
 def _seconds(value: Any) -> float:
@@ -206,15 +131,17 @@ class _Event:
             record.__exit__(*exc)
 
 
-class TorchTpuBackend:
+class TorchTpuBackend(ProfilerBackend):
     """TorchTPU's profiler (public route on a TPU, private otherwise), server and counters."""
 
     name = "torch_tpu"
+    server = "TorchTPU's profiler server"
+    packages = ("torch", "torch-tpu", "libtpu", "xprof", "ipython", "xprof_magic")
+    server_refusals = (ValueError,)  # one server per process: the user's own runs
 
-    def __init__(self, private: _Private | None = None) -> None:
-        self._api = private or _private_api()
-        self._server_status: ServerStatus | None = None
-        self._told_port = False
+    def __init__(self, private: Private | None = None) -> None:
+        self._api = private or private_api()
+        super().__init__(self._api.impl)
         self._public: Any = None
         self._pushed_on: int | None = None
         self._route = ""
@@ -223,38 +150,18 @@ class TorchTpuBackend:
         self._notes: list[str] = []
         self._watching = False
 
-    def start_server(self, port: int) -> ServerStatus:
+    def _serve(self, port: int) -> None:
         """TorchTPU's profiler server (tsl's gRPC server), which binds ``[::]:port``: every
-        interface. Its start logs and serves nothing on a busy port, so the port is
-        checked first."""
-        if self._server_status is not None and self._server_status.started:
-            running = self._server_status.port
-            if running != port and not self._told_port:
-                self._told_port = True
-                return ServerStatus(
-                    running,
-                    True,
-                    f"TorchTPU's profiler server already runs on port {running}; one server "
-                    "per process, so --port applies to the first capture only",
-                )
-            return self._server_status
-        own = (
+        interface."""
+        self._api.start_server(port)
+
+    def _own_server(self, port: int) -> str:
+        return (
             f"this process already serves on-demand capture on port {port} (your own "
             "start_server?); %%xprof does not need the magic's, so it was not started"
         )
-        refused = port_refusal(port, "TorchTPU's profiler server", own)
-        if refused is not None:
-            return refused
-        try:
-            self._api.start_server(port)
-        except ValueError as error:  # one server per process: the user's own runs
-            return ServerStatus(
-                port, False, f"TorchTPU's profiler server did not start ({error}); use --no-server"
-            )
-        self._server_status = ServerStatus(port, True)
-        return self._server_status
 
-    def start_trace(self, log_dir: str) -> None:
+    def _start(self, log_dir: str) -> None:
         self._api.register_labels()
         failed = ""
         if _has_device():
@@ -265,20 +172,10 @@ class TorchTpuBackend:
                 raise
             except Exception as error:
                 failed = f" (the public route failed: {error})"
-        try:
-            self._api.start_trace(
-                log_dir,
-                self._api.options(
-                    host_tracer_level=2,
-                    device_tracer_level=1 if failed else 0,
-                    python_tracer_level=0,
-                ),
-                worker_rank=None,
-            )
-        except RuntimeError as error:
-            if "already" in str(error):
-                raise TraceAlreadyRunning(str(error)) from None
-            raise
+        options = self._api.options(
+            host_tracer_level=2, device_tracer_level=1 if failed else 0, python_tracer_level=0
+        )
+        self._api.start_trace(log_dir, options, worker_rank=None)
         self._route = PRIVATE_ROUTE + failed
         # As TorchTPU's own profile() does, on the thread that traces.
         with contextlib.suppress(Exception):
@@ -287,19 +184,15 @@ class TorchTpuBackend:
 
     def _start_public(self, log_dir: str) -> None:
         """Not verified without a TPU: TorchTPU's documented route."""
-        config = _tpu().profiler.TpuProfilerConfig(
+        config = tpu().profiler.TpuProfilerConfig(
             run_dir=log_dir, host_tracer_level=2, device_tracer_level=1, python_tracer_level=0
         )
         profile = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.PrivateUse1],
             experimental_config=config,
         )
-        try:
+        with refused_if_running():
             profile.start()
-        except RuntimeError as error:
-            if "already" in str(error):
-                raise TraceAlreadyRunning(str(error)) from None
-            raise
         self._public = profile
         self._route = PUBLIC_ROUTE
 
@@ -307,15 +200,15 @@ class TorchTpuBackend:
         public, self._public = self._public, None
         if public is not None:
             public.stop()
-            return
+        else:
+            super().stop_trace()
+
+    def _stop(self) -> None:
         pushed, self._pushed_on = self._pushed_on, None
-        try:
-            if pushed == threading.get_ident():
-                with contextlib.suppress(Exception):
-                    self._api.pop_enable()
-            self._api.stop_trace()
-        finally:
-            reset_profile_state(self._api.impl)
+        if pushed == threading.get_ident():
+            with contextlib.suppress(Exception):
+                self._api.pop_enable()
+        self._api.stop_trace()
 
     def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
         return _Event(self, name, stats)
@@ -335,52 +228,17 @@ class TorchTpuBackend:
         if not _has_device():
             return False
         try:
-            return bool(_tpu().is_initialized())
+            return bool(tpu().is_initialized())
         except Exception:
             return True
 
-    def step_hooks(
-        self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
-    ) -> AbstractContextManager[None]:
-        """TorchTPU runs eagerly: no sync cuts a graph, so a step is one iteration of the
-        cell's loop (or what ``xprof_magic.step()`` marks)."""
-        return contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def user_hooks(
-        self,
-        on_user_trace: Callable[[str], None],
-        on_workers: Callable[[str, bool], str | None],
-        namespace: dict[str, Any] | None = None,
-    ) -> Iterator[None]:
-        """While open, the cell's own ``_impl.start_trace`` (also behind TorchTPU's
-        ``profile()``) first calls ``on_user_trace``, which stops the capture's trace: one
-        trace per process, and the user's goes ahead as without the capture. The capture's
-        own starts use the original. A name in ``namespace`` bound to it is rebound while
-        open. Worker processes are not intercepted."""
-        impl, original = self._api.impl, self._api.impl.start_trace
-        fired = [False]
-        call = "torch_tpu._internal.profiler._impl.start_trace"
-
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            if not fired[0]:
-                fired[0] = True
-                with contextlib.suppress(Exception):
-                    on_user_trace(call)
-            return original(*args, **kwargs)
-
-        names = namespace if namespace is not None else {}
-        rebound = [k for k, v in names.items() if v is original and not k.startswith("_")]
-        impl.start_trace = guarded
-        for key in rebound:
-            names[key] = guarded
-        try:
-            yield
-        finally:
-            impl.start_trace = original
-            for key in rebound:
-                if names.get(key) is guarded:
-                    names[key] = original
+    def _user_patches(self, on_user_trace: OnUserTrace, on_workers: OnWorkers) -> list[Patch]:
+        """The cell's own ``_impl.start_trace`` (also behind TorchTPU's ``profile()``) first
+        calls ``on_user_trace``, which stops the capture's trace: one trace per process, and
+        the user's goes ahead as without the capture. The capture's own starts use the
+        original. Worker processes are not intercepted."""
+        impl, call = self._api.impl, "torch_tpu._internal.profiler._impl.start_trace"
+        return [(impl, "start_trace", guarded(call, impl.start_trace, on_user_trace, [False]))]
 
     def sync(self) -> None:
         """``torch.accelerator.synchronize()`` where a device exists; nothing otherwise."""
@@ -435,12 +293,11 @@ class TorchTpuBackend:
         return "TPU" if _has_device() else "CPU"
 
     def versions(self) -> dict[str, str]:
-        found = {dist: _version(dist) for dist in _VERSIONED}
-        found = {dist: v for dist, v in found.items() if v != "unknown"}
+        found = super().versions()
         if self._route:
             found[ROUTE_KEY] = self._route
         return found
 
 
-def create() -> TorchTpuBackend:
+def create() -> Backend:
     return TorchTpuBackend()

@@ -9,14 +9,7 @@ of its entries' ``compilation_duration``.
 
 from __future__ import annotations
 
-from xprof_magic._backends import (
-    Advice,
-    CaptureWords,
-    Headings,
-    MetricNames,
-    TimelineNames,
-    Vocabulary,
-)
+from xprof_magic._backends import words
 
 __all__ = [
     "CACHE_HITS",
@@ -42,18 +35,21 @@ ROUTE_KEY = "profiler route"
 PUBLIC_ROUTE = "torch.profiler.profile + torch.tpu.profiler.TpuProfilerConfig"
 PRIVATE_ROUTE = "torch_tpu._internal.profiler._impl.start_trace (host only)"
 
-VOCABULARY = Vocabulary(
+VOCABULARY = words.Vocabulary(
     backend="torch_tpu",
-    metrics=MetricNames(
+    metrics=words.MetricNames(
         compile_time=COMPILATION_DURATION,
         compile_cache_hits=CACHE_HITS,
     ),
-    timeline=TimelineNames(
+    headings=words.Headings(metrics="TorchTPU (torch.tpu._get_cache_stats()), this cell only"),
+    timeline=words.TimelineNames(
         # Each eager PyTorch op, through TorchTPU's RecordFunction callback: runtime, not blocks.
         runtime_prefixes=("aten::",),
+        # Each eager op launches its work on the device and returns (not seen without a TPU).
+        launches=("aten::",),
         thread_roles={"python": "Python threads: your code and the PyTorch ops it calls"},
     ),
-    advice=Advice(
+    advice=words.Advice(
         host_read_how=".item(), .cpu(), float(t), printing",
         recompile=(
             "TorchTPU compiles again for each new input shape or dtype: keep shapes fixed "
@@ -65,11 +61,7 @@ VOCABULARY = Vocabulary(
             "the host was traced; these times say nothing about TPU speed."
         ),
     ),
-    headings=Headings(
-        metrics="TorchTPU (torch.tpu._get_cache_stats()), this cell only",
-        fallbacks="Ops that fell back to the CPU",
-    ),
-    capture=CaptureWords(
+    capture=words.CaptureWords(
         stop_trace="torch_tpu._internal.profiler._impl.stop_trace()",
         sync_label="torch.accelerator.synchronize() (--sync)",
         no_steps=(

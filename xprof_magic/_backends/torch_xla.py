@@ -4,24 +4,18 @@ Imported only when a capture first needs it: ``import torch_xla`` takes seconds.
 
 Never starts the XLA runtime: a started runtime refuses ``xmp.spawn`` and
 ``torch_xla.launch`` for the rest of the process, so the server, the metrics, the device
-kind and every hook use only calls that leave it as the user's code left it.
-
-Long because each hook into torch_xla's own functions (syncs, step markers, the user's own
-tracing, worker launches) must put back exactly what it replaced, and the hooks are only
-checkable read together.
+kind and every hook use only calls that leave it as the user's code left it. Each hook into
+torch_xla's own functions (syncs, step markers, the user's own tracing, worker launches:
+:mod:`.torch_xla_workers`) puts back exactly what it replaced (:func:`.base.patched`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
-import inspect
-import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from importlib import metadata
 from typing import Any
 
 import torch_xla
@@ -32,72 +26,50 @@ import torch_xla.distributed.xla_multiprocessing as xmp
 import torch_xla.runtime as xr
 from torch_xla import _XLAC  # type: ignore[attr-defined]
 
-from xprof_magic._backends import (
-    MetricsSnapshot,
-    ServerStatus,
-    TraceAlreadyRunning,
-    listens_here,
-    port_refusal,
-    reset_profile_state,
+from xprof_magic._backends import Backend, MetricsSnapshot
+from xprof_magic._backends.base import (
+    OnUserTrace,
+    OnWorkers,
+    Patch,
+    ProfilerBackend,
+    guarded,
+    patched,
 )
+from xprof_magic._backends.ports import listens_here
+from xprof_magic._backends.torch_xla_workers import spawning
 
 __all__ = ["TorchXlaBackend", "create"]
 
 
-_VERSIONED = ("torch", "torch_xla", "xprof", "ipython", "xprof_magic")
-
-
-class TorchXlaBackend:
+class TorchXlaBackend(ProfilerBackend):
     """torch_xla's profiler, server, metrics and device."""
 
     name = "torch_xla"
+    packages = ("torch", "torch_xla", "xprof", "ipython", "xprof_magic")
 
     def __init__(self) -> None:
+        super().__init__(xp)
         self._server: object | None = None
-        self._server_status: ServerStatus | None = None
-        self._told_port = False
 
-    def start_server(self, port: int) -> ServerStatus:
-        if self._server_status is not None and self._server_status.started:
-            running = self._server_status.port
-            if running != port and not self._told_port:
-                self._told_port = True
-                return ServerStatus(
-                    running,
-                    True,
-                    f"the profiler server already runs on port {running}; one server per "
-                    "process, so --port applies to the first capture only",
-                )
-            return self._server_status
-        own = (
+    def _serve(self, port: int) -> None:
+        # The returned object is the server: dropping it shuts the server down. Only on
+        # the master would ask xm.is_master_ordinal(), which starts the XLA runtime, and a
+        # started runtime refuses xmp.spawn and torch_xla.launch for the rest of the process.
+        self._server = xp.start_server(port, only_on_master=False)
+
+    def _own_server(self, port: int) -> str:
+        return (
             f"this process already serves on-demand capture on port {port} (your own "
             "xp.start_server?), so capture it through that server, e.g. "
             f"xp.trace('localhost:{port}', logdir); the magic's server was not "
             "started, and %%xprof itself does not need one"
         )
-        refused = port_refusal(port, "the profiler server", own)
-        if refused is not None:
-            return refused
-        # The returned object is the server: dropping it shuts the server down. Only on
-        # the master would ask xm.is_master_ordinal(), which starts the XLA runtime, and a
-        # started runtime refuses xmp.spawn and torch_xla.launch for the rest of the process.
-        self._server = xp.start_server(port, only_on_master=False)
-        self._server_status = ServerStatus(port, True)
-        return self._server_status
 
-    def start_trace(self, log_dir: str) -> None:
-        try:
-            _start_trace(log_dir)
-        except RuntimeError as error:
-            if "already" in str(error):
-                raise TraceAlreadyRunning(str(error)) from None
-            raise
+    def _start(self, log_dir: str) -> None:
+        _start_trace(log_dir)
 
-    def stop_trace(self) -> None:
-        try:
-            _stop_trace()
-        finally:
-            reset_profile_state(xp)
+    def _stop(self) -> None:
+        _stop_trace()
 
     def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
         # A plain TraceMe: xp.Trace also opens an IR scope, which a sync inside would break.
@@ -113,10 +85,9 @@ class TorchXlaBackend:
     def runtime_started(self) -> bool:
         return bool(_XLAC._xla_runtime_is_initialized())
 
-    @contextlib.contextmanager
     def step_hooks(
         self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
-    ) -> Iterator[None]:
+    ) -> AbstractContextManager[None]:
         """Wrap what every sync runs, and the user's step markers.
 
         ``torch_xla.sync()`` (also behind ``xm.mark_step()``, ``optimizer_step(...,
@@ -147,17 +118,10 @@ class TorchXlaBackend:
         where they are made and where they exit.
         """
         owner = threading.get_ident()
-        with _patched(_sync_hooks(owner, on_sync) + _step_marker_hooks(on_user_step)):
-            yield
+        return patched(_sync_hooks(owner, on_sync) + _step_marker_hooks(on_user_step))
 
-    @contextlib.contextmanager
-    def user_hooks(
-        self,
-        on_user_trace: Callable[[str], None],
-        on_workers: Callable[[str, bool], str | None],
-        namespace: dict[str, Any] | None = None,
-    ) -> Iterator[None]:
-        """While open, call ``on_user_trace`` before the user's first own trace starts, and
+    def _user_patches(self, on_user_trace: OnUserTrace, on_workers: OnWorkers) -> list[Patch]:
+        """Call ``on_user_trace`` before the user's first own trace starts, and
         ``on_workers`` when the code starts worker processes.
 
         The user's ``xp.start_trace``, ``xp.trace`` and ``xp.trace_detached`` (whose thread
@@ -168,30 +132,26 @@ class TorchXlaBackend:
         ``xmp.spawn`` is what ``torch_xla.launch`` calls too. ``on_workers(start_method,
         traced)`` returns a folder when the workers should trace themselves into it: only
         forked workers can, since they inherit this module's hooks; each first drops the
-        profiling session it inherited from this process (see :class:`_TracedWorker`).
+        profiling session it inherited from this process (see :mod:`.torch_xla_workers`).
         ``nprocs=1`` runs the function here, inside this process's trace.
 
-        Names in ``namespace`` (the user's) bound to these functions, e.g. by ``from
-        torch_xla.debug.profiler import start_trace`` in an earlier cell, are rebound to the
-        guarded ones while the hooks are open, and given back after.
+        The user's names bound to these functions, e.g. by ``from torch_xla.debug.profiler
+        import start_trace`` in an earlier cell, are rebound to the guarded ones while the
+        hooks are open, and given back after.
         """
         fired = [False]
-        wrappers = {
-            id(original): _guarded(f"xp.{name}", original, on_user_trace, fired)
-            for name, original in ((n, getattr(xp, n)) for n in _USER_TRACES)
-        }
-        wrappers[id(xmp.spawn)] = _spawning(xmp.spawn, on_workers)
-        patches = [(xp, name, wrappers[id(getattr(xp, name))]) for name in _USER_TRACES]
-        spawn = (xmp, "spawn", wrappers[id(xmp.spawn)])
-        with _patched([*patches, spawn]), _rebound(namespace, wrappers):
-            yield
+        patches: list[Patch] = [
+            (xp, name, guarded(f"xp.{name}", getattr(xp, name), on_user_trace, fired, applies))
+            for name, applies in (
+                ("start_trace", None),
+                ("trace", _targets_here),
+                ("trace_detached", _targets_here),
+            )
+        ]
+        return [*patches, (xmp, "spawn", spawning(xmp.spawn, on_workers))]
 
     def sync(self) -> None:
         torch_xla.sync()
-
-    def watch(self) -> AbstractContextManager[None]:
-        """torch_xla counts everything itself."""
-        return contextlib.nullcontext()
 
     def metrics(self) -> MetricsSnapshot:
         counters = {name: int(met.counter_value(name) or 0) for name in met.counter_names()}
@@ -207,53 +167,9 @@ class TorchXlaBackend:
     def device(self) -> str:
         return str(xr.device_type() or "unknown")
 
-    def versions(self) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for dist in _VERSIONED:
-            try:
-                found[dist] = metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
-        return found
 
-
+# The profiler's own calls, before any capture hooks them.
 _start_trace, _stop_trace = xp.start_trace, xp.stop_trace
-_USER_TRACES = ("start_trace", "trace", "trace_detached")
-Patch = tuple[object, str, Any]
-
-
-@contextlib.contextmanager
-def _patched(patches: list[Patch]) -> Iterator[None]:
-    """Replace each ``(owner, name, value)`` while open, and put back exactly what was there."""
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, value in patches:
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for owner, name, value in saved:
-            setattr(owner, name, value)
-
-
-@contextlib.contextmanager
-def _rebound(
-    namespace: dict[str, Any] | None, wrappers: dict[int, Callable[..., Any]]
-) -> Iterator[None]:
-    """Rebind the user's names bound to hooked functions to their wrappers while open; give
-    back those still bound to a wrapper after."""
-    names: dict[str, Any] = namespace if namespace is not None else {}
-    rebound: dict[str, Any] = {}
-    for key, value in list(names.items()):
-        wrapper = wrappers.get(id(value))
-        if wrapper is not None and not key.startswith("_"):
-            rebound[key] = value
-            names[key] = wrapper
-    try:
-        yield
-    finally:
-        for key, value in rebound.items():
-            if names.get(key) is wrappers[id(value)]:
-                names[key] = value
 
 
 def _sync_hooks(owner: int, on_sync: Callable[[bool], None]) -> list[Patch]:
@@ -323,100 +239,6 @@ def _step_marker_hooks(on_user_step: Callable[[bool], None]) -> list[Patch]:
     return [(xp.Trace, "__init__", init), (xp.Trace, "__exit__", exit_)]
 
 
-def _guarded(
-    call: str, original: Callable[..., Any], on_user_trace: Callable[[str], None], fired: list[bool]
-) -> Callable[..., Any]:
-    """``original`` (a user-trace call), telling ``on_user_trace`` first, once per capture."""
-
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        if not fired[0] and (call == "xp.start_trace" or _targets_here(args, kwargs)):
-            fired[0] = True
-            with contextlib.suppress(Exception):
-                on_user_trace(call)
-        return original(*args, **kwargs)
-
-    return guarded
-
-
-def _spawning(
-    spawn: Callable[..., Any], on_workers: Callable[[str, bool], str | None]
-) -> Callable[..., Any]:
-    """``xmp.spawn``, its workers traced into the folder ``on_workers`` gives (forked only)."""
-
-    def spawn_(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = inspect.signature(spawn).bind(*args, **kwargs)
-        except TypeError:
-            return spawn(*args, **kwargs)
-        arguments = bound.arguments
-        if arguments.get("nprocs") == 1:
-            return spawn(*args, **kwargs)
-        method = str(arguments.get("start_method", "spawn"))
-        folder = None
-        with contextlib.suppress(Exception):
-            folder = on_workers(method, method == "fork")
-        if folder is not None:
-            arguments["fn"] = _TracedWorker(arguments["fn"], folder)
-        return spawn(*bound.args, **bound.kwargs)
-
-    return spawn_
-
-
-class _TracedWorker:
-    """The user's worker function, traced into ``<folder>/rank<N>`` in a forked worker.
-
-    A forked worker inherits this process's profiling session, which makes its own
-    ``start_trace`` fail ("Profile has already been started"); stopping that session would
-    write a stray capture into this process's staging folder. Dropping it unwritten (its
-    C++ destructor releases the profiler) frees the worker to trace itself. One trace per
-    worker process, named after the first device index it runs (a process may run one
-    thread per device). A class, not a closure: the process pool pickles the function.
-    """
-
-    _lock = threading.Lock()
-    _running = 0
-
-    def __init__(self, fn: Callable[..., Any], folder: str) -> None:
-        self.fn = fn
-        self.folder = folder
-
-    def __call__(self, index: int, *args: Any) -> Any:
-        started = self._enter(index)
-        try:
-            return self.fn(index, *args)
-        finally:
-            if started:
-                self._exit()
-
-    def _enter(self, index: int) -> bool:
-        cls = type(self)
-        with cls._lock:
-            cls._running += 1
-            if cls._running > 1:
-                return True
-            state = getattr(xp, "_profile_state", None)
-            if state is not None and getattr(state, "profile_session", None) is not None:
-                state.reset()
-                gc.collect()
-            try:
-                _start_trace(os.path.join(self.folder, f"rank{index}"))
-            except Exception:
-                cls._running -= 1
-                return False
-            return True
-
-    def _exit(self) -> None:
-        cls = type(self)
-        with cls._lock:
-            cls._running -= 1
-            if cls._running:
-                return
-            with contextlib.suppress(Exception):
-                if _XLAC._xla_runtime_is_initialized():
-                    xm.wait_device_ops()
-                _stop_trace()
-
-
 def _targets_here(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``xp.trace(service_addr, ...)`` would capture this very process.
 
@@ -439,5 +261,5 @@ def _executions() -> int:
     return sum(int(met.counter_value(name) or 0) for name in ("CachedCompile", "UncachedCompile"))
 
 
-def create() -> TorchXlaBackend:
+def create() -> Backend:
     return TorchXlaBackend()

@@ -3,28 +3,21 @@
 Kept apart from :mod:`xprof_magic._backends.torch_xla` so that the analysis can read a
 torch_xla run without importing torch_xla (seconds, and gigabytes in a summary subprocess).
 Metric names are those of ``torch_xla.debug.metrics`` in torch_xla 2.9.0; event and thread
-names were read on 2.9.0 captures. The timeline reader (:mod:`xprof_magic._analysis.trace`)
+names were read on 2.9.0 captures. The timeline reader (:mod:`xprof_magic._analysis.timeline.trace`)
 takes its event and thread names from here; a second backend's reader would take them from
 that backend's vocabulary.
 """
 
 from __future__ import annotations
 
-from xprof_magic._backends import (
-    NEUTRAL_FIXES,
-    Advice,
-    CaptureWords,
-    Headings,
-    MetricNames,
-    TimelineNames,
-    Vocabulary,
-)
+from xprof_magic._backends import words
 
 __all__ = [
     "COMPILE_EVENTS",
     "CPU_CLIENT_GROUPS",
     "RUNTIME_NAMES",
     "RUNTIME_PREFIXES",
+    "STEP_ENDS",
     "THREAD_ROLES",
     "VOCABULARY",
 ]
@@ -47,6 +40,10 @@ RUNTIME_NAMES = frozenset(
     }
 )
 RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
+# torch_xla.sync() (xm.mark_step(), MpDeviceLoader's step-end sync, a StepTrace's exit,
+# xm.optimizer_step(barrier=True)): the pending graph built, compiled and launched, after
+# TensorCollectionBarrier waited for the one before. The same events launch each execution.
+STEP_ENDS = frozenset({"StepMarker", "SyncLiveTensorsGraph", "SyncTensorsGraph"})
 CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
 THREAD_ROLES = {
     "python": "Python threads: your code, lazy tracing, compile calls",
@@ -57,7 +54,7 @@ THREAD_ROLES = {
 }
 _DATA_DEPENDENT = "its output shape depends on the data"
 FIXES = {
-    **NEUTRAL_FIXES,
+    **words.NEUTRAL_FIXES,
     "input": "Prefetch: load through MpDeviceLoader, or decode in DataLoader workers "
     "(num_workers > 0), so the next batch is ready when the step ends.",
     "host": "Do more per step: turn the inner Python loop into fewer, larger tensor ops, or "
@@ -77,9 +74,9 @@ FIXES = {
     "with SPMD so that less crosses the chips.",
 }
 
-VOCABULARY = Vocabulary(
+VOCABULARY = words.Vocabulary(
     backend="torch_xla",
-    metrics=MetricNames(
+    metrics=words.MetricNames(
         compile_time="CompileTime",
         compile_cache_hits="CachedCompile",
         execute_time="ExecuteTime",
@@ -91,16 +88,18 @@ VOCABULARY = Vocabulary(
         host_read="aten::_local_scalar_dense",
         host_copy_ns="TensorToData",
     ),
-    timeline=TimelineNames(
+    timeline=words.TimelineNames(
         compile_events=COMPILE_EVENTS,
         runtime_names=RUNTIME_NAMES,
         thread_roles=THREAD_ROLES,
+        step_ends=STEP_ENDS,
+        launches=tuple(sorted(STEP_ENDS)),
         # MpDeviceLoader's own xp.Trace names, on its loader threads.
         input_pipeline=frozenset(
             {"cpu_loader.next", "get_batch_from_cpu_queue", "cpu_data_to_xla_device"}
         ),
     ),
-    advice=Advice(
+    advice=words.Advice(
         fallback_hints={
             "aten::nonzero": f"{_DATA_DEPENDENT}; keep a mask and use torch.where",
             "aten::masked_select": f"{_DATA_DEPENDENT}; use torch.where with a mask",
@@ -121,17 +120,16 @@ VOCABULARY = Vocabulary(
             "PT_XLA_DEBUG_LEVEL=2, set before importing torch_xla, prints why."
         ),
         fixes=FIXES,
-        syncs=True,
         cpu_device=(
             "Ran on the CPU (PJRT_DEVICE=CPU), not on a TPU: XLA's CPU client executed the "
             "compiled graphs on host threads, so these times say nothing about TPU speed."
         ),
     ),
-    headings=Headings(
+    headings=words.Headings(
         metrics="torch_xla, this cell only",
         fallbacks="Ops that fell back to the CPU (torch_xla aten:: counters)",
     ),
-    capture=CaptureWords(
+    capture=words.CaptureWords(
         stop_trace="torch_xla.debug.profiler.stop_trace()",
         sync_label="torch_xla.sync() (--sync)",
         no_steps=(

@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.display import display
 
 from xprof_magic import _logdir, _ondemand, _store
-from xprof_magic._registry import DEFAULT_HEIGHT
+from xprof_magic._registry import BACKEND_CHOICES, DEFAULT_HEIGHT
 
 __all__ = ["SUBCOMMANDS", "Session", "run_command"]
 
@@ -213,7 +213,7 @@ def _capture_parser() -> _Parser:
     parser.add_argument("--port", type=int, default=None, help="own server's port (no address)")
     parser.add_argument(
         "--backend",
-        choices=("auto", "torch_xla", "jax"),
+        choices=BACKEND_CHOICES,
         default="auto",
         help="whose server is this kernel's own (no address; default: what the kernel imported)",
     )
@@ -252,7 +252,8 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
 
 def _addresses(args: Any, shell: Any) -> list[str]:
     """The addresses to capture: those given, else this kernel's own server's."""
-    from xprof_magic._plan import DEFAULT_PORT, choose_backend
+    from xprof_magic._detect import choose_backend
+    from xprof_magic._registry import DEFAULT_PORT
 
     if args.addresses is not None:
         return _ondemand.parse_addresses(args.addresses)

@@ -20,7 +20,7 @@ from typing import Any
 
 from IPython.core.displayhook import DisplayHook
 
-from xprof_magic import _rewrite
+from xprof_magic import _markers, _rewrite
 from xprof_magic._plan import Plan
 
 __all__ = ["Cell", "compile_cell", "current_cell", "execute", "quiet", "read_cell", "trimmed"]
@@ -62,7 +62,7 @@ def compile_cell(shell: Any, cell: Cell, plan: Plan) -> CodeType:
     filename = shell.compile.cache(header + source, cell.number, raw_code=raw)
     tree = ast.parse(source, filename=filename)
     tree = shell.transform_ast(tree)
-    markers = _rewrite.find_markers(source) if plan.labels else []
+    markers = _markers.find_markers(source) if plan.labels else []
     # Blocks are named after the user's lines, unless IPython joined some (a ``\``
     # continuation of a magic): then after the lines as they run.
     lines = ["", *cell.text.splitlines()]

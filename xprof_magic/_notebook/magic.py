@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from xprof_magic._registry import BACKENDS, DEFAULT_HEIGHT, DEFAULT_PORT
+from xprof_magic._registry import BACKEND_CHOICES, BACKENDS, DEFAULT_HEIGHT, DEFAULT_PORT
 
 # Loading the extension imports only what the options' help needs; the capture, the cell's
 # execution, the display and the line commands are imported when a cell first needs them.
@@ -109,8 +109,8 @@ class XprofMagics(Magics):
     @argument(
         "--backend",
         default="auto",
-        choices=["auto", *sorted(BACKENDS)],
-        help="Profiler backend: jax, torch_tpu or torch_xla. Default auto: the framework the "
+        choices=BACKEND_CHOICES,
+        help=f"Profiler backend: {', '.join(sorted(BACKENDS))}. Default auto: the framework the "
         "cell imports (torch_tpu also when it names the tpu device), else the one its names "
         "come from, else the one your earlier cells imported, else the one installed; plain "
         "torch is torch_xla where installed, else torch_tpu; when that is a tie, torch_xla, "
@@ -224,8 +224,8 @@ class XprofMagics(Magics):
         return manager.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)
 
     def _plan(self, args: Any, cell: execute.Cell) -> _plan.Plan:
-        from xprof_magic import _logdir, _plan, _store
-        from xprof_magic._steps import parse_steps
+        from xprof_magic import _detect, _logdir, _plan, _store
+        from xprof_magic._step_window import parse_steps
 
         if not 0 < args.port < 65536:
             raise UsageError(f"--port {args.port} is not a port; use a number from 1 to 65535")
@@ -247,7 +247,7 @@ class XprofMagics(Magics):
         backend = args.backend
         if backend == "auto":
             namespace = getattr(self.shell, "user_ns", {})
-            backend, message = _plan.choose_backend(cell.source, namespace)
+            backend, message = _detect.choose_backend(cell.source, namespace)
             if message:
                 print(f"xprof: {message}")
         return _plan.Plan(
@@ -267,7 +267,8 @@ class XprofMagics(Magics):
 
 
 def _refusal(error: BaseException, backend: str) -> str:
-    from xprof_magic._backends import TraceAlreadyRunning, get_vocabulary
+    from xprof_magic._backends import TraceAlreadyRunning
+    from xprof_magic._registry import get_vocabulary
 
     if isinstance(error, TraceAlreadyRunning):
         stop = get_vocabulary(backend).capture.stop_trace

@@ -69,9 +69,9 @@ class Rendered:
 
     @classmethod
     def of(cls, summary: Summary) -> Rendered:
-        from xprof_magic import _analysis
-
-        return cls(summary, _analysis.render_text(summary), _analysis.render_html(summary))
+        """The summary as it displays itself: its own text and static HTML."""
+        shown = summary._repr_mimebundle_()
+        return cls(summary, shown["text/plain"], shown["text/html"])
 
     def bundle(self, extra_text: str = "") -> dict[str, Any]:
         """text/plain and static text/html; a pending summary says the full one follows."""

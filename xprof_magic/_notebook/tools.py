@@ -1,5 +1,6 @@
-"""XProf's tools as the widget's Tool dropdown offers them: their names and order, and the
-background question to the viewer of which tools a run has and which of them have data.
+"""The widget's background question to the viewer of which tools a run has and which of
+them have data (their names and order come from :mod:`~xprof_magic._viewer.tools`, shared
+with the marimo view).
 
 The tools of a run come from the viewer (its ``run_tools`` route), which can take seconds
 while XProf reads a large run, and saying which have data takes longer still. So they are
@@ -13,77 +14,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer, ViewerError, fetch_json
+from xprof_magic._viewer.client import Viewer, ViewerError
 from xprof_magic._viewer.survey import Survey, survey_tools
+from xprof_magic._viewer.tools import ToolLister, ToolSurveyor, list_tools, order_tools
 
-__all__ = [
-    "TOOL_NAMES",
-    "TOOL_ORDER",
-    "ToolAnswer",
-    "ToolLister",
-    "ToolQuestions",
-    "ToolSurveyor",
-    "list_tools",
-    "order_tools",
-    "tool_label",
-]
-
-TOOL_ORDER = (
-    TRACE_VIEWER_TOOL,
-    "trace_viewer",
-    "overview_page",
-    "op_profile",
-    "memory_profile",
-    "memory_viewer",
-    "framework_op_stats",
-    "input_pipeline_analyzer",
-    "hlo_stats",
-    "graph_viewer",
-)
-TOOL_NAMES = {
-    TRACE_VIEWER_TOOL: "Trace viewer",
-    "trace_viewer": "Trace viewer",
-    "overview_page": "Overview",
-    "op_profile": "Op profile",
-    "memory_profile": "Memory profile",
-    "memory_viewer": "Memory viewer",
-    "framework_op_stats": "Framework op stats",
-    "input_pipeline_analyzer": "Input pipeline",
-    "hlo_stats": "HLO stats",
-    "graph_viewer": "Graph viewer",
-    "roofline_model": "Roofline",
-    "pod_viewer": "Pod viewer",
-    "megascale_stats": "Megascale stats",
-    "inference_profile": "Inference profile",
-}
-
-ToolLister = Callable[[Viewer, str], list[str]]
-ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
-
-
-def order_tools(tools: Sequence[str]) -> list[str]:
-    """The trace viewer first, then overview, op profile, memory, then the rest by name."""
-    rank = {tool: i for i, tool in enumerate(TOOL_ORDER)}
-    unique = list(dict.fromkeys(t for t in tools if t))
-    if TRACE_VIEWER_TOOL in unique and "trace_viewer" in unique:
-        unique.remove("trace_viewer")
-    return sorted(unique, key=lambda t: (rank.get(t, len(rank)), t))
-
-
-def tool_label(tool: str, empty: str | None = None) -> str:
-    """The dropdown's name for a tool; with ``empty``, why it shows nothing for this run."""
-    name = TOOL_NAMES.get(tool, tool)
-    return f"{name} ({empty})" if empty else name
-
-
-def list_tools(viewer: Viewer, run: str) -> list[str]:
-    """The tools XProf offers for a run, from the viewer's ``run_tools`` route."""
-    found = fetch_json(viewer, "run_tools", run=run, timeout=10.0)
-    return [str(t) for t in found] if isinstance(found, list) else []
+__all__ = ["ToolAnswer", "ToolQuestions"]
 
 
 @dataclass(frozen=True)

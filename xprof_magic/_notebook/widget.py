@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import ipywidgets as widgets
 
@@ -31,22 +30,21 @@ from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._notebook.frame import Areas, Frame, Page
 from xprof_magic._notebook.summary_panel import SummaryPanel
-from xprof_magic._notebook.tools import (
-    ToolAnswer,
+from xprof_magic._notebook.tools import ToolAnswer, ToolQuestions
+from xprof_magic._registry import DEFAULT_HEIGHT
+from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer
+from xprof_magic._viewer.survey import Survey, survey_tools
+from xprof_magic._viewer.tools import (
     ToolLister,
-    ToolQuestions,
     ToolSurveyor,
     list_tools,
     order_tools,
+    page_urls,
     tool_label,
 )
-from xprof_magic._registry import DEFAULT_HEIGHT
-from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer
-from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey, survey_tools
 
 __all__ = ["BIG_RUN_BYTES", "ViewerWidget", "announce"]
 
-NEW_NAV = "new_nav=true"
 V2 = "use_trace_viewer_v2=true"
 BIG_RUN_BYTES = 30 * 2**20
 """About a million events: where XProf starts thinning the classic trace viewer's events."""
@@ -274,23 +272,9 @@ class ViewerWidget:
         run, tool, host = self.runs.value, self.tools.value, self.hosts.value
         if run is None:
             return None, None
-        tool = tool or TRACE_VIEWER_TOOL
-        origin, prefix = self.context.locate(self.viewer.port)
-        full = origin + self.viewer.tool_path(run, tool, host, prefix=prefix)
-        if self.viewer.kind != "xprof":
-            return full, full
-        if tool == TRACE_VIEWER_TOOL and host:
-            return origin + self.viewer.trace_viewer_path(run, host, prefix=prefix), full
-        # XProf's own docked menu: below 960 px its classic one covers the tool until clicked.
-        src = f"{full}&{NEW_NAV}"
-        survey = self._surveys.get(run, Survey())
-        if tool in PROGRAM_TOOLS and survey.program:
-            # The program that matters most; the graph viewer draws its root op at once.
-            found = {"module_name": survey.program}
-            if tool == "graph_viewer" and survey.node:
-                found["node_name"] = survey.node
-            src += "&" + urlencode(found)
-        return src, full
+        location = self.context.locate(self.viewer.port)
+        survey = self._surveys.get(run)
+        return page_urls(self.viewer, run, tool, host, location, survey)
 
     def v2_url(self) -> str | None:
         """XProf's Trace Viewer v2 on the selection, for a run of :data:`BIG_RUN_BYTES` or

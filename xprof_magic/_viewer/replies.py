@@ -2,10 +2,11 @@
 that draws offline.
 
 XProf's trace viewer orders a process's threads by their ``thread_sort_index`` metadata,
-which XProf sets to the thread id; the ``python`` thread, where ``# xprof:`` labels and
-``TraceAnnotation`` spans land, then often comes last, below the runtime's threads and out
-of view. The viewer's process moves it to the top of its process in the trace data reply
-(:func:`label_threads_first`); the other threads stay, in their order.
+which XProf sets to the thread id; the main thread (``python``, or ``marimo`` in a marimo
+app), where ``# xprof:`` labels and ``TraceAnnotation`` spans land, then often comes last,
+below the runtime's threads and out of view. The viewer's process moves it to the top of
+its process in the trace data reply (:func:`label_threads_first`); the other threads stay,
+in their order.
 
 XProf's full UI opens Trace Viewer v2 when the browser saved that choice (``localStorage``
 ``use_trace_viewer_v2``); v2 needs WebGPU, and where it has none v2 fails, on every visit,
@@ -38,9 +39,10 @@ __all__ = [
     "xprof_replies",
 ]
 
-LABEL_THREADS = ("python",)
+LABEL_THREADS = ("python", "marimo")
 """The thread names that hold a cell's labels: the interpreter's main thread, for torch_xla
-and JAX alike."""
+and JAX alike, named after the program that started it (``python``; ``marimo`` for a marimo
+app's kernel)."""
 TOP_SORT_INDEX = -(2**31)
 """Below every thread id XProf uses as a sort index, so the label thread is drawn first."""
 

@@ -1,0 +1,260 @@
+"""ARCHITECTURE.md's "may import" table, read as rules, and every import of the package's
+modules checked against them (for ``tests/test_architecture.py``).
+
+The table is the single source: each row names where (a module ``_plan.py``, a package
+``_backends/``, a module of a package ``_backends/jax.py``; the most specific row wins) and
+what it may import, as clauses separated by ``;``: backticked parts (``_store.py``,
+``_analysis/model/``), the phrases "the core" (the row whose "what" begins "the core") and
+"every part above", and backticked third-party modules (``numpy``, ``google.protobuf``:
+the module and its submodules). A clause's parenthesis that begins "lazily" allows its
+imports only inside a function or for type checking, "types only" only for type checking;
+any other parenthesis is prose. Its own part and the standard library are always allowed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ImportNode", "Row", "Use", "import_nodes", "module_imports", "read_table", "violations"]
+
+ImportNode = ast.Import | ast.ImportFrom
+LAZILY, TYPES_ONLY = "lazily", "types only"
+_STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
+
+
+@dataclass(frozen=True)
+class Use:
+    """One module imported by another: where, and whether only lazily or for type checking."""
+
+    target: str
+    line: int
+    in_function: bool
+    typing_only: bool
+
+
+@dataclass(frozen=True)
+class Clause:
+    parts: tuple[str, ...]
+    """Package parts as the table writes them (``_store.py``, ``_backends/``, ``*``: any)."""
+    libraries: tuple[str, ...]
+    qualifier: str
+
+
+@dataclass(frozen=True)
+class Row:
+    where: tuple[str, ...]
+    what: str
+    clauses: tuple[Clause, ...]
+
+
+def _is_type_checking(node: ast.stmt) -> bool:
+    """``if TYPE_CHECKING:``: a block that only type checkers run."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def import_nodes(tree: ast.AST) -> Iterator[tuple[ImportNode, bool, bool]]:
+    """Every import statement at any depth: whether it is inside a function, and whether it
+    is inside an ``if TYPE_CHECKING:`` block."""
+
+    def walk(
+        node: ast.AST, in_function: bool, typing_only: bool
+    ) -> Iterator[tuple[ImportNode, bool, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, in_function, typing_only
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            typing = typing_only or (isinstance(child, ast.stmt) and _is_type_checking(child))
+            yield from walk(child, inner, typing)
+
+    yield from walk(tree, False, False)
+
+
+def _targets(name: str, path: Path, node: ImportNode, modules: Mapping[str, Path]) -> list[str]:
+    """The modules (of the package or not) one import statement of ``name`` names."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    subs = [f"{base}.{alias.name}" for alias in node.names]
+    return [sub for sub in subs if sub in modules] or [base]
+
+
+def module_imports(
+    name: str, path: Path, modules: Mapping[str, Path], source: str | None = None
+) -> list[Use]:
+    """Every import of module ``name`` (its file ``path``, or ``source``), but of itself."""
+    tree = ast.parse(path.read_text(encoding="utf-8") if source is None else source)
+    return [
+        Use(target, node.lineno, in_function, typing_only)
+        for node, in_function, typing_only in import_nodes(tree)
+        for target in _targets(name, path, node, modules)
+        if target != name
+    ]
+
+
+def _depth_zero(text: str) -> tuple[str, list[str]]:
+    """``text`` without its parentheses, and the parentheses' contents."""
+    outside, inside, depth, current = [], [], 0, ""
+    for char in text:
+        if char == "(":
+            if depth == 0:
+                current = ""
+            else:
+                current += char
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                inside.append(current)
+            else:
+                current += char
+        elif depth:
+            current += char
+        else:
+            outside.append(char)
+    return "".join(outside), inside
+
+
+def _clause(text: str) -> Clause:
+    bare, notes = _depth_zero(text)
+    qualifier = ""
+    for note in notes:
+        for kind in (LAZILY, TYPES_ONLY):
+            if note.strip().startswith(kind):
+                qualifier = kind
+    names = re.findall(r"`([^`]+)`", bare)
+    parts = [n for n in names if n.endswith((".py", "/"))]
+    if "the core" in bare:
+        parts.append("the core")
+    if "every part above" in bare:
+        parts.append("*")
+    libraries = [n for n in names if not n.endswith((".py", "/"))]
+    return Clause(tuple(parts), tuple(libraries), qualifier)
+
+
+def read_table(markdown: str) -> list[Row]:
+    """The rows of the table whose header is ``| where | what | may import |``."""
+    lines = markdown.splitlines()
+    start = next(
+        i for i, line in enumerate(lines) if line.startswith("| where | what | may import |")
+    )
+    rows: list[Row] = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        where, what, may = (cell.strip() for cell in line.strip().strip("|").split(" | "))
+        clauses = tuple(_clause(text) for text in may.split(";") if text.strip())
+        rows.append(Row(tuple(re.findall(r"`([^`]+)`", where)), what, clauses))
+    core = [row for row in rows if row.what.startswith("the core")]
+    assert len(core) == 1, "ARCHITECTURE.md: one row's 'what' begins 'the core'"
+    return [
+        Row(
+            row.where,
+            row.what,
+            tuple(
+                Clause(
+                    tuple(
+                        p
+                        for part in c.parts
+                        for p in (core[0].where if part == "the core" else (part,))
+                    ),
+                    c.libraries,
+                    c.qualifier,
+                )
+                for c in row.clauses
+            ),
+        )
+        for row in rows
+    ]
+
+
+def _module_of(part: str) -> tuple[str, bool]:
+    """A table path as a dotted module name, and whether it names a package (its modules)."""
+    if part.endswith("/"):
+        return "xprof_magic." + part.rstrip("/").replace("/", "."), True
+    stem = part[: -len(".py")].replace("/", ".")
+    return ("xprof_magic" if stem == "__init__" else f"xprof_magic.{stem}"), False
+
+
+def _names(part: str, module: str) -> bool:
+    if part == "*":
+        return True
+    name, package = _module_of(part)
+    return module == name or (package and module.startswith(name + "."))
+
+
+def row_of(module: str, rows: list[Row]) -> tuple[Row, str] | None:
+    """The most specific row naming ``module`` (a module before its package, a deeper
+    package before a shallower one), and the path it names it by."""
+    found = [
+        ((not _module_of(part)[1], len(part)), row, part)
+        for row in rows
+        for part in row.where
+        if _names(part, module)
+    ]
+    if not found:
+        return None
+    _, row, part = max(found, key=lambda f: f[0])
+    return row, part
+
+
+def _allowed(use: Use, clause: Clause, is_package_module: bool) -> bool:
+    names = (
+        any(_names(part, use.target) for part in clause.parts)
+        if is_package_module
+        else any(use.target == lib or use.target.startswith(lib + ".") for lib in clause.libraries)
+    )
+    if not names:
+        return False
+    if clause.qualifier == LAZILY:
+        return use.in_function or use.typing_only
+    if clause.qualifier == TYPES_ONLY:
+        return use.typing_only
+    return True
+
+
+def violations(
+    rows: list[Row], modules: Mapping[str, Path], sources: Mapping[str, str] | None = None
+) -> list[str]:
+    """Every import of the package's modules that the table does not allow, as
+    ``module:line imports target: why``; a module of ``sources`` is read from there."""
+    sources = sources or {}
+    found: list[str] = []
+    for name, path in sorted(modules.items()):
+        mine = row_of(name, rows)
+        if mine is None:
+            found.append(f"{name}: no row of ARCHITECTURE.md's table names it")
+            continue
+        row, part = mine
+        for use in module_imports(name, path, modules, sources.get(name)):
+            inside = use.target in modules or use.target.split(".")[0] == "xprof_magic"
+            if inside and use.target not in modules:
+                continue
+            if not inside and use.target.split(".")[0] in _STDLIB:
+                continue
+            if inside and (target := row_of(use.target, rows)) is not None and target[0] is row:
+                continue
+            if any(_allowed(use, clause, inside) for clause in row.clauses):
+                continue
+            lazily = any(
+                _allowed(Use(use.target, use.line, True, True), clause, inside)
+                for clause in row.clauses
+            )
+            why = "only lazily" if lazily else "not at all"
+            found.append(
+                f"{name}:{use.line} imports {use.target}: the row `{part}` allows it {why}"
+            )
+    return found

@@ -1,0 +1,303 @@
+"""Where the time of each step, and of the cell, went: the step-time breakdown.
+
+Each instant of a step is given to the first of these that holds it (:data:`PRIORITY`; the
+chip's own waits, :data:`~xprof_magic._analysis.timeline.facts.DEVICE_SIDE`, come before
+``device``):
+
+- ``input``: the cell's loop waits in ``next()`` for its next item to be produced (the
+  rewriter times each one as a label ``next(…)``, :func:`xprof_magic._labels.inputs`), or
+  a data loader's own traces on the cell's thread; on a TPU also the chip's ``infeed`` ops.
+  The part of a ``next()`` that the device is busy, or that the runtime spends in its waits
+  and step ends on the Python threads (:func:`waiting_for_data`), is not input: a loader
+  that syncs for the step it hands on (MpDeviceLoader) waits there for the device;
+- ``compile``: a compilation on the Python thread (the vocabulary's compile events);
+- ``device``: the device computes. On a TPU, a chip's ``XLA Modules`` less its waits below
+  (the first chip's timeline; every chip runs the same program); on the CPU, the top-level
+  events of the XLA CPU client's threads, launch to completion (their XLA op events cover
+  only part of each execution);
+- ``collective``: on a TPU, the chip's XLA ops whose ``hlo_category`` is a collective
+  (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute, send/recv, in any
+  ``-start``/``-done``/fusion form); none is measured apart on the CPU;
+- ``transfer``: a host-device copy, on the Python thread or the CPU client's threads; on a
+  TPU also the chip's ``outfeed`` and host send/recv ops and its host-offload copies
+  (``copy-start``/``copy-done`` to or from host memory, ``S(5)`` in their layout), which
+  :attr:`Breakdown.offload_s` counts apart;
+- ``sync``: the Python thread waits for the device (a barrier, ``Wait for …``) while the
+  device runs nothing of it;
+- ``host``: the rest of the step: Python and the framework's graph building and dispatch;
+- ``idle``: in the cell's breakdown, the time outside every top-level block of the cell.
+
+:attr:`Breakdown.on_device` keeps, per category, the cell's seconds that the chip's own ops
+held (the waits above), so the verdict tells a chip waiting on its copies from a host
+copying. A capture without them (the CPU) leaves it empty and splits as before.
+
+Steps tile the loop: a step runs from the previous one's end (the first from its own start,
+or from the fetch of its batch just before it), so that a fetch made between two
+iterations belongs to the step it feeds. The last step runs until the device has finished
+the work the loop queued: a host that runs ahead of the device leaves it busy after the loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xprof_magic._analysis.model.diagnosis import Breakdown, StepBreakdown
+from xprof_magic._analysis.summary.blocks import main_line
+from xprof_magic._analysis.summary.spans import NO_SPANS, Spans, measure, merge, subtract
+from xprof_magic._analysis.summary.where import INPUT_PREFIX
+from xprof_magic._analysis.timeline.facts import (
+    DEVICE_SIDE,
+    LABEL,
+    LAUNCH,
+    OFFLOAD,
+    STEP,
+    STEP_END,
+    Block,
+    TraceFacts,
+)
+from xprof_magic._backends import Vocabulary
+from xprof_magic._metadata import RunMetadata
+
+__all__ = [
+    "BREAKDOWN_CATEGORIES",
+    "INPUT_PREFIX",
+    "PRIORITY",
+    "breakdown",
+    "from_metrics",
+    "of_metadata",
+    "of_trace",
+    "waiting_for_data",
+]
+
+BREAKDOWN_CATEGORIES = (
+    "input",
+    "host",
+    "compile",
+    "transfer",
+    "sync",
+    "device",
+    "collective",
+    "idle",
+)
+PRIORITY = ("input", "compile", *DEVICE_SIDE, "device", "transfer", "sync")
+"""The span keys (:attr:`TraceFacts.spans`) in the order they take an instant."""
+_COLUMN = {key: BREAKDOWN_CATEGORIES.index(DEVICE_SIDE.get(key, key)) for key in PRIORITY}
+MAX_STEPS = 10_000
+_FETCH_GAP_NS = 5e6
+
+
+def _split(
+    cover: dict[str, Spans], lo: NDArray[np.float64], hi: NDArray[np.float64], busy: Spans | None
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Seconds per category of :data:`BREAKDOWN_CATEGORIES` (columns) in each interval
+    ``[lo[k], hi[k])`` (rows); ``busy`` is where the cell's thread ran (the rest is idle),
+    None: all of it. Second, the same of the chip's own waits alone (:data:`DEVICE_SIDE`),
+    with the host-offload copies' seconds in a last column."""
+    out = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES)))
+    side = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES) + 1))
+    taken = NO_SPANS
+    done = np.zeros(len(lo))
+    for key in PRIORITY:
+        spans = cover.get(key)
+        if spans is None or not len(spans[0]):
+            continue
+        taken = merge([taken, spans])
+        now = measure(taken, lo, hi)
+        out[:, _COLUMN[key]] += now - done
+        if key in DEVICE_SIDE:
+            side[:, _COLUMN[key]] += now - done
+            if key == OFFLOAD:
+                side[:, -1] += now - done
+        done = now
+    length = hi - lo
+    if busy is None:
+        out[:, _HOST] = np.maximum(0.0, length - done)
+    else:
+        with_host = measure(merge([taken, busy]), lo, hi)
+        out[:, _HOST] = np.maximum(0.0, with_host - done)
+        out[:, _IDLE] = np.maximum(0.0, length - with_host)
+    return np.round(np.maximum(out, 0.0) / 1e9, 9), np.round(np.maximum(side, 0.0) / 1e9, 9)
+
+
+def breakdown(
+    facts: TraceFacts, main_line: str, input_names: frozenset[str], untimed_copy_s: float = 0.0
+) -> Breakdown:
+    """The breakdown of the cell (its window) and of each step on ``main_line``, the cell's
+    thread; ``input_names`` are the data loader's own trace names, counted as input.
+
+    ``untimed_copy_s``: host time spent copying to the device that the timeline shows no
+    event for (the backend's metric): it moves from host to transfer, spread over the steps
+    by their host time."""
+    cover = {
+        key: merge(pieces) for key, pieces in facts.spans.items() if not key.startswith(LAUNCH)
+    }
+    mine = [b for b in facts.blocks if b.line == main_line]
+    inputs = [
+        (b.start, b.end)
+        for b in mine
+        if (b.kind == LABEL and b.name.startswith(INPUT_PREFIX)) or b.name in input_names
+    ]
+    fetches = merge([([a for a, _ in inputs], [b for _, b in inputs])])
+    cover["input"] = waiting_for_data(fetches, cover)
+    top = [(b.start, b.end) for b in mine if b.parent < 0]
+    if facts.window is not None:
+        lo, hi = facts.window
+    elif top:
+        lo, hi = min(a for a, _ in top), max(b for _, b in top)
+    else:
+        return Breakdown(categories=BREAKDOWN_CATEGORIES)
+    busy = merge([([a for a, _ in top], [b for _, b in top])])
+    whole, side = _split(cover, np.array([lo]), np.array([hi]), busy)
+    cell = _as_tuple(whole[0])
+    waits = any(cover.get(key) is not None and len(cover[key][0]) for key in DEVICE_SIDE)
+    steps = _step_spans(mine, fetches)
+    device = cover.get("device")
+    if steps and device is not None and len(device[1]) and device[1][-1] > steps[-1][2]:
+        # The host ran ahead: the device finishes the work queued by the loop after it.
+        number, start, _ = steps[-1]
+        steps[-1] = (number, start, float(device[1][-1]))
+    table, _ = _split(
+        cover, np.array([a for _, a, _ in steps]), np.array([b for _, _, b in steps]), None
+    )
+    split = [_as_tuple(row) for row in table]
+    if untimed_copy_s > 0:
+        cell = _moved(cell, untimed_copy_s, cell[_HOST])
+        host_s = sum(parts[_HOST] for parts in split)
+        split = [_moved(parts, untimed_copy_s, host_s) for parts in split]
+    rows = tuple(
+        StepBreakdown(number, round((b - a) / 1e9, 9), parts)
+        for (number, a, b), parts in zip(steps[:MAX_STEPS], split, strict=False)
+    )
+    return Breakdown(
+        categories=BREAKDOWN_CATEGORIES,
+        cell=cell,
+        cell_s=round((hi - lo) / 1e9, 9),
+        steps=rows,
+        step_count=len(steps),
+        on_device=_as_tuple(side[0, :-1]) if waits else (),
+        offload_s=float(side[0, -1]),
+    )
+
+
+NOT_DATA = ("sync", STEP_END, "device")
+"""The span keys whose time inside a ``next()`` is not waiting for data: the runtime's waits
+for the device (its barriers, ``Wait for …``, the vocabulary's ``waits``) and step ends
+(the vocabulary's ``step_ends``: a sync, whole) on the Python threads, and the device's
+busy time."""
+
+
+def waiting_for_data(fetches: Spans, cover: dict[str, Spans]) -> Spans:
+    """The part of the loop's fetches (``next()``) spent waiting for data to be produced:
+    their time less that of :data:`NOT_DATA` in ``cover`` (the merged span keys). A
+    ``next()`` that waits on a barrier or for the device (MpDeviceLoader's step-end sync,
+    an iterator reading device arrays) is sync or device time; one that waits on a loader's
+    empty queue, or runs the loader's Python, is input."""
+    for key in NOT_DATA:
+        if key in cover and len(fetches[0]):
+            fetches = subtract(fetches, cover[key])
+    return fetches
+
+
+def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:
+    """The cell's breakdown before its timeline is read: ``measured`` seconds of device,
+    input (the ``next()`` labels' timers), compile and transfer (the backend's metrics),
+    each capped, in that order, by what the others left of ``wall_s``; the rest is host.
+    Device first: a ``next()`` may wait for the device (:func:`waiting_for_data`), and
+    without the timeline the executions' time is all that says so. No steps: the metrics
+    are the cell's totals."""
+    left = wall_s
+    seconds = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
+    for category in ("device", "input", "compile", "transfer"):
+        take = min(max(0.0, measured.get(category, 0.0)), left)
+        seconds[category] = take
+        left -= take
+    seconds["host"] = left
+    return Breakdown(
+        categories=BREAKDOWN_CATEGORIES,
+        cell=tuple(round(seconds[c], 9) for c in BREAKDOWN_CATEGORIES),
+        cell_s=round(wall_s, 9),
+    )
+
+
+def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Breakdown:
+    """The breakdown of the cell's thread (:func:`breakdown`), with the backend's untimed
+    host copies (its ``host_copy_ns`` metric) moved to transfer."""
+    pipeline = words.timeline.input_pipeline
+    name = words.metrics.host_copy_ns
+    copy = meta.metrics.metrics.get(name) if name else None
+    return breakdown(
+        facts,
+        main_line(facts.blocks, pipeline),
+        pipeline,
+        untimed_copy_s=copy.total_s / 1e9 if copy else 0.0,
+    )
+
+
+def of_metadata(meta: RunMetadata, words: Vocabulary) -> Breakdown:
+    """The breakdown from the metadata alone, while the timeline waits (a pending summary):
+    the ``next()`` timers and the backend's compile, execute and transfer metrics."""
+    timers, names = meta.metrics.metrics, words.metrics
+
+    def total(name: str) -> float:
+        entry = timers.get(name) if name else None
+        return entry.total_s if entry else 0.0
+
+    copy = total(names.host_copy_ns) / 1e9
+    measured = {
+        "input": sum(
+            label.total_s for label in meta.labels if label.path[-1].startswith(INPUT_PREFIX)
+        ),
+        "compile": total(names.compile_time),
+        "device": total(names.execute_time),
+        "transfer": total(names.to_device_time) + total(names.from_device_time) + copy,
+    }
+    return from_metrics(meta.wall_s or 0.0, measured)
+
+
+_HOST = BREAKDOWN_CATEGORIES.index("host")
+_TRANSFER = BREAKDOWN_CATEGORIES.index("transfer")
+_IDLE = BREAKDOWN_CATEGORIES.index("idle")
+
+
+def _as_tuple(row: NDArray[np.float64]) -> tuple[float, ...]:
+    return tuple(float(v) for v in row.tolist())
+
+
+def _moved(parts: tuple[float, ...], copy_s: float, host_s: float) -> tuple[float, ...]:
+    """``parts`` with its share (by host time, of ``host_s``) of ``copy_s`` moved from host to
+    transfer, never more than its host time."""
+    if host_s <= 0:
+        return parts
+    move = min(parts[_HOST], copy_s * parts[_HOST] / host_s)
+    out = list(parts)
+    out[_HOST] = round(out[_HOST] - move, 9)
+    out[_TRANSFER] = round(out[_TRANSFER] + move, 9)
+    return tuple(out)
+
+
+def _step_spans(blocks: list[Block], inputs: Spans) -> list[tuple[int, float, float]]:
+    """Each step's number and span, tiling the loop (see the module's docstring)."""
+    marked = sorted((b for b in blocks if b.kind == STEP), key=lambda b: b.start)
+    out: list[tuple[int, float, float]] = []
+    previous: float | None = None
+    for i, b in enumerate(marked):
+        start = b.start
+        if previous is not None and previous <= b.start and b.start - previous < _FETCH_GAP_NS:
+            start = previous
+        elif previous is None or previous > b.start:
+            start = _fetch_before(inputs, b.start)
+        elif previous is not None:
+            start = max(previous, _fetch_before(inputs, b.start))
+        out.append((b.step_num if b.step_num is not None else i, start, b.end))
+        previous = b.end
+    return out
+
+
+def _fetch_before(inputs: Spans, at: float) -> float:
+    """The start of the fetch that ended just before ``at`` (its batch's), else ``at``."""
+    starts, ends = inputs
+    i = int(np.searchsorted(ends, at, side="right")) - 1
+    if i >= 0 and at - ends[i] < _FETCH_GAP_NS:
+        return float(starts[i])
+    return at

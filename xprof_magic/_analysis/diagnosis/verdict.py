@@ -1,0 +1,196 @@
+"""The verdict: which cost bounds the cell, where in its code, why, and which fix; as data.
+
+Drawn from the step-time breakdown (:mod:`.breakdown`) and the summary's own figures,
+with these thresholds (shares of step time; of the cell's busy time without steps):
+
+- ``input``: at least 20% is "highly input-bound", XProf's own threshold
+  (``op_stats_to_input_pipeline_analysis.cc``), and wins over every other category; 5% to
+  20% is XProf's "moderately", said as a secondary note;
+- otherwise the largest category wins, when it holds at least :data:`MIN_SHARE` (20%);
+  ``device`` is the healthy case and raises no alarm; below that (the time went nowhere
+  measured) the verdict is ``unknown``;
+- a cell whose breakdown covers less than :data:`MIN_CELL_S` (10 ms) has no bottleneck worth
+  acting on: ``unknown``, and no headline (a one-line ``x = 1`` is not "host-bound").
+
+A compile verdict names its cause: a ``growing graph`` when the steps compiled again and
+again and the loop never synced (a backend with lazy graphs), ``changing shapes`` when the
+input shapes changed between steps, ``warm-up`` when only the first steps compiled, and
+``first run`` when a cell without steps (no loop: one-off eager calls) spent its time compiling
+what it ran for the first time, which is no alarm.
+
+A transfer verdict's cause is ``host offload`` when at least :data:`HOST_OFFLOAD` (half) of
+the cell's transfer time is the chip's own host-offload copies
+(:attr:`~xprof_magic._analysis.model.diagnosis.Breakdown.offload_s`): the chip waits for arrays
+in host memory, which no host-side advice fixes. ``busy`` is the chip's busy time (compute
+and its own waits: collectives, infeed, outfeed, host-offload copies), not the ``device``
+(compute) column alone.
+
+The verdict decides and the render stage words it
+(:mod:`~xprof_magic._analysis.render.headline`): this module writes no sentence. The
+thresholds are the model's (:mod:`~xprof_magic._analysis.model.diagnosis`), which the
+renderers read too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX
+from xprof_magic._analysis.diagnosis.launches import Launch, where_launched
+from xprof_magic._analysis.model.diagnosis import (
+    HIGHLY_INPUT,
+    HOST_OFFLOAD,
+    MIN_CELL_S,
+    MIN_SHARE,
+    Breakdown,
+    Diagnosis,
+)
+from xprof_magic._analysis.model.summary import LabelRow, Summary
+from xprof_magic._analysis.summary.blocks import line_of
+from xprof_magic._analysis.timeline.facts import OFFLOAD, device_side
+from xprof_magic._backends import Vocabulary
+from xprof_magic._registry import capabilities
+
+__all__ = ["diagnose"]
+
+_CANDIDATES = ("host", "compile", "transfer", "sync", "device", "collective")
+
+
+def diagnose(
+    s: Summary,
+    words: Vocabulary,
+    parts: Breakdown,
+    *,
+    step_rule: str = "",
+    shapes: Sequence[str] = (),
+    source: str = "timeline",
+    launched: Launch | None = None,
+) -> Diagnosis:
+    """The diagnosis of summary ``s`` from its breakdown ``parts``; ``step_rule`` is how the
+    capture found the steps (``sync``: the loop synced), ``shapes`` the input shapes seen,
+    ``source`` what ``parts`` was measured from (``timeline`` or ``metadata``), ``launched``
+    the block that launched most of the device's time (:mod:`.launches`)."""
+    if not parts.categories or parts.total_s() <= 0:
+        return Diagnosis(breakdown=parts, source=source)
+    if parts.total_s() < MIN_CELL_S:
+        return Diagnosis(share=None, breakdown=parts, source=source)
+    warm_up = _warm_up(s, parts)
+    basis = replace(parts, steps=parts.steps[warm_up:]) if warm_up else parts
+    of_steps = bool(basis.steps)
+    share = {c: basis.share(c, of_steps) for c in basis.categories}
+    shares = tuple((c, share[c]) for c in basis.categories if c != "idle")
+    verdict = "input" if share["input"] >= HIGHLY_INPUT else ""
+    if not verdict:
+        best = max(_CANDIDATES, key=lambda c: share[c])
+        verdict = best if share[best] >= MIN_SHARE else "unknown"
+    if verdict == "unknown":
+        return Diagnosis(share=None, breakdown=parts, shares=shares, warm_up=warm_up, source=source)
+    cause = _cause(s, words, step_rule, shapes) if verdict == "compile" else ""
+    transfer_s = parts.seconds("transfer", of_steps=False)
+    if verdict == "transfer" and transfer_s > 0 and parts.offload_s >= HOST_OFFLOAD * transfer_s:
+        cause = "host offload"
+    where, line = _where(s, verdict)
+    program = ""
+    if verdict == "device" and launched is not None:
+        row = _label_row(s, launched.path)
+        if row:
+            (where, line), program = where_launched(s.cell, row, launched), launched.program
+    return Diagnosis(
+        verdict=verdict,
+        share=share[verdict],
+        where=where,
+        line=line,
+        cause=cause,
+        shapes=tuple(shapes) if cause == "changing shapes" else (),
+        level="info" if verdict == "device" or cause in ("warm-up", "first run") else "warning",
+        breakdown=parts,
+        shares=shares,
+        warm_up=warm_up,
+        busy=_chip_busy(parts, share),
+        offloaded=_offloaded(s) if cause == "host offload" else (),
+        source=source,
+        program=program,
+    )
+
+
+def _warm_up(s: Summary, parts: Breakdown) -> int:
+    """How many first steps to leave out of the verdict: those that compiled, when only the
+    first one or two did and at least three steps follow (the steady state is the fact)."""
+    steps = s.steps
+    if steps is None or not steps.compiling or len(parts.steps) != steps.count:
+        return 0
+    first = max(steps.compiling) + 1
+    if first <= 2 and steps.count - first >= 3:
+        return first
+    return 0
+
+
+def _cause(s: Summary, words: Vocabulary, step_rule: str, shapes: Sequence[str]) -> str:
+    steps = s.steps
+    compiling = len(steps.compiling) if steps else 0
+    count = steps.count if steps else 0
+    if steps is not None and compiling and all(i < 2 for i in steps.compiling) and count > 3:
+        return "warm-up"
+    if len(set(shapes)) >= 2:
+        return "changing shapes"
+    again = compiling >= 3 or (s.compiles.count or 0) >= 3
+    if capabilities(words.backend).lazy_graph and again and step_rule != "sync":
+        return "growing graph"
+    if not count:
+        return "first run"
+    return ""
+
+
+def _where(s: Summary, verdict: str) -> tuple[tuple[str, ...], int]:
+    """The label path that carries the verdict's time, and the cell line it starts at."""
+    rows = [r for r in s.labels if not r.thread and r.kind in ("label", "trace")]
+    inputs = [r for r in rows if r.path[-1].startswith(INPUT_PREFIX)]
+    pick: LabelRow | None = None
+    if verdict == "input" and inputs:
+        pick = max(inputs, key=lambda r: r.total_s)
+        path = pick.path[:-1] or pick.path
+        return path, line_of(s.cell, path)
+    if verdict == "compile":
+        sites = sorted(s.compiles.sites, key=lambda site: -site.total_s)
+        if sites:
+            return sites[0].path, line_of(s.cell, sites[0].path)
+    work = [r for r in rows if r not in inputs]
+    leaves = [r for r in work if not any(o.path[: len(r.path)] == r.path and o != r for o in work)]
+    if leaves:
+        pick = max(leaves, key=lambda r: r.total_s)
+        return pick.path, line_of(s.cell, pick.path)
+    return (), 0
+
+
+def _label_row(s: Summary, path: tuple[str, ...]) -> tuple[str, ...]:
+    """The longest start of ``path`` that is a label (or user trace) row of the cell's
+    thread: a user's step marker around it (``xp.StepTrace``) is no statement; () if none."""
+    rows = {r.path for r in s.labels if not r.thread and r.kind in ("label", "trace")}
+    return next((path[:k] for k in range(len(path), 0, -1) if path[:k] in rows), ())
+
+
+def _chip_busy(parts: Breakdown, share: dict[str, float]) -> float:
+    """The device's busy share: ``device`` (compute) and, of each other category, the part
+    the chip's own ops held in the cell (:attr:`Breakdown.on_device`)."""
+    busy = share["device"]
+    for at, held in enumerate(parts.on_device):
+        whole = parts.cell[at]
+        if held > 0 and whole > 0:
+            busy += share[parts.categories[at]] * min(1.0, held / whole)
+    return busy
+
+
+_HLO = re.compile(r"^%?(?P<op>[\w.\-]+) = (?P<shape>[a-z0-9]+\[[\d,]*\])")
+
+
+def _offloaded(s: Summary) -> tuple[tuple[str, str], ...]:
+    """The chip's host-offload copies in the device-op table, longest first: each op (as the
+    graph viewer names it) and the HLO shape of the array it moves."""
+    found: list[tuple[str, str]] = []
+    for row in sorted(s.device_ops, key=lambda r: -r.self_s):
+        match = _HLO.match(row.name)
+        if match is not None and device_side(None, row.name) == OFFLOAD:
+            found.append((match["op"], match["shape"]))
+    return tuple(found)

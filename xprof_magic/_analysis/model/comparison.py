@@ -1,0 +1,76 @@
+"""Two runs side by side, as plain frozen dataclasses: the rows, and what differs in kind.
+
+:func:`~xprof_magic._analysis.diagnosis.compare.compare` fills a :class:`Comparison`; the
+render stage words it (:mod:`~xprof_magic._analysis.render.comparison`), and a comparison
+displays itself as that text and HTML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CompareRow", "Comparison"]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One quantity in two runs; ``unit`` is ``s``, ``count`` or ``text``.
+
+    Label rows carry their ``path``; ``name`` is its last element.
+    """
+
+    section: str
+    name: str
+    a: float | str | None
+    b: float | str | None
+    unit: str
+    path: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two summaries side by side: the runs ``a`` and ``b``, their ``rows``, and what differs
+    in kind:
+
+    - ``verdicts``: each run's verdict and its share (None where it has none), A's first;
+      empty when neither run has a diagnosis;
+    - ``moves``: ``(category, share in A, share in B)`` of each category whose share of step
+      time moved by at least 5 points, largest move first;
+    - ``devices``: the two runs' device kinds;
+    - ``incomplete``: ``("A" or "B", the first thing missing from it)`` per incomplete run.
+    """
+
+    a: str
+    b: str
+    rows: tuple[CompareRow, ...]
+    verdicts: tuple[tuple[str, float | None], ...] = ()
+    moves: tuple[tuple[str, float, float], ...] = ()
+    devices: tuple[str, str] = ("", "")
+    incomplete: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What differs in kind, in words: the diagnoses, the devices, incomplete runs."""
+        from xprof_magic._analysis.render.comparison import comparison_notes
+
+        return comparison_notes(self)
+
+    def text(self) -> str:
+        """The side-by-side table as plain text."""
+        from xprof_magic._analysis.render.comparison import comparison_text
+
+        return comparison_text(self)
+
+    def html(self) -> str:
+        """The side-by-side table as static, self-contained HTML."""
+        from xprof_magic._analysis.render.comparison import comparison_html
+
+        return comparison_html(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """``text/plain`` and static ``text/html``, for IPython's display of a cell's value."""
+        return {"text/plain": self.text(), "text/html": self.html()}
+
+    def __str__(self) -> str:
+        return self.text()

@@ -1,0 +1,291 @@
+"""The summary of one run as plain frozen dataclasses, and their JSON form.
+
+A summary is saved beside its capture and shown again in later sessions without the kernel
+that made it, so every field is a plain value (str, int, float, bool, None, tuples and nested
+dataclasses) and the JSON form round-trips exactly. Reading a file written by another version
+fails loudly here (``ValueError``) and quietly in :func:`~xprof_magic._analysis.load_summary`,
+which then recomputes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from xprof_magic._analysis.model.diagnosis import Diagnosis
+from xprof_magic._analysis.model.plain import from_plain, to_plain
+
+__all__ = [
+    "SUMMARY_SCHEMA",
+    "CompileSite",
+    "Compiles",
+    "DeviceBusy",
+    "DeviceInfo",
+    "Fallback",
+    "HostRow",
+    "LabelRow",
+    "Note",
+    "OpRow",
+    "StepStats",
+    "Summary",
+    "ThreadGroup",
+    "Timed",
+]
+
+SUMMARY_SCHEMA = 2
+
+
+@dataclass(frozen=True)
+class Note:
+    """One headline for the reader: ``level`` is ``error``, ``warning`` or ``info``."""
+
+    level: str
+    text: str
+
+
+@dataclass(frozen=True)
+class DeviceBusy:
+    """How much of the capture window one accelerator spent running XLA programs."""
+
+    name: str
+    busy_s: float
+    share: float
+
+
+@dataclass(frozen=True)
+class ThreadGroup:
+    """Host threads of one kind (``tf_XLAEigen/*`` ...) and the time they were busy.
+
+    ``busy_s`` adds the threads up (thread-seconds), so ``share`` of the window can pass 1.
+    """
+
+    name: str
+    role: str
+    threads: int
+    busy_s: float
+    share: float
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One host of a multi-host run: its step time and how busy its device was.
+
+    ``step_name`` is what the steps are: step markers of the timeline, else the most often
+    repeated top-level block on its Python thread (a training loop's body); ``step_s`` is their
+    median after the first. ``busy_s`` and ``busy_share`` are as :class:`DeviceInfo`'s.
+    ``problem`` says why the host could not be read, when it could not.
+    """
+
+    host: str
+    step_name: str = ""
+    steps: int = 0
+    step_s: float | None = None
+    busy_s: float | None = None
+    busy_share: float | None = None
+    window_s: float | None = None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Which device ran the cell's work, said plainly, with its busy time.
+
+    ``busy_s``/``busy_share``: on a TPU, the mean over chips of the time an XLA program ran;
+    on the CPU, the time at least one XLA CPU client thread ran an execution (launch to
+    completion), else, in a timeline without such events, an XLA op.
+    """
+
+    kind: str
+    on_cpu: bool
+    statement: str
+    window_s: float | None = None
+    busy_s: float | None = None
+    busy_share: float | None = None
+    devices: tuple[DeviceBusy, ...] = ()
+    threads: tuple[ThreadGroup, ...] = ()
+
+
+@dataclass(frozen=True)
+class LabelRow:
+    """One labelled block (a marker block, a user trace or a step), summed over its runs.
+
+    ``path`` is the nesting from the outermost block. ``kind`` is ``label`` (the magic's
+    markers), ``trace`` (the user's ``xp.Trace``), ``step``, or ``input``: the data
+    loader's own traces, grouped under one row (they run on its threads, beside the cell).
+    ``compiles`` counts the compilations whose innermost enclosing block is this one;
+    ``compiled_runs`` how many of its ``count`` runs held at least one of them. Compile
+    fields are None when unknown.
+    """
+
+    path: tuple[str, ...]
+    kind: str
+    count: int
+    total_s: float
+    mean_s: float
+    share: float | None
+    thread: str = ""
+    compiles: int | None = None
+    compile_s: float | None = None
+    compiled_runs: int | None = None
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Step times; the first step (which usually compiles) is kept apart from the rest.
+
+    ``durations_s`` keeps the first 10,000 steps; the statistics cover all ``count``.
+    ``compiling`` lists the steps whose span held a compilation (unknown: empty).
+    """
+
+    name: str
+    source: str
+    count: int
+    durations_s: tuple[float, ...]
+    first_s: float
+    rest_min_s: float | None
+    rest_median_s: float | None
+    rest_max_s: float | None
+    compiling: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompileSite:
+    """A block that held compilations; ``recompiled`` when the same code compiled again.
+
+    ``first_runs`` are the indices (from 0) of the first 8 runs that compiled;
+    ``first_steps`` the numbers of the steps those runs began in, when each began in one.
+    """
+
+    path: tuple[str, ...]
+    runs: int
+    compiled_runs: int
+    compiles: int
+    total_s: float
+    first_runs: tuple[int, ...]
+    recompiled: bool
+    warm_up: bool
+    first_steps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Compiles:
+    """Compilations: the backend's own count and time, and where the trace saw them.
+
+    ``functions`` holds ``(name, compilations, seconds)`` for each function the backend
+    named (JAX's ``fun_name``), most compiled first; ``reasons`` the backend's
+    ``(function, why it compiled again)``.
+    """
+
+    count: int | None = None
+    total_s: float | None = None
+    cache_hits: int | None = None
+    trace_count: int | None = None
+    trace_s: float | None = None
+    outside_labels: int = 0
+    sites: tuple[CompileSite, ...] = ()
+    functions: tuple[tuple[str, int, float], ...] = ()
+    reasons: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A count of runtime events with their time and, for transfers, their bytes."""
+
+    count: int
+    total_s: float
+    bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """An op that ran on the CPU outside the compiled program, from the backend's counter.
+
+    ``op`` is the counter's full name (torch_xla: ``aten::nonzero``).
+    """
+
+    op: str
+    count: int
+    hint: str
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One operation name with its self time (time not spent in nested events)."""
+
+    name: str
+    category: str
+    count: int
+    self_s: float
+    share: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one run says at a glance. ``pending``: the timeline is still to be read.
+
+    ``diagnosis`` is its conclusion: the bottleneck, where and the fix (:class:`Diagnosis`).
+    ``notes`` are the headlines in words; they and the diagnosis's words are the render
+    stage's (:mod:`~xprof_magic._analysis.render.headline`,
+    :mod:`~xprof_magic._analysis.render.notes`), made once when the summary is built and saved
+    with it, so a summary saved by an older version shows the words it was saved with.
+
+    ``missing`` lists, as sentences, what could not be read and so is absent here.
+
+    A summary displays itself (IPython's rich display: ``_repr_mimebundle_``), as the text
+    and static HTML renderers (:mod:`~xprof_magic._analysis.render`) show it.
+    """
+
+    run: str
+    run_dir: str
+    schema: int = SUMMARY_SCHEMA
+    host: str = ""
+    status: str = "unknown"
+    error: str | None = None
+    cell: str = ""
+    start: str = ""
+    wall_s: float | None = None
+    backend: str = ""
+    versions: tuple[tuple[str, str], ...] = ()
+    complete: bool = False
+    pending: bool = False
+    missing: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
+    diagnosis: Diagnosis = field(default_factory=Diagnosis)
+    device: DeviceInfo = field(
+        default_factory=lambda: DeviceInfo("unknown", False, "The device is unknown.")
+    )
+    labels: tuple[LabelRow, ...] = ()
+    label_source: str = "none"
+    steps: StepStats | None = None
+    compiles: Compiles = field(default_factory=Compiles)
+    executions: Timed | None = None
+    to_device: Timed | None = None
+    from_device: Timed | None = None
+    fallbacks: tuple[Fallback, ...] = ()
+    host_ops: tuple[OpRow, ...] = ()
+    device_ops: tuple[OpRow, ...] = ()
+    compile_ops: tuple[OpRow, ...] = ()
+    events: int = 0
+    read_s: float = 0.0
+    hosts: tuple[HostRow, ...] = ()
+    slowest_host: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_json` gives back an equal summary."""
+        plain = to_plain(self)
+        assert isinstance(plain, dict)
+        return plain
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Summary:
+        """The summary ``to_json`` wrote; ``ValueError`` if ``data`` is not one."""
+        if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
+            raise ValueError(f"not a summary of schema {SUMMARY_SCHEMA}")
+        return from_plain(cls, data)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """``text/plain`` and static ``text/html``, for IPython's display of a cell's value."""
+        from xprof_magic._analysis.render.html import render_html
+        from xprof_magic._analysis.render.text import render_text
+
+        return {"text/plain": render_text(self), "text/html": render_html(self)}

@@ -1,0 +1,175 @@
+"""The diagnosis in words: its headline, its fix in the backend's words, its evidence.
+
+The diagnosis stage decides (:mod:`~xprof_magic._analysis.diagnosis.verdict`: the category,
+its share and every other's, the cause, where in the cell, the chip's busy share, the
+offloaded arrays); this module says it. :func:`worded` runs once, when the summary is built,
+and the words are saved with the summary
+(:class:`~xprof_magic._analysis.model.diagnosis.Diagnosis`'s ``headline``, ``fix`` and
+``evidence``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from xprof_magic._analysis.model.diagnosis import MIN_CELL_S
+from xprof_magic._backends import Vocabulary
+from xprof_magic._units import seconds
+
+if TYPE_CHECKING:
+    from xprof_magic._analysis.model.diagnosis import Diagnosis
+    from xprof_magic._analysis.model.summary import Summary
+
+__all__ = ["evidence", "fix", "headline", "worded"]
+
+_WHAT = {
+    "input": "waits for the next batch",
+    "host": "is Python and graph building on the host",
+    "compile": "is compilation",
+    "transfer": "copies data between host and device",
+    "sync": "waits for the device in mid-step",
+    "device": "runs on the device",
+    "collective": "waits on collectives between the chips (all-reduce and the like)",
+}
+_TITLE = {
+    "input": "Input-bound",
+    "host": "Host-bound",
+    "compile": "Compile-bound",
+    "transfer": "Transfer-bound",
+    "sync": "Sync-bound",
+    "device": "Device-bound",
+    "collective": "Collective-bound",
+}
+
+
+def worded(s: Summary, d: Diagnosis, words: Vocabulary) -> Diagnosis:
+    """``d`` (the diagnosis of ``s``) with its words: evidence, fix and headline."""
+    advice = fix(d, words)
+    return replace(d, evidence=evidence(d), fix=advice, headline=headline(s, d, advice))
+
+
+def fix(d: Diagnosis, words: Vocabulary) -> str:
+    """The vocabulary's advice for the diagnosis's cause, else for its verdict."""
+    fixes = words.advice.fixes
+    for key in d.advice_keys():
+        if fixes.get(key):
+            return fixes[key]
+    return ""
+
+
+def evidence(d: Diagnosis) -> tuple[tuple[str, str], ...]:
+    """The numbers behind the verdict, as ``(name, value)`` text pairs."""
+    parts = d.breakdown
+    source = (("source", "metadata (timeline pending)"),) if d.source == "metadata" else ()
+    if not parts.categories or parts.total_s() <= 0:
+        return source
+    if not d.shares:
+        short = ("cell time", f"{seconds(parts.total_s())}, under {seconds(MIN_CELL_S)}")
+        return (short, *source)
+    basis = d.basis()
+    of_steps = bool(basis.steps)
+    what = f"{basis.step_count} steps" if of_steps else "the cell"
+    out = [("time", f"{seconds(basis.total_s(of_steps))} of {what}")]
+    out += [
+        (c, f"{d.share_of(c):.0%} ({seconds(basis.seconds(c, of_steps))})")
+        for c in basis.categories
+        if c != "idle" and basis.seconds(c, of_steps) > 0
+    ]
+    if d.warm_up and d.verdict != "unknown":
+        out.append(("warm-up steps", str(d.warm_up)))
+    return (*out, *source)
+
+
+def _percent(value: float) -> str:
+    return f"{value:.0%}" if value >= 0.01 or value == 0 else "<1%"
+
+
+def headline(s: Summary, d: Diagnosis, advice: str) -> str:
+    """The verdict in one paragraph, ending with ``advice`` (the fix); "" for ``unknown``."""
+    if d.verdict not in _TITLE:
+        return ""
+    each = "of each step" if d.breakdown.steps else "of the cell's time"
+    if d.warm_up:
+        each += f" after the {'first' if d.warm_up == 1 else f'{d.warm_up} first'} (compiling)"
+    where = f" (`{d.where[-1]}`, line {d.line})" if d.where and d.line else ""
+    if d.where and not d.line:
+        where = f" (`{d.where[-1]}`)"
+    if d.program:
+        where = _launched(d)
+    title = _TITLE[d.verdict]
+    if d.verdict == "input":
+        title += " (highly, XProf's ≥ 20%)"
+    text = f"{title}: {_percent(d.share or 0.0)} {each} {_WHAT[d.verdict]}{where}"
+    if d.verdict == "compile":
+        text += _compiled(s, d)
+    if d.cause == "host offload":
+        text += (
+            f", most of it ({seconds(d.breakdown.offload_s)}) the chip waiting for its "
+            f"host-offload copies{_offloaded(d.offloaded)}"
+        )
+    if d.verdict == "transfer" and (s.to_device or s.from_device):
+        moved = sum((t.bytes or 0.0) for t in (s.to_device, s.from_device) if t is not None)
+        if moved:
+            text += f", {moved / 1e6:,.0f} MB moved"
+    if d.verdict != "device":
+        text += f"; the device is busy {_percent(d.busy)}"
+        if d.breakdown.on_device:
+            text += f", computing {_percent(d.share_of('device'))}"
+    return f"{text}. {advice}".strip()
+
+
+def _launched(d: Diagnosis) -> str:
+    """`` (`PjitFunction(train)`, launched by `W = train(W, x)`, line 3)``: the program the
+    device ran, and the statement that launched it (not the one that waited for it)."""
+    if not d.where:
+        return f" (`{d.program}`)"
+    at = f", line {d.line}" if d.line else ""
+    return f" (`{d.program}`, launched by `{d.where[-1]}`{at})"
+
+
+def _compiled(s: Summary, d: Diagnosis) -> str:
+    """How many compilations, and why they happened (the cause)."""
+    text = ""
+    c = s.compiles
+    if c.count:
+        noun = "compilation" if c.count == 1 else "compilations"
+        text += f", {c.count} {noun} ({seconds(c.total_s or 0.0)})"
+    if d.cause == "growing graph":
+        text += "; the loop never syncs, so its pending graph grows and compiles every step"
+    elif d.cause == "changing shapes":
+        text += f"; the input shapes changed: {' → '.join(d.shapes[:6])}"
+    elif d.cause == "warm-up":
+        text += "; only the first steps compiled (warm-up)"
+    elif d.cause == "first run":
+        text += "; the cell has no steps, so this is its programs compiling on first use"
+    return text
+
+
+def _offloaded(copies: tuple[tuple[str, str], ...]) -> str:
+    """`` of <shapes> (`op`, `op`, …)``: the arrays the chip's longest host-offload copies
+    move, and those ops; else `` (arrays in host memory)``."""
+    if not copies:
+        return " (arrays in host memory)"
+    ops = [op for op, _ in copies]
+    shapes = list(dict.fromkeys(shape for _, shape in copies))
+    more = ", …" if len(ops) > 3 else ""
+    named = ", ".join(f"`{op}`" for op in ops[:3])
+    sized = [f"{shape}{_size(shape)}" for shape in shapes[:2]]
+    return f" of {' and '.join(sized)} in host memory ({named}{more})"
+
+
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f64": 8}
+_BYTES |= {"s64": 8, "u64": 8, "c64": 8, "c128": 16}
+
+
+def _size(shape: str) -> str:
+    """`` (5.4 GB)``: an HLO array shape's size (4-byte elements unless named above)."""
+    kind, _, dims = shape.partition("[")
+    count = 1
+    for dim in dims.rstrip("]").split(","):
+        count *= int(dim) if dim else 1
+    size = count * _BYTES.get(kind, 4)
+    if size >= 1e8:
+        return f" ({size / 1e9:.1f} GB)"
+    return f" ({size / 1e6:.1f} MB)" if size >= 1e5 else f" ({size / 1e3:.1f} KB)"

@@ -1,0 +1,264 @@
+"""A summary as static HTML, with inline SVG charts (:mod:`.chart`, :mod:`.breakdown_chart`).
+
+The HTML carries no script, no external resource and no ``<style>`` block (inline styles
+only), so it shows the same in a live notebook, a saved one opened without a kernel, and
+viewers that strip scripts. Every string that came from the user's cell is escaped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
+from xprof_magic._analysis.render.chart import BLUE, GREY, ORANGE, chart_svg
+from xprof_magic._analysis.render.chart import escape as _e
+from xprof_magic._analysis.render.text import (
+    header,
+    label_name,
+    op_sections,
+    runtime_parts,
+    steps_line,
+    versions_line,
+)
+from xprof_magic._registry import get_vocabulary
+from xprof_magic._units import NONE, percent, seconds
+
+if TYPE_CHECKING:
+    from xprof_magic._analysis.model.summary import Summary
+
+__all__ = ["BOX", "HEADING", "chart_svg", "render_html", "table"]
+
+HTML_LABEL_ROWS = 60
+_LEVEL_COLOR = {"error": "#d62728", "warning": ORANGE, "info": BLUE}
+BOX = (
+    "font-family:system-ui,-apple-system,'Segoe UI',sans-serif;font-size:13px;"
+    "line-height:1.4;max-width:980px;border:1px solid rgba(127,127,127,0.35);"
+    "border-radius:6px;padding:10px 14px;"
+)
+_TABLE = "border-collapse:collapse;margin:4px 0 10px 0;font-size:12px;"
+_TH = "text-align:left;padding:2px 8px;border-bottom:1px solid rgba(127,127,127,0.35);"
+_TD = "padding:1px 8px;vertical-align:top;"
+_NUM = _TD + "text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
+HEADING = "margin:10px 0 2px 0;font-size:13px;font-weight:600;"
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int]) -> str:
+    cells = "".join(
+        f'<th style="{_TH}{"text-align:right;" if i in numeric else ""}">{_e(h)}</th>'
+        for i, h in enumerate(head)
+    )
+    body = []
+    for row in rows:
+        tds = "".join(
+            f'<td style="{_NUM if i in numeric else _TD}">{cell}</td>' for i, cell in enumerate(row)
+        )
+        body.append(f"<tr>{tds}</tr>")
+    return f'<table style="{_TABLE}"><tr>{cells}</tr>{"".join(body)}</table>'
+
+
+def _bar(share: float | None) -> str:
+    width = max(0.0, min(1.0, share or 0.0)) * 80
+    return (
+        f'<span style="display:inline-block;width:80px;height:8px;background:{GREY};'
+        f'vertical-align:middle;margin-right:6px"><span style="display:block;height:8px;'
+        f'width:{width:.1f}px;background:{BLUE}"></span></span>{percent(share)}'
+    )
+
+
+def _hosts(s: Summary) -> list[str]:
+    """The hosts table of a multi-host run (nothing for one host)."""
+    if not s.hosts:
+        return []
+    slowest = f"; slowest: {s.slowest_host}" if s.slowest_host else ""
+    head = f"Hosts — {len(s.hosts)} captured{slowest}; the other sections read {s.host}"
+    rows = []
+    for h in s.hosts:
+        name = _e(h.host) + (" <b>(slowest)</b>" if h.host == s.slowest_host else "")
+        if h.problem:
+            rows.append([name, _e(h.problem), "", "", ""])
+            continue
+        rows.append(
+            [
+                name,
+                _e(h.step_name or NONE),
+                _e(seconds(h.step_s) if h.step_s is not None else NONE),
+                str(h.steps),
+                _e(seconds(h.busy_s) if h.busy_s is not None else NONE)
+                + f" ({_e(percent(h.busy_share))})",
+            ]
+        )
+    hosts = table(["host", "step", "step time", "steps", "device busy"], rows, {2, 3, 4})
+    return [f'<div style="{HEADING}">{_e(head)}</div>', hosts]
+
+
+def render_html(summary: Summary) -> str:
+    """Static, self-contained HTML (inline styles and SVG, no script) of the summary."""
+    s = summary
+    words = get_vocabulary(s.backend)
+    parts = [f'<div class="xprof-magic-summary" style="{BOX}">']
+    parts += _heading(s)
+    picture = breakdown_svg(s.diagnosis)
+    if picture:
+        parts.append(f'<div style="margin:6px 0">{picture}</div>')
+    chart = chart_svg(s)
+    if chart:
+        parts.append(f'<div style="margin:6px 0">{chart}</div>')
+    if s.steps:
+        parts.append(f'<div style="{HEADING}">Steps</div><div>{_e(steps_line(s.steps))}</div>')
+    parts += _labels(s)
+    parts += _hosts(s)
+    parts += _device(s)
+    parts.append(f'<div style="{HEADING}">{_e(words.headings.metrics)}</div>')
+    parts.append(table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set()))
+    parts += _compile_sites(s)
+    if s.fallbacks:
+        parts.append(f'<div style="{HEADING}">{_e(words.headings.fallbacks)}</div>')
+        parts.append(
+            table(
+                ["op", "calls", "hint"],
+                [[_e(f.op), str(f.count), _e(f.hint)] for f in s.fallbacks],
+                {1},
+            )
+        )
+    parts += _ops(s)
+    if s.missing:
+        items = "".join(f"<li>{_e(m)}</li>" for m in s.missing)
+        parts.append(f'<div style="{HEADING}">Missing from this summary</div>')
+        parts.append(f'<ul style="margin:2px 0">{items}</ul>')
+    made_by = f"<br>{_e(versions_line(s))}" if s.versions else ""
+    parts.append(
+        f'<div style="opacity:0.7;font-size:11px;margin-top:6px">{s.events} timeline events read '
+        f"in {seconds(s.read_s)} · {_e(s.run_dir)}{made_by}</div></div>"
+    )
+    return "".join(parts)
+
+
+def _heading(s: Summary) -> list[str]:
+    """The title, the device badge with its statement, and the notes."""
+    parts = [
+        f'<div style="font-weight:600;margin-bottom:4px">xprof summary — {_e(header(s))}</div>'
+    ]
+    badge_color = ORANGE if s.device.kind != "TPU" else "#2ca02c"
+    parts.append(
+        f'<div style="margin:4px 0"><span style="background:{badge_color};color:#fff;'
+        f'border-radius:4px;padding:1px 7px;font-weight:600">{_e(s.device.kind)}</span> '
+        f"{_e(s.device.statement)}</div>"
+    )
+    for note in s.notes:
+        if note.text == s.device.statement:
+            continue
+        color = _LEVEL_COLOR.get(note.level, BLUE)
+        parts.append(
+            f'<div style="border-left:4px solid {color};padding:2px 8px;margin:3px 0">'
+            f"<b>{_e(note.level)}</b> {_e(note.text)}</div>"
+        )
+    return parts
+
+
+def _labels(s: Summary) -> list[str]:
+    """The labelled blocks as an indented tree, at most :data:`HTML_LABEL_ROWS` rows."""
+    if not s.labels:
+        return []
+    source = {"trace": "from the timeline", "metadata": "from the magic's timers"}.get(
+        s.label_source, ""
+    )
+    parts = [f'<div style="{HEADING}">Labelled blocks — host time {_e(source)}</div>']
+    rows = []
+    for row in s.labels[:HTML_LABEL_ROWS]:
+        pad = 14 * (len(row.path) - 1)
+        name = f'<span style="padding-left:{pad}px">{_e(label_name(row))}</span>'
+        compiles = "" if not row.compiles else f"{row.compiles} ({seconds(row.compile_s)})"
+        rows.append(
+            [
+                name,
+                seconds(row.total_s),
+                seconds(row.mean_s),
+                str(row.count),
+                _bar(row.share),
+                compiles,
+            ]
+        )
+    parts.append(
+        table(["block", "total", "mean", "runs", "share of cell", "compiles"], rows, {1, 2, 3})
+    )
+    if len(s.labels) > HTML_LABEL_ROWS:
+        parts.append(f"<div>… {len(s.labels) - HTML_LABEL_ROWS} more blocks</div>")
+    return parts
+
+
+def _device(s: Summary) -> list[str]:
+    """How busy the device (or the CPU client) and each group of host threads were."""
+    parts = [f'<div style="{HEADING}">Device and host threads</div>']
+    d = s.device
+    if d.busy_s is not None and d.window_s:
+        what = "XLA ops were running on the CPU client" if d.on_cpu else "Device busy"
+        parts.append(
+            f"<div>{_e(what)}: {seconds(d.busy_s)} of the {seconds(d.window_s)} window "
+            f"({percent(d.busy_share)})</div>"
+        )
+    if d.devices:
+        parts.append(
+            table(
+                ["device", "busy", "share", "idle"],
+                [
+                    [_e(x.name), seconds(x.busy_s), percent(x.share), percent(1 - x.share)]
+                    for x in d.devices
+                ],
+                {1, 2, 3},
+            )
+        )
+    if d.threads:
+        parts.append(
+            table(
+                ["threads", "count", "busy (thread time)", "share of window", "role"],
+                [
+                    [_e(g.name), str(g.threads), seconds(g.busy_s), percent(g.share), _e(g.role)]
+                    for g in d.threads
+                ],
+                {1, 2, 3},
+            )
+        )
+    return parts
+
+
+def _compile_sites(s: Summary) -> list[str]:
+    """The blocks that compiled, the first 20 (nothing if none did)."""
+    if not s.compiles.sites:
+        return []
+    rows = [
+        [
+            _e(" › ".join(x.path)),
+            str(x.compiles),
+            seconds(x.total_s),
+            f"{x.compiled_runs} of {x.runs}",
+            "<b>recompiled</b>" if x.recompiled and not x.warm_up else "",
+        ]
+        for x in s.compiles.sites[:20]
+    ]
+    head = ["compiled inside", "compiles", "time", "runs that compiled", ""]
+    return [table(head, rows, {1, 2, 3})]
+
+
+def _ops(s: Summary) -> list[str]:
+    """One table per kind of operation (host, device, compile), by self time."""
+    parts = []
+    for title, ops in op_sections(s):
+        parts.append(f'<div style="{HEADING}">{_e(title)} (self time)</div>')
+        parts.append(
+            table(
+                ["operation", "kind", "count", "self time", "share"],
+                [
+                    [
+                        _e(op.name),
+                        _e(op.category),
+                        str(op.count),
+                        seconds(op.self_s),
+                        percent(op.share),
+                    ]
+                    for op in ops
+                ],
+                {2, 3, 4},
+            )
+        )
+    return parts

@@ -1,0 +1,224 @@
+"""A run folder through the analysis's stages, in order: :func:`summarize`.
+
+1. read: the run's metadata (:mod:`xprof_magic._metadata`) and, within the time budget, the
+   timeline of the host it ran on (:mod:`.timeline`: ``<host>.xplane.pb`` -> plain facts),
+   with the other hosts' for a multi-host run (:mod:`.summary.hosts`);
+2. build: metadata and facts -> the :class:`~.model.summary.Summary` (:mod:`.summary`);
+3. diagnose: its step-time breakdown and the verdict, as data (:mod:`.diagnosis`);
+4. word: the verdict's headline, fix and evidence, then every note, in the backend's words
+   (:mod:`.render.headline`, :mod:`.render.notes`), saved with the summary so that a saved
+   summary shows the words it was made with.
+
+Rendering the finished summary (text, static HTML) is :mod:`.render`'s too; the summary
+displays itself through it. This module names no profiler: the backend's vocabulary,
+picked by the metadata's ``backend``, brings the words.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from xprof_magic import _metadata
+from xprof_magic._analysis.cache import estimate_read_s
+from xprof_magic._analysis.diagnosis import breakdown, launches
+from xprof_magic._analysis.diagnosis.verdict import diagnose
+from xprof_magic._analysis.model.diagnosis import Diagnosis
+from xprof_magic._analysis.model.summary import HostRow, Note, Summary
+from xprof_magic._analysis.render.headline import worded
+from xprof_magic._analysis.render.notes import notes_for
+from xprof_magic._analysis.summary import blocks, hosts
+from xprof_magic._analysis.summary.blocks import input_shapes
+from xprof_magic._analysis.summary.build import build
+from xprof_magic._analysis.timeline.facts import ReadAborted, TraceFacts
+from xprof_magic._analysis.timeline.trace import read_trace
+from xprof_magic._backends import TimelineNames, Vocabulary
+from xprof_magic._metadata import RunMetadata
+from xprof_magic._registry import BACKENDS, get_vocabulary
+from xprof_magic._store import METADATA_FILE
+
+__all__ = ["DEFAULT_BUDGET_S", "summarize"]
+
+DEFAULT_BUDGET_S = 2.0
+
+
+def summarize(
+    run_dir: str | os.PathLike[str], *, budget_s: float | None = DEFAULT_BUDGET_S
+) -> Summary:
+    """Summarize the run in ``run_dir``; never raises.
+
+    ``budget_s`` bounds the time spent reading the timeline: when the capture is estimated
+    (:func:`~xprof_magic._analysis.cache.estimate_read_s`) or found to need longer, the
+    result is built from the metadata alone and has ``pending=True``; call again with
+    ``budget_s=None`` (in a process of its own, see
+    :func:`~xprof_magic._analysis.cache.summarize_in_subprocess`) for the full one.
+    """
+    started = time.perf_counter()
+    path = Path(run_dir)
+    try:
+        summary = _summarize(path, budget_s, started)
+    except Exception as error:  # the summary must never take the cell down with it
+        summary = Summary(
+            run=path.name,
+            run_dir=str(path),
+            missing=(f"the analysis failed ({type(error).__name__}: {error}); please report it",),
+            notes=(Note("error", f"No summary: the analysis failed with {type(error).__name__}."),),
+        )
+    return replace(summary, read_s=round(time.perf_counter() - started, 4))
+
+
+def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
+    if not path.is_dir():
+        return Summary(
+            run=path.name,
+            run_dir=str(path),
+            missing=(f"the run folder {path} does not exist or is not a folder",),
+            notes=(Note("error", f"No capture at {path}: check the run name or --logdir."),),
+        )
+    meta, missing, warnings = _read_metadata(path)
+    words = get_vocabulary(meta.backend)
+    runtime = _reader_names(meta.backend)
+    deadline = None if budget_s is None else started + budget_s
+    xplanes = sorted(path.glob("*.xplane.pb"))
+    host_file = _pick_host(xplanes, meta.host)
+    facts: TraceFacts | None = None
+    pending = False
+    host_table: tuple[HostRow, ...] = ()
+    if host_file is None:
+        missing.append(
+            f"no <host>.xplane.pb in {path}: the profiler wrote no timeline, so labels from "
+            "the trace, compile sites, ops and busy time are absent"
+        )
+    else:
+        facts, pending = _read_host(host_file, xplanes, meta, runtime, budget_s, deadline, missing)
+    if host_file is not None and len(xplanes) > 1:
+        if facts is not None:
+            try:
+                host_table = hosts.host_rows(
+                    xplanes, {host_file: facts}, meta, words, runtime, deadline
+                )
+            except ReadAborted:
+                pending = True
+        if not host_table:
+            others = ", ".join(p.name for p in xplanes if p != host_file)
+            missing.append(f"only host {host_file.name} is summarized; also captured: {others}")
+    summary = build(path, meta, words, facts, host_file, tuple(missing), pending)
+    summary = replace(summary, hosts=host_table, slowest_host=hosts.slowest(host_table))
+    found = _diagnose(summary, meta, words, facts)
+    if found is not None:
+        summary = replace(summary, diagnosis=worded(summary, found, words))
+    return replace(summary, notes=(*notes_for(summary, words), *warnings))
+
+
+def _diagnose(
+    summary: Summary, meta: RunMetadata, words: Vocabulary, facts: TraceFacts | None
+) -> Diagnosis | None:
+    """The diagnosis, from the timeline's breakdown, else from the metadata's (None: no
+    timeline and no wall time to measure against)."""
+    if facts is not None:
+        parts = breakdown.of_trace(facts, meta, words)
+        return diagnose(
+            summary,
+            words,
+            parts,
+            step_rule=meta.step_rule or "",
+            shapes=input_shapes(facts),
+            launched=launches.of_trace(facts, meta, words),
+        )
+    if meta.wall_s:
+        parts = breakdown.of_metadata(meta, words)
+        return diagnose(summary, words, parts, step_rule=meta.step_rule or "", source="metadata")
+    return None
+
+
+def _reader_names(backend: str) -> TimelineNames:
+    """The event names the timeline reader is given for a run of ``backend``.
+
+    The backend's own (its vocabulary's timeline names). A run that does not say which
+    backend made it (no or unreadable metadata) gets every known backend's: any of them may
+    have, and none's events occur in another's timeline.
+    """
+    if backend in BACKENDS:
+        return get_vocabulary(backend).timeline
+    every = [get_vocabulary(name).timeline for name in BACKENDS]
+    return TimelineNames(
+        compile_events=tuple(e for t in every for e in t.compile_events),
+        runtime_names=frozenset(n for t in every for n in t.runtime_names),
+        runtime_prefixes=tuple(p for t in every for p in t.runtime_prefixes),
+        waits=frozenset(n for t in every for n in t.waits),
+        step_ends=frozenset(n for t in every for n in t.step_ends),
+        launches=tuple(p for t in every for p in t.launches),
+    )
+
+
+def _read_host(
+    host_file: Path,
+    xplanes: list[Path],
+    meta: RunMetadata,
+    runtime: TimelineNames,
+    budget_s: float | None,
+    deadline: float | None,
+    missing: list[str],
+) -> tuple[TraceFacts | None, bool]:
+    """The facts of the host the summary reads in depth, unless the budget says not now
+    (then ``pending``); what is missing for want of them goes into ``missing``."""
+    facts: TraceFacts | None = None
+    pending = budget_s is not None and estimate_read_s(host_file.parent) > budget_s
+    if not pending:
+        try:
+            facts = read_trace(
+                host_file,
+                label_names=blocks.label_names(meta),
+                cell_ns=meta.cell_ns,
+                deadline=deadline,
+                runtime=runtime,
+            )
+        except ReadAborted:
+            pending = True
+        except (ValueError, OSError) as error:
+            missing.append(f"the timeline {host_file.name} could not be read ({error})")
+    if pending:
+        size_mb = sum(p.stat().st_size for p in xplanes) / 1e6
+        why = (
+            f"reading it takes longer than the {budget_s:g} s budget"
+            if budget_s
+            else "it was left for the full summary"
+        )
+        missing.append(
+            f"the timeline ({size_mb:.1f} MB) was not read: {why}, so labels and steps "
+            "come from the magic's timers and compile sites, ops and busy time are absent"
+        )
+    return facts, pending
+
+
+def _read_metadata(path: Path) -> tuple[RunMetadata, list[str], list[Note]]:
+    """The metadata; what is missing for want of it; warnings on fields that were unusable.
+
+    A file of which nothing could be used makes the summary incomplete; a file with a few
+    bad fields only loses those values, which a warning names.
+    """
+    meta = _metadata.read(path)
+    if meta is None:
+        return (
+            RunMetadata(),
+            [
+                f"no {METADATA_FILE}: wall time, status and the backend's metrics (compiles, "
+                "transfers, CPU fallbacks) are unknown; was the run made by xprof_magic?"
+            ],
+            [],
+        )
+    if meta.problems and meta == RunMetadata():
+        return meta, [f"{meta.problems[0]}; metrics and wall time are unknown"], []
+    warnings = [Note("warning", f"{p}; those values are unknown.") for p in meta.problems]
+    # What the capture itself said, e.g. which address of an on-demand capture gave nothing.
+    warnings += [Note("warning", message) for message in meta.messages]
+    return meta, [], warnings
+
+
+def _pick_host(xplanes: list[Path], host: str) -> Path | None:
+    for p in xplanes:
+        if p.name == f"{host}.xplane.pb":
+            return p
+    return xplanes[0] if xplanes else None

@@ -1,0 +1,92 @@
+"""Which device ran the cell, how busy it and the host threads were, and the top operations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from xprof_magic._analysis.model.summary import DeviceBusy, DeviceInfo, OpRow, ThreadGroup
+from xprof_magic._analysis.summary.spans import busy_ns
+from xprof_magic._analysis.timeline.facts import TraceFacts
+from xprof_magic._backends import NEUTRAL, Vocabulary
+
+__all__ = ["TOP_OPS", "device_info", "top_host_ops", "top_ops"]
+
+TOP_OPS = 10
+
+
+def device_info(declared: str, facts: TraceFacts | None, words: Vocabulary = NEUTRAL) -> DeviceInfo:
+    """The device said plainly: ``declared`` by the capture, else as the timeline shows it."""
+    declared = declared.upper()
+    device_planes = [n for n in facts.planes if n.startswith("/device:")] if facts else []
+    tpu_planes = [n for n in device_planes if n.startswith("/device:TPU")]
+    kind = declared or (
+        "TPU" if tpu_planes else "CPU" if facts is not None and facts.has_cpu_client else "unknown"
+    )
+    window_s = (facts.window[1] - facts.window[0]) / 1e9 if facts and facts.window else None
+    on_cpu = kind == "CPU"
+    if on_cpu:
+        statement = words.advice.cpu_device
+    elif kind == "TPU" and facts is not None and not tpu_planes:
+        statement = (
+            "Ran on a TPU, but the timeline holds no TPU activity: nothing reached the device, "
+            "or device tracing was off."
+        )
+    elif kind == "TPU":
+        statement = f"Ran on TPU: {len(tpu_planes)} TPU device(s) in the timeline."
+    elif kind == "unknown":
+        statement = "The device is unknown: no metadata and no device activity in the timeline."
+    else:
+        statement = f"Ran on {kind}."
+    if facts is None:
+        return DeviceInfo(kind, on_cpu, statement, window_s)
+    roles = words.timeline.thread_roles
+    threads = tuple(
+        ThreadGroup(
+            name=name,
+            role=roles.get(name, "other host threads"),
+            threads=g.threads,
+            busy_s=g.busy_ns / 1e9,
+            share=g.busy_ns / 1e9 / window_s if window_s else 0.0,
+        )
+        for name, g in sorted(facts.groups.items(), key=lambda kv: -kv[1].busy_ns)
+    )
+    devices = tuple(
+        DeviceBusy(name, busy / 1e9, busy / 1e9 / window_s if window_s else 0.0)
+        for name, busy in facts.devices
+    )
+    busy_s: float | None = None
+    if devices:
+        busy_s = sum(d.busy_s for d in devices) / len(devices)
+    elif facts.has_cpu_client:
+        # Executions, launch to completion: the op events cover only part of each one.
+        executions = busy_ns(facts)
+        busy_s = (executions if executions is not None else facts.cpu_xla_busy_ns) / 1e9
+    share = busy_s / window_s if busy_s is not None and window_s else None
+    return DeviceInfo(kind, on_cpu, statement, window_s, busy_s, share, devices, threads)
+
+
+def top_ops(
+    table: Mapping[str, list[float]] | Mapping[tuple[str, str], list[float]], category: str
+) -> tuple[OpRow, ...]:
+    """The :data:`TOP_OPS` largest by self time; a key is a name or (name, category)."""
+    total = sum(v[1] for v in table.values()) or 1.0
+    best = sorted(table.items(), key=lambda kv: -kv[1][1])[:TOP_OPS]
+    return tuple(
+        OpRow(
+            name=key[0] if isinstance(key, tuple) else str(key),
+            category=key[1] if isinstance(key, tuple) else category,
+            count=int(v[0]),
+            self_s=v[1] / 1e9,
+            share=v[1] / total,
+        )
+        for key, v in best
+        if v[1] > 0
+    )
+
+
+def top_host_ops(facts: TraceFacts | None) -> tuple[OpRow, ...]:
+    """The host's busiest runtime operations, waits left out."""
+    if facts is None:
+        return ()
+    work = {k: v for k, v in facts.host_ops.items() if "wait" not in k[0].lower()}
+    return top_ops(work, "runtime")

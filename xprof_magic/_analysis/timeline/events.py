@@ -1,0 +1,118 @@
+"""What a host event is, by its name and its stats: the rules the timeline pass applies.
+
+Only XLA's own names are written here, which every backend built on XLA shares; the
+backend's own (its vocabulary's ``runtime_names``, ``runtime_prefixes``, ``compile_events``)
+come from the caller. Each rule runs once per distinct name of a line (:func:`name_flags`),
+not per event.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xprof_magic._analysis.timeline.lines import Line
+
+__all__ = [
+    "NO_RUNTIME",
+    "XLA_CODEGEN",
+    "XLA_CPU_CLIENT_GROUPS",
+    "XLA_RUNTIME_PREFIXES",
+    "Runtime",
+    "blocks_host",
+    "is_copy",
+    "launched_program",
+    "name_flags",
+    "runtime_name",
+    "step_num",
+    "thread_group",
+]
+
+
+class Runtime(NamedTuple):
+    """A backend's own host events (its vocabulary's
+    :class:`~xprof_magic._backends.TimelineNames`): exact names and name prefixes; of
+    those, the waits for the device, the step ends, and the prefixes of program launches."""
+
+    names: frozenset[str]
+    prefixes: tuple[str, ...]
+    waits: frozenset[str] = frozenset()
+    step_ends: frozenset[str] = frozenset()
+    launches: tuple[str, ...] = ()
+
+
+NO_RUNTIME = Runtime(frozenset(), ())
+
+XLA_RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
+"""Host events of XLA's PjRt runtime and thread pools, under any backend built on it."""
+XLA_CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
+"""The threads of XLA's CPU client that run the compiled XLA ops."""
+XLA_CODEGEN = "tf_xla-cpu-codegen"
+
+
+def is_copy(name: str) -> bool:
+    """A host-device copy: XLA's ``H2D``/``D2H`` dispatches, a client's ``Transfer*``."""
+    return "H2D" in name or "D2H" in name or "transfer" in name.lower()
+
+
+def blocks_host(name: str) -> bool:
+    """The host waits for the device: XLA's ``Wait for …``, a runtime's barrier."""
+    lower = name.lower()
+    return "wait" in lower or "barrier" in lower
+
+
+def launched_program(name: str, launches: tuple[str, ...]) -> str:
+    """The program a launch event ``name`` names: the event's own name where its prefix
+    ends with ``(`` (``PjitFunction(train)``), else ``""``."""
+    named = any(p.endswith("(") and name.startswith(p) for p in launches)
+    return name if named else ""
+
+
+def name_flags(
+    names: list[str],
+    label_names: frozenset[str],
+    runtime: Runtime,
+    compile_events: frozenset[str],
+) -> dict[str, NDArray[np.bool_]]:
+    """Per distinct name: what the pass asks of it, computed once per line."""
+    more, prefixes = runtime.names, runtime.prefixes
+    return {
+        "end": np.array([n.startswith("end: ") for n in names], bool),
+        "compile": np.array([n in compile_events for n in names], bool),
+        "runtime": np.array(
+            [runtime_name(n) or n in more or n.startswith(prefixes) for n in names], bool
+        ),
+        "label": np.array([n in label_names for n in names], bool),
+        "wait": np.array(["wait" in n.lower() for n in names], bool),
+        "blocks": np.array([blocks_host(n) or n in runtime.waits for n in names], bool),
+        "copy": np.array([is_copy(n) for n in names], bool),
+        "step_end": np.array([n in runtime.step_ends for n in names], bool),
+        "launch": np.array(
+            [bool(runtime.launches) and n.startswith(runtime.launches) for n in names], bool
+        ),
+    }
+
+
+def step_num(line: Line, event: int) -> int | None:
+    """Event ``event``'s ``step_num`` stat as a number: the event is a step; else None."""
+    value = line.stat(event, "step_num")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def thread_group(line_name: str) -> str:
+    """The kind of thread a line is: ``python`` (not named ``tf_*``), else its pool's name."""
+    if not line_name.startswith("tf_"):
+        return "python"
+    return line_name.split("/", 1)[0]
+
+
+def runtime_name(name: str) -> bool:
+    """A host event of XLA's runtime: C++-qualified, or one of :data:`XLA_RUNTIME_PREFIXES`."""
+    return "::" in name or name.startswith(XLA_RUNTIME_PREFIXES)

@@ -1,0 +1,144 @@
+"""What the timeline reader finds in one host's timeline: plain facts, no protobuf, no arrays.
+
+:func:`.trace.read_trace` fills a :class:`TraceFacts`; the later stages (the summary's
+build, its labels and steps, device and hosts; the diagnosis's breakdown) read it and never
+the file. Kept apart from the reader so that those modules import the facts, not the pass;
+:func:`device_side` too, the one rule that names a chip's waiting ops, which the reader
+applies to the timeline and the diagnosis to the summary's table of device ops.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CATEGORIES",
+    "COLLECTIVE",
+    "COMPILE",
+    "DEVICE_SIDE",
+    "HOST_MEMORY_SPACE",
+    "LABEL",
+    "LAUNCH",
+    "OFFLOAD",
+    "RUNTIME",
+    "STEP",
+    "STEP_END",
+    "TRACE",
+    "XLA_OP",
+    "Block",
+    "GroupFacts",
+    "ReadAborted",
+    "TraceFacts",
+    "device_side",
+]
+
+LABEL, TRACE, STEP = "label", "trace", "step"
+RUNTIME, COMPILE, XLA_OP = "runtime", "compile", "XLA op"
+CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
+"""What an event is, in this order: the reader keeps each event's category as its index."""
+OFFLOAD = "device:offload"
+"""The span key of a chip's host-offload copies (arrays kept in host memory)."""
+STEP_END = "step end"
+"""The span key of the runtime's step ends on the Python threads (a sync, whole)."""
+LAUNCH = "launch:"
+"""The span keys of program launches on the Python threads: this, then the program's name
+("" where the launch names none)."""
+DEVICE_SIDE = {
+    "device:input": "input",
+    "collective": "collective",
+    "device:transfer": "transfer",
+    OFFLOAD: "transfer",
+}
+"""The span keys of a chip's XLA ops that wait rather than compute (infeed; collectives;
+outfeed and host send/recv; host-offload copies: :func:`device_side`), and the
+breakdown's column of each."""
+COLLECTIVE = re.compile(
+    "all-reduce|all-gather|reduce-scatter|all-to-all|collective|send|recv|megascale"
+)
+"""The words of an ``hlo_category`` that make its op a collective: XLA's collective opcodes in any
+form (``-start``, ``-done``, ``… fusion``, ``ragged-…``; ``collective`` covers
+``collective-permute``/``-broadcast``), chip-to-chip ``send``/``recv``, Megascale's (DCN)."""
+HOST_MEMORY_SPACE = "S(5)"
+"""XLA's host memory space (``kHostMemorySpace``) in a layout: an array offloaded to the host."""
+_OPCODE = re.compile(r" = .*? ([a-z][a-z0-9-]*)\(")
+
+
+def device_side(category: str | None, text: str) -> str:
+    """The span key (:data:`DEVICE_SIDE`) of a chip's XLA op that waits rather than computes,
+    else ``""``: ``category`` is its ``hlo_category`` (None: the opcode in its HLO ``text``),
+    ``text`` its HLO text and shape. Infeed is input; outfeed and ``host send``/``recv`` a
+    transfer; a copy (``copy-start``/``copy-done``) with the host memory space
+    (:data:`HOST_MEMORY_SPACE`) anywhere in its shapes a host-offload copy
+    (``device:offload``); a category holding a word of :data:`COLLECTIVE` a collective."""
+    if category is None:
+        match = _OPCODE.search(text)
+        category = match.group(1) if match else ""
+    kind = category.lower()
+    if "infeed" in kind:
+        return "device:input"
+    if "outfeed" in kind or kind.startswith("host "):
+        return "device:transfer"
+    if kind.startswith("copy"):
+        return OFFLOAD if HOST_MEMORY_SPACE in text else ""
+    if COLLECTIVE.search(kind):
+        return "collective"
+    return ""
+
+
+class ReadAborted(Exception):
+    """Reading the timeline would run past its deadline."""
+
+
+@dataclass
+class Block:
+    """One run of an annotation (label, user trace or step) on a Python thread."""
+
+    name: str
+    kind: str
+    start: float
+    end: float
+    parent: int
+    line: str
+    step_num: int | None = None
+    compiles: int = 0
+    compile_ns: float = 0.0
+    holds_compile: bool = False
+    continued: bool = False
+    """A label block reopened after a step boundary cut it (``continued=1``): the same entry."""
+
+
+@dataclass
+class GroupFacts:
+    threads: int = 0
+    busy_ns: float = 0.0
+
+
+@dataclass
+class TraceFacts:
+    """Everything the summary takes from one host's timeline."""
+
+    host: str
+    profile_start_ns: int | None = None
+    window: tuple[float, float] | None = None
+    blocks: list[Block] = field(default_factory=list)
+    compile_count: int = 0
+    compile_ns: float = 0.0
+    compiles_outside: int = 0
+    host_ops: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    device_ops: dict[str, list[float]] = field(default_factory=dict)
+    compile_ops: dict[str, list[float]] = field(default_factory=dict)
+    groups: dict[str, GroupFacts] = field(default_factory=dict)
+    devices: list[tuple[str, float]] = field(default_factory=list)
+    cpu_xla_busy_ns: float = 0.0
+    has_cpu_client: bool = False
+    events: int = 0
+    planes: list[str] = field(default_factory=list)
+    spans: dict[str, list[tuple[list[float], list[float]]]] = field(default_factory=dict)
+    """Start and end times (ns) of what the step breakdown
+    (:mod:`~xprof_magic._analysis.diagnosis.breakdown`) measures, by its category:
+    ``compile``, ``transfer`` and ``sync`` on the Python threads, ``device`` (executions,
+    launch to completion) on the XLA CPU client's threads or a chip's modules, and the keys
+    of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules; also, on the
+    Python threads, the step ends (:data:`STEP_END`) and each program's launches
+    (:data:`LAUNCH` + its name), which say whose the device's time is."""

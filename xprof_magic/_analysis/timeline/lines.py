@@ -1,0 +1,267 @@
+"""A capture's timeline as arrays: one :class:`Line` per thread, read one at a time.
+
+The timeline pass (:mod:`.trace`) works on arrays of start, duration
+and name per line. This module makes them from an ``xplane.pb`` parsed with our schema
+(:mod:`.xspace`), or from planes shaped like XProf's ``ProfileData``
+(tests build those by hand). Python touches each event once here, to copy three numbers
+into an array; stats are read later, for the few events whose kind depends on one.
+
+A stat of an event's *metadata* (``hlo_category``, ``shape_with_layout`` of a TPU's XLA op:
+XProf writes them once per op, not per event) is read per distinct name
+(:attr:`Line.meta_stat`): the device planes' reader classifies ops by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import chain, compress
+from operator import attrgetter, itemgetter
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xprof_magic._analysis.timeline import xspace
+
+__all__ = [
+    "Floats",
+    "Ints",
+    "Line",
+    "Plane",
+    "SerializedLines",
+    "object_planes",
+    "xspace_planes",
+]
+
+Floats = NDArray[np.float64]
+Ints = NDArray[np.int64]
+StatLookup = Callable[[int, str], "str | None"]
+StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
+MetaStat = Callable[[str], "list[str | None]"]
+MetaLookup = Callable[[int, str], "str | None"]
+
+_EVENT_FIELDS = attrgetter("offset_ps", "duration_ps", "metadata_id")
+_STATS = attrgetter("stats")
+_FIRST = itemgetter(0)
+_METADATA_ID = attrgetter("metadata_id")
+
+
+@dataclass
+class Line:
+    """One timeline line as arrays, in the order its events are stored."""
+
+    name: str
+    start: Floats
+    dur: Floats
+    name_id: Ints
+    names: list[str]
+    stat: StatLookup
+    """``stat(i, key)``: the value of event ``i``'s last stat named ``key``, or None."""
+    has: StatCheck
+    """``has(events, key)``: whether each of those events has a stat named ``key``."""
+    meta_stat: MetaStat = field(default=lambda key: [], repr=False)
+    """``meta_stat(key)``: for each of :attr:`names`, in order, the value of its event
+    metadata's stat named ``key``, or None (object planes: the first such stat of an event
+    of that name). The default knows none (an empty list)."""
+
+
+def _no_meta(metadata_id: int, key: str) -> str | None:
+    return None
+
+
+@dataclass
+class SerializedLines:
+    """A plane's lines still serialized, with what reading one of them needs.
+
+    Plain data, which a worker process rebuilds from the bytes of its lines: the timeline pass
+    hands the biggest lines of a big capture to worker processes this way.
+    """
+
+    data: Sequence[bytes]
+    names: dict[int, str]
+    stat_ids: dict[str, set[int]]
+    _stat_id: _StatIds = field(default_factory=lambda: _StatIds(), repr=False)
+    meta: MetaLookup = field(default=_no_meta, repr=False)
+    """``meta(metadata_id, key)``: a stat of one event metadata (the plane's; a worker, which
+    reads host lines only, has none)."""
+
+    def line(self, index: int) -> Line:
+        """Line ``index`` as arrays."""
+        line = xspace.parse_line(self.data[index])
+        return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
+
+
+@dataclass
+class Plane:
+    """One plane: its name, its stats as text, and its lines, read one at a time."""
+
+    name: str
+    stats: list[tuple[str, str]]
+    lines: Callable[[], Iterator[Line]]
+    serialized: SerializedLines | None = None
+    """The lines before reading, when the plane comes from a file (not from objects)."""
+
+
+def xspace_planes(space: Any) -> list[Plane]:
+    """The planes of a parsed :data:`xspace.LazyXSpace`, each line parsed when reached."""
+    return [_proto_plane(plane) for plane in space.planes]
+
+
+def object_planes(planes: Sequence[Any]) -> list[Plane]:
+    """Planes shaped like ``ProfileData``'s (``name``, ``stats``, ``lines`` of ``events``)."""
+    return [_object_plane(plane) for plane in planes]
+
+
+def _proto_plane(plane: Any) -> Plane:
+    names = {key: meta.name for key, meta in plane.event_metadata.items()}
+    stat_ids: dict[str, set[int]] = {}
+    for key, meta in plane.stat_metadata.items():
+        stat_ids.setdefault(meta.name, set()).add(key)
+    stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+    stats = [(stat_names.get(s.metadata_id, ""), xspace.stat_value(s)) for s in plane.stats]
+
+    def meta_stat(metadata_id: int, key: str) -> str | None:
+        wanted = stat_ids.get(key)
+        if not wanted or metadata_id not in plane.event_metadata:
+            return None
+        found = None
+        for s in plane.event_metadata[metadata_id].stats:
+            if s.metadata_id in wanted:
+                found = s
+        if found is None:
+            return None
+        if found.WhichOneof("value") == "ref_value":
+            return str(stat_names.get(int(found.ref_value), ""))
+        return xspace.stat_value(found)
+
+    serialized = SerializedLines(plane.lines, names, stat_ids, meta=meta_stat)
+
+    def lines() -> Iterator[Line]:
+        for i in range(len(plane.lines)):
+            yield serialized.line(i)
+
+    return Plane(plane.name, stats, lines, serialized)
+
+
+class _StatIds(dict[bytes, int]):
+    """A serialized stat's metadata id, parsed once per distinct serialization.
+
+    The stat sought for many events is the same few stats (a ``hlo_op`` refers to its op's
+    name), so most lookups find bytes already seen.
+    """
+
+    def __missing__(self, data: bytes) -> int:
+        found: int = xspace.parse_stat(data).metadata_id
+        self[data] = found
+        return found
+
+
+def _proto_line(
+    line: Any,
+    names: dict[int, str],
+    stat_ids: dict[str, set[int]],
+    stat_id: _StatIds,
+    meta: MetaLookup = _no_meta,
+) -> Line:
+    events = line.events
+    n = len(events)
+    fields = np.fromiter(chain.from_iterable(map(_EVENT_FIELDS, events)), np.int64, 3 * n)
+    offset_ps, duration_ps, ids = fields.reshape(n, 3).T
+    unique, name_id = _dense(ids)
+
+    def stat(index: int, key: str) -> str | None:
+        wanted = stat_ids.get(key)
+        found = None
+        if wanted:
+            for data in events[index].stats:
+                s = xspace.parse_stat(data)
+                if s.metadata_id in wanted:
+                    found = s
+        return None if found is None else xspace.stat_value(found)
+
+    def has(index: Ints, key: str) -> NDArray[np.bool_]:
+        wanted = stat_ids.get(key)
+        found = np.zeros(len(index), bool)
+        if not wanted or not len(index):
+            return found
+        lists = list(map(_STATS, map(events.__getitem__, index.tolist())))
+        counts = np.fromiter(map(len, lists), np.int64, len(lists))
+        # The stat sought usually comes first: look at first stats, then the others' rest.
+        some = counts > 0
+        firsts = map(_FIRST, compress(lists, some.tolist()))
+        ids = np.fromiter(map(stat_id.__getitem__, firsts), np.int64, int(some.sum()))
+        found[some] = np.isin(ids, list(wanted))
+        for i in np.flatnonzero(~found & (counts > 1)).tolist():
+            found[i] = any(stat_id[s] in wanted for s in lists[i])
+        return found
+
+    return Line(
+        name=line.name,
+        start=line.timestamp_ns + offset_ps / 1000.0,
+        dur=duration_ps / 1000.0,
+        name_id=name_id,
+        names=[names.get(u, "") for u in unique.tolist()],
+        stat=stat,
+        has=has,
+        meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
+    )
+
+
+def _dense(ids: Ints) -> tuple[Ints, Ints]:
+    """The distinct ids, and each id's index among them (``np.unique``, without sorting)."""
+    if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
+        unique, inverse = np.unique(ids, return_inverse=True)
+        return unique, inverse.reshape(-1).astype(np.int64)
+    present = np.zeros(int(ids.max()) + 1, bool)
+    present[ids] = True
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
+
+
+def _object_plane(plane: Any) -> Plane:
+    def lines() -> Iterator[Line]:
+        for line in plane.lines:
+            yield _object_line(line)
+            close = getattr(line, "close", None)
+            if close is not None:
+                close()
+
+    return Plane(plane.name, list(plane.stats), lines)
+
+
+def _object_line(line: Any) -> Line:
+    events: Sequence[Any] = line.events
+    seen: dict[str, int] = {}
+    name_id = np.fromiter((seen.setdefault(e.name, len(seen)) for e in events), np.int64)
+
+    def stat(i: int, key: str) -> str | None:
+        found = None
+        for k, value in events[i].stats:
+            if k == key:
+                found = str(value)
+        return found
+
+    def has(index: Ints, key: str) -> NDArray[np.bool_]:
+        found = [any(k == key for k, _ in events[i].stats) for i in index.tolist()]
+        return np.array(found, bool)
+
+    def meta_stat(key: str) -> list[str | None]:
+        found: dict[str, str] = {}
+        for e in events:
+            if e.name not in found:
+                for k, value in e.stats:
+                    if k == key:
+                        found[e.name] = str(value)
+                        break
+        return [found.get(name) for name in seen]
+
+    return Line(
+        name=line.name,
+        start=np.array([e.start_ns for e in events], np.float64),
+        dur=np.array([e.duration_ns for e in events], np.float64),
+        name_id=name_id,
+        names=list(seen),
+        stat=stat,
+        has=has,
+        meta_stat=meta_stat,
+    )

@@ -1,0 +1,108 @@
+"""Nesting by time on one timeline line, with array operations.
+
+A line's events nest: sorted by start (longer first at equal starts), each event's parent is
+the innermost earlier event still open. The former reader found it with a stack, event by
+event; :func:`nest` finds the same parents, depths and closing order with numpy, and falls
+back to that walk (:func:`walk`) on a line where a child outlasts its parent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+
+__all__ = ["Nesting", "nest", "time_order", "union_ns", "walk"]
+
+
+def time_order(line: Line) -> tuple[Ints, Floats, Floats, Ints]:
+    """The walk's order (by start, longer first at equal starts, else as stored) and the
+    line's start, duration and name in that order; no copies when already in order."""
+    start, dur = line.start, line.dur
+    step, longer = np.diff(start), np.diff(dur)
+    if np.all((step > 0) | ((step == 0) & (longer <= 0))):
+        return np.arange(len(start)), start, dur, line.name_id
+    order = np.lexsort((-dur, start))
+    return order, start[order], dur[order], line.name_id[order]
+
+
+def union_ns(lo: Floats, hi: Floats, window: tuple[float, float] | None) -> float:
+    """Total length covered by the spans ``lo[i]..hi[i]`` (clipped to ``window``), once.
+
+    Walks the spans as the former reader did, from a running span ``(0, -1)``, so a span
+    starting before 0 (no window) counts from 0 as it did there.
+    """
+    if window is not None:
+        lo, hi = np.maximum(lo, window[0]), np.minimum(hi, window[1])
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    order = np.lexsort((hi, lo))
+    lo = np.concatenate(([0.0], lo[order]))
+    hi = np.concatenate(([-1.0], hi[order]))
+    reach = np.maximum.accumulate(hi)
+    first = np.flatnonzero(np.concatenate(([True], lo[1:] > reach[:-1])))
+    last = np.concatenate((first[1:] - 1, [len(lo) - 1]))
+    return float(np.maximum(0.0, reach[last] - lo[first]).sum())
+
+
+@dataclass
+class Nesting:
+    """Where each event of a sorted line sits: parent (-1: none), depth, closing order."""
+
+    parent: Ints
+    depth: Ints
+    closed: Ints
+    """Positions of the pushed events in the order they close (children before parents)."""
+
+
+def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
+    """Parents by time, as a stack walk in (start, -duration) order finds them.
+
+    The walk pops every open event that ends at or before the next start, then pushes the
+    next event if it is ``pushed``. When every child ends inside its parent, the open events
+    at an event are exactly the pushed ones before it that end after its start, so the depth
+    is a count and the parent is the last pushed event one level up: array operations.
+    A line where a child outlasts its parent gets the walk itself.
+    """
+    n = len(start)
+    is_pushed = pushed.astype(np.int64)
+    before = np.cumsum(is_pushed) - is_pushed
+    ended = np.searchsorted(np.sort(end[pushed], kind="stable"), start, side="right")
+    depth = before - ended
+    parent = np.full(n, -1, np.int64)
+    positions = np.flatnonzero(pushed)
+    for level in range(1, int(depth.max(initial=0)) + 1):
+        above = positions[depth[positions] == level - 1]
+        here = np.flatnonzero(depth == level)
+        at = np.searchsorted(above, here) - 1
+        if not len(above) or at.min() < 0:
+            return walk(start, end, pushed)
+        parent[here] = above[at]
+    kids = positions[parent[positions] >= 0]
+    if np.any(end[kids] > end[parent[kids]]):
+        return walk(start, end, pushed)
+    close_at = np.searchsorted(start, end[positions], side="left")
+    closed = positions[np.lexsort((-depth[positions], close_at))]
+    return Nesting(parent, depth, closed)
+
+
+def walk(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
+    n = len(start)
+    parent = np.full(n, -1, np.int64)
+    depth = np.zeros(n, np.int64)
+    closed: list[int] = []
+    stack: list[int] = []
+    ends = end.tolist()
+    for i, (begin, push) in enumerate(zip(start.tolist(), pushed.tolist(), strict=True)):
+        while stack and begin >= ends[stack[-1]]:
+            closed.append(stack.pop())
+        if stack:
+            parent[i] = stack[-1]
+        depth[i] = len(stack)
+        if push:
+            stack.append(i)
+    closed.extend(reversed(stack))
+    return Nesting(parent, depth, np.array(closed, np.int64))

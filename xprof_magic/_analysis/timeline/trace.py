@@ -1,0 +1,172 @@
+"""Read one capture's timeline into plain facts: protobuf for the file, numpy for the sums.
+
+Why the timeline and not XProf's tool converters: on a CPU capture ``hlo_stats`` and
+``op_profile`` are empty and ``framework_op_stats`` lists only the outermost label; the
+``overview_page`` finds the same step times (a test checks it) but drops the first and last
+step; and every converter call is a full pass of its own that writes cache files into the
+run. Labels, steps, compile events, XLA ops and thread activity are all timeline events.
+
+Why not XProf's ``ProfileData`` API, which the first reader used: it costs about 10 µs an
+event (43 s and 3 GB for a 100 MB capture). Here the file is parsed by the protobuf runtime
+with a schema of our own (:mod:`.xspace`), one line (thread) at a
+time; each line becomes arrays of start, duration and name (:mod:`.lines`), and nesting,
+self time and per-name totals are array operations. The numbers are those of the former
+event-by-event pass, which the tests keep as an oracle.
+
+The pass by job: this module is the entry (the file, the profile window, plane by plane);
+:mod:`.reader` reads one line; :mod:`.parallel` hands a big plane's lines to worker
+processes; :mod:`.facts` is what comes out. Event times are nanoseconds from the
+``Task Environment`` plane's ``profile_start_time``.
+
+The backend's own event names come from the caller (its vocabulary's
+:class:`~xprof_magic._backends.TimelineNames`); without them the reader names none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from xprof_magic._analysis.timeline import pool, xspace
+from xprof_magic._analysis.timeline.device_planes import read_device_plane
+from xprof_magic._analysis.timeline.events import Runtime
+from xprof_magic._analysis.timeline.facts import TraceFacts
+from xprof_magic._analysis.timeline.lines import Plane, object_planes, xspace_planes
+from xprof_magic._analysis.timeline.parallel import host_lines_in_parallel
+from xprof_magic._analysis.timeline.reader import Reader
+from xprof_magic._backends import NEUTRAL, TimelineNames
+
+__all__ = ["read_planes", "read_trace"]
+
+
+def read_trace(
+    path: Path,
+    *,
+    label_names: frozenset[str] = frozenset(),
+    cell_ns: tuple[int, int] | None = None,
+    deadline: float | None = None,
+    runtime: TimelineNames | None = None,
+) -> TraceFacts:
+    """Read ``<host>.xplane.pb``; raise ``ValueError`` if it is not one, ReadAborted late.
+
+    ``label_names`` are the magic's marker names (from the metadata): such events are labels
+    even where their text looks like a runtime name. ``cell_ns`` (wall-clock ns) narrows
+    the window that busy time is measured against to the cell. ``runtime``: the run's
+    backend's timeline names (``get_vocabulary(meta.backend).timeline``): its own host
+    events (``runtime_names``, ``runtime_prefixes``), runtime rather than the user's traces,
+    and its ``compile_events``. ``None`` names none (:data:`~xprof_magic._backends.NEUTRAL`).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    # Workers only where nothing waits on a deadline: the kernel's own quick pass has one.
+    with pool.Pool(pool.worker_count(size) if deadline is None else 0) as workers:
+        return _read(
+            xspace_planes(_parse(path)),
+            host=path.name[: -len(".xplane.pb")],
+            label_names=label_names,
+            cell_ns=cell_ns,
+            deadline=deadline,
+            runtime=runtime,
+            workers=workers,
+        )
+
+
+def _parse(path: Path) -> Any:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    space = xspace.LazyXSpace()
+    try:
+        space.ParseFromString(data)
+    except DecodeError as error:
+        raise ValueError(
+            f"{path.name} is not a profiler timeline (an XSpace protobuf): {error}; "
+            "capture again, or check that the file was copied whole"
+        ) from None
+    return space
+
+
+def read_planes(
+    planes: Sequence[Any],
+    *,
+    host: str = "",
+    label_names: frozenset[str] = frozenset(),
+    cell_ns: tuple[int, int] | None = None,
+    deadline: float | None = None,
+    runtime: TimelineNames | None = None,
+) -> TraceFacts:
+    """The same pass over ``ProfileData``-shaped planes (``name``, ``stats``, ``lines``).
+
+    Each line has ``name`` and ``events``; each event ``name``, ``start_ns``,
+    ``duration_ns`` and ``stats`` as ``(key, value)`` text pairs. For tests that build a
+    timeline by hand, and for XProf's own ``ProfileData``. The arguments are
+    :func:`read_trace`'s.
+    """
+    return _read(
+        object_planes(planes),
+        host=host,
+        label_names=label_names,
+        cell_ns=cell_ns,
+        deadline=deadline,
+        runtime=runtime,
+    )
+
+
+def _read(
+    planes: list[Plane],
+    *,
+    host: str,
+    label_names: frozenset[str],
+    cell_ns: tuple[int, int] | None,
+    deadline: float | None,
+    runtime: TimelineNames | None,
+    workers: pool.Pool | None = None,
+) -> TraceFacts:
+    facts = TraceFacts(host=host)
+    words = NEUTRAL.timeline if runtime is None else runtime
+    reader = Reader(
+        facts,
+        label_names,
+        deadline,
+        Runtime(
+            words.runtime_names,
+            tuple(words.runtime_prefixes),
+            words.waits,
+            words.step_ends,
+            tuple(words.launches),
+        ),
+        frozenset(words.compile_events),
+    )
+    facts.planes = [plane.name for plane in planes]
+    for plane in planes:
+        if plane.name == "Task Environment":
+            stats = dict(plane.stats)
+            start, stop = stats.get("profile_start_time"), stats.get("profile_stop_time")
+            if start and stop and start.isdigit() and stop.isdigit():
+                facts.profile_start_ns = int(start)
+                facts.window = (0.0, float(int(stop) - int(start)))
+    if facts.window is not None and cell_ns is not None and facts.profile_start_ns:
+        lo = max(facts.window[0], cell_ns[0] - facts.profile_start_ns)
+        hi = min(facts.window[1], cell_ns[1] - facts.profile_start_ns)
+        if hi > lo:
+            facts.window = (float(lo), float(hi))
+    for plane in planes:
+        if plane.name.startswith("/host:") and plane.name != "/host:metadata":
+            if workers is not None and workers.workers and plane.serialized is not None:
+                host_lines_in_parallel(reader, plane.serialized, workers)
+                continue
+            for line in plane.lines():
+                reader.host_line(line)
+                del line  # before the next line is parsed: one line in memory at a time
+        elif plane.name.startswith("/device:"):
+            read_device_plane(reader, plane)
+        reader.check()
+    reader.finish()
+    return facts

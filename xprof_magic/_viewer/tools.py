@@ -1,0 +1,115 @@
+"""A run's tools as a person picks them, and the page that shows each one.
+
+XProf lists a run's tools by their internal names (``trace_viewer@``, ``overview_page``);
+the fronts under a cell (the Jupyter widget, the marimo view) offer them in one order, by
+the names XProf's own menu uses, and embed each in the page that shows it best: the
+timeline alone for the trace viewer, XProf's full page with its docked menu for the rest.
+What is shared by both fronts lives here; nothing imports IPython.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from urllib.parse import urlencode
+
+from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer, fetch_json
+from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey
+
+__all__ = [
+    "NEW_NAV",
+    "TOOL_NAMES",
+    "TOOL_ORDER",
+    "ToolLister",
+    "ToolSurveyor",
+    "list_tools",
+    "order_tools",
+    "page_urls",
+]
+
+TOOL_ORDER = (
+    TRACE_VIEWER_TOOL,
+    "trace_viewer",
+    "overview_page",
+    "op_profile",
+    "memory_profile",
+    "memory_viewer",
+    "framework_op_stats",
+    "input_pipeline_analyzer",
+    "hlo_stats",
+    "graph_viewer",
+)
+TOOL_NAMES = {
+    TRACE_VIEWER_TOOL: "Trace viewer",
+    "trace_viewer": "Trace viewer",
+    "overview_page": "Overview",
+    "op_profile": "Op profile",
+    "memory_profile": "Memory profile",
+    "memory_viewer": "Memory viewer",
+    "framework_op_stats": "Framework op stats",
+    "input_pipeline_analyzer": "Input pipeline",
+    "hlo_stats": "HLO stats",
+    "graph_viewer": "Graph viewer",
+    "roofline_model": "Roofline",
+    "pod_viewer": "Pod viewer",
+    "megascale_stats": "Megascale stats",
+    "inference_profile": "Inference profile",
+}
+NEW_NAV = "new_nav=true"
+
+ToolLister = Callable[[Viewer, str], list[str]]
+"""How a front asks the viewer for a run's tools (:func:`list_tools`; tests pass their own)."""
+ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
+"""How a front asks which of a run's tools have data
+(:func:`~xprof_magic._viewer.survey.survey_tools`)."""
+
+
+def order_tools(tools: Sequence[str]) -> list[str]:
+    """The trace viewer first, then overview, op profile, memory, then the rest by name."""
+    rank = {tool: i for i, tool in enumerate(TOOL_ORDER)}
+    unique = list(dict.fromkeys(t for t in tools if t))
+    if TRACE_VIEWER_TOOL in unique and "trace_viewer" in unique:
+        unique.remove("trace_viewer")
+    return sorted(unique, key=lambda t: (rank.get(t, len(rank)), t))
+
+
+def tool_label(tool: str, empty: str | None = None) -> str:
+    """The dropdown's name for a tool; with ``empty``, why it shows nothing for this run."""
+    name = TOOL_NAMES.get(tool, tool)
+    return f"{name} ({empty})" if empty else name
+
+
+def list_tools(viewer: Viewer, run: str) -> list[str]:
+    """The tools XProf offers for a run, from the viewer's ``run_tools`` route."""
+    found = fetch_json(viewer, "run_tools", run=run, timeout=10.0)
+    return [str(t) for t in found] if isinstance(found, list) else []
+
+
+def page_urls(
+    viewer: Viewer,
+    run: str,
+    tool: str | None,
+    host: str | None,
+    location: tuple[str, str],
+    survey: Survey | None = None,
+) -> tuple[str, str]:
+    """The embedded page's URL and the full UI's URL for one selection, as the browser sees
+    them; ``location`` is ``(origin, prefix)`` (:func:`~xprof_magic._viewer.client.locate`),
+    ``survey`` what the run's tools hold (the program a per-program tool opens on)."""
+    origin, prefix = location
+    tool = tool or TRACE_VIEWER_TOOL
+    full = origin + viewer.tool_path(run, tool, host, prefix=prefix)
+    if viewer.kind != "xprof":
+        return full, full
+    if tool == TRACE_VIEWER_TOOL and host:
+        return origin + viewer.trace_viewer_path(run, host, prefix=prefix), full
+    # XProf's own docked menu: below 960 px its classic one covers the tool until clicked.
+    src = f"{full}&{NEW_NAV}"
+    survey = survey or Survey()
+    if tool in PROGRAM_TOOLS and survey.program:
+        # The program that matters most; the graph viewer draws its root op at once.
+        found = {"module_name": survey.program}
+        if tool == "graph_viewer" and survey.node:
+            found["node_name"] = survey.node
+        src += "&" + urlencode(found)
+    return src, full
