@@ -778,10 +778,16 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
     more; any other must fetch its data (the graph viewer: its graph, after "Search Graph").
     No profile request answers 4xx/5xx, no backdrop covers the tool once XProf has laid out
     its menu, and in the trace viewer the ``python`` row (``label``'s thread) is inside the
-    frame without scrolling. Returns the tools seen.
+    frame without scrolling. The options are read once the widget says they are final.
+    Returns the tools seen.
     """
+    from xprof_magic._notebook.widget import SURVEYED
     from xprof_magic._viewer.tools import TOOL_NAMES
 
+    # Until XProf has said which tools have data, the options (their order, their names)
+    # and a per-program tool's page can still change.
+    final = view.widget.locator(f".xprof-tools.{SURVEYED}")
+    _wait(view, lambda: final.count() == 1, f"the tools of {run} surveyed")
     select = view.widget.locator(".xprof-tools select")
     labels: list[str] = select.evaluate("s => Array.from(s.options).map(o => o.textContent)")
     tools = {name: tool for tool, name in reversed(TOOL_NAMES.items())}

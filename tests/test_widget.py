@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,36 @@ def test_tools_arrive_in_the_background_and_a_stale_answer_is_dropped(
     view.runs.value = "older"
     assert [value for _, value in view.tools.options] == ["trace_viewer@", "overview_page"]
     assert asked == ["older", "newer"]
+
+
+def test_the_tool_dropdown_says_once_the_selected_runs_tools_are_final(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    """Its class :data:`~xprof_magic._notebook.widget.SURVEYED` is there only while the run
+    shown has had XProf's answer of which tools have data: what a browser test waits for
+    before it reads the dropdown, which changes until then."""
+    release = threading.Event()
+
+    def survey(
+        _: _viewer.Viewer, run: str, tools: Sequence[str], run_dir: Path | None
+    ) -> _survey.Survey:
+        if run == "older":
+            release.wait(60)
+        return _survey.Survey(empty={"op_profile": "no device ops"})
+
+    view = _widget.ViewerWidget(
+        viewer, _context.Context("jupyter"), logdir, run="newer", survey=survey
+    )
+    assert view.wait_for_tools()
+    assert _widget.SURVEYED in view.tools._dom_classes
+    assert ("Op profile (no device ops)", "op_profile") in view.tools.options
+    view.runs.value = "older"
+    assert _widget.SURVEYED not in view.tools._dom_classes
+    release.set()
+    assert view.wait_for_tools()
+    assert _widget.SURVEYED in view.tools._dom_classes
+    view.runs.value = "newer"
+    assert _widget.SURVEYED in view.tools._dom_classes
 
 
 def test_a_viewer_that_cannot_list_tools_leaves_the_trace_viewer_and_says_why(

@@ -43,9 +43,12 @@ from xprof_magic._viewer.tools import (
     tool_label,
 )
 
-__all__ = ["BIG_RUN_BYTES", "ViewerWidget", "announce"]
+__all__ = ["BIG_RUN_BYTES", "SURVEYED", "ViewerWidget", "announce"]
 
 V2 = "use_trace_viewer_v2=true"
+SURVEYED = "xprof-surveyed"
+"""The Tool dropdown's class once the selected run's tools are final (XProf has said which
+have data): from then on its options, and the page of the tool chosen, stay as they are."""
 BIG_RUN_BYTES = 30 * 2**20
 """About a million events: where XProf starts thinning the classic trace viewer's events."""
 
@@ -178,6 +181,7 @@ class ViewerWidget:
             try:
                 if run is None:
                     self.tools.options, self.hosts.options = [], []
+                    self.tools.remove_class(SURVEYED)
                 else:
                     known = self._tools_cache.get(run)
                     self._offer_tools(known or order_tools([TRACE_VIEWER_TOOL, self.tools.value]))
@@ -196,9 +200,11 @@ class ViewerWidget:
         """Set the tool options, keeping the selected tool where the run has it; a tool
         without data for the run is named with the reason."""
         keep = self.tools.value if self.tools.value in tools else None
-        empty = self._surveys.get(self.runs.value or "", Survey()).empty
+        survey = self._surveys.get(self.runs.value or "")
+        empty = survey.empty if survey else {}
         self.tools.options = [(tool_label(t, empty.get(t)), t) for t in tools]
         self.tools.value = keep or (tools[0] if tools else None)
+        (self.tools.add_class if survey else self.tools.remove_class)(SURVEYED)
 
     def _take_tools(self, answer: ToolAnswer) -> None:
         """An answer about a run's tools (from its question's thread): kept for the run, and
