@@ -6,11 +6,12 @@ run leaves nothing behind but its artifacts.
 
 :class:`NotebookPage` is the one way the browser tests drive a notebook, in JupyterLab or in
 classic Notebook 6: open it, run its cells, wait for the kernel, and find a widget's XProf
-page. That page is found through Playwright's frame tree, by the name the widget gives its
-iframe, each time it is asked for, and every element through a locator: no test holds an
-element handle, which a re-rendered output or a frame's next document would leave behind.
-Every wait is for a condition; Playwright's ``wait_for_timeout`` appears only as the
-interval between two looks at one (:func:`wait_until`).
+page; the marimo tests watch their app's page through its base, :class:`BrowserPage`. The XProf
+page is found through Playwright's frame tree, by the name the widget gives its iframe,
+each time it is asked for, and every element through a locator: no test holds an element
+handle, which a re-rendered output or a frame's next document would leave behind. Every
+wait is for a condition; Playwright's ``wait_for_timeout`` appears only as the interval
+between two looks at one (:func:`wait_until`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "NOTEBOOK6",
     "PROXY_KERNEL",
     "TOKEN",
+    "BrowserPage",
     "DataFetch",
     "DataFetches",
     "JupyterLab",
@@ -251,37 +253,26 @@ def tool_page(tool: str) -> str:
     return "trace_viewer_index.html" if tool.startswith("trace_viewer") else tool
 
 
-class NotebookPage:
-    """One notebook open in a browser page, in JupyterLab or classic Notebook 6 (``ui``):
-    its cells run, its kernel, its widgets' XProf pages, and what the page fetched, where
-    it went and what it logged."""
+class BrowserPage:
+    """One browser page a test watches: what its frames fetched from XProf's data route,
+    where its own frame went, what it logged; the waits between looks at a condition, and
+    its screenshots (``test-artifacts/<shots>-<name>.png``)."""
 
-    def __init__(
-        self, page: Any, server: JupyterLab, name: str, ui: Frontend, workspace: str = ""
-    ) -> None:
+    def __init__(self, page: Any, shots: str = "browser") -> None:
         self.page = page
-        self.server = server
-        self.name = name
-        self.ui = ui
-        self.workspace = workspace or Path(name).stem
+        self.shots = shots
         self.data = DataFetches()
         self.navigations: list[str] = []
         self.errors: list[str] = []
         self.console: list[str] = []
-        self.comm_info = False
         page.on("response", self.data.on_response)
         page.on("framenavigated", self._navigated)
-        page.on("websocket", lambda ws: ws.on("framereceived", self._received))
         page.on("pageerror", lambda error: self.errors.append(str(error)))
         page.on("console", lambda m: self.console.append(f"{m.type}: {m.text} ({m.location})"))
 
     def _navigated(self, frame: Any) -> None:
         if frame == self.page.main_frame:
             self.navigations.append(frame.url)
-
-    def _received(self, payload: str | bytes) -> None:
-        text = payload if isinstance(payload, str) else payload.decode(errors="replace")
-        self.comm_info = self.comm_info or '"comm_info_reply"' in text
 
     def pause(self, seconds: float) -> None:
         """Let Playwright deliver events (responses, navigations) for ``seconds``: only the
@@ -290,6 +281,37 @@ class NotebookPage:
 
     def wait(self, check: Callable[[], Any], what: str | Callable[[], str], timeout: float) -> Any:
         return wait_until(check, timeout, what, self.pause)
+
+    def screenshot(self, name: str, shot: Any = None) -> Path:
+        """``shot`` (a locator), else the whole page, into test-artifacts/."""
+        ARTIFACTS.mkdir(exist_ok=True)
+        path = ARTIFACTS / f"{self.shots}-{name}.png"
+        if shot is None:
+            self.page.screenshot(path=str(path), full_page=True)
+        else:
+            shot.screenshot(path=str(path))
+        return path
+
+
+class NotebookPage(BrowserPage):
+    """One notebook open in a browser page, in JupyterLab or classic Notebook 6 (``ui``):
+    its cells run, its kernel, its widgets' XProf pages, and what the page fetched, where
+    it went and what it logged."""
+
+    def __init__(
+        self, page: Any, server: JupyterLab, name: str, ui: Frontend, workspace: str = ""
+    ) -> None:
+        super().__init__(page)
+        self.server = server
+        self.name = name
+        self.ui = ui
+        self.workspace = workspace or Path(name).stem
+        self.comm_info = False
+        page.on("websocket", lambda ws: ws.on("framereceived", self._received))
+
+    def _received(self, payload: str | bytes) -> None:
+        text = payload if isinstance(payload, str) else payload.decode(errors="replace")
+        self.comm_info = self.comm_info or '"comm_info_reply"' in text
 
     def open(self, timeout: float) -> None:
         """Open the notebook and wait until its kernel is connected and idle, and the
@@ -364,16 +386,6 @@ class NotebookPage:
             lambda: f"the widget's page fetched no {wanted}\n{self.data.describe()}",
             timeout,
         )
-
-    def screenshot(self, name: str, shot: Any = None) -> Path:
-        """``shot`` (a locator), else the whole page, into test-artifacts/."""
-        ARTIFACTS.mkdir(exist_ok=True)
-        path = ARTIFACTS / f"browser-{name}.png"
-        if shot is None:
-            self.page.screenshot(path=str(path), full_page=True)
-        else:
-            shot.screenshot(path=str(path))
-        return path
 
     def report(self) -> None:
         """What a failure leaves to read: the server's log, the page's console and errors."""
