@@ -15,14 +15,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests._browser import TOKEN as LAB_TOKEN
-from tests._browser import JupyterLab, start_jupyterlab
+from tests._browser import JupyterLab, start_jupyterlab, wait_until
 from tests._kernel import free_port
 
 __all__ = [
@@ -133,12 +132,11 @@ def start_marimo(
             start_new_session=True,
         )
     server = MarimoServer(process, port, home, full_env, log_path)
-    deadline = time.monotonic() + timeout
-    while not server.answers():
-        if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"marimo did not start; its log:\n{server.log_tail()}")
-        time.sleep(0.3)
+    with contextlib.suppress(AssertionError):  # a timeout: said below, with the server's log
+        wait_until(lambda: process.poll() is not None or server.answers(), timeout, "marimo")
+    if not server.answers():
+        server.stop()
+        raise RuntimeError(f"marimo did not start; its log:\n{server.log_tail()}")
     return server
 
 

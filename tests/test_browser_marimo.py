@@ -26,14 +26,13 @@ import pytest
 import xprof_magic
 from tests._browser import (
     CHROMIUM_ARGS,
-    DataFetches,
+    BrowserPage,
     find_chromium,
     leftover_processes,
     machine_environment,
     offline,
     shut_down,
     stop_viewers,
-    wait_until,
 )
 from tests._marimo import (
     start_marimo,
@@ -41,7 +40,7 @@ from tests._marimo import (
     view_frames,
     write_marimo_notebook,
 )
-from tests.conftest import ARTIFACTS, missing
+from tests.conftest import missing
 
 pytestmark = pytest.mark.browser
 
@@ -174,11 +173,6 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             launched.close()
 
 
-def screenshot(target: Any, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    target.screenshot(path=str(ARTIFACTS / f"marimo-{name}.png"))
-
-
 def check_route(app: App, frame_url: str) -> None:
     """The XProf page came from the route's way to the viewer: its port, or the proxy."""
     parts = urlsplit(frame_url)
@@ -197,13 +191,8 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     offline(context)
     page = context.new_page()
-    data = DataFetches()
-    page.on("response", data.on_response)
-    navigations: list[str] = []
-    page.on("framenavigated", lambda f: navigations.append(f.url) if f == page.main_frame else None)
-
-    def pause(seconds: float) -> None:
-        page.wait_for_timeout(seconds * 1000)
+    watched = BrowserPage(page, shots="marimo")
+    data, navigations = watched.data, watched.navigations
 
     def fetched(run: str, label: str) -> Any:
         found = data.find(run, "trace_viewer", None, label)
@@ -215,14 +204,13 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
             page.goto(app.login, timeout=LOAD_TIMEOUT_S * 1000)
         page.goto(app.url, timeout=LOAD_TIMEOUT_S * 1000)
         views = page.locator(".xprof-view")
-        wait_until(
+        watched.wait(
             lambda: views.count() == 2,
-            RUN_TIMEOUT_S,
             lambda: (
                 f"two run views; the page says:\n{page.inner_text('body')[-3000:]}\n"
                 f"the server's log:\n{app.log_tail()}"
             ),
-            pause,
+            RUN_TIMEOUT_S,
         )
         start = page.url
         navigations.clear()
@@ -234,19 +222,17 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
         headline = summary.diagnosis.headline
         assert headline, f"no verdict for the torch_xla run: {summary.notes}"
         shown = torch_view.locator(".xprof-summary")
-        wait_until(
+        watched.wait(
             lambda: headline.split(":")[0] in shown.inner_text(),
-            LOAD_TIMEOUT_S,
             lambda: f"the verdict {headline!r} in the view: {shown.inner_text()[:800]}",
-            pause,
+            LOAD_TIMEOUT_S,
         )
         assert "xprof summary — run marimo-torch" in shown.inner_text()
         assert shown.locator("svg").count() >= 1, "no per-step chart"
-        first = wait_until(
+        first = watched.wait(
             lambda: fetched("marimo-torch", "forward"),
-            LOAD_TIMEOUT_S,
             lambda: f"the trace viewer's data of marimo-torch\n{data.describe()}",
-            pause,
+            LOAD_TIMEOUT_S,
         )
         check_route(app, first.frame.url)
         torch_view.locator("iframe.xprof-outer").scroll_into_view_if_needed()
@@ -258,7 +244,7 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
         row.wait_for(timeout=LOAD_TIMEOUT_S * 1000)
         top = torch_view.locator("iframe.xprof-outer").bounding_box()["y"]
         assert row.bounding_box()["y"] < top + 300, "the labels' thread is not drawn first"
-        screenshot(torch_view, f"{app.route}-torch-trace-viewer")
+        watched.screenshot(f"{app.route}-torch-trace-viewer", torch_view)
         link = torch_view.locator("a.xprof-open").get_attribute("href")
         assert link, "the view has no 'open in new tab' link"
         opened = context.request.get(link if "://" in link else app.origin + link)
@@ -269,60 +255,56 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
         assert "xprof summary — run marimo-jax" in jax_view.locator(".xprof-summary").inner_text()
         check_route(
             app,
-            wait_until(
+            watched.wait(
                 lambda: fetched("marimo-jax", "update"),
-                LOAD_TIMEOUT_S,
                 lambda: f"the trace viewer's data of marimo-jax\n{data.describe()}",
-                pause,
+                LOAD_TIMEOUT_S,
             ).frame.url,
         )
         jax_view.locator("iframe.xprof-outer").scroll_into_view_if_needed()
         jax_frame.get_by_text("/host:CPU").filter(visible=True).first.wait_for(
             timeout=LOAD_TIMEOUT_S * 1000
         )
-        screenshot(jax_view, f"{app.route}-jax-trace-viewer")
+        watched.screenshot(f"{app.route}-jax-trace-viewer", jax_view)
 
         # 3. The first view lists the JAX run, stored after it was shown, and switches to it
         # in place: the same frames, a new page in the inner one.
         runs = torch_view.locator("select.xprof-runs")
-        wait_until(
+        watched.wait(
             lambda: "marimo-jax" in runs.evaluate("s => [...s.options].map(o => o.value)"),
-            LOAD_TIMEOUT_S,
             "the torch_xla view to list the JAX run",
-            pause,
+            LOAD_TIMEOUT_S,
         )
         outer = torch_view.locator("iframe.xprof-outer")
         outer.evaluate("f => { f.contentWindow.xprofBefore = 'switch'; }")
         data_before = len(data.all())
         runs.select_option("marimo-jax")
-        wait_until(
+        watched.wait(
             lambda: any(
                 f.run == "marimo-jax" and "update" in f.names for f in data.all()[data_before:]
             ),
-            LOAD_TIMEOUT_S,
             lambda: f"the first view's frame to fetch marimo-jax\n{data.describe()}",
-            pause,
+            LOAD_TIMEOUT_S,
         )
         kept = outer.evaluate("f => f.contentWindow.xprofBefore")
         assert kept == "switch", "the wrapper frame was reloaded or replaced"
-        wait_until(
+        watched.wait(
             lambda: "run marimo-jax" in torch_view.locator(".xprof-summary").inner_text(),
-            LOAD_TIMEOUT_S,
             "the first view to show the JAX run's summary",
-            pause,
+            LOAD_TIMEOUT_S,
         )
         outer.scroll_into_view_if_needed()
         torch_frame.get_by_text("/host:CPU").filter(visible=True).first.wait_for(
             timeout=LOAD_TIMEOUT_S * 1000
         )
-        screenshot(torch_view, f"{app.route}-switched-run")
+        watched.screenshot(f"{app.route}-switched-run", torch_view)
 
         # 4. The app's page never left its address.
         assert navigations == [] and page.url == start
         assert not data.failed, data.failed
     except BaseException:
         with contextlib.suppress(Exception):
-            screenshot(page, f"{app.route}-failure")
+            watched.screenshot(f"{app.route}-failure")
         print(f"The server's log, last lines:\n{app.log_tail()}")
         raise
     finally:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ import pytest
 import xprof_magic
 from xprof_magic import _analysis, _store, _viewer
 from xprof_magic._notebook import context as _context
+from xprof_magic._notebook import frame as _frame
 from xprof_magic._notebook import widget as _widget
 from xprof_magic._viewer import survey as _survey
+from xprof_magic._viewer import tools as _tools
 
 
 class Frames(HTMLParser):
@@ -67,7 +70,7 @@ def viewer(logdir: Path) -> Iterator[_viewer.Viewer]:
 def test_tools_are_ordered_trace_viewer_first() -> None:
     tools = ["memory_profile", "op_profile", "zeta", "overview_page", "trace_viewer", "alpha"]
     tools.append("trace_viewer@")
-    assert _widget.order_tools(tools) == [
+    assert _tools.order_tools(tools) == [
         "trace_viewer@",
         "overview_page",
         "op_profile",
@@ -98,6 +101,8 @@ def test_widget_lists_runs_newest_first_and_selects_this_cells_run(
     assert outer["class"] == "xprof-outer"
     (inner,) = iframes(outer["srcdoc"] or "")
     assert inner["src"] == src
+    assert inner["name"] == _frame.frame_name(view.page_frame.frame_id)
+    assert shown(view)["src"] == src
     assert 'class="xprof-open"' in view.link.value
 
 
@@ -112,10 +117,30 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
     # Embedded with XProf's docked menu, which no overlay covers; the new tab as it is.
     assert full is not None and src == full + "&new_nav=true"
     assert "/data/plugin/profile/overview_page?" in src and "tag=overview_page" in src
-    assert "xprof-charts-note" in view.frame.value and "gstatic.com" in view.frame.value
+    assert shown(view) == {"src": src, "full": full, "charts": True, "v2": None}
     view.tools.value = "trace_viewer@"
-    assert "xprof-charts-note" in view.frame.value
-    assert "gstatic.com/charts/loader.js" not in view.frame.value
+    assert shown(view)["charts"] is False
+    assert "xprof-charts-note" in wrapper(view) and "gstatic.com/charts/loader.js" in wrapper(view)
+
+
+def test_a_new_selection_updates_the_frame_in_place(viewer: _viewer.Viewer, logdir: Path) -> None:
+    """The wrapper iframe is written once: a new run or tool changes only the page state it
+    follows, so the frontend never rebuilds the frame (no reload flash, no lost scroll)."""
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
+    written = view.frame.value
+    changes: list[Any] = []
+    view.frame.observe(changes.append, names="value")
+    assert view.wait_for_tools()
+    view.runs.value = "newer"
+    assert view.wait_for_tools()
+    view.tools.value = "overview_page"
+    assert changes == [] and view.frame.value == written
+    (outer,) = iframes(written)
+    assert shown(view)["src"] == view.urls()[0] and "overview_page" in shown(view)["src"]
+    assert view.page_state.layout.display == "none"
+    (span,) = Spans.of(view.page_state.value)
+    assert span["data-xprof-frame"] == view.page_frame.frame_id
+    assert f'data-frame="{view.page_frame.frame_id}"' in (outer["srcdoc"] or "")
 
 
 def test_tools_arrive_in_the_background_and_a_stale_answer_is_dropped(
@@ -146,6 +171,36 @@ def test_tools_arrive_in_the_background_and_a_stale_answer_is_dropped(
     view.runs.value = "older"
     assert [value for _, value in view.tools.options] == ["trace_viewer@", "overview_page"]
     assert asked == ["older", "newer"]
+
+
+def test_the_tool_dropdown_says_once_the_selected_runs_tools_are_final(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    """Its class :data:`~xprof_magic._notebook.widget.SURVEYED` is there only while the run
+    shown has had XProf's answer of which tools have data: what a browser test waits for
+    before it reads the dropdown, which changes until then."""
+    release = threading.Event()
+
+    def survey(
+        _: _viewer.Viewer, run: str, tools: Sequence[str], run_dir: Path | None
+    ) -> _survey.Survey:
+        if run == "older":
+            release.wait(60)
+        return _survey.Survey(empty={"op_profile": "no device ops"})
+
+    view = _widget.ViewerWidget(
+        viewer, _context.Context("jupyter"), logdir, run="newer", survey=survey
+    )
+    assert view.wait_for_tools()
+    assert _widget.SURVEYED in view.tools._dom_classes
+    assert ("Op profile (no device ops)", "op_profile") in view.tools.options
+    view.runs.value = "older"
+    assert _widget.SURVEYED not in view.tools._dom_classes
+    release.set()
+    assert view.wait_for_tools()
+    assert _widget.SURVEYED in view.tools._dom_classes
+    view.runs.value = "newer"
+    assert _widget.SURVEYED in view.tools._dom_classes
 
 
 def test_a_viewer_that_cannot_list_tools_leaves_the_trace_viewer_and_says_why(
@@ -242,14 +297,16 @@ def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: 
     older = _store.run_path(logdir, "older")
     _analysis.save_summary(_analysis.summarize(older, budget_s=None), older)
     view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
-    assert "xprof summary — run older" in view.summary.value
+    assert "xprof summary — run older" in view.summaries.html.value
     view.runs.value = "newer"
-    assert "No summary of newer yet" in view.summary.value
+    assert "No summary of newer yet" in view.summaries.html.value
     newer = _analysis.summarize(_store.run_path(logdir, "newer"), budget_s=None)
-    view.show_summary(newer)
-    assert "xprof summary — run newer" in view.summary.value
-    view.show_summary(_analysis.load_summary(older))  # type: ignore[arg-type]
-    assert "run newer" in view.summary.value  # another run's summary does not replace it
+    view.show_summary("newer", _analysis.render_html(newer))
+    assert "xprof summary — run newer" in view.summaries.html.value
+    saved = _analysis.load_summary(older)
+    assert saved is not None
+    view.show_summary("older", _analysis.render_html(saved))
+    assert "run newer" in view.summaries.html.value  # another run's summary does not replace it
 
 
 def test_tools_with_data_lead_and_the_others_say_why(viewer: _viewer.Viewer, logdir: Path) -> None:
@@ -323,17 +380,44 @@ def test_trace_viewer_v2_is_offered_for_big_runs_only(
     """By URL (no saved choice), in a new tab, behind a WebGPU check in the browser."""
     view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
     assert view.wait_for_tools()
-    assert view.v2_url() is None and 'class="xprof-v2"' not in wrapper(view)
+    assert view.v2_url() is None and shown(view)["v2"] is None
     monkeypatch.setattr(_widget, "BIG_RUN_BYTES", 1)
-    view._on_view()
+    view.refresh_view()
     v2 = view.v2_url()
     assert v2 is not None and v2.endswith("&use_trace_viewer_v2=true")
     assert "/data/plugin/profile/trace_viewer@?" in v2
+    assert shown(view)["v2"] == v2
     assert 'class="xprof-v2" hidden' in wrapper(view) and "requestAdapter" in wrapper(view)
     view.tools.value = "overview_page"
-    assert view.v2_url() is None and 'class="xprof-v2"' not in wrapper(view)
+    assert view.v2_url() is None and shown(view)["v2"] is None
 
 
 def wrapper(view: _widget.ViewerWidget) -> str:
     """The wrapper page of the widget's frame, as the browser reads it."""
     return str(iframes(view.frame.value)[0]["srcdoc"])
+
+
+class Spans(HTMLParser):
+    """Collects span attributes, unescaping them as a browser would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spans: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "span":
+            self.spans.append(dict(attrs))
+
+    @classmethod
+    def of(cls, markup: str) -> list[dict[str, str | None]]:
+        parser = cls()
+        parser.feed(markup)
+        return parser.spans
+
+
+def shown(view: _widget.ViewerWidget) -> dict[str, Any]:
+    """The page the widget's frame is told to show: its hidden state element, as the
+    wrapper's script reads it."""
+    (span,) = Spans.of(view.page_state.value)
+    page: dict[str, Any] = json.loads(span["data-page"] or "")
+    return page

@@ -23,7 +23,7 @@ import contextlib
 import html
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,14 @@ from xprof_magic._viewer.client import (
     server_proxy_template,
 )
 from xprof_magic._viewer.survey import Survey, survey_tools
-from xprof_magic._viewer.tools import list_tools, order_tools, page_urls, tool_label
+from xprof_magic._viewer.tools import (
+    ToolLister,
+    ToolSurveyor,
+    list_tools,
+    order_tools,
+    page_urls,
+    tool_label,
+)
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
@@ -58,9 +65,6 @@ SUMMARY_BUDGET_S = 1.0
 finished in a process of its own and replaces it when ready."""
 VIEWER_WAIT_S = 60.0
 _HERE = Path(__file__).parent
-
-ToolLister = Callable[[Viewer, str], list[str]]
-ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
 
 
 def location(port: int, environ: Any = None) -> tuple[str, str]:

@@ -9,13 +9,23 @@ What is shared by both fronts lives here; nothing imports IPython.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from urllib.parse import urlencode
 
 from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer, fetch_json
 from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey
 
-__all__ = ["NEW_NAV", "TOOL_NAMES", "TOOL_ORDER", "list_tools", "order_tools", "page_urls"]
+__all__ = [
+    "NEW_NAV",
+    "TOOL_NAMES",
+    "TOOL_ORDER",
+    "ToolLister",
+    "ToolSurveyor",
+    "list_tools",
+    "order_tools",
+    "page_urls",
+]
 
 TOOL_ORDER = (
     TRACE_VIEWER_TOOL,
@@ -46,6 +56,12 @@ TOOL_NAMES = {
     "inference_profile": "Inference profile",
 }
 NEW_NAV = "new_nav=true"
+
+ToolLister = Callable[[Viewer, str], list[str]]
+"""How a front asks the viewer for a run's tools (:func:`list_tools`; tests pass their own)."""
+ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
+"""How a front asks which of a run's tools have data
+(:func:`~xprof_magic._viewer.survey.survey_tools`)."""
 
 
 def order_tools(tools: Sequence[str]) -> list[str]:
