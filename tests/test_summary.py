@@ -396,7 +396,7 @@ def test_the_chart_falls_back_to_labels_and_thins_long_runs() -> None:
     durations = (1.0,) + (0.01,) * 2999
     many = StepStats("step", "trace", 3000, durations, 1.0, 0.01, 0.01, 0.01, (0,))
     svg = chart_svg(Summary(run="r", run_dir="/x", steps=many))
-    assert svg.count("<rect") <= 240 and "↑ 1.00 s" in svg
+    assert svg.count("<rect") <= 240 and "↑ step 0: 1.00 s" in svg
     assert chart_svg(Summary(run="r", run_dir="/x")) == ""
 
 
