@@ -103,6 +103,7 @@ browser-deps:
 demo: install
 	$(BIN)/python notebooks/demo.py notebooks/quickstart.ipynb
 	$(BIN)/python notebooks/demo.py notebooks/jax_quickstart.ipynb
+	$(BIN)/python notebooks/demo.py notebooks/marimo_quickstart.py
 
 lint: install
 	$(BIN)/ruff check xprof_magic tests bench notebooks/demo.py

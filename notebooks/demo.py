@@ -1,7 +1,13 @@
-"""``make demo``: run the quickstart notebook headless and print what it captured."""
+"""``make demo``: run a quickstart notebook headless and print what it captured.
+
+A Jupyter notebook (``.ipynb``) runs in a kernel through nbclient; a marimo notebook
+(``.py``) runs as marimo runs it as a script (``app.run()``), and each run its cells end
+with is printed.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import tempfile
@@ -19,6 +25,37 @@ def main(notebook: str) -> int:
     root = Path.cwd()
     logdir = Path(os.environ.setdefault("XPROF_MAGIC_LOGDIR", str(root / "xprof_logs")))
     os.environ.setdefault("PJRT_DEVICE", "CPU")
+    if notebook.endswith(".py"):
+        run_marimo(notebook)
+    else:
+        run_jupyter(notebook, root)
+    found = xprof_magic.runs(logdir)
+    print(f"{len(found)} run(s) in {logdir}:")
+    for run in found:
+        print(f"  {run.name:32} {run.path}")
+    return 0
+
+
+def run_marimo(notebook: str) -> None:
+    """The marimo notebook as a script; each :class:`xprof_magic.Run` a cell shows, printed as
+    the magic prints a cell's capture, with its summary's headline."""
+    started = time.time()
+    print(f"Running {notebook} (marimo) on PJRT_DEVICE={os.environ['PJRT_DEVICE']} ...", flush=True)
+    spec = importlib.util.spec_from_file_location(Path(notebook).stem, notebook)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    outputs, _ = module.app.run()
+    print(f"Ran in {time.time() - started:.1f} s. Captures its cells show:\n")
+    for output in outputs:
+        if isinstance(output, xprof_magic.Run):
+            print(output.text())
+            if output.summary is not None:
+                print(xprof_magic.summary_text(output.summary).split("\n\n", 1)[0])
+            print()
+
+
+def run_jupyter(notebook: str, root: Path) -> None:
     nb = nbformat.read(notebook, as_version=4)
     started = time.time()
     print(f"Running {notebook} on PJRT_DEVICE={os.environ['PJRT_DEVICE']} ...", flush=True)
@@ -42,11 +79,6 @@ def main(notebook: str) -> int:
             elif text.startswith("xprof summary"):  # the analysis: its headline and notes
                 print(text.split("\n\n", 1)[0])
         print()
-    found = xprof_magic.runs(logdir)
-    print(f"{len(found)} run(s) in {logdir}:")
-    for run in found:
-        print(f"  {run.name:32} {run.path}")
-    return 0
 
 
 if __name__ == "__main__":

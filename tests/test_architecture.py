@@ -1,6 +1,7 @@
 """The package's shape, checked: ARCHITECTURE.md's "may import" table, where IPython may be
 imported, no import cycles, module size, Colab branches only in the notebook context and the
-Colab frame, no probing of a backend object, and a ``%load_ext`` that imports nothing heavy.
+Colab frame, no probing of a backend object, a ``%load_ext`` that imports nothing heavy, and a
+marimo front apart from the notebook's.
 
 ARCHITECTURE.md states these rules; these tests keep them true as the code grows. The static
 rules read the modules' syntax trees, not their text, and each has a test that it can fail.
@@ -20,6 +21,9 @@ from tests._import_table import Row, module_imports, read_table, row_of, violati
 
 PACKAGE = Path(xprof_magic.__file__).resolve().parent
 NOTEBOOK = "xprof_magic._notebook"
+MARIMO = "xprof_magic._marimo"
+# The marimo view is an anywidget, which brings ipywidgets, traitlets and IPython with it.
+MARIMO_VIEW = f"{MARIMO}.view"
 FRONTEND_MODULES = ("IPython", "ipywidgets", "ipykernel", "traitlets")
 MAX_LINES = 500
 # Where the notebook context is decided and where Colab's output frame is made: the only two
@@ -145,7 +149,9 @@ def test_the_table_check_can_fail() -> None:
 
 
 CORE = sorted(
-    name for name in MODULES if not name.startswith(NOTEBOOK) and not name.endswith("__main__")
+    name
+    for name in MODULES
+    if not name.startswith((NOTEBOOK, MARIMO_VIEW)) and not name.endswith("__main__")
 )
 
 
@@ -174,6 +180,30 @@ def test_the_frontend_probe_can_fail() -> None:
 def test_no_module_is_over_500_lines(module: str) -> None:
     lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{module} has {lines} lines (at most {MAX_LINES}): split it by job"
+
+
+@pytest.mark.parametrize("module", sorted(n for n in MODULES if n.startswith(MARIMO)))
+def test_the_marimo_front_stays_apart_from_the_notebook_and_imports_no_marimo(module: str) -> None:
+    """``xprof_magic.profile`` works in a script without marimo; only the view, shown in
+    marimo, imports anywidget; no module of the marimo front reaches into ``_notebook``."""
+    assert not [t for t in _imports(module, MODULES[module]) if t.startswith(NOTEBOOK)]
+    found = "sorted(m for m in ('marimo', 'anywidget') if m in sys.modules)"
+    probe = f"import sys, {module}\nprint({found})"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = "['anywidget']" if module == MARIMO_VIEW else "[]"
+    assert done.stdout.strip().splitlines()[-1] == expected
+
+
+def test_only_the_public_api_imports_the_marimo_front() -> None:
+    importers = sorted(
+        name
+        for name, path in MODULES.items()
+        if not name.startswith(MARIMO) and any(t.startswith(MARIMO) for t in _imports(name, path))
+    )
+    assert importers == ["xprof_magic"]
 
 
 def test_viewer_modules_never_import_through_the_viewer_package() -> None:

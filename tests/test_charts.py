@@ -165,8 +165,7 @@ def test_chromium_draws_no_two_labels_over_each_other(tmp_path: pytest.TempPathF
             for width in (848, 560):
                 page = browser.new_page(viewport={"width": width, "height": 900})
                 page.set_content(
-                    "<body style=\"margin:0;font-family:system-ui,sans-serif\">"
-                    f"{page_html}</body>"
+                    f'<body style="margin:0;font-family:system-ui,sans-serif">{page_html}</body>'
                 )
                 ARTIFACTS.mkdir(exist_ok=True)
                 page.screenshot(path=str(ARTIFACTS / f"charts-{width}.png"), full_page=True)

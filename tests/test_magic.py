@@ -126,9 +126,10 @@ def test_an_exception_fails_the_cell_once_and_the_capture_is_kept(
 def test_a_syntax_error_runs_nothing_and_writes_nothing(
     ip: Any, logdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = run(ip, logdir, "ran = 1\ndef broken(:\n    pass")
+    # A name no other test binds: the in-process shell is shared by the whole session.
+    result = run(ip, logdir, "ran_before_the_syntax_error = 1\ndef broken(:\n    pass")
     assert result.success is False
-    assert "ran" not in ip.user_ns
+    assert "ran_before_the_syntax_error" not in ip.user_ns
     assert not logdir.exists()
     shown = capsys.readouterr()
     assert "line 3" in shown.out and "SyntaxError: invalid syntax" in shown.out

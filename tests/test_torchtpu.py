@@ -377,3 +377,27 @@ def test_labels_need_no_server_and_the_server_binds_every_interface(tmp_path: Pa
     assert found["started"] and found["listening"]
     assert "one server per process" in found["again"]
     assert f"Unable to bind to [::]:{port}" not in done.stderr
+
+
+def test_a_profiled_function_is_a_torchtpu_run_with_its_labels_and_steps(logdir: Path) -> None:
+    """``xprof_magic.profile``, the form TorchTPU's marimo guides would use, picks TorchTPU
+    from the names the function uses."""
+    import torch
+    import torch_tpu  # noqa: F401
+
+    import xprof_magic
+
+    @xprof_magic.profile(logdir=logdir, name="profiled", steps=True)
+    def train() -> float:
+        x = torch.ones(8, 8)
+        for _ in range(3):
+            # xprof: matmul
+            x = (x @ x) / 8
+        return float(x.sum())
+
+    assert train() == 64.0
+    meta = _meta(logdir)
+    assert (meta.backend, meta.step_rule) == ("torch_tpu", "iteration")
+    names = {event.name for event in host_events(only_run(logdir).path)}
+    assert {"matmul", "x = torch.ones(8, 8)", "for _ in range(3)"} <= names
+    assert step_numbers(only_run(logdir).path) == [0, 1, 2]

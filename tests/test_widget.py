@@ -105,8 +105,9 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
     assert view.wait_for_tools()
     view.tools.value = "overview_page"
     src, full = view.urls()
-    # Embedded with XProf's docked menu, which no overlay covers; the new tab as it is.
-    assert full is not None and src == full + "&new_nav=true"
+    # Embedded with XProf's docked menu, which no overlay covers, in the form for under a
+    # cell (no toolbar, no menu); the new tab as it is.
+    assert full is not None and src == full + "&new_nav=true&xprof_magic=inline"
     assert "/data/plugin/profile/overview_page?" in src and "tag=overview_page" in src
     assert "xprof-charts-note" in view.frame.value and "gstatic.com" in view.frame.value
     view.tools.value = "trace_viewer@"

@@ -3,7 +3,9 @@
 ``%load_ext xprof_magic`` registers the magics. Loading is cheap: the public names below
 are imported on first use (PEP 562), so the extension costs no more than the magic's
 options, and torch_xla or JAX only when a capture first needs one. Scripts use
-:func:`capture`, :func:`last` and :func:`runs` with the same machinery.
+:func:`capture`, :func:`last` and :func:`runs` with the same machinery; marimo, which runs
+no magics, uses :func:`profile` (a decorator or a ``with`` block), whose :class:`Run`
+displays itself.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
     from xprof_magic._analysis.model.diagnosis import Diagnosis
     from xprof_magic._capture import Capture, CaptureResult, capture, last
     from xprof_magic._labels import label, step
+    from xprof_magic._marimo.profile import profile
+    from xprof_magic._marimo.run import Run
     from xprof_magic._store import RunInfo, runs
 
 # Each public name and the module that defines it.
@@ -29,6 +33,8 @@ _LAZY = {
     "capture": "xprof_magic._capture",
     "last": "xprof_magic._capture",
     "label": "xprof_magic._labels",
+    "profile": "xprof_magic._marimo.profile",
+    "Run": "xprof_magic._marimo.run",
     "step": "xprof_magic._labels",
     "RunInfo": "xprof_magic._store",
     "runs": "xprof_magic._store",
@@ -38,12 +44,14 @@ __all__ = [
     "Capture",
     "CaptureResult",
     "Diagnosis",
+    "Run",
     "RunInfo",
     "__version__",
     "capture",
     "label",
     "last",
     "load_ipython_extension",
+    "profile",
     "runs",
     "step",
     "summarize",

@@ -27,6 +27,7 @@ __all__ = [
     "SHAPES_EVENT",
     "LabelStat",
     "Recorder",
+    "capturing",
     "inputs",
     "iteration",
     "keep",
@@ -198,6 +199,11 @@ class _Hook:
 
 def _nothing() -> None:
     return None
+
+
+def capturing() -> bool:
+    """Whether a capture receives labels now (a profiled function called inside another)."""
+    return _active is not None
 
 
 def label(name: str) -> _Block | _Nothing:

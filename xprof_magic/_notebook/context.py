@@ -17,12 +17,13 @@ other place Colab is told apart.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+from xprof_magic._viewer import client
 
 if TYPE_CHECKING:
     from xprof_magic._notebook.frame import Frame
@@ -30,8 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PROXY_ENV", "Context", "ContextKind", "detect"]
 
-PROXY_ENV = "XPROF_MAGIC_PROXY_URL"
-TENSORBOARD_PROXY_ENV = "TENSORBOARD_PROXY_URL"
+PROXY_ENV = client.PROXY_ENV
 ContextKind = Literal["colab", "proxy", "vscode", "jupyter", "terminal"]
 
 
@@ -55,14 +55,7 @@ class Context:
             # The origin exists only in the browser: the page's JavaScript asks Colab's
             # proxy for it (see _notebook/colab.py), so paths are all the kernel builds.
             return "", ""
-        if self.kind == "proxy" and self.proxy_template:
-            prefix = self.proxy_template.replace("%PORT%", str(port)).rstrip("/")
-            if "://" in prefix:
-                scheme, rest = prefix.split("://", 1)
-                host, _, path = rest.partition("/")
-                return f"{scheme}://{host}", f"/{path}" if path else ""
-            return "", prefix
-        return f"http://127.0.0.1:{port}", ""
+        return client.locate(port, self.proxy_template if self.kind == "proxy" else None)
 
     def frame(self, viewer: Viewer, height: int) -> Frame:
         """Where the widget shows the selected page, ``height`` pixels tall: Colab's
@@ -85,24 +78,6 @@ class Context:
         }[self.kind]
 
 
-def _proxy_template(environ: Mapping[str, str]) -> str | None:
-    for name in (PROXY_ENV, TENSORBOARD_PROXY_ENV):
-        value = environ.get(name, "").strip()
-        if value:
-            return None if value.lower() in ("none", "off", "0") else value
-    return None
-
-
-def _server_proxy_template(environ: Mapping[str, str]) -> str | None:
-    """jupyter-server-proxy's route, when it is installed beside the kernel."""
-    if environ.get(PROXY_ENV, "").strip().lower() in ("none", "off", "0"):
-        return None
-    if importlib.util.find_spec("jupyter_server_proxy") is None:
-        return None
-    base = environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
-    return base.rstrip("/") + "/proxy/%PORT%/"
-
-
 _Rule = Callable[[Any, Mapping[str, str], Mapping[str, Any]], Context | None]
 
 
@@ -113,7 +88,7 @@ def _colab(shell: Any, environ: Mapping[str, str], modules: Mapping[str, Any]) -
 def _explicit_proxy(
     shell: Any, environ: Mapping[str, str], modules: Mapping[str, Any]
 ) -> Context | None:
-    template = _proxy_template(environ)
+    template = client.proxy_template(environ)
     return Context("proxy", template) if template else None
 
 
@@ -129,7 +104,8 @@ def _vscode(shell: Any, environ: Mapping[str, str], modules: Mapping[str, Any]) 
 def _server_proxy(
     shell: Any, environ: Mapping[str, str], modules: Mapping[str, Any]
 ) -> Context | None:
-    template = _server_proxy_template(environ) if "JUPYTERHUB_SERVICE_PREFIX" in environ else None
+    hub = "JUPYTERHUB_SERVICE_PREFIX" in environ
+    template = client.server_proxy_template(environ) if hub else None
     return Context("proxy", template) if template else None
 
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
 import ipywidgets as widgets
 
@@ -31,75 +30,27 @@ from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._notebook.frame import Frame
 from xprof_magic._registry import DEFAULT_HEIGHT
-from xprof_magic._viewer.client import (
-    TRACE_VIEWER_TOOL,
-    Viewer,
-    ViewerError,
-    fetch_json,
+from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer, ViewerError
+from xprof_magic._viewer.survey import Survey, survey_tools
+from xprof_magic._viewer.tools import (
+    TOOL_NAMES,
+    TOOL_ORDER,
+    list_tools,
+    order_tools,
+    page_urls,
+    tool_label,
 )
-from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey, survey_tools
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
 
-__all__ = ["TOOL_ORDER", "ViewerWidget", "announce", "order_tools"]
-
-TOOL_ORDER = (
-    TRACE_VIEWER_TOOL,
-    "trace_viewer",
-    "overview_page",
-    "op_profile",
-    "memory_profile",
-    "memory_viewer",
-    "framework_op_stats",
-    "input_pipeline_analyzer",
-    "hlo_stats",
-    "graph_viewer",
-)
-TOOL_NAMES = {
-    TRACE_VIEWER_TOOL: "Trace viewer",
-    "trace_viewer": "Trace viewer",
-    "overview_page": "Overview",
-    "op_profile": "Op profile",
-    "memory_profile": "Memory profile",
-    "memory_viewer": "Memory viewer",
-    "framework_op_stats": "Framework op stats",
-    "input_pipeline_analyzer": "Input pipeline",
-    "hlo_stats": "HLO stats",
-    "graph_viewer": "Graph viewer",
-    "roofline_model": "Roofline",
-    "pod_viewer": "Pod viewer",
-    "megascale_stats": "Megascale stats",
-    "inference_profile": "Inference profile",
-}
+__all__ = ["TOOL_NAMES", "TOOL_ORDER", "ViewerWidget", "announce", "order_tools"]
 
 ToolLister = Callable[[Viewer, str], list[str]]
 ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
-NEW_NAV = "new_nav=true"
 V2 = "use_trace_viewer_v2=true"
 BIG_RUN_BYTES = 30 * 2**20
 """About a million events: where XProf starts thinning the classic trace viewer's events."""
-
-
-def order_tools(tools: Sequence[str]) -> list[str]:
-    """The trace viewer first, then overview, op profile, memory, then the rest by name."""
-    rank = {tool: i for i, tool in enumerate(TOOL_ORDER)}
-    unique = list(dict.fromkeys(t for t in tools if t))
-    if TRACE_VIEWER_TOOL in unique and "trace_viewer" in unique:
-        unique.remove("trace_viewer")
-    return sorted(unique, key=lambda t: (rank.get(t, len(rank)), t))
-
-
-def tool_label(tool: str, empty: str | None = None) -> str:
-    """The dropdown's name for a tool; with ``empty``, why it shows nothing for this run."""
-    name = TOOL_NAMES.get(tool, tool)
-    return f"{name} ({empty})" if empty else name
-
-
-def list_tools(viewer: Viewer, run: str) -> list[str]:
-    """The tools XProf offers for a run, from the viewer's ``run_tools`` route."""
-    found = fetch_json(viewer, "run_tools", run=run, timeout=10.0)
-    return [str(t) for t in found] if isinstance(found, list) else []
 
 
 # ipywidgets keeps every widget alive, so only the most recent ones are kept up to date:
@@ -374,23 +325,9 @@ class ViewerWidget:
         run, tool, host = self.runs.value, self.tools.value, self.hosts.value
         if run is None:
             return None, None
-        tool = tool or TRACE_VIEWER_TOOL
-        origin, prefix = self.context.locate(self.viewer.port)
-        full = origin + self.viewer.tool_path(run, tool, host, prefix=prefix)
-        if self.viewer.kind != "xprof":
-            return full, full
-        if tool == TRACE_VIEWER_TOOL and host:
-            return origin + self.viewer.trace_viewer_path(run, host, prefix=prefix), full
-        # XProf's own docked menu: below 960 px its classic one covers the tool until clicked.
-        src = f"{full}&{NEW_NAV}"
-        survey = self._surveys.get(run, Survey())
-        if tool in PROGRAM_TOOLS and survey.program:
-            # The program that matters most; the graph viewer draws its root op at once.
-            found = {"module_name": survey.program}
-            if tool == "graph_viewer" and survey.node:
-                found["node_name"] = survey.node
-            src += "&" + urlencode(found)
-        return src, full
+        location = self.context.locate(self.viewer.port)
+        survey = self._surveys.get(run)
+        return page_urls(self.viewer, run, tool, host, location, survey)
 
     def v2_url(self) -> str | None:
         """XProf's Trace Viewer v2 on the selection, for a run of :data:`BIG_RUN_BYTES` or

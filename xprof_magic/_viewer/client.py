@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import importlib.util
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from xprof_magic._viewer.inline import INLINE_QUERY
 __all__ = [
     "KINDS",
     "NEW_NAV",
+    "PROXY_ENV",
     "TRACE_VIEWER_TOOL",
     "Viewer",
     "ViewerError",
@@ -31,6 +33,9 @@ __all__ = [
     "fetch_json",
     "http_get",
     "label",
+    "locate",
+    "proxy_template",
+    "server_proxy_template",
 ]
 
 ViewerKind = Literal["xprof", "tensorboard"]
@@ -40,6 +45,9 @@ TRACE_VIEWER_TOOL = "trace_viewer@"
 NEW_NAV = "new_nav=true"
 """XProf's docked navigation (its classic menu covers the tool below 960 px of width)."""
 _LABELS = {"xprof": "XProf viewer", "tensorboard": "TensorBoard viewer"}
+PROXY_ENV = "XPROF_MAGIC_PROXY_URL"
+TENSORBOARD_PROXY_ENV = "TENSORBOARD_PROXY_URL"
+_OFF = ("none", "off", "0")
 
 
 class ViewerError(Exception):
@@ -146,6 +154,41 @@ class Viewer:
         path = f"{prefix}{self.base_path}{PROFILE_ROUTE}/{route}"
         query = _query(**params)
         return f"{path}?{query}" if query else path
+
+
+def proxy_template(environ: Mapping[str, str]) -> str | None:
+    """The proxy route the user set (``$XPROF_MAGIC_PROXY_URL``, else TensorBoard's
+    ``$TENSORBOARD_PROXY_URL``), with ``%PORT%`` for the port; None if unset or ``none``."""
+    for name in (PROXY_ENV, TENSORBOARD_PROXY_ENV):
+        value = environ.get(name, "").strip()
+        if value:
+            return None if value.lower() in _OFF else value
+    return None
+
+
+def server_proxy_template(environ: Mapping[str, str]) -> str | None:
+    """jupyter-server-proxy's route, when it is installed beside this Python."""
+    if environ.get(PROXY_ENV, "").strip().lower() in _OFF:
+        return None
+    if importlib.util.find_spec("jupyter_server_proxy") is None:
+        return None
+    base = environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+    return base.rstrip("/") + "/proxy/%PORT%/"
+
+
+def locate(port: int, template: str | None) -> tuple[str, str]:
+    """``(origin, prefix)`` for a loopback port as the browser reaches it: through a proxy
+    route (``template``, with ``%PORT%``), else the port itself. The browser URL of a server
+    path is ``origin + prefix + path``; a path that the page itself puts after
+    ``location.origin`` needs the prefix only."""
+    if template:
+        prefix = template.replace("%PORT%", str(port)).rstrip("/")
+        if "://" in prefix:
+            scheme, rest = prefix.split("://", 1)
+            host, _, path = rest.partition("/")
+            return f"{scheme}://{host}", f"/{path}" if path else ""
+        return "", prefix
+    return f"http://127.0.0.1:{port}", ""
 
 
 def _query(**params: str | float | None) -> str:

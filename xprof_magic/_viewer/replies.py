@@ -3,12 +3,12 @@ that draws offline, the embedded pages made for under a cell.
 
 XProf's trace viewer orders a process's threads by their ``thread_sort_index`` metadata,
 which XProf sets to the thread id; the thread where ``# xprof:`` labels and
-``TraceAnnotation`` spans land (the interpreter's: ``python``, ``python3`` or
-``python3.11``, after the program that started the kernel; a worker thread for a cell
-with top-level ``await``) then often comes below the runtime's threads, out of view. The
-viewer's process moves the host's threads that are not the XLA runtime's (``tf_*`` pools)
-to the top of their process in the trace data reply (:func:`label_threads_first`); the
-other threads stay, in their order.
+``TraceAnnotation`` spans land (the interpreter's main thread, named after the program
+that started the kernel: ``python``, ``python3``, ``marimo`` for a marimo app; a worker
+thread for a cell with top-level ``await``) then often comes below the runtime's threads,
+out of view. The viewer's process moves the host's threads that are not the XLA runtime's
+(``tf_*`` pools) to the top of their process in the trace data reply
+(:func:`label_threads_first`); the other threads stay, in their order.
 
 XProf's full UI opens Trace Viewer v2 when the browser saved that choice (``localStorage``
 ``use_trace_viewer_v2``); v2 needs WebGPU, and where it has none v2 fails, on every visit,

@@ -1,0 +1,273 @@
+"""``xprof_magic.profile``, in process, with real torch_xla and JAX on the CPU: a decorated
+function keeps its value, names and errors and gets the magic's labels, steps and summary;
+a ``with`` block is one run; bad input is one line naming the fix."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch_xla
+
+import xprof_magic
+from tests.conftest import event_names, only_run, step_numbers
+from tests.conftest import run as run_cell
+from xprof_magic import _metadata
+from xprof_magic._backends import TraceAlreadyRunning
+from xprof_magic._markers import find_markers
+
+DEVICE = torch_xla.device()
+SCALE = 2.0
+
+
+def square_sum(n: int) -> float:
+    x = torch.ones(4, 4, device=DEVICE) * SCALE
+    for _ in range(n):
+        # xprof: matmul
+        x = (x @ x) / 4
+        torch_xla.sync()
+    return float(x.sum().item())
+
+
+def test_a_profiled_function_returns_its_value_with_the_magics_labels_and_steps(
+    logdir: Path,
+) -> None:
+    train = xprof_magic.profile(logdir=logdir, name="train", steps=True)(square_sum)
+    assert train(3) == square_sum(3)
+    assert train.__name__ == "square_sum" and train.__wrapped__ is square_sum
+    run = train.run
+    assert run is not None and run.result is not None and run.name == "train"
+    info = only_run(logdir)
+    assert info.name == "train" and run.result.run_dir == info.path
+    names = event_names(info.path)
+    assert {"x = torch.ones(4, 4, device=DEVICE) * SCALE", "for _ in range(n)", "matmul"} <= names
+    assert "return float(x.sum().item())" in names
+    assert step_numbers(info.path) == [0, 1, 2]
+    paths = {stat.path: stat.count for stat in run.result.labels}
+    assert paths[("for _ in range(n)", "matmul")] == 3
+    meta = _metadata.read(info.path)
+    assert meta is not None and meta.backend == "torch_xla" and meta.status == "ok"
+    wanted = {"api": "profile", "logdir": str(logdir), "name": "train", "steps": True}
+    assert wanted.items() <= meta.options.items()  # with the defaults, as the magic keeps them
+    assert meta.step_rule == "sync"
+    assert "xprof: run train (ok)" in repr(run) and "3 steps" in run.text()
+    assert xprof_magic.last() is run.result
+
+
+def test_the_function_sees_its_globals_live_and_keeps_defaults_and_closures(
+    logdir: Path,
+) -> None:
+    global SCALE
+    offset = 10
+
+    @xprof_magic.profile(logdir=logdir)
+    def shifted(a: float, *, b: float = 1.0) -> float:
+        """Shift a by the closure's offset."""
+        return a * SCALE + offset + b
+
+    assert shifted(1.0) == 13.0 and shifted.__doc__ == "Shift a by the closure's offset."
+    SCALE = 3.0
+    try:
+        assert shifted(1.0, b=0.0) == 13.0
+    finally:
+        SCALE = 2.0
+    assert len(xprof_magic.runs(logdir)) == 2
+
+
+def test_an_exception_reaches_the_caller_once_from_the_users_line_and_the_run_is_kept(
+    logdir: Path,
+) -> None:
+    @xprof_magic.profile(logdir=logdir, name="fails")
+    def fails() -> float:
+        x = torch.ones(2, device=DEVICE).sum().item()
+        return x / 0
+
+    with pytest.raises(ZeroDivisionError) as raised:
+        fails()
+    frames = traceback.extract_tb(raised.value.__traceback__)
+    assert frames[-1].line == "return x / 0" and frames[-1].name == "fails"
+    # Of the capture's own frames, only the call's re-raise is left.
+    assert [f.name for f in frames if "xprof_magic" in f.filename] == ["__call__"]
+    meta = only_run(logdir).metadata or {}
+    assert meta["status"] == "error"
+    assert meta["error"] == {"type": "ZeroDivisionError", "message": "float division by zero"}
+
+
+def test_a_step_window_traces_only_its_steps(logdir: Path) -> None:
+    train = xprof_magic.profile(logdir=logdir, name="window", steps="1:3")(square_sum)
+    assert train(5) == square_sum(5)
+    info = only_run(logdir)
+    assert step_numbers(info.path) == [1, 2]
+    meta = _metadata.read(info.path)
+    assert meta is not None and meta.step_window == "1:3"
+
+
+def test_a_with_block_is_one_run_with_the_labels_it_opens(logdir: Path) -> None:
+    with xprof_magic.profile(logdir=logdir, name="block") as run, xprof_magic.label("evaluate"):
+        total = (torch.ones(3, device=DEVICE) * 2).sum().item()
+    assert total == 6.0
+    assert run.result is not None and run.name == "block"
+    assert "evaluate" in event_names(run.result.run_dir)
+    assert [s.path for s in run.result.labels] == [("evaluate",)]
+
+    with pytest.raises(KeyError), xprof_magic.profile(logdir=logdir, name="broken") as broken:
+        {}["missing"]
+    assert broken.result is not None and broken.result.status == "error"
+
+
+def test_the_summary_reads_the_function_at_its_own_lines_and_shows_as_static_html(
+    logdir: Path,
+) -> None:
+    train = xprof_magic.profile(logdir=logdir, name="summary", steps=True)(square_sum)
+    train(3)
+    run = train.run
+    assert run is not None and run.result is not None
+    # The run's source keeps the file's line numbers, so the summary's "line N" is the
+    # line the user sees: here, the marker's.
+    cell = run.result.metadata.cell or ""
+    (marker,) = find_markers(cell)
+    lines = Path(__file__).read_text().splitlines()
+    assert marker.name == "matmul" and lines[marker.line - 1].strip() == "# xprof: matmul"
+    summary = run.summary
+    assert summary is not None and summary.run == "summary" and summary.steps.count == 3
+    page = run._repr_html_()
+    assert "xprof summary — run summary" in page
+
+
+def test_a_profiled_function_inside_another_capture_adds_its_labels_there(logdir: Path) -> None:
+    @xprof_magic.profile(logdir=logdir, name="inner")
+    def inner() -> float:
+        y = torch.ones(2, device=DEVICE) * 3
+        return float(y.sum().item())
+
+    @xprof_magic.profile(logdir=logdir, name="outer")
+    def outer() -> float:
+        first = inner()
+        return first + inner()
+
+    assert outer() == 12.0
+    assert [r.name for r in xprof_magic.runs(logdir)] == ["outer"]
+    assert inner.run is None
+    assert outer.run is not None and outer.run.result is not None
+    paths = {s.path: s.count for s in outer.run.result.labels}
+    assert paths[("first = inner()", "y = torch.ones(2, device=DEVICE) * 3")] == 1
+    assert paths[("return first + inner()", "return float(y.sum().item())")] == 1
+
+
+def test_a_profiled_function_in_a_magic_cell_adds_its_labels_to_the_cells_run(
+    ip: Any, logdir: Path
+) -> None:
+    ip.user_ns["profiled"] = xprof_magic.profile(logdir=logdir / "never", name="never")(square_sum)
+    result = run_cell(ip, logdir, "total = profiled(2)", "--name cell")
+    assert result.success, result.error_in_exec
+    assert [r.name for r in xprof_magic.runs(logdir)] == ["cell"]
+    assert xprof_magic.runs(logdir / "never") == []
+    last = xprof_magic.last()
+    assert last is not None
+    assert ("total = profiled(2)", "for _ in range(n)", "matmul") in {s.path for s in last.labels}
+
+
+def test_an_async_function_is_captured_while_awaited(logdir: Path) -> None:
+    @xprof_magic.profile(logdir=logdir, name="awaited")
+    async def fetch() -> float:
+        await asyncio.sleep(0.01)
+        # xprof: compute
+        return float((torch.ones(2, device=DEVICE) * 5).sum().item())
+
+    coroutine = fetch()
+    assert xprof_magic.runs(logdir) == []  # nothing starts before it is awaited
+    assert asyncio.run(coroutine) == 10.0
+    run = fetch.run
+    assert run is not None and run.result is not None and run.result.wall_s >= 0.01
+    assert {"await asyncio.sleep(0.01)", "compute"} <= event_names(run.result.run_dir)
+
+
+def test_a_jax_function_is_profiled_with_jax_and_its_loop_iterations_are_steps(
+    logdir: Path,
+) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    step = jax.jit(lambda w: w - 0.1 * w)
+
+    @xprof_magic.profile(logdir=logdir, name="jax", steps=True)
+    def train(w: Any) -> float:
+        for _ in range(4):
+            # xprof: update
+            w = step(w)
+        return float(w.sum())
+
+    assert train(jnp.ones(8)) == pytest.approx(8 * 0.9**4)
+    info = only_run(logdir)
+    meta = _metadata.read(info.path)
+    assert meta is not None and (meta.backend, meta.step_rule) == ("jax", "iteration")
+    assert "update" in event_names(info.path)
+    assert step_numbers(info.path) == [0, 1, 2, 3]
+
+
+def test_a_trace_already_running_refuses_the_call_with_nothing_run(logdir: Path) -> None:
+    import torch_xla.debug.profiler as xp
+
+    ran: list[int] = []
+
+    @xprof_magic.profile(logdir=logdir, backend="torch_xla")
+    def work() -> None:
+        ran.append(1)
+
+    xp.start_trace(str(logdir.parent / "own"))
+    try:
+        with pytest.raises(TraceAlreadyRunning, match=r"already running.*stop it with"):
+            work()
+    finally:
+        xp.stop_trace()
+    assert ran == [] and xprof_magic.runs(logdir) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"port": 0}, "port=0 is not a port"),
+        ({"viewer_port": 70000}, "viewer_port=70000"),
+        ({"height": 5}, "height=5 is out of range"),
+        ({"steps": "3:1"}, "steps='3:1'"),
+        ({"backend": "cuda"}, "backend='cuda' is not a backend; use one of auto, jax"),
+        ({"viewer": "perfetto"}, "viewer='perfetto'"),
+        ({"name": "../.."}, "no usable characters"),
+    ],
+)
+def test_bad_options_are_refused_at_once_naming_the_fix(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        xprof_magic.profile(**options)
+
+
+def test_what_cannot_be_rewritten_is_refused_naming_the_fix() -> None:
+    import functools
+
+    def plain() -> None:
+        pass
+
+    def generator() -> Any:
+        yield 1
+
+    @functools.lru_cache
+    def cached() -> int:
+        return 1
+
+    with pytest.raises(TypeError, match=r"generator.*profile the function that consumes it"):
+        xprof_magic.profile(generator)
+    with pytest.raises(TypeError, match=r"not a plain function.*directly above its def"):
+        xprof_magic.profile(cached)
+    with pytest.raises(TypeError, match="no def of its own"):
+        xprof_magic.profile(lambda: 1)
+    namespace: dict[str, Any] = {}
+    exec("def hidden():\n    return 1\n", namespace)
+    with pytest.raises(TypeError, match="source of hidden cannot be read"):
+        xprof_magic.profile(namespace["hidden"])
+    assert xprof_magic.profile(plain).source.text.startswith("def plain()")

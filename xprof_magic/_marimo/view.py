@@ -1,0 +1,319 @@
+"""A run under a marimo cell: its summary above XProf's page, with runs, tools and hosts.
+
+marimo renders anywidget's widgets, not ipywidgets' own: a cell showing the Jupyter widget
+gets "Jupyter widgets are not supported in marimo" (checked with marimo 0.25). So this view
+is an :class:`anywidget.AnyWidget` with a few synced traits, drawn by ``view.js``: the runs
+of the log directory (newest first), the run's tools (trace viewer first, those without
+data named with the reason, as in Jupyter) and hosts, the summary's static HTML, and the
+two URLs of the selection (the embedded page, the full UI for a new tab). A choice in the
+browser changes a trait; Python answers with the new URLs, and the page changes its inner
+frame's address in place.
+
+The page is XProf's own, served by the loopback viewer under its secret path
+(:mod:`xprof_magic._viewer`), at ``http://127.0.0.1:<port>`` or through a proxy route
+(``$XPROF_MAGIC_PROXY_URL``, or jupyter-server-proxy's on JupyterHub): marimo has no proxy
+for other ports. Imports anywidget (and so ipywidgets and IPython), only when a run is
+first shown.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import html
+import os
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anywidget
+import traitlets
+
+from xprof_magic import _store
+from xprof_magic._registry import DEFAULT_HEIGHT
+from xprof_magic._viewer import manager
+from xprof_magic._viewer.client import (
+    TRACE_VIEWER_TOOL,
+    Viewer,
+    ViewerError,
+    locate,
+    proxy_template,
+    server_proxy_template,
+)
+from xprof_magic._viewer.survey import Survey, survey_tools
+from xprof_magic._viewer.tools import list_tools, order_tools, page_urls, tool_label
+
+if TYPE_CHECKING:
+    from xprof_magic._analysis import Summary
+    from xprof_magic._marimo.options import Options
+    from xprof_magic._result import CaptureResult
+    from xprof_magic._viewer import ViewerStart
+
+__all__ = ["SUMMARY_BUDGET_S", "RunView", "announce", "location", "view_of"]
+
+SUMMARY_BUDGET_S = 1.0
+"""The summary shown at once is read within this budget (the magic's); a bigger one is
+finished in a process of its own and replaces it when ready."""
+VIEWER_WAIT_S = 60.0
+_HERE = Path(__file__).parent
+
+ToolLister = Callable[[Viewer, str], list[str]]
+ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
+
+
+def location(port: int, environ: Any = None) -> tuple[str, str]:
+    """``(origin, prefix)`` of the viewer's port as the browser reaches it: a proxy route
+    the user set, jupyter-server-proxy's on JupyterHub, else the loopback port itself."""
+    environ = os.environ if environ is None else environ
+    template = proxy_template(environ)
+    if template is None and "JUPYTERHUB_SERVICE_PREFIX" in environ:
+        template = server_proxy_template(environ)
+    return locate(port, template)
+
+
+# The views shown lately, told of new runs in their log directory (marimo keeps every
+# cell's output alive, so only the most recent ones are kept up to date).
+_live: collections.deque[RunView] = collections.deque(maxlen=16)
+
+
+def announce(logdir: Path) -> None:
+    """A run was stored in ``logdir``: the views of that log directory list it."""
+    key = str(Path(logdir).resolve())
+    views = [view for view in list(_live) if view.logdir_key == key]
+    if views:
+        found = _store.runs(logdir)
+        for view in views:
+            with contextlib.suppress(Exception):  # a view whose cell ran again is closed
+                view.refresh_runs(found=found)
+
+
+class RunView(anywidget.AnyWidget):
+    """The runs of one log directory, the selected one's summary, and its XProf page."""
+
+    _esm = _HERE / "view.js"
+    _css = _HERE / "view.css"
+    runs = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
+    run = traitlets.Unicode("").tag(sync=True)
+    tools = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
+    tool = traitlets.Unicode("").tag(sync=True)
+    hosts = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    host = traitlets.Unicode("").tag(sync=True)
+    summary = traitlets.Unicode("").tag(sync=True)
+    src = traitlets.Unicode("").tag(sync=True)
+    full = traitlets.Unicode("").tag(sync=True)
+    status = traitlets.Unicode("").tag(sync=True)
+    height = traitlets.Int(DEFAULT_HEIGHT).tag(sync=True)
+    refreshed = traitlets.Int(0).tag(sync=True)
+
+    def __init__(
+        self,
+        viewer: Viewer | None,
+        logdir: Path,
+        run: str | None = None,
+        *,
+        height: int = DEFAULT_HEIGHT,
+        summary_html: str | None = None,
+        status: str = "",
+        where: tuple[str, str] | None = None,
+        list_tools: ToolLister = list_tools,
+        survey: ToolSurveyor = survey_tools,
+    ) -> None:
+        """``viewer``: the one serving ``logdir`` (None: summaries only, ``status`` says
+        why); ``where``: its ``(origin, prefix)`` for the browser (default: :func:`location`);
+        ``summary_html``: ``run``'s, when the caller has rendered it."""
+        super().__init__(height=height, status=status)
+        self.viewer = viewer
+        self.logdir = Path(logdir)
+        self.logdir_key = str(self.logdir.resolve())
+        self.where = where or (location(viewer.port) if viewer is not None else ("", ""))
+        self._list_tools, self._survey = list_tools, survey
+        self._tools: dict[str, list[str]] = {}
+        self._surveys: dict[str, Survey] = {}
+        self._summaries = {run: summary_html} if run and summary_html else {}
+        self._lock = threading.RLock()
+        self._quiet = False
+        self._asked = 0
+        self._threads: list[threading.Thread] = []
+        self.observe(self._on_run, names="run")
+        self.observe(self._on_view, names=["tool", "host"])
+        self.observe(lambda _: self.refresh_runs(), names="refreshed")
+        self.refresh_runs(select=run)
+        _live.append(self)
+
+    def refresh_runs(
+        self, select: str | None = None, found: Sequence[_store.RunInfo] | None = None
+    ) -> None:
+        """List the runs again (``found``, else read now), keeping or moving to a selection."""
+        found = _store.runs(self.logdir) if found is None else found
+        with self._lock, self.hold_sync():
+            names = [r.name for r in found]
+            wanted = select or self.run
+            self._quiet = True
+            try:
+                self.runs = [[r.name, _run_label(r)] for r in found]
+                self.run = wanted if wanted in names else (names[0] if names else "")
+            finally:
+                self._quiet = False
+            self._show_run()
+
+    def _on_run(self, change: Any = None) -> None:
+        if not self._quiet:
+            with self._lock, self.hold_sync():
+                self._show_run()
+
+    def _show_run(self) -> None:
+        run = self.run
+        self._quiet = True
+        try:
+            if not run:
+                self.tools, self.hosts, self.tool, self.host = [], [], "", ""
+            else:
+                self._offer(self._tools.get(run) or order_tools([TRACE_VIEWER_TOOL, self.tool]))
+                hosts = list(_store.hosts(_store.run_path(self.logdir, run)))
+                self.hosts = hosts
+                self.host = self.host if self.host in hosts else (hosts[0] if hosts else "")
+        finally:
+            self._quiet = False
+        self.summary = self._summary_of(run)
+        if run and run not in self._tools and self.viewer is not None:
+            self._ask_tools(run)
+        self._point()
+
+    def _offer(self, tools: list[str]) -> None:
+        """The tool options, keeping the tool picked where the run has it; a tool without
+        data for the run is named with the reason."""
+        empty = self._surveys.get(self.run, Survey()).empty
+        self.tools = [[t, tool_label(t, empty.get(t))] for t in tools]
+        self.tool = self.tool if self.tool in tools else (tools[0] if tools else "")
+
+    def _on_view(self, change: Any = None) -> None:
+        if not self._quiet:
+            with self._lock:
+                self._point()
+
+    def _point(self) -> None:
+        """The URLs of the selection: the page the view embeds and the one a new tab opens."""
+        if self.viewer is None or not self.run:
+            self.src = self.full = ""
+            return
+        survey = self._surveys.get(self.run)
+        tool, host = self.tool or None, self.host or None
+        self.src, self.full = page_urls(self.viewer, self.run, tool, host, self.where, survey)
+
+    def _ask_tools(self, run: str) -> None:
+        """Ask the viewer for the run's tools in a thread (seconds on a big run): the trace
+        viewer is offered meanwhile, and the answer replaces it unless the person moved on."""
+        self._asked += 1
+        thread = threading.Thread(
+            target=self._take_tools, args=(run, self._asked), name="xprof-view-tools", daemon=True
+        )
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _take_tools(self, run: str, ticket: int) -> None:
+        assert self.viewer is not None
+        try:
+            tools = order_tools(self._list_tools(self.viewer, run))
+        except ViewerError as error:
+            with self._lock:
+                self.status = str(error)
+            return
+        self._show_tools(run, ticket, tools, None)
+        if tools:
+            survey = self._survey(self.viewer, run, tools, _store.run_path(self.logdir, run))
+            self._show_tools(run, ticket, sorted(tools, key=lambda t: t in survey.empty), survey)
+
+    def _show_tools(self, run: str, ticket: int, tools: list[str], survey: Survey | None) -> None:
+        with self._lock, self.hold_sync():
+            if survey is not None:
+                self._tools[run], self._surveys[run] = tools, survey
+            if ticket != self._asked or run != self.run or not tools:
+                return
+            self._quiet = True
+            try:
+                self._offer(tools)
+            finally:
+                self._quiet = False
+            self._point()
+
+    def wait_for_tools(self, timeout: float = 30.0) -> bool:
+        """Block until the tool lists asked for so far have come (tests, scripts)."""
+        for thread in list(self._threads):
+            thread.join(timeout)
+        return not any(t.is_alive() for t in self._threads)
+
+    def show_summary(self, summary: Summary) -> None:
+        """A run's summary, shown at once if that run is selected, else when it is."""
+        from xprof_magic._analysis import render_html
+
+        page = render_html(summary)
+        with self._lock:
+            self._summaries[summary.run] = page
+            if summary.run == self.run:
+                self.summary = page
+
+    def _summary_of(self, run: str) -> str:
+        """The panel's HTML for ``run``: the summary given or saved, rendered once."""
+        if not run:
+            return f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
+        page = self._summaries.get(run)
+        if page is None:
+            from xprof_magic import _analysis
+
+            saved = _analysis.load_summary(_store.run_path(self.logdir, run))
+            if saved is None:
+                name = html.escape(run)
+                return f"<i>No summary of {name} yet: xprof_magic.summarize({name!r})</i>"
+            page = self._summaries[run] = _analysis.render_html(saved)
+        return page
+
+
+def _run_label(run: _store.RunInfo) -> str:
+    when = datetime.fromtimestamp(run.created).strftime("%H:%M:%S") if run.created else ""
+    mark = " ✗" if (run.metadata or {}).get("status") == "error" else ""
+    return f"{run.name}{mark}  ({when})" if when else f"{run.name}{mark}"
+
+
+def view_of(result: CaptureResult, options: Options, start: ViewerStart | None) -> RunView:
+    """The view of a stored run: its summary now (a big one finishes apart and replaces it),
+    and the viewer (``start``, else begun now), waited for up to a minute (a failed one is
+    one line in the view)."""
+    from xprof_magic import _analysis
+
+    start = start or manager.begin_viewer(
+        result.logdir, port=options.viewer_port, kind=options.viewer
+    )
+    summary = _analysis.summary_of(result.run_dir, budget_s=SUMMARY_BUDGET_S)
+    outcome = start.wait(timeout=VIEWER_WAIT_S)
+    viewer, status = None, ""
+    if isinstance(outcome, manager.Failed):
+        status = f"xprof: no viewer: {outcome.message}"
+    else:
+        viewer = outcome.viewer
+        if isinstance(outcome, manager.Restarted | manager.Launched):
+            status = f"xprof: {outcome.message}"
+    view = RunView(
+        viewer,
+        result.logdir,
+        result.run,
+        height=options.height,
+        summary_html=_analysis.render_html(summary),
+        status=status,
+    )
+    if summary.pending:
+        _finish_apart(result.run_dir, view)
+    return view
+
+
+def _finish_apart(run_dir: Path, view: RunView) -> None:
+    """Read the whole timeline in a process of its own, then show that summary."""
+
+    def work() -> None:
+        from xprof_magic import _analysis
+
+        whole, _ = _analysis.summarize_in_subprocess(run_dir)
+        view.show_summary(whole or _analysis.summary_of(run_dir, budget_s=0.0))
+
+    threading.Thread(target=work, name="xprof-view-summary", daemon=True).start()

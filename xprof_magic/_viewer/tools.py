@@ -1,0 +1,121 @@
+"""A run's tools as a person picks them, and the page that shows each one.
+
+XProf lists a run's tools by their internal names (``trace_viewer@``, ``overview_page``);
+the fronts under a cell (the Jupyter widget, the marimo view) offer them in one order, by
+the names XProf's own menu uses, and embed each in the page that shows it best: the
+timeline alone for the trace viewer, opened on the verdict's steps, and XProf's full page
+for the rest, in the form for under a cell (:mod:`xprof_magic._viewer.inline`).
+What is shared by both fronts lives here; nothing imports IPython.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xprof_magic._viewer.client import NEW_NAV, TRACE_VIEWER_TOOL, Viewer, fetch_json
+from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey
+
+__all__ = [
+    "NEW_NAV",
+    "TOOL_NAMES",
+    "TOOL_ORDER",
+    "list_tools",
+    "order_tools",
+    "page_urls",
+    "view_range",
+]
+
+TOOL_ORDER = (
+    TRACE_VIEWER_TOOL,
+    "trace_viewer",
+    "overview_page",
+    "op_profile",
+    "memory_profile",
+    "memory_viewer",
+    "framework_op_stats",
+    "input_pipeline_analyzer",
+    "hlo_stats",
+    "graph_viewer",
+)
+TOOL_NAMES = {
+    TRACE_VIEWER_TOOL: "Trace viewer",
+    "trace_viewer": "Trace viewer",
+    "overview_page": "Overview",
+    "op_profile": "Op profile",
+    "memory_profile": "Memory profile",
+    "memory_viewer": "Memory viewer",
+    "framework_op_stats": "Framework op stats",
+    "input_pipeline_analyzer": "Input pipeline",
+    "hlo_stats": "HLO stats",
+    "graph_viewer": "Graph viewer",
+    "roofline_model": "Roofline",
+    "pod_viewer": "Pod viewer",
+    "megascale_stats": "Megascale stats",
+    "inference_profile": "Inference profile",
+}
+
+
+def order_tools(tools: Sequence[str]) -> list[str]:
+    """The trace viewer first, then overview, op profile, memory, then the rest by name."""
+    rank = {tool: i for i, tool in enumerate(TOOL_ORDER)}
+    unique = list(dict.fromkeys(t for t in tools if t))
+    if TRACE_VIEWER_TOOL in unique and "trace_viewer" in unique:
+        unique.remove("trace_viewer")
+    return sorted(unique, key=lambda t: (rank.get(t, len(rank)), t))
+
+
+def tool_label(tool: str, empty: str | None = None) -> str:
+    """The dropdown's name for a tool; with ``empty``, why it shows nothing for this run."""
+    name = TOOL_NAMES.get(tool, tool)
+    return f"{name} ({empty})" if empty else name
+
+
+def list_tools(viewer: Viewer, run: str) -> list[str]:
+    """The tools XProf offers for a run, from the viewer's ``run_tools`` route."""
+    found = fetch_json(viewer, "run_tools", run=run, timeout=10.0)
+    return [str(t) for t in found] if isinstance(found, list) else []
+
+
+def page_urls(
+    viewer: Viewer,
+    run: str,
+    tool: str | None,
+    host: str | None,
+    location: tuple[str, str],
+    survey: Survey | None = None,
+    window: tuple[float, float] | None = None,
+) -> tuple[str, str]:
+    """The embedded page's URL and the full UI's URL for one selection, as the browser sees
+    them; ``location`` is ``(origin, prefix)`` (:func:`~xprof_magic._viewer.client.locate`),
+    ``survey`` what the run's tools hold (the program a per-program tool opens on),
+    ``window`` the seconds on the timeline that the trace viewer opens on (the verdict's
+    steps, :meth:`~xprof_magic._analysis.Summary.verdict_window`), with a margin each side."""
+    origin, prefix = location
+    tool = tool or TRACE_VIEWER_TOOL
+    full = origin + viewer.tool_path(run, tool, host, prefix=prefix)
+    if viewer.kind != "xprof":
+        return full, full
+    if tool == TRACE_VIEWER_TOOL and host:
+        start, end = view_range(window) if window else (None, None)
+        path = viewer.trace_viewer_path(run, host, prefix=prefix, view_start=start, view_end=end)
+        return origin + path, full
+    found: dict[str, str] = {}
+    survey = survey or Survey()
+    if tool in PROGRAM_TOOLS and survey.program:
+        # The program that matters most; the graph viewer draws its root op at once.
+        found["module_name"] = survey.program
+        if tool == "graph_viewer" and survey.node:
+            found["node_name"] = survey.node
+    return origin + viewer.embedded_path(run, tool, host, prefix=prefix, **found), full
+
+
+VIEW_MARGIN = 0.03
+"""The share of the window's length shown before and after it."""
+
+
+def view_range(window: tuple[float, float]) -> tuple[float, float]:
+    """XProf's ``view_start`` and ``view_end`` (milliseconds on the timeline) for a window
+    of seconds, with :data:`VIEW_MARGIN` each side, so its first step is not at the edge."""
+    start, end = window
+    margin = (end - start) * VIEW_MARGIN
+    return max(0.0, start - margin) * 1e3, (end + margin) * 1e3
