@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make demo` and `make test`; `make check` is the
-# developer's inner loop (lint, types, the fast tests; newest stack only).
+# developer's inner loop (lint, types, the fast tests; newest stack only); `make stress-test`
+# is `make test` beside a CPU hog on every core.
 # All install into .venv first; the install is redone only when pyproject.toml changes.
 # `make test` also builds .venv-colab, Colab's TPU runtime stack (Python 3.13, IPython 7.34,
 # ipywidgets 7.7, Notebook 6.5), redone only when tests/colab-constraints.txt or
@@ -48,7 +49,7 @@ export PYTHONUNBUFFERED := 1
 # TensorFlow/XLA C++ logging would otherwise fill the outputs.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install graph-renderer colab-env torchtpu-env demo test check lint typecheck pytest fast-pytest browser-deps bench clean
+.PHONY: install graph-renderer colab-env torchtpu-env demo test stress-test check lint typecheck pytest fast-pytest browser-deps bench clean
 
 install: $(STAMP) $(GRAPH_STAMP)
 
@@ -127,6 +128,25 @@ pytest: install colab-env torchtpu-env browser-deps
 	  [ $$rc -eq 0 ] && [ $$rc2 -eq 0 ] && [ $$rc3 -eq 0 ]
 
 test: lint typecheck pytest
+
+# `make test` on a busy machine, as on a loaded laptop or CI runner: one CPU hog per core
+# runs beside it (stress-ng where installed, else a Python busy loop, each pinned to its
+# core with taskset where there is one), started once the environments are installed and
+# stopped when the run ends, whatever its result (the exit status is make test's).
+CORES := $(shell nproc 2>/dev/null || echo 2)
+stress-test: install colab-env torchtpu-env browser-deps
+	@hogs=""; trap 'kill $$hogs 2>/dev/null; wait $$hogs 2>/dev/null' EXIT INT TERM; \
+	if command -v stress-ng >/dev/null 2>&1; then \
+	  stress-ng --cpu $(CORES) --quiet & hogs=$$!; \
+	  echo "stress-test: stress-ng --cpu $(CORES) beside make test (pid $$hogs)"; \
+	else \
+	  pin=""; for core in $$(seq 0 $$(($(CORES) - 1))); do \
+	    if command -v taskset >/dev/null 2>&1; then pin="taskset -c $$core"; fi; \
+	    $$pin $(PYTHON) -c 'while True: pass' & hogs="$$hogs $$!"; \
+	  done; \
+	  echo "stress-test: $(CORES) Python busy loops beside make test (pids$$hogs)"; \
+	fi; \
+	$(MAKE) --no-print-directory test
 
 # The fast tests: in-process and subprocess tests on the newest stack; no kernel, Colab,
 # browser or Binder tests, nor the ones marked slow. `make check PYTEST_ARGS="-k name"` runs

@@ -3,6 +3,14 @@
 Everything a server and its kernels write (runtime files, settings, workspaces, IPython's
 history, the viewers' info files, the captures) goes under one temporary folder, so that a
 run leaves nothing behind but its artifacts.
+
+:class:`NotebookPage` is the one way the browser tests drive a notebook, in JupyterLab or in
+classic Notebook 6: open it, run its cells, wait for the kernel, and find a widget's XProf
+page. That page is found through Playwright's frame tree, by the name the widget gives its
+iframe, each time it is asked for, and every element through a locator: no test holds an
+element handle, which a re-rendered output or a frame's next document would leave behind.
+Every wait is for a condition; Playwright's ``wait_for_timeout`` appears only as the
+interval between two looks at one (:func:`wait_until`).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import gzip
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,20 +31,25 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import nbformat
 
 from tests._kernel import free_port
+from tests.conftest import ARTIFACTS
+from xprof_magic._notebook.frame import frame_name
 
 __all__ = [
     "CHROMIUM",
     "CHROMIUM_ARGS",
+    "LAB",
+    "NOTEBOOK6",
     "PROXY_KERNEL",
     "TOKEN",
     "DataFetch",
     "DataFetches",
     "JupyterLab",
+    "NotebookPage",
     "ToolView",
     "check_every_tool",
     "find_chromium",
@@ -43,10 +57,14 @@ __all__ = [
     "leftover_processes",
     "machine_environment",
     "offline",
+    "page_of",
+    "run_of",
     "select_run",
+    "shut_down",
     "start_classic_notebook",
     "start_jupyterlab",
     "stop_viewers",
+    "tool_page",
     "wait_until",
     "write_notebook",
 ]
@@ -82,6 +100,9 @@ _SERVER_CONFIG = {
 
 LOOPBACK = ("http://127.0.0.1", "http://localhost", "ws://127.0.0.1", "ws://localhost")
 BACKDROP = ".mat-drawer-backdrop.mat-drawer-shown"
+MENU_PLACED = (
+    ".mat-drawer.mat-drawer-side, .mat-drawer.mat-drawer-over, .mat-drawer.mat-drawer-push"
+)
 V2_KEY = "use_trace_viewer_v2"
 CHARTS_NOTE_CLASS = "xprof-charts-note"
 
@@ -143,6 +164,219 @@ def write_notebook(path: Path, cells: list[str], kernel: str = "python3") -> Non
     notebook.metadata["language_info"] = {"name": "python"}
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
     nbformat.write(notebook, str(path))
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """What differs between the notebook frontends the tests drive: the notebook's URL, how
+    the page says it is ready, how Run All is asked for and when cells are done, where
+    outputs and widgets sit."""
+
+    name: str
+    url: Callable[[JupyterLab, str, str], str]
+    """The notebook's URL: ``(server, notebook file, workspace)``."""
+    ready: str
+    """A JavaScript predicate, true once the notebook and its kernel are connected."""
+    run_all: Callable[[Any], None]
+    prompts: Callable[[Any], list[Any]]
+    """Each code cell's execution count (None, or JupyterLab's prompt text, until run)."""
+    ran: Callable[[Any], bool]
+    """Whether one entry of :attr:`prompts` says the cell ran."""
+    outputs: str
+    """The selector of one output."""
+    widgets: str
+    """The selector of the widgets' viewer boxes in the notebook."""
+
+
+def _lab_run_all(page: Any) -> None:
+    """Run → Run All Cells, past the kernel chooser if JupyterLab asks for a kernel."""
+    chooser = page.get_by_role("button", name="Select", exact=True)
+    if chooser.count() and chooser.first.is_visible():
+        chooser.first.click()
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+
+def _lab_prompts(page: Any) -> list[Any]:
+    found: list[str] = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+    return [p.strip() for p in found]
+
+
+LAB = Frontend(
+    name="JupyterLab",
+    url=lambda server, name, workspace: server.notebook_url(name, workspace),
+    ready="() => document.querySelector('.jp-NotebookPanel .jp-CodeCell') !== null",
+    run_all=_lab_run_all,
+    prompts=_lab_prompts,
+    ran=lambda prompt: bool(re.fullmatch(r"\[\d+\]:", str(prompt))),
+    outputs=".jp-OutputArea-output",
+    widgets=".jp-NotebookPanel .xprof-viewer",
+)
+NOTEBOOK6 = Frontend(
+    name="Notebook 6",
+    url=lambda server, name, _: f"{server.origin}/notebooks/{name}?token={TOKEN}",
+    ready=(
+        "() => window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel"
+        " && Jupyter.notebook.kernel.is_connected()"
+    ),
+    run_all=lambda page: page.evaluate("() => Jupyter.notebook.execute_all_cells()"),
+    prompts=lambda page: list(
+        page.evaluate("() => Jupyter.notebook.get_cells().map(c => c.input_prompt_number ?? null)")
+    ),
+    ran=lambda prompt: isinstance(prompt, int),
+    outputs=".output_area",
+    widgets=".xprof-viewer",
+)
+
+
+def page_of(url: str) -> str:
+    """The XProf page a URL opens: the last part of its path (``trace_viewer_index.html``,
+    ``overview_page``, ``trace_viewer@``)."""
+    return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+
+
+def run_of(url: str) -> str:
+    """The run a URL of XProf's shows: its ``run``, or its trace data URL's."""
+    query = parse_qs(urlsplit(url).query)
+    for data_url in query.get("trace_data_url", []):
+        query = {**parse_qs(urlsplit(data_url).query), **query}
+    return query.get("run", [""])[0]
+
+
+def tool_page(tool: str) -> str:
+    """The page the widget embeds for ``tool``: the trace viewer's is the bare timeline."""
+    return "trace_viewer_index.html" if tool.startswith("trace_viewer") else tool
+
+
+class NotebookPage:
+    """One notebook open in a browser page, in JupyterLab or classic Notebook 6 (``ui``):
+    its cells run, its kernel, its widgets' XProf pages, and what the page fetched, where
+    it went and what it logged."""
+
+    def __init__(
+        self, page: Any, server: JupyterLab, name: str, ui: Frontend, workspace: str = ""
+    ) -> None:
+        self.page = page
+        self.server = server
+        self.name = name
+        self.ui = ui
+        self.workspace = workspace or Path(name).stem
+        self.data = DataFetches()
+        self.navigations: list[str] = []
+        self.errors: list[str] = []
+        self.console: list[str] = []
+        self.comm_info = False
+        page.on("response", self.data.on_response)
+        page.on("framenavigated", self._navigated)
+        page.on("websocket", lambda ws: ws.on("framereceived", self._received))
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text} ({m.location})"))
+
+    def _navigated(self, frame: Any) -> None:
+        if frame == self.page.main_frame:
+            self.navigations.append(frame.url)
+
+    def _received(self, payload: str | bytes) -> None:
+        text = payload if isinstance(payload, str) else payload.decode(errors="replace")
+        self.comm_info = self.comm_info or '"comm_info_reply"' in text
+
+    def pause(self, seconds: float) -> None:
+        """Let Playwright deliver events (responses, navigations) for ``seconds``: only the
+        interval between two looks at a condition (:func:`wait_until`)."""
+        self.page.wait_for_timeout(seconds * 1000)
+
+    def wait(self, check: Callable[[], Any], what: str | Callable[[], str], timeout: float) -> Any:
+        return wait_until(check, timeout, what, self.pause)
+
+    def open(self, timeout: float) -> None:
+        """Open the notebook and wait until its kernel is connected and idle, and the
+        widget manager has asked the kernel for its widgets (a widget created before that
+        answer can be left unrendered, which a user who opens a notebook and then runs it
+        never meets)."""
+        url = self.ui.url(self.server, self.name, self.workspace)
+        self.page.goto(url, timeout=timeout * 1000)
+        self.page.wait_for_function(self.ui.ready, timeout=timeout * 1000)
+        self.wait(self.kernel_idle, "the kernel to start", timeout)
+        self.wait(lambda: self.comm_info, "the widget manager's comm_info_reply", timeout)
+
+    def kernel_idle(self) -> bool:
+        sessions = self.server.api("GET", "/api/sessions")
+        return bool(sessions) and all(s["kernel"]["execution_state"] == "idle" for s in sessions)
+
+    def prompts(self) -> list[Any]:
+        return self.ui.prompts(self.page)
+
+    def outputs(self) -> str:
+        texts: list[str] = self.page.locator(self.ui.outputs).all_inner_texts()
+        return "\n---\n".join(texts)
+
+    def run_all(self, count: int, timeout: float) -> None:
+        """Run every cell, then wait until all ``count`` have run and the kernel is idle."""
+        self.ui.run_all(self.page)
+
+        def done() -> bool:
+            prompts = self.prompts()
+            return len(prompts) == count and all(map(self.ui.ran, prompts)) and self.kernel_idle()
+
+        self.wait(done, lambda: f"cells still running: {self.prompts()}\n{self.outputs()}", timeout)
+
+    @property
+    def widgets(self) -> Any:
+        """The widgets' viewer boxes (a locator)."""
+        return self.page.locator(self.ui.widgets)
+
+    def xprof_frame(self, owner: Any) -> Any:
+        """The XProf page's frame that ``owner`` (a widget, or Colab's output box) holds,
+        from Playwright's frame tree, or None while there is none: the frame named after the
+        ``data-xprof-frame`` id that ``owner`` (or an element in it) carries."""
+        frame_id = owner.evaluate(
+            "e => (e.closest('[data-xprof-frame]') || e.querySelector('[data-xprof-frame]'))"
+            "?.dataset.xprofFrame ?? null"
+        )
+        name = frame_name(frame_id) if frame_id else None
+        found = [f for f in self.page.frames if f.name == name and not f.is_detached()]
+        return found[-1] if found else None
+
+    def wait_for_page(self, owner: Any, run: str, page: str, timeout: float) -> Any:
+        """``owner``'s XProf frame once it shows ``page`` (:func:`page_of`) of ``run``."""
+
+        def shown() -> Any:
+            frame = self.xprof_frame(owner)
+            ok = frame is not None and (page_of(frame.url), run_of(frame.url)) == (page, run)
+            return frame if ok else None
+
+        def state() -> str:
+            frame = self.xprof_frame(owner)
+            return f"{page} of {run} in the widget's frame; it shows {frame.url if frame else None}"
+
+        return self.wait(shown, state, timeout)
+
+    def wait_for_data(
+        self, frame: Any, run: str, tag: str, timeout: float, label: str | None = None
+    ) -> Any:
+        """Until ``frame`` has fetched ``run``'s data for ``tag`` (with event ``label``)."""
+        wanted = f"{tag} data of run {run!r}" + (f" with an event {label!r}" if label else "")
+        return self.wait(
+            lambda: self.data.find(run, tag, frame, label),
+            lambda: f"the widget's page fetched no {wanted}\n{self.data.describe()}",
+            timeout,
+        )
+
+    def screenshot(self, name: str, shot: Any = None) -> Path:
+        """``shot`` (a locator), else the whole page, into test-artifacts/."""
+        ARTIFACTS.mkdir(exist_ok=True)
+        path = ARTIFACTS / f"browser-{name}.png"
+        if shot is None:
+            self.page.screenshot(path=str(path), full_page=True)
+        else:
+            shot.screenshot(path=str(path))
+        return path
+
+    def report(self) -> None:
+        """What a failure leaves to read: the server's log, the page's console and errors."""
+        print(f"{self.ui.name}'s log, last lines:\n{self.server.log_tail()}")
+        print("Console:", *self.console[-40:], sep="\n")
+        print("Page errors:", *self.errors[-20:], sep="\n")
 
 
 @dataclass
@@ -383,12 +617,11 @@ def _launch(
             start_new_session=True,
         )
     server = handle(process)
-    deadline = time.monotonic() + timeout
-    while not server.answers():
-        if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"{what} did not start; its log:\n{server.log_tail()}")
-        time.sleep(0.3)
+    with contextlib.suppress(AssertionError):  # a timeout: said below, with the server's log
+        wait_until(lambda: process.poll() is not None or server.answers(), timeout, what)
+    if not server.answers():
+        server.stop()
+        raise RuntimeError(f"{what} did not start; its log:\n{server.log_tail()}")
     return server
 
 
@@ -527,8 +760,8 @@ class ToolView:
     """The widget (its ``.xprof-tools select``)."""
     box: Any
     """The element that holds the XProf frame: its bounds are what the user sees."""
-    frame: Callable[[Any], Any]
-    """The XProf page's frame once it is not the one given (a new selection)."""
+    frame: Callable[[str], Any]
+    """The XProf page's frame once it shows a tool (by its value in the dropdown)."""
     data: DataFetches
     pause: Callable[[float], None]
     screenshot: Callable[[str], Any]
@@ -540,11 +773,11 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
 
     A tool named with a reason ("(no device ops in a CPU capture)") must say so and nothing
     more; any other must fetch its data (the graph viewer: its graph, after "Search Graph").
-    No profile request answers 4xx/5xx, no backdrop covers the tool, and in the trace viewer
-    the ``python`` row (``label``'s thread) is inside the frame without scrolling. Returns
-    the tools seen.
+    No profile request answers 4xx/5xx, no backdrop covers the tool once XProf has laid out
+    its menu, and in the trace viewer the ``python`` row (``label``'s thread) is inside the
+    frame without scrolling. Returns the tools seen.
     """
-    from xprof_magic._notebook.widget import TOOL_NAMES
+    from xprof_magic._notebook.tools import TOOL_NAMES
 
     select = view.widget.locator(".xprof-tools select")
     labels: list[str] = select.evaluate("s => Array.from(s.options).map(o => o.textContent)")
@@ -557,11 +790,11 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
     with_data = [v for v, text in offered if not text.endswith(")")]
     assert offered[: len(with_data)] == [(v, t) for v, t in offered if v in with_data], offered
     current = select.evaluate("s => s.options[s.selectedIndex].textContent")
-    frame = view.frame(None)
     for (value, text), label_text in zip(offered, labels, strict=True):
         if label_text != current:
             select.select_option(label=label_text)
-            frame, current = view.frame(frame), label_text
+            current = label_text
+        frame = view.frame(value)
         view.box.scroll_into_view_if_needed()
         if value.startswith("trace_viewer"):
             found = functools.partial(view.data.find, run, "trace_viewer", frame, label)
@@ -584,7 +817,7 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
             else:
                 found = functools.partial(view.data.find, run, value, frame)
                 _wait(view, found, f"{value} data of {run}")
-        view.pause(1.0)
+            _wait(view, functools.partial(_menu_laid_out, frame), f"{value}: XProf's menu")
         assert frame.locator(BACKDROP).count() == 0, f"{value}: XProf's menu covers the tool"
         if not value.startswith("trace_viewer"):
             # A Trace Viewer v2 choice saved here (no WebGPU adapter headless) is dropped by
@@ -595,6 +828,20 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
         view.screenshot(f"{name}-{value.rstrip('@')}")
         assert not view.data.failed, (value, view.data.failed)
     return [v for v, _ in offered]
+
+
+def _menu_laid_out(frame: Any) -> bool:
+    """XProf's full UI has placed its menu: its drawer has taken a mode (docked, or over
+    the tool with a backdrop, which XProf shows in the same update) and XProf has finished
+    navigating to the tool (its "Navigating." notice is gone), the moment its classic menu
+    would open over a narrow frame."""
+    from playwright.sync_api import Error
+
+    try:
+        placed = frame.locator(MENU_PLACED).count() > 0
+        return placed and frame.get_by_text("Navigating.").count() == 0
+    except Error:
+        return False
 
 
 def _content(frame: Any) -> str:

@@ -16,21 +16,20 @@ import contextlib
 import http.server
 import json
 import os
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests._browser import (
     CHROMIUM_ARGS,
-    TOKEN,
-    DataFetches,
+    NOTEBOOK6,
     JupyterLab,
+    NotebookPage,
     ToolView,
     check_every_tool,
     find_chromium,
@@ -38,11 +37,11 @@ from tests._browser import (
     select_run,
     shut_down,
     start_classic_notebook,
-    wait_until,
+    tool_page,
     write_notebook,
 )
 from tests._kernel import free_port
-from tests.conftest import ARTIFACTS, missing
+from tests.conftest import missing
 from xprof_magic._notebook import colab
 
 pytestmark = [pytest.mark.browser, pytest.mark.pinned]
@@ -51,6 +50,7 @@ STUB = Path(__file__).resolve().parent / "colab_stub"
 KERNEL = "python3-colab"
 RUN_TIMEOUT_S = 300.0
 LOAD_TIMEOUT_S = 90.0
+TIMELINE = "trace_viewer_index.html"
 
 # ``target`` null: a port maps to the same port on localhost; a number: every port maps there.
 FAKE_PROXY = """
@@ -185,201 +185,109 @@ def forbidden() -> Iterator[int]:
     httpd.server_close()
 
 
-class ClassicNotebook:
-    """One notebook open in classic Notebook, and what its page fetched."""
+def open_notebook(
+    server: JupyterLab, context: Any, name: str, cells: list[str], kernel: str
+) -> NotebookPage:
+    """``cells`` as notebook ``name`` in classic Notebook, opened in ``context``'s page."""
+    write_notebook(server.root / name, cells, kernel=kernel)
+    page = context.pages[0] if context.pages else context.new_page()
+    notebook = NotebookPage(page, server, name, NOTEBOOK6)
+    notebook.open(LOAD_TIMEOUT_S)
+    return notebook
 
-    def __init__(self, page: Any, server: JupyterLab, name: str) -> None:
-        self.page = page
-        self.server = server
-        self.name = name
-        self.data = DataFetches()
-        self.errors: list[str] = []
-        page.on("response", self.data.on_response)
-        self.comm_info = False
-        page.on("websocket", lambda ws: ws.on("framereceived", self._received))
-        page.on("pageerror", lambda error: self.errors.append(str(error)))
-        self.console: list[str] = []
-        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text} ({m.location})"))
 
-    def _received(self, payload: str | bytes) -> None:
-        text = payload if isinstance(payload, str) else payload.decode(errors="replace")
-        self.comm_info = self.comm_info or '"comm_info_reply"' in text
+def every_tool(notebook: NotebookPage, widget: Any, box: Any, run: str, label: str) -> list[str]:
+    """:func:`check_every_tool` on one widget and the output frame under it."""
+    box.scroll_into_view_if_needed()
+    view = ToolView(
+        widget=widget,
+        box=box.locator("iframe.xprof-inner"),
+        frame=lambda tool: notebook.wait_for_page(box, run, tool_page(tool), LOAD_TIMEOUT_S),
+        data=notebook.data,
+        pause=notebook.pause,
+        screenshot=lambda shot: notebook.screenshot(f"colab-{run}-{shot}", box),
+    )
+    return check_every_tool(view, run, label, "tools")
 
-    def pause(self, seconds: float) -> None:
-        self.page.wait_for_timeout(seconds * 1000)
 
-    def open(self) -> None:
-        url = f"{self.server.origin}/notebooks/{self.name}?token={TOKEN}"
-        self.page.goto(url, timeout=LOAD_TIMEOUT_S * 1000)
-        self.page.wait_for_function(
-            "() => window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel"
-            " && Jupyter.notebook.kernel.is_connected()",
-            timeout=LOAD_TIMEOUT_S * 1000,
+def failed(notebook: NotebookPage, name: str) -> None:
+    """What a failure leaves: a screenshot, the logs, the outputs' markup."""
+    with contextlib.suppress(Exception):
+        notebook.screenshot(f"colab-{name}")
+    notebook.report()
+    with contextlib.suppress(Exception):
+        areas = notebook.page.evaluate(
+            "() => Array.from(document.querySelectorAll('.output_area'))"
+            ".map(a => a.innerHTML.slice(0, 600))"
         )
-
-    def prompts(self) -> list[Any]:
-        found: list[Any] = self.page.evaluate(
-            "() => Jupyter.notebook.get_cells().map(c => c.input_prompt_number ?? null)"
-        )
-        return found
-
-    def outputs(self) -> str:
-        texts: list[str] = self.page.locator(".output_area").all_inner_texts()
-        return "\n---\n".join(texts)
-
-    def kernel_idle(self) -> bool:
-        sessions = self.server.api("GET", "/api/sessions")
-        return bool(sessions) and all(s["kernel"]["execution_state"] == "idle" for s in sessions)
-
-    def run_all(self) -> None:
-        """Run every cell once the widget manager has restored the kernel's widgets.
-
-        Notebook 6's manager (ipywidgets 7) asks the kernel for its comms when it connects;
-        a widget created before that answer can be left unrendered, which a user who opens
-        a notebook and then runs it never meets."""
-        wait_until(
-            lambda: self.comm_info,
-            LOAD_TIMEOUT_S,
-            "the widget manager's comm_info_reply",
-            self.pause,
-        )
-        self.page.evaluate("() => Jupyter.notebook.execute_all_cells()")
-        wait_until(
-            lambda: all(isinstance(p, int) for p in self.prompts()) and self.kernel_idle(),
-            RUN_TIMEOUT_S,
-            lambda: f"cells still running: {self.prompts()}\n{self.outputs()}",
-            self.pause,
-        )
-
-    def frame(self, box: Any, previous: Any = None) -> Any:
-        """The XProf page's frame in an ``.xprof-colab`` output, once not ``previous``."""
-
-        def find() -> Any:
-            handle = box.locator("iframe.xprof-inner").element_handle(timeout=1000)
-            found = handle.content_frame() if handle else None
-            if found is None or found == previous or found.url in ("", "about:blank"):
-                return None  # Not yet the new frame, or not yet navigated to its page.
-            return found
-
-        return wait_until(find, LOAD_TIMEOUT_S, "the output's XProf frame", self.pause)
-
-    def wait_for_data(self, box: Any, run: str, label: str) -> Any:
-        """The output's frame once it has fetched ``run``'s trace with an event ``label``;
-        in view, as a user would see it (Chromium throttles frames out of view)."""
-        box.scroll_into_view_if_needed()
-        return wait_until(
-            lambda: (
-                (frame := self.frame(box))
-                and self.data.find(run, "trace_viewer", frame, label)
-                and frame
-            ),
-            LOAD_TIMEOUT_S,
-            lambda: f"no trace of {run!r} with {label!r} fetched\n{self.data.describe()}",
-            self.pause,
-        )
-
-    def every_tool(self, widget: Any, box: Any, run: str, label: str) -> list[str]:
-        """:func:`check_every_tool` on one widget and the output frame under it."""
-        box.scroll_into_view_if_needed()
-        view = ToolView(
-            widget=widget,
-            box=box.locator("iframe.xprof-inner"),
-            frame=lambda previous: self.frame(box, previous),
-            data=self.data,
-            pause=self.pause,
-            screenshot=lambda shot: box.screenshot(
-                path=str(ARTIFACTS / f"browser-colab-{run}-{shot}.png")
-            ),
-        )
-        return check_every_tool(view, run, label, "tools")
-
-    def screenshot(self, name: str) -> None:
-        ARTIFACTS.mkdir(exist_ok=True)
-        self.page.screenshot(path=str(ARTIFACTS / f"browser-colab-{name}.png"), full_page=True)
-
-
-def run_of(frame: Any) -> str:
-    found = re.search(r"[?&]run=([^&]+)", unquote(unquote(frame.url)))
-    return found.group(1) if found else ""
+        print("Output areas:", *areas, sep="\n")
 
 
 def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
     server: JupyterLab, browser: Callable[[str], Any]
 ) -> None:
-    name = "colab.ipynb"
-    write_notebook(server.root / name, [SETUP, TRAIN, EVALUATE, JAX], kernel=KERNEL)
     context = browser(FAKE_PROXY % "null")
     offline(context)
-    page = context.pages[0] if context.pages else context.new_page()
-    notebook = ClassicNotebook(page, server, name)
+    cells = [SETUP, TRAIN, EVALUATE, JAX]
+    notebook = open_notebook(server, context, "colab.ipynb", cells, KERNEL)
+    page = notebook.page
     try:
-        notebook.open()
-        notebook.run_all()
+        notebook.run_all(count=len(cells), timeout=RUN_TIMEOUT_S)
         outputs = notebook.outputs()
         assert "Traceback" not in outputs and "showing it failed" not in outputs, outputs
         for run in ("colab-train", "colab-eval", "colab-jax"):
             assert f"xprof: run {run} (ok)" in outputs, outputs
-        widgets = page.locator(".xprof-viewer")
+        widgets = notebook.widgets
         boxes = page.locator(".xprof-colab")
-        wait_until(
+        notebook.wait(
             lambda: widgets.count() == 3 and boxes.count() == 3,
-            LOAD_TIMEOUT_S,
             lambda: f"{widgets.count()} widgets, {boxes.count()} frames:\n{notebook.outputs()}",
-            notebook.pause,
+            LOAD_TIMEOUT_S,
         )
         assert page.locator("a.xprof-open").count() == 0, "Colab gets no new-tab link"
 
         # The frame comes from another origin than the notebook's, through proxyPort.
         first = boxes.nth(0)
-        frame = notebook.frame(first)
+        first.scroll_into_view_if_needed()
+        frame = notebook.wait_for_page(first, "colab-train", TIMELINE, LOAD_TIMEOUT_S)
         parts = urlsplit(frame.url)
         assert parts.hostname == "localhost" and parts.port != server.port, frame.url
         calls = page.evaluate("() => window.xprofProxyCalls")
         assert calls and all(c["options"] == {"cache": False} for c in calls), calls
-        frame = notebook.wait_for_data(first, "colab-train", "forward")
+        notebook.wait_for_data(frame, "colab-train", "trace_viewer", LOAD_TIMEOUT_S, "forward")
         frame.get_by_text("/host:CPU").filter(visible=True).first.wait_for(
             timeout=LOAD_TIMEOUT_S * 1000
         )
         assert first.locator(".xprof-colab-hint").is_hidden()
-        notebook.screenshot("trace-viewer")
+        notebook.screenshot("colab-trace-viewer")
 
         # The runs dropdown replaces the same output's frame, in place.
         select_run(widgets.nth(0), "colab-eval")
-        frame = notebook.frame(first, previous=frame)
-        assert run_of(frame) == "colab-eval", frame.url
-        frame = notebook.wait_for_data(first, "colab-eval", "evaluate")
+        frame = notebook.wait_for_page(first, "colab-eval", TIMELINE, LOAD_TIMEOUT_S)
+        first.scroll_into_view_if_needed()
+        notebook.wait_for_data(frame, "colab-eval", "trace_viewer", LOAD_TIMEOUT_S, "evaluate")
         assert boxes.count() == 3 and first.locator("iframe").count() == 1
         assert first.locator(".xprof-colab-hint").is_hidden()
 
         # XProf's full UI reads window.parent; cross-origin it must still render.
         widgets.nth(0).locator(".xprof-tools select").select_option(label="Overview")
-        frame = notebook.frame(first, previous=frame)
-        assert urlsplit(frame.url).path.endswith("/overview_page"), frame.url
+        frame = notebook.wait_for_page(first, "colab-eval", "overview_page", LOAD_TIMEOUT_S)
         first.scroll_into_view_if_needed()
         frame.get_by_text("Performance Summary").filter(visible=True).first.wait_for(
             timeout=LOAD_TIMEOUT_S * 1000
         )
-        notebook.screenshot("overview")
+        notebook.screenshot("colab-overview")
         # XProf's pages read window.parent (gtag, TENSORBOARD_ENV), which throws
         # cross-origin: what matters is that they render, as checked above.
         assert not [e for e in notebook.errors if "localStorage" in e], notebook.errors
 
         # Every tool offered, for torch_xla and for JAX, in Notebook 6's output width.
         for index, run, label in ((0, "colab-eval", "evaluate"), (2, "colab-jax", "update")):
-            tools = notebook.every_tool(widgets.nth(index), boxes.nth(index), run, label)
+            tools = every_tool(notebook, widgets.nth(index), boxes.nth(index), run, label)
             assert "graph_viewer" in tools and "memory_viewer" in tools, tools
         print("Page errors (XProf's, cross-origin):", *notebook.errors, sep="\n")
     except BaseException:
-        with contextlib.suppress(Exception):
-            notebook.screenshot("failure")
-        print(f"Notebook's log, last lines:\n{server.log_tail()}")
-        print("Console:", *notebook.console[-40:], sep="\n")
-        with contextlib.suppress(Exception):
-            areas = page.evaluate(
-                "() => Array.from(document.querySelectorAll('.output_area'))"
-                ".map(a => a.innerHTML.slice(0, 600))"
-            )
-            print("Output areas:", *areas, sep="\n")
+        failed(notebook, "failure")
         raise
     finally:
         context.close()
@@ -389,25 +297,60 @@ def test_the_viewer_loads_through_the_fake_proxy_and_switches_runs(
 def test_a_refusing_proxy_shows_the_one_line_hint(
     server: JupyterLab, browser: Callable[[str], Any], forbidden: int
 ) -> None:
-    name = "colab-403.ipynb"
-    write_notebook(server.root / name, [SETUP, TRAIN], kernel=KERNEL)
     context = browser(FAKE_PROXY % json.dumps(forbidden))
-    page = context.pages[0] if context.pages else context.new_page()
-    notebook = ClassicNotebook(page, server, name)
+    notebook = open_notebook(server, context, "colab-403.ipynb", [SETUP, TRAIN], KERNEL)
     try:
-        notebook.open()
-        notebook.run_all()
-        box = page.locator(".xprof-colab")
+        notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
+        box = notebook.page.locator(".xprof-colab")
         assert box.count() == 1, notebook.outputs()
         hint = box.locator(".xprof-colab-hint")
         hint.wait_for(state="visible", timeout=LOAD_TIMEOUT_S * 1000)
         assert hint.inner_text().strip() == colab.BLOCKED_HINT
         assert box.locator("iframe").count() == 0
-        notebook.screenshot("403")
+        notebook.screenshot("colab-403")
     except BaseException:
-        with contextlib.suppress(Exception):
-            notebook.screenshot("403-failure")
-        print(f"Notebook's log, last lines:\n{server.log_tail()}")
+        failed(notebook, "403-failure")
+        raise
+    finally:
+        context.close()
+        server.shutdown_kernels()
+
+
+def test_notebook6_switches_runs_in_place(
+    server: JupyterLab, browser: Callable[[str], Any]
+) -> None:
+    """Without Colab, ipywidgets 7's HTML widget holds the wrapper iframe (as ipywidgets 8's
+    does in JupyterLab): a new run or tool navigates its XProf frame in place, and the
+    wrapper, written once, stays."""
+    context = browser("")
+    offline(context)
+    cells = [SETUP, TRAIN.replace("colab-", "nb6-"), EVALUATE.replace("colab-", "nb6-")]
+    notebook = open_notebook(server, context, "notebook6.ipynb", cells, "python3")
+    try:
+        notebook.run_all(count=len(cells), timeout=RUN_TIMEOUT_S)
+        outputs = notebook.outputs()
+        assert "xprof: run nb6-train (ok)" in outputs and "Traceback" not in outputs, outputs
+        assert notebook.page.locator(".xprof-colab").count() == 0, "not Colab: no output frame"
+        first = notebook.widgets.nth(0)
+        wrapper = first.locator("iframe.xprof-outer")
+        wrapper.scroll_into_view_if_needed()
+        frame = notebook.wait_for_page(first, "nb6-train", TIMELINE, LOAD_TIMEOUT_S)
+        assert urlsplit(frame.url).hostname == "127.0.0.1", frame.url
+        notebook.wait_for_data(frame, "nb6-train", "trace_viewer", LOAD_TIMEOUT_S, "forward")
+        wrapper.evaluate("e => { e.dataset.xprofTest = 'kept'; }")
+
+        select_run(first, "nb6-eval")
+        assert notebook.wait_for_page(first, "nb6-eval", TIMELINE, LOAD_TIMEOUT_S) == frame
+        notebook.wait_for_data(frame, "nb6-eval", "trace_viewer", LOAD_TIMEOUT_S, "evaluate")
+        first.locator(".xprof-tools select").select_option(label="Overview")
+        assert notebook.wait_for_page(first, "nb6-eval", "overview_page", LOAD_TIMEOUT_S) == frame
+        frame.get_by_text("Performance Summary").filter(visible=True).first.wait_for(
+            timeout=LOAD_TIMEOUT_S * 1000
+        )
+        assert first.locator("iframe.xprof-outer[data-xprof-test=kept]").count() == 1
+        notebook.screenshot("notebook6-overview", wrapper)
+    except BaseException:
+        failed(notebook, "notebook6-failure")
         raise
     finally:
         context.close()

@@ -12,14 +12,15 @@ import pytest
 
 from tests._browser import (
     CHROMIUM_ARGS,
+    LAB,
     JupyterLab,
+    NotebookPage,
     find_chromium,
     shut_down,
     start_jupyterlab,
-    wait_until,
     write_notebook,
 )
-from tests.conftest import ARTIFACTS, missing
+from tests.conftest import missing
 
 pytestmark = pytest.mark.browser
 
@@ -64,40 +65,24 @@ def test_the_verdict_and_its_chart_show_under_the_cell(
             executable_path=chromium, args=CHROMIUM_ARGS, env={**os.environ, "HOME": str(home)}
         )
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        notebook = NotebookPage(page, lab, "diagnosis.ipynb", LAB)
         try:
-            page.goto(lab.notebook_url("diagnosis.ipynb", workspace="diagnosis"))
-            page.locator(".jp-NotebookPanel .jp-CodeCell").first.wait_for(timeout=90_000)
-
-            def pause(seconds: float) -> None:
-                page.wait_for_timeout(seconds * 1000)
-
-            def kernel_idle() -> bool:
-                sessions = lab.api("GET", "/api/sessions")
-                idle = all(x["kernel"]["execution_state"] == "idle" for x in sessions)
-                return bool(sessions) and idle
-
-            wait_until(kernel_idle, 90.0, "the kernel to start", pause)
-            chooser = page.get_by_role("button", name="Select", exact=True)
-            if chooser.count() and chooser.first.is_visible():
-                chooser.first.click()
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            notebook.open(90.0)
+            notebook.run_all(count=len(CELLS), timeout=TIMEOUT_S)
             chart = page.locator("svg.xprof-magic-breakdown").first
             chart.wait_for(state="attached", timeout=TIMEOUT_S * 1000)
             chart.scroll_into_view_if_needed()
-            wait_until(chart.is_visible, 30.0, "the breakdown chart to be visible", pause)
+            notebook.wait(chart.is_visible, "the breakdown chart to be visible", 30.0)
             legend = chart.locator("text").all_text_contents()
             assert "input" in legend and "where the time of 6 steps went (verdict: input)" in legend
             assert chart.locator("rect").count() >= 6
             text = page.locator(".jp-OutputArea-output").all_inner_texts()
             assert any(re.search(r"Input-bound \(highly, XProf's ≥ 20%\): \d+%", t) for t in text)
-            ARTIFACTS.mkdir(exist_ok=True)
-            chart.screenshot(path=str(ARTIFACTS / "browser-diagnosis-chart.png"))
+            notebook.screenshot("diagnosis-chart", chart)
         except BaseException:
             with contextlib.suppress(Exception):
-                ARTIFACTS.mkdir(exist_ok=True)
-                page.screenshot(path=str(ARTIFACTS / "browser-diagnosis-failure.png"))
-            print(f"JupyterLab's log, last lines:\n{lab.log_tail()}")
+                notebook.screenshot("diagnosis-failure")
+            notebook.report()
             raise
         finally:
             browser.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import types
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ import pytest
 import xprof_magic
 from xprof_magic import _viewer
 from xprof_magic._notebook import context as _context
+from xprof_magic._notebook import frame as _frame
+from xprof_magic._notebook import tools as _tools
 from xprof_magic._notebook import widget as _widget
 from xprof_magic._viewer import survey as _survey
 
@@ -63,7 +66,7 @@ def viewer(logdir: Path) -> Iterator[_viewer.Viewer]:
 def test_tools_are_ordered_trace_viewer_first() -> None:
     tools = ["memory_profile", "op_profile", "zeta", "overview_page", "trace_viewer", "alpha"]
     tools.append("trace_viewer@")
-    assert _widget.order_tools(tools) == [
+    assert _tools.order_tools(tools) == [
         "trace_viewer@",
         "overview_page",
         "op_profile",
@@ -94,6 +97,8 @@ def test_widget_lists_runs_newest_first_and_selects_this_cells_run(
     assert outer["class"] == "xprof-outer"
     (inner,) = iframes(outer["srcdoc"] or "")
     assert inner["src"] == src
+    assert inner["name"] == _frame.frame_name(view.page_frame.frame_id)
+    assert shown(view)["src"] == src
     assert 'class="xprof-open"' in view.link.value
 
 
@@ -109,10 +114,30 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
     # cell (no toolbar, no menu); the new tab as it is.
     assert full is not None and src == full + "&new_nav=true&xprof_magic=inline"
     assert "/data/plugin/profile/overview_page?" in src and "tag=overview_page" in src
-    assert "xprof-charts-note" in view.frame.value and "gstatic.com" in view.frame.value
+    assert shown(view) == {"src": src, "full": full, "charts": True, "v2": None}
     view.tools.value = "trace_viewer@"
-    assert "xprof-charts-note" in view.frame.value
-    assert "gstatic.com/charts/loader.js" not in view.frame.value
+    assert shown(view)["charts"] is False
+    assert "xprof-charts-note" in wrapper(view) and "gstatic.com/charts/loader.js" in wrapper(view)
+
+
+def test_a_new_selection_updates_the_frame_in_place(viewer: _viewer.Viewer, logdir: Path) -> None:
+    """The wrapper iframe is written once: a new run or tool changes only the page state it
+    follows, so the frontend never rebuilds the frame (no reload flash, no lost scroll)."""
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
+    written = view.frame.value
+    changes: list[Any] = []
+    view.frame.observe(changes.append, names="value")
+    assert view.wait_for_tools()
+    view.runs.value = "newer"
+    assert view.wait_for_tools()
+    view.tools.value = "overview_page"
+    assert changes == [] and view.frame.value == written
+    (outer,) = iframes(written)
+    assert shown(view)["src"] == view.urls()[0] and "overview_page" in shown(view)["src"]
+    assert view.page_state.layout.display == "none"
+    (span,) = Spans.of(view.page_state.value)
+    assert span["data-xprof-frame"] == view.page_frame.frame_id
+    assert f'data-frame="{view.page_frame.frame_id}"' in (outer["srcdoc"] or "")
 
 
 def test_tools_arrive_in_the_background_and_a_stale_answer_is_dropped(
@@ -239,14 +264,16 @@ def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: 
     older = _store.run_path(logdir, "older")
     _analysis.save_summary(_analysis.summarize(older, budget_s=None), older)
     view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
-    assert "xprof summary — run older" in view.summary.value
+    assert "xprof summary — run older" in view.summaries.html.value
     view.runs.value = "newer"
-    assert "No summary of newer yet" in view.summary.value
+    assert "No summary of newer yet" in view.summaries.html.value
     newer = _analysis.summarize(_store.run_path(logdir, "newer"), budget_s=None)
-    view.show_summary(newer)
-    assert "xprof summary — run newer" in view.summary.value
-    view.show_summary(_analysis.load_summary(older))  # type: ignore[arg-type]
-    assert "run newer" in view.summary.value  # another run's summary does not replace it
+    view.show_summary("newer", _analysis.render_html(newer))
+    assert "xprof summary — run newer" in view.summaries.html.value
+    saved = _analysis.load_summary(older)
+    assert saved is not None
+    view.show_summary("older", _analysis.render_html(saved))
+    assert "run newer" in view.summaries.html.value  # another run's summary does not replace it
 
 
 def test_tools_with_data_lead_and_the_others_say_why(viewer: _viewer.Viewer, logdir: Path) -> None:
@@ -297,17 +324,44 @@ def test_trace_viewer_v2_is_offered_for_big_runs_only(
     """By URL (no saved choice), in a new tab, behind a WebGPU check in the browser."""
     view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
     assert view.wait_for_tools()
-    assert view.v2_url() is None and 'class="xprof-v2"' not in wrapper(view)
+    assert view.v2_url() is None and shown(view)["v2"] is None
     monkeypatch.setattr(_widget, "BIG_RUN_BYTES", 1)
-    view._on_view()
+    view.refresh_view()
     v2 = view.v2_url()
     assert v2 is not None and v2.endswith("&use_trace_viewer_v2=true")
     assert "/data/plugin/profile/trace_viewer@?" in v2
+    assert shown(view)["v2"] == v2
     assert 'class="xprof-v2" hidden' in wrapper(view) and "requestAdapter" in wrapper(view)
     view.tools.value = "overview_page"
-    assert view.v2_url() is None and 'class="xprof-v2"' not in wrapper(view)
+    assert view.v2_url() is None and shown(view)["v2"] is None
 
 
 def wrapper(view: _widget.ViewerWidget) -> str:
     """The wrapper page of the widget's frame, as the browser reads it."""
     return str(iframes(view.frame.value)[0]["srcdoc"])
+
+
+class Spans(HTMLParser):
+    """Collects span attributes, unescaping them as a browser would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spans: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "span":
+            self.spans.append(dict(attrs))
+
+    @classmethod
+    def of(cls, markup: str) -> list[dict[str, str | None]]:
+        parser = cls()
+        parser.feed(markup)
+        return parser.spans
+
+
+def shown(view: _widget.ViewerWidget) -> dict[str, Any]:
+    """The page the widget's frame is told to show: its hidden state element, as the
+    wrapper's script reads it."""
+    (span,) = Spans.of(view.page_state.value)
+    page: dict[str, Any] = json.loads(span["data-page"] or "")
+    return page

@@ -23,7 +23,7 @@ import uuid
 
 from IPython.display import DisplayHandle, display
 
-from xprof_magic._notebook.frame import CHARTS_NOTE, charts_probe_js
+from xprof_magic._notebook.frame import CHARTS_NOTE, Areas, Page, charts_probe_js, frame_name
 
 __all__ = ["BLOCKED_HINT", "MIME", "PROBE_PATH", "ColabFrame", "script"]
 
@@ -46,7 +46,7 @@ _FRAME_JS = (
     "async (a) => {\n"
     "  const host = (typeof element !== 'undefined' && element && element.get)\n"
     "    ? element.get(0) : document.body;\n"
-    "  for (const old of document.querySelectorAll('[data-xprof-frame]')) {\n"
+    "  for (const old of document.querySelectorAll('.xprof-colab[data-xprof-frame]')) {\n"
     "    if (old.dataset.xprofFrame === a.id) old.remove();\n"
     "  }\n"
     "  const box = document.createElement('div');\n"
@@ -67,6 +67,7 @@ _FRAME_JS = (
     "  base = base.replace(/\\/+$/, '');\n"
     "  const frame = document.createElement('iframe');\n"
     "  frame.className = 'xprof-inner';\n"
+    "  frame.name = a.name;\n"
     "  frame.src = base + a.path;\n"
     "  frame.allow = 'clipboard-write; fullscreen';\n"
     "  frame.style.cssText = 'width:100%;border:1px solid #ccc;border-radius:2px';\n"
@@ -106,6 +107,7 @@ def script(
             "probe": probe,
             "height": int(height),
             "id": frame_id,
+            "name": frame_name(frame_id),
             "charts": charts,
             "charts_note": CHARTS_NOTE,
             "blocked": BLOCKED_HINT,
@@ -131,21 +133,21 @@ class ColabFrame:
     def bundle(self) -> dict[str, str]:
         return {MIME: self.source, "text/plain": ""}
 
-    def show(
-        self, src: str | None, full: str | None, charts: bool = False, v2: str | None = None
-    ) -> tuple[str, str]:
-        """Point the output at ``src`` (None: no run, no frame), in place once displayed.
-        The widget gets no iframe and no link: proxied URLs answer 403 outside the output
-        frame, so ``v2`` (a new tab) is not offered either."""
+    def show(self, page: Page | None) -> Areas:
+        """Point the output at ``page`` (None: no run, no frame), in place once displayed.
+        The widget's areas stay empty: proxied URLs answer 403 outside the output frame,
+        so there is no new-tab link, nor Trace Viewer v2 (a new tab)."""
         source = (
-            script(self.port, src, self.probe, self.height, self.frame_id, charts) if src else ""
+            script(self.port, page.src, self.probe, self.height, self.frame_id, page.charts)
+            if page
+            else ""
         )
         with self._lock:
             if source != self.source:
                 self.source = source
                 if self.handle is not None:
                     self.handle.update(self.bundle(), raw=True)
-        return "", ""
+        return Areas()
 
     def display(self) -> None:
         """Display the output, under the widget; later selections update it."""

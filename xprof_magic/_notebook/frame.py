@@ -5,22 +5,35 @@ cannot: only JavaScript in its output frame learns the URL of a kernel port, so 
 (:class:`~xprof_magic._notebook.colab.ColabFrame`) is an output of its own under the widget.
 :meth:`~xprof_magic._notebook.context.Context.frame` chooses; the widget only calls the
 protocol, so it holds no branch on the frontend.
+
+A new selection updates the page in place. The widget's wrapper iframe is written once and
+then left alone: re-writing it would make the frontend build a new iframe, so the frame would
+go blank, reload XProf from scratch and, while the output's height collapses, move the
+notebook's scroll. Instead the wrapper follows a small hidden element of the widget
+(:func:`page_state_html`) and, when that changes, navigates its inner frame to the new page
+(``location.replace``: no browser history entry) and shows or hides its notes. An update
+that changes nothing (the tools survey reordering the dropdown) touches no frame at all.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import uuid
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 __all__ = [
     "CHARTS_NOTE",
     "CHARTS_URL",
-    "V2_JS",
+    "Areas",
     "Frame",
     "IframeFrame",
+    "Page",
     "charts_probe_js",
     "embed_html",
+    "frame_name",
+    "page_state_html",
 ]
 
 CHARTS_URL = "https://www.gstatic.com/charts/loader.js"
@@ -40,17 +53,42 @@ def charts_probe_js(note: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Page:
+    """What the frame shows: XProf's page at ``src``, whose whole UI is at ``full``.
+
+    ``charts``: the page draws with Google's chart library, so the frame says, in one line
+    under it, when the browser cannot load that (:data:`CHARTS_NOTE`). ``v2``: Trace Viewer
+    v2's URL for a big run, offered in a new tab where the browser has WebGPU.
+    """
+
+    src: str
+    full: str
+    charts: bool = False
+    v2: str | None = None
+
+
+@dataclass(frozen=True)
+class Areas:
+    """What the widget's own areas hold for a page: ``frame`` (the wrapper iframe: the same
+    text for the widget's life, so the frontend never rebuilds it), ``state`` (the hidden
+    element the wrapper follows) and ``link`` ("open in new tab")."""
+
+    frame: str = ""
+    state: str = ""
+    link: str = ""
+
+
 class Frame(Protocol):
     """The page's place. Called from the widget's observers and from its tools thread."""
 
-    def show(
-        self, src: str | None, full: str | None, charts: bool = False, v2: str | None = None
-    ) -> tuple[str, str]:
-        """Point the frame at ``src`` (the embedded page; None: no run), with ``full`` the
-        whole UI's URL; return the HTML of the widget's own frame and link areas. ``charts``:
-        the page draws with Google's chart library, so the frame says, in one line under it,
-        when the browser cannot load that (:data:`CHARTS_NOTE`). ``v2``: Trace Viewer v2's
-        URL for a big run, offered where the browser has WebGPU (:data:`V2_JS`)."""
+    frame_id: str
+    """Names the frame in the page: its XProf iframe is :func:`frame_name` of it, and the
+    element that holds it carries ``data-xprof-frame`` with it."""
+
+    def show(self, page: Page | None) -> Areas:
+        """Point the frame at ``page`` (None: no run), in place once shown; return what the
+        widget's areas hold."""
         ...
 
     def display(self) -> None:
@@ -58,42 +96,99 @@ class Frame(Protocol):
         ...
 
 
-V2_JS = (
-    "var g=navigator.gpu;if(g&&g.requestAdapter)g.requestAdapter().then(function(a){"
-    "if(a)document.querySelector('.xprof-v2').hidden=false;}).catch(function(){});"
-)
-"""Unhides the wrapper's Trace Viewer v2 link once the browser gives a WebGPU adapter, which
-v2 needs to draw; without one, v2 fails, so it is never offered there."""
+def frame_name(frame_id: str) -> str:
+    """The ``name`` of the iframe that holds XProf's page (``window.name`` inside it)."""
+    return f"xprof-{frame_id}"
 
 
-def embed_html(src: str, height: int, charts: bool = False, v2: str | None = None) -> str:
-    """The page at ``src`` inside a ``srcdoc`` wrapper iframe, ``height`` pixels tall.
+def _page_json(page: Page) -> str:
+    return json.dumps(asdict(page), sort_keys=True)
+
+
+def page_state_html(page: Page, frame_id: str) -> str:
+    """The hidden element of the widget that the wrapper of ``frame_id`` follows."""
+    return (
+        f'<span class="xprof-page" hidden data-xprof-frame="{html.escape(frame_id)}" '
+        f'data-page="{html.escape(_page_json(page), quote=True)}"></span>'
+    )
+
+
+# The wrapper's script. It starts on the page the wrapper was written with (its body's
+# data-page), then follows the widget's hidden .xprof-page element of its frame id: the
+# wrapper is same-origin with the notebook (a srcdoc frame), so frameElement is its iframe.
+_WRAPPER_JS = """(function () {
+  var id = document.body.dataset.frame, inner = document.querySelector('iframe.xprof-inner');
+  var note = document.querySelector('.xprof-charts-note');
+  var v2 = document.querySelector('.xprof-v2');
+  var page = JSON.parse(document.body.dataset.page), text = '';
+  var shown = inner.getAttribute('src'), charts = null, gpu = null;
+  function marks() {
+    note.hidden = !(page.charts && charts === 'blocked');
+    if (page.v2) v2.href = page.v2;
+    v2.hidden = !(page.v2 && gpu);
+  }
+  function apply(next) {
+    page = next;
+    if (page.src !== shown) {
+      shown = page.src;
+      inner.contentWindow.location.replace(page.src);
+    }
+    if (page.charts && charts === null) {
+      charts = 'asking';
+      fetch(__CHARTS_URL__, {mode: 'no-cors', cache: 'force-cache'}).then(
+        function () { charts = 'ok'; }, function () { charts = 'blocked'; marks(); });
+    }
+    if (page.v2 && gpu === null) {
+      gpu = false;
+      var g = navigator.gpu;
+      if (g && g.requestAdapter) g.requestAdapter().then(
+        function (a) { gpu = !!a; marks(); }).catch(function () {});
+    }
+    marks();
+  }
+  apply(page);
+  var host = window.frameElement, box = host && host.closest('.xprof-viewer');
+  if (!box) return;
+  function follow() {
+    var state = box.querySelector('.xprof-page[data-xprof-frame="' + id + '"]');
+    if (state && state.dataset.page !== text) {
+      text = state.dataset.page;
+      apply(JSON.parse(text));
+    }
+  }
+  new MutationObserver(follow).observe(
+    box, {subtree: true, childList: true, attributeFilter: ['data-page']});
+  follow();
+})();"""
+
+
+def embed_html(page: Page, height: int, frame_id: str) -> str:
+    """The wrapper iframe: a ``srcdoc`` page, ``height`` pixels tall, holding XProf's page in
+    an inner iframe named :func:`frame_name` ``(frame_id)``, first on ``page``.
 
     XProf's UI calls ``window.parent.history.pushState``, which in a same-origin frame (a
     Jupyter proxy) would rewrite the notebook page's own URL; the wrapper takes that call.
-    With ``charts``, the wrapper also shows :data:`CHARTS_NOTE` under the page when the
-    chart library cannot be fetched, instead of a spinner left without a reason; with
-    ``v2``, a link to Trace Viewer v2 in a new tab where WebGPU works (:data:`V2_JS`).
+    Under the page it has one line, :data:`CHARTS_NOTE`, shown when the page draws charts and
+    the chart library cannot be fetched (instead of a spinner left without a reason), and a
+    link to Trace Viewer v2 in a new tab, shown for a big run where WebGPU works (v2 fails
+    without an adapter).
     """
-    note = 'document.querySelector(".xprof-charts-note")'
-    probe = f"<script>{charts_probe_js(note)}</script>" if charts else ""
-    if v2:
-        probe += (
-            f'<a class="xprof-v2" hidden href="{html.escape(v2, quote=True)}" target="_blank" '
-            'rel="noopener">big run: open in Trace Viewer v2 (WebGPU) ↗</a>'
-            f"<script>{V2_JS}</script>"
-        )
+    script = _WRAPPER_JS.replace("__CHARTS_URL__", json.dumps(CHARTS_URL))
     # XProf also calls history.replaceState on its parent: make that a no-op here.
     inner = (
         "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}"
         "body{display:flex;flex-direction:column}iframe{border:0;width:100%;flex:1}"
         ".xprof-charts-note,.xprof-v2{font:12px monospace;color:#8a5a00;padding:2px 4px}"
         "</style><script>"
-        "history.pushState=history.replaceState=function(){};</script></head><body>"
-        f'<iframe class="xprof-inner" src="{html.escape(src, quote=True)}" '
-        'allow="clipboard-write; fullscreen"></iframe>'
+        "history.pushState=history.replaceState=function(){};</script></head>"
+        f'<body data-frame="{html.escape(frame_id)}" '
+        f'data-page="{html.escape(_page_json(page), quote=True)}">'
+        f'<iframe class="xprof-inner" name="{frame_name(frame_id)}" '
+        f'src="{html.escape(page.src, quote=True)}" allow="clipboard-write; fullscreen"></iframe>'
         f'<div class="xprof-charts-note" hidden>{html.escape(CHARTS_NOTE)}</div>'
-        f"{probe}</body></html>"
+        '<a class="xprof-v2" hidden target="_blank" rel="noopener">'
+        "big run: open in Trace Viewer v2 (WebGPU) ↗</a>"
+        f"<script>{script}</script></body></html>"
     )
     return (
         f'<iframe class="xprof-outer" srcdoc="{html.escape(inner, quote=True)}" '
@@ -107,17 +202,22 @@ class IframeFrame:
 
     def __init__(self, height: int) -> None:
         self.height = height
+        self.frame_id = uuid.uuid4().hex[:12]
+        self._wrapper = ""
 
-    def show(
-        self, src: str | None, full: str | None, charts: bool = False, v2: str | None = None
-    ) -> tuple[str, str]:
-        if src is None:
-            return "", ""
+    def show(self, page: Page | None) -> Areas:
+        """The wrapper (written for the first page, the same text after), the state it
+        follows, and the link."""
+        if page is None:
+            self._wrapper = ""  # the next page writes a wrapper of its own
+            return Areas()
+        if not self._wrapper:
+            self._wrapper = embed_html(page, self.height, self.frame_id)
         link = (
-            f'<a class="xprof-open" href="{html.escape(full or src, quote=True)}" '
+            f'<a class="xprof-open" href="{html.escape(page.full or page.src, quote=True)}" '
             'target="_blank" rel="noopener">open in new tab ↗</a>'
         )
-        return embed_html(src, self.height, charts, v2), link
+        return Areas(self._wrapper, page_state_html(page, self.frame_id), link)
 
     def display(self) -> None:
         """Nothing: the iframe is part of the widget."""

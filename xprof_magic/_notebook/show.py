@@ -17,8 +17,13 @@ from typing import TYPE_CHECKING, Any
 from IPython.display import DisplayHandle, display
 
 if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
     from xprof_magic._analysis import Summary
+    from xprof_magic._notebook.widget import ViewerWidget
+    from xprof_magic._result import CaptureResult
     from xprof_magic._store import RunInfo
+    from xprof_magic._viewer.manager import ViewerStart
 
 __all__ = [
     "SUMMARY_BUDGET_S",
@@ -90,10 +95,13 @@ class CellDisplay:
 
     With widgets, the summary (its panel, with static HTML and text as fallbacks) and the
     viewer are two displays, and only the summary's is updated: updating a display renders it
-    again, and the viewer's iframe would load XProf a second time.
+    again, and the viewer's iframe would load XProf a second time. The summary reaches the
+    widget one way: :meth:`ViewerWidget.show_summary`, from :meth:`bundle`.
     """
 
-    def __init__(self, rendered: Rendered, view: Any = None, widgets: bool = False) -> None:
+    def __init__(
+        self, rendered: Rendered, view: ViewerWidget | None = None, widgets: bool = False
+    ) -> None:
         self.rendered = rendered
         self.view = view
         self.widgets = widgets and view is not None
@@ -101,17 +109,17 @@ class CellDisplay:
 
     def bundle(self) -> dict[str, Any]:
         """The summary's bundle; without widgets, it also says where the viewer is."""
-        if not self.widgets:
+        if self.view is None or not self.widgets:
             extra_text = f"\n{self.view.text()}" if self.view is not None else ""
             return self.rendered.bundle(extra_text)
-        self.view.show_summary(self.rendered.summary, self.rendered.page)
+        self.view.show_summary(self.rendered.summary.run, self.rendered.page)
         data = self.rendered.bundle()
         data.update(self.view.summary_widget_bundle())
         return data
 
     def show(self) -> None:
         self.handle = display(self.bundle(), raw=True, display_id=True)
-        if self.widgets:
+        if self.view is not None and self.widgets:
             display(self.view.widget_bundle(), raw=True)
             self.view.page_frame.display()
 
@@ -121,7 +129,7 @@ class CellDisplay:
             self.handle.update(self.bundle(), raw=True)
 
 
-def waits_for_updates(shell: Any) -> bool:
+def waits_for_updates(shell: InteractiveShell | None) -> bool:
     """Whether the client that ran this cell still listens once the cell has ended.
 
     nbclient (and so nbconvert and papermill) reads a cell's messages only until the kernel is
@@ -144,13 +152,21 @@ def waits_for_updates(shell: Any) -> bool:
 VIEWER_WAIT_S = 60.0
 
 
-def report(shell: Any, result: Any, start: Any, logdir: Path, height: int) -> None:
+def report(
+    shell: InteractiveShell | None,
+    result: CaptureResult | None,
+    start: ViewerStart | None,
+    logdir: Path,
+    height: int,
+) -> None:
     """The text summary, then the summary and viewer display; never fails the cell."""
     if result is None:
         return
     try:
         print(result.text())
-        found = _widget().announce(logdir)
+        from xprof_magic._notebook import widget
+
+        found = widget.announce(logdir)
         if start is not None:
             show_run(shell, start, logdir, result.run_dir, height, found=found)
     except Exception as error:
@@ -158,8 +174,8 @@ def report(shell: Any, result: Any, start: Any, logdir: Path, height: int) -> No
 
 
 def show_run(
-    shell: Any,
-    start: Any,
+    shell: InteractiveShell | None,
+    start: ViewerStart,
     logdir: Path,
     run_dir: Path,
     height: int,
@@ -173,6 +189,7 @@ def show_run(
     process of its own when it is big.
     """
     from xprof_magic import _analysis
+    from xprof_magic._notebook import widget
     from xprof_magic._notebook.context import detect
     from xprof_magic._viewer import manager
 
@@ -186,24 +203,16 @@ def show_run(
     else:
         if isinstance(outcome, manager.Restarted | manager.Launched):
             print(f"xprof: {outcome.message} Stop it with %xprof viewer stop.")
-        view = _widget().ViewerWidget(
+        view = widget.ViewerWidget(
             outcome.viewer,
             context,
             logdir,
             run=run_dir.name,
             height=height,
             frame=context.frame(outcome.viewer, height),
-            summary_html=rendered.page,
             found=found,
         )
     shown = CellDisplay(rendered, view, widgets=context.has_widgets)
     shown.show()
     if rendered.summary.pending and context.has_widgets:
         finish_summary(run_dir, shown.update)
-
-
-def _widget() -> Any:
-    """The widget module, imported on first display: ipywidgets is not needed to load."""
-    from xprof_magic._notebook import widget
-
-    return widget

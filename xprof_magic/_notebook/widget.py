@@ -3,12 +3,13 @@
 Core ipywidgets only, so that it renders in JupyterLab, Notebook 7, VS Code and Colab
 without a custom widget manager. Where the selected page shows is the
 :class:`~xprof_magic._notebook.frame.Frame` the notebook context picks (an iframe inside the
-widget, or Colab's output of its own); the widget only tells it what to show.
+widget, or Colab's output of its own); the widget only tells it which
+:class:`~xprof_magic._notebook.frame.Page` to show, and the frame updates in place.
 
-The tools of a run come from the viewer (its ``run_tools`` route), which can take seconds
-while XProf reads a large run. So the answer is awaited in a short-lived thread, never in a
-dropdown's observer: the trace viewer, always there, is offered at once, and the full list
-replaces it when it comes, unless the user has picked another run meanwhile.
+A run's tools are asked of the viewer in the background (:mod:`~xprof_magic._notebook.tools`):
+the trace viewer, always there, is offered at once, and the full list replaces it when it
+comes. The summary of the selected run shows in a panel of its own
+(:mod:`~xprof_magic._notebook.summary_panel`).
 """
 
 from __future__ import annotations
@@ -17,37 +18,34 @@ import collections
 import contextlib
 import html
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ipywidgets as widgets
 
 from xprof_magic import _store
 from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
-from xprof_magic._notebook.frame import Frame
-from xprof_magic._registry import DEFAULT_HEIGHT
-from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer, ViewerError
-from xprof_magic._viewer.survey import Survey, survey_tools
-from xprof_magic._viewer.tools import (
-    TOOL_NAMES,
-    TOOL_ORDER,
+from xprof_magic._notebook.frame import Areas, Frame, Page
+from xprof_magic._notebook.summary_panel import SummaryPanel
+from xprof_magic._notebook.tools import (
+    ToolAnswer,
+    ToolLister,
+    ToolQuestions,
+    ToolSurveyor,
     list_tools,
     order_tools,
-    page_urls,
     tool_label,
 )
+from xprof_magic._registry import DEFAULT_HEIGHT
+from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer
+from xprof_magic._viewer.survey import Survey, survey_tools
+from xprof_magic._viewer.tools import page_urls
 
-if TYPE_CHECKING:
-    from xprof_magic._analysis import Summary
+__all__ = ["BIG_RUN_BYTES", "ViewerWidget", "announce"]
 
-__all__ = ["TOOL_NAMES", "TOOL_ORDER", "ViewerWidget", "announce", "order_tools"]
-
-ToolLister = Callable[[Viewer, str], list[str]]
-ToolSurveyor = Callable[[Viewer, str, Sequence[str], Path | None], Survey]
 V2 = "use_trace_viewer_v2=true"
 BIG_RUN_BYTES = 30 * 2**20
 """About a million events: where XProf starts thinning the classic trace viewer's events."""
@@ -86,36 +84,31 @@ class ViewerWidget:
         *,
         height: int = DEFAULT_HEIGHT,
         frame: Frame | None = None,
-        summary_html: str | None = None,
         found: Sequence[_store.RunInfo] | None = None,
         list_tools: ToolLister = list_tools,
         survey: ToolSurveyor = survey_tools,
     ) -> None:
-        """``frame``: where the page shows (default: the one ``context`` picks);
-        ``summary_html``: ``run``'s summary, when the caller has rendered it; ``found``: the
-        runs in ``logdir``, when the caller has listed them; ``list_tools`` and ``survey``:
-        how a run's tools, and which of them have data, are asked of the viewer."""
+        """``run``: the run to select; ``frame``: where the page shows (default: the one
+        ``context`` picks); ``found``: the runs in ``logdir``, when the caller has listed
+        them; ``list_tools`` and ``survey``: how a run's tools, and which of them have data,
+        are asked of the viewer."""
         self.viewer = viewer
         self.context = context
         self.logdir = Path(logdir)
         self.logdir_key = str(self.logdir.resolve())
         self.height = height
         self.page_frame = frame if frame is not None else context.frame(viewer, height)
-        self._list_tools = list_tools
-        self._survey = survey
+        self.summaries = SummaryPanel(self.logdir)
+        self._questions = ToolQuestions(
+            viewer, self._run_dir, self._take_tools, list_tools=list_tools, survey=survey
+        )
         self._tools_cache: dict[str, list[str]] = {}
         # Per run: the tools without data and why, and the program per-program tools open on.
         self._surveys: dict[str, Survey] = {}
-        # Each run's summary as HTML, rendered once: handed in, or read from its saved file.
-        self._summaries: dict[str, str] = {}
-        if run is not None and summary_html is not None:
-            self._summaries[run] = summary_html
         # Held while the dropdowns change, by the kernel's thread or a tools answer's thread.
         self._lock = threading.RLock()
         self._updating = False
-        self._tools_asked = 0
         self._tools_error = ""
-        self._tool_threads: list[threading.Thread] = []
         self._build()
         self.runs.observe(self._on_run, names="value")
         self.tools.observe(self._on_view, names="value")
@@ -125,8 +118,8 @@ class ViewerWidget:
         _live.append(self)
 
     def _build(self) -> None:
-        """The dropdowns, the areas they fill, and the two displays: the viewer box and the
-        summary panel."""
+        """The dropdowns and the areas they fill: the viewer box, displayed apart from the
+        summary panel (replacing a pending summary then re-renders the panel only)."""
         self.runs = widgets.Dropdown(description="Run", layout=widgets.Layout(width="auto"))
         self.tools = widgets.Dropdown(description="Tool", layout=widgets.Layout(width="auto"))
         self.hosts = widgets.Dropdown(description="Host", layout=widgets.Layout(width="auto"))
@@ -135,10 +128,8 @@ class ViewerWidget:
         )
         self.link = widgets.HTML()
         self.frame = widgets.HTML()
+        self.page_state = widgets.HTML(layout=widgets.Layout(display="none"))
         self.status = widgets.HTML()
-        self.summary = widgets.HTML(layout=widgets.Layout(max_height="360px", overflow="auto"))
-        self.summary_panel = widgets.Accordion(children=[self.summary], selected_index=0)
-        self.summary_panel.set_title(0, "Summary")
         for widget, css in (
             (self.runs, "xprof-runs"),
             (self.tools, "xprof-tools"),
@@ -146,19 +137,19 @@ class ViewerWidget:
             (self.refresh, "xprof-refresh"),
             (self.link, "xprof-link"),
             (self.frame, "xprof-frame"),
+            (self.page_state, "xprof-page-state"),
             (self.status, "xprof-status"),
-            (self.summary, "xprof-summary"),
         ):
             widget.add_class(css)
         controls = widgets.HBox(
             [self.runs, self.tools, self.hosts, self.refresh, self.link],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
-        # The summary panel is displayed apart from the viewer: replacing a pending summary
-        # then re-renders the panel only, not the iframe (which would load XProf again).
-        self.box = widgets.VBox([controls, self.status, self.frame])
+        self.box = widgets.VBox([controls, self.status, self.frame, self.page_state])
         self.box.add_class("xprof-viewer")
-        self.summary_panel.add_class("xprof-summary-panel")
+
+    def _run_dir(self, run: str) -> Path:
+        return _store.run_path(self.logdir, run)
 
     def refresh_runs(
         self, select: str | None = None, found: Sequence[_store.RunInfo] | None = None
@@ -191,16 +182,16 @@ class ViewerWidget:
                 else:
                     known = self._tools_cache.get(run)
                     self._offer_tools(known or order_tools([TRACE_VIEWER_TOOL, self.tools.value]))
-                    hosts = list(_store.hosts(_store.run_path(self.logdir, run)))
+                    hosts = list(_store.hosts(self._run_dir(run)))
                     self.hosts.options = hosts
                     self.hosts.value = hosts[0] if hosts else None
                     self.hosts.layout.display = "" if len(hosts) > 1 else "none"
             finally:
                 self._updating = False
             if run is not None and run not in self._tools_cache:
-                self._ask_tools(run)
-            self.summary.value = self._summary_of(run)
-            self._on_view()
+                self._questions.ask(run)
+            self.summaries.follow(run)
+            self.refresh_view()
 
     def _offer_tools(self, tools: list[str]) -> None:
         """Set the tool options, keeping the selected tool where the run has it; a tool
@@ -210,91 +201,38 @@ class ViewerWidget:
         self.tools.options = [(tool_label(t, empty.get(t)), t) for t in tools]
         self.tools.value = keep or (tools[0] if tools else None)
 
-    def _ask_tools(self, run: str) -> None:
-        """Ask the viewer for the run's tools in a thread; the answer updates the dropdown."""
-        self._tools_asked += 1
-        ticket = self._tools_asked
-        thread = threading.Thread(
-            target=self._take_tools, args=(run, ticket), name="xprof-widget-tools", daemon=True
-        )
-        self._tool_threads = [t for t in self._tool_threads if t.is_alive()] + [thread]
-        thread.start()
-
-    def _take_tools(self, run: str, ticket: int) -> None:
-        """The run's tools as XProf lists them, offered at once; then, once XProf has said
-        which have data (:func:`~xprof_magic._viewer.survey.survey_tools`, seconds on a big
-        run), those first and the others with their reason."""
-        try:
-            tools = order_tools(self._list_tools(self.viewer, run))
-            problem = ""
-        except ViewerError as error:
-            tools, problem = [], str(error)
-        self._show_tools(run, ticket, tools, problem, None)
-        if tools:
-            survey = self._survey(self.viewer, run, tools, _store.run_path(self.logdir, run))
-            # The tools with data lead; those without keep their order after them.
-            ranked = sorted(tools, key=lambda t: t in survey.empty)
-            self._show_tools(run, ticket, ranked, "", survey)
-
-    def _show_tools(
-        self, run: str, ticket: int, tools: list[str], problem: str, survey: Survey | None
-    ) -> None:
+    def _take_tools(self, answer: ToolAnswer) -> None:
+        """An answer about a run's tools (from its question's thread): kept for the run, and
+        offered if the run is still the one selected."""
         with self._lock:
-            if tools and survey is not None:
-                self._tools_cache[run] = tools
-                self._surveys[run] = survey
-            if ticket != self._tools_asked or run != self.runs.value:
+            if answer.tools and answer.survey is not None:
+                self._tools_cache[answer.run] = answer.tools
+                self._surveys[answer.run] = answer.survey
+            if answer.ticket != self._questions.latest or answer.run != self.runs.value:
                 return  # The user moved on; the cache keeps the answer for a return to this run.
-            if problem:
-                self._tools_error = f"<span style='color:#b00'>{html.escape(problem)}</span>"
+            if answer.problem:
+                self._tools_error = f"<span style='color:#b00'>{html.escape(answer.problem)}</span>"
                 self.status.value = self._tools_error
-            if not tools:
+            if not answer.tools:
                 return  # The trace viewer offered meanwhile stays, and the next visit asks again.
             if self._tools_error and self.status.value == self._tools_error:
                 self.status.value = ""
-            before = self.urls()
             self._updating = True
             try:
-                self._offer_tools(tools)
+                self._offer_tools(answer.tools)
             finally:
                 self._updating = False
-            if self.urls() != before:
-                self._on_view()
+            self.refresh_view()
 
     def wait_for_tools(self, timeout: float = 30.0) -> bool:
         """Block until the tool lists asked for so far have arrived (scripts, tests); False if
         one is still pending after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        for thread in list(self._tool_threads):
-            thread.join(max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in self._tool_threads)
+        return self._questions.wait(timeout)
 
-    def show_summary(self, summary: Summary, page: str | None = None) -> None:
-        """Show a run's summary (``page``: its HTML, if the caller has rendered it), at once
-        if that run is the one selected, else when it is selected."""
-        if page is None:
-            from xprof_magic._analysis import render_html
-
-            page = render_html(summary)
-        with self._lock:
-            self._summaries[summary.run] = page
-            if summary.run == self.runs.value:
-                self.summary.value = page
-
-    def _summary_of(self, run: str | None) -> str:
-        """The panel's HTML for ``run``: the summary given or saved, rendered once."""
-        if run is None:
-            return ""
-        page = self._summaries.get(run)
-        if page is None:
-            from xprof_magic import _analysis
-
-            saved = _analysis.load_summary(_store.run_path(self.logdir, run))
-            if saved is None:
-                name = html.escape(run)
-                return f"<i>No summary of {name} yet: %xprof summary {name}</i>"
-            page = self._summaries[run] = _analysis.render_html(saved)
-        return page
+    def show_summary(self, run: str, page: str) -> None:
+        """``run``'s summary as HTML, for the summary panel: the one way a summary comes in
+        (shown at once if that run is the one selected, else when it is selected)."""
+        self.summaries.show(run, page)
 
     def widget_bundle(self) -> dict[str, Any]:
         """The viewer's MIME bundle (dropdowns and the embedded page); text/plain says where."""
@@ -304,20 +242,30 @@ class ViewerWidget:
 
     def summary_widget_bundle(self) -> dict[str, Any]:
         """The summary panel's widget part of a MIME bundle (the caller adds text and HTML)."""
-        bundle = compat.widget_bundle(self.summary_panel)
-        bundle.pop("text/plain", None)
-        return bundle
+        return self.summaries.widget_bundle()
 
     def _on_view(self, change: Any = None) -> None:
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        """Show the selected page: the frame changes only what changed, in place."""
         with self._lock:
             if self._updating:
                 return
-            src, full = self.urls()
-            charts = src is not None and "/trace_viewer_index.html?" not in src
-            inner, link = self.page_frame.show(src, full, charts, self.v2_url())
-            if src is None:
-                inner = f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
-            self.frame.value, self.link.value = inner, link
+            page = self.page()
+            areas = self.page_frame.show(page)
+            if page is None:
+                areas = Areas(f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>")
+            self.frame.value, self.page_state.value = areas.frame, areas.state
+            self.link.value = areas.link
+
+    def page(self) -> Page | None:
+        """What the frame shows for the selection (None: no run)."""
+        src, full = self.urls()
+        if src is None or full is None:
+            return None
+        charts = "/trace_viewer_index.html?" not in src
+        return Page(src, full, charts, self.v2_url())
 
     def urls(self) -> tuple[str | None, str | None]:
         """The embedded page's URL and the full UI's URL for the selection, as the browser
@@ -326,8 +274,7 @@ class ViewerWidget:
         if run is None:
             return None, None
         location = self.context.locate(self.viewer.port)
-        survey = self._surveys.get(run)
-        return page_urls(self.viewer, run, tool, host, location, survey)
+        return page_urls(self.viewer, run, tool, host, location, self._surveys.get(run))
 
     def v2_url(self) -> str | None:
         """XProf's Trace Viewer v2 on the selection, for a run of :data:`BIG_RUN_BYTES` or

@@ -1,0 +1,70 @@
+"""The summary panel above the viewer: the summary of the run the viewer shows.
+
+It is a display of its own, apart from the viewer's: replacing a pending summary then
+renders the panel again, never the viewer's frame. The summary of the cell's own run comes
+in one way, :meth:`SummaryPanel.show`, from the cell's display; for any other run, the panel
+shows the summary saved beside it, rendered once (a millisecond or two).
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+
+from xprof_magic import _store
+from xprof_magic._notebook import compat
+
+__all__ = ["SummaryPanel"]
+
+
+class SummaryPanel:
+    """The summary of the selected run, in a collapsible panel."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.html = widgets.HTML(layout=widgets.Layout(max_height="360px", overflow="auto"))
+        self.html.add_class("xprof-summary")
+        self.panel = widgets.Accordion(children=[self.html], selected_index=0)
+        self.panel.set_title(0, "Summary")
+        self.panel.add_class("xprof-summary-panel")
+        self._pages: dict[str, str] = {}
+        self._run: str | None = None
+        self._lock = threading.Lock()
+
+    def show(self, run: str, page: str) -> None:
+        """``run``'s summary as HTML: shown at once if the viewer shows that run, else kept
+        for when it does."""
+        with self._lock:
+            self._pages[run] = page
+            if run == self._run:
+                self.html.value = page
+
+    def follow(self, run: str | None) -> None:
+        """The viewer now shows ``run``: show its summary, given or saved."""
+        with self._lock:
+            self._run = run
+            self.html.value = self._page(run)
+
+    def _page(self, run: str | None) -> str:
+        if run is None:
+            return ""
+        page = self._pages.get(run)
+        if page is None:
+            from xprof_magic import _analysis
+
+            saved = _analysis.load_summary(_store.run_path(self.logdir, run))
+            if saved is None:
+                name = html.escape(run)
+                return f"<i>No summary of {name} yet: %xprof summary {name}</i>"
+            page = self._pages[run] = _analysis.render_html(saved)
+        return page
+
+    def widget_bundle(self) -> dict[str, Any]:
+        """The panel's widget part of a MIME bundle (the caller adds text and HTML)."""
+        bundle = compat.widget_bundle(self.panel)
+        bundle.pop("text/plain", None)
+        return bundle
