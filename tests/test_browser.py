@@ -29,6 +29,7 @@ from tests._browser import (
     find_chromium,
     offline,
     select_run,
+    shown_text,
     shut_down,
     start_jupyterlab,
     tool_page,
@@ -101,6 +102,7 @@ def every_tool(notebook: NotebookPage, widget: Any, run: str, label: str, name: 
         lambda: f"the frame at about 950 px: {outer.bounding_box()}",
         LOAD_TIMEOUT_S,
     )
+    wrapped = widget.frame_locator("iframe.xprof-outer")
     view = ToolView(
         widget=widget,
         box=outer,
@@ -108,6 +110,7 @@ def every_tool(notebook: NotebookPage, widget: Any, run: str, label: str, name: 
         data=notebook.data,
         pause=notebook.pause,
         screenshot=lambda shot: notebook.screenshot(f"{name}-{shot}", outer),
+        reason=lambda: shown_text(wrapped.locator(".xprof-empty")),
     )
     return check_every_tool(view, run, label, "tools")
 

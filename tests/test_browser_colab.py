@@ -35,6 +35,7 @@ from tests._browser import (
     find_chromium,
     offline,
     select_run,
+    shown_text,
     shut_down,
     start_classic_notebook,
     tool_page,
@@ -206,6 +207,7 @@ def every_tool(notebook: NotebookPage, widget: Any, box: Any, run: str, label: s
         data=notebook.data,
         pause=notebook.pause,
         screenshot=lambda shot: notebook.screenshot(f"colab-{run}-{shot}", box),
+        reason=lambda: shown_text(box.locator(".xprof-empty")),
     )
     return check_every_tool(view, run, label, "tools")
 
