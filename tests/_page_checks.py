@@ -78,14 +78,14 @@ def overlapping(boxes: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 _RANGE = """() => {
   const el = document.querySelector('tf-trace-viewer');
-  const view = el && el._traceViewer && el._traceViewer.trackView;
-  return view ? el._trackViewRange(view) : null;
+  const view = el && el._traceViewer && el._traceViewer.model && el._traceViewer.trackView;
+  return view && !el._isLoading ? el._trackViewRange(view) : null;
 }"""
 
 
 def visible_range(frame: Any) -> dict[str, float] | None:
     """The trace viewer's visible range, ``{min, max}`` in milliseconds on the timeline (None
-    before it has drawn)."""
+    before it has its data and has drawn them)."""
     found: dict[str, float] | None = frame.evaluate(_RANGE)
     return found
 
@@ -127,3 +127,41 @@ def busy(frame: Any) -> list[str]:
     """XProf's loading indicators the page shows now (:data:`BUSY_SELECTOR`)."""
     found: list[str] = frame.evaluate(_BUSY, BUSY_SELECTOR)
     return found
+
+
+def steps_missed(seen: dict[str, float] | None, summary: Any) -> str:
+    """Why the trace viewer's visible range ``seen`` (ms) does not open on the steps the
+    verdict is about ("" when it does): it must hold every step after the compiling warm-up
+    (:attr:`Diagnosis.warm_up`) to the last, and leave out most of the compiling ones."""
+    steps = summary.steps
+    if steps is None or not steps.starts_s:
+        return "the summary has no step times"
+    if seen is None:
+        return "the trace viewer has not drawn its data"
+    first = summary.diagnosis.warm_up
+    start = steps.starts_s[first] * 1e3
+    end = (steps.starts_s[-1] + steps.durations_s[-1]) * 1e3
+    problems = []
+    if not seen["min"] <= start:
+        problems.append(f"it starts at {seen['min']:.1f} ms, after step {first} ({start:.1f})")
+    if not seen["max"] >= end:
+        problems.append(f"it ends at {seen['max']:.1f} ms, before the last step's end ({end:.1f})")
+    if first:
+        middle = (steps.starts_s[first - 1] + steps.durations_s[first - 1] / 2) * 1e3
+        if seen["min"] < middle:
+            problems.append(f"it shows most of compiling step {first - 1} (from {seen['min']:.1f})")
+    return "; ".join(problems)
+
+
+def check_summary(panel: Any) -> None:
+    """The summary under the cell (``panel`` holds its ``.xprof-magic-summary``) shows whole,
+    and no two labels of its charts meet."""
+    summary = panel.locator(".xprof-magic-summary").first
+    summary.wait_for(state="visible", timeout=90_000)
+    assert clipped(summary) == [], clipped(summary)
+    charts = summary.locator("svg")
+    assert charts.count() >= 1
+    for i in range(charts.count()):
+        chart = charts.nth(i)
+        chart.scroll_into_view_if_needed()
+        assert overlapping(chart_boxes(chart)) == [], (i, overlapping(chart_boxes(chart)))
