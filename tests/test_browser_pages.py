@@ -45,6 +45,10 @@ _HOLDER_PAGE = (
 )
 
 
+PAGES: dict[str, str] = {}
+"""Pages the holder serves at ``/page/<name>``, set by the tests."""
+
+
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.Viewer]:
     home = tmp_path_factory.mktemp("pages")
@@ -79,7 +83,8 @@ def holder() -> Iterator[str]:
 
     class Holder(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = _HOLDER_PAGE.encode()
+            name = self.path.partition("?")[0].removeprefix("/page/")
+            body = (PAGES.get(name) or _HOLDER_PAGE).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -241,3 +246,56 @@ def test_the_trace_viewer_opens_on_the_window_asked_for_label_row_first(
         framed.screenshot("embedded-trace_viewer")
     finally:
         framed.close()
+
+
+def test_the_frames_say_when_a_page_keeps_loading(
+    viewer: client.Viewer, browser: Any, holder: str
+) -> None:
+    """The widget's wrapper frame, and Colab's output frame, each say in one line that
+    XProf's page still shows a loading indicator once it has for ``busy_s`` (HLO stats, which
+    offline never stops loading), and say nothing while a page loads within it."""
+    from xprof_magic._notebook import colab, frame
+
+    src = viewer.url(viewer.embedded_path(RUN, "hlo_stats", HOST))
+    page = frame.Page(src, src, name="HLO stats")
+    PAGES["wrapper"] = f"<body style='margin:0'>{frame.embed_html(page, HEIGHT, 'w', 2.0)}</body>"
+    fake_proxy = "window.google={colab:{kernel:{proxyPort:async p=>'http://127.0.0.1:'+p+'/'}}};"
+    path = src.removeprefix(viewer.origin)
+    probe = viewer.base_path + colab.PROBE_PATH
+    script = colab.script(viewer.port, path, probe, HEIGHT, "c", page=page, busy_s=2.0)
+    PAGES["colab"] = f"<body><script>{fake_proxy}{script}</script></body>"
+    expected = "xprof: HLO stats is still loading after 2 s"
+    context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT + 100})
+    offline(context)
+    try:
+        shown = context.new_page()
+        shown.goto(f"{holder}/page/wrapper")
+        line = shown.frame_locator("iframe.xprof-outer").locator(".xprof-busy")
+        line.wait_for(state="visible", timeout=LOAD_S * 1000)
+        assert line.inner_text().startswith(expected) and "new tab" in line.inner_text()
+        shown.screenshot(path=str(ARTIFACTS / "pages-wrapper-busy.png"))
+        output = context.new_page()
+        output.goto(f"{holder}/page/colab")
+        said = output.locator(".xprof-colab .xprof-busy")
+        said.wait_for(state="visible", timeout=LOAD_S * 1000)
+        assert said.inner_text().startswith(expected) and "new tab" not in said.inner_text()
+        # A page that finishes says nothing: the overview, in the same wrapper.
+        done = frame.Page(viewer.url(viewer.embedded_path(RUN, "overview_page", HOST)), src)
+        PAGES["wrapper"] = frame.embed_html(done, HEIGHT, "w", 2.0)
+        quiet = context.new_page()
+        quiet.goto(f"{holder}/page/wrapper")
+        inner = quiet.frame_locator("iframe.xprof-outer")
+        inner.frame_locator("iframe.xprof-inner").get_by_text("Performance Summary").first.wait_for(
+            timeout=LOAD_S * 1000
+        )
+        page_frame = quiet.frame(name=frame.frame_name("w"))
+        assert page_frame is not None
+        wait_until(
+            lambda: not busy(page_frame),
+            IDLE_S,
+            "the overview to finish",
+            lambda t: quiet.wait_for_timeout(t * 1000),
+        )
+        assert inner.locator(".xprof-busy").is_hidden()
+    finally:
+        context.close()
