@@ -141,6 +141,7 @@ if route == "summary_nodiag":
     from xprof_magic._analysis import stages
     from xprof_magic._analysis.timeline import reader
     reader.Reader._spans = lambda self, *args: None
+    reader.Reader._launches = lambda self, *args: None
     stages._diagnose = lambda *args: None
 if route.startswith("summary"):
     from xprof_magic._analysis import summarize

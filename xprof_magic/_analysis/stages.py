@@ -23,7 +23,7 @@ from pathlib import Path
 
 from xprof_magic import _metadata
 from xprof_magic._analysis.cache import estimate_read_s
-from xprof_magic._analysis.diagnosis import breakdown
+from xprof_magic._analysis.diagnosis import breakdown, launches
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Diagnosis
 from xprof_magic._analysis.model.summary import HostRow, Note, Summary
@@ -120,7 +120,12 @@ def _diagnose(
     if facts is not None:
         parts = breakdown.of_trace(facts, meta, words)
         return diagnose(
-            summary, words, parts, step_rule=meta.step_rule or "", shapes=input_shapes(facts)
+            summary,
+            words,
+            parts,
+            step_rule=meta.step_rule or "",
+            shapes=input_shapes(facts),
+            launched=launches.of_trace(facts, meta, words),
         )
     if meta.wall_s:
         parts = breakdown.of_metadata(meta, words)
@@ -142,6 +147,9 @@ def _reader_names(backend: str) -> TimelineNames:
         compile_events=tuple(e for t in every for e in t.compile_events),
         runtime_names=frozenset(n for t in every for n in t.runtime_names),
         runtime_prefixes=tuple(p for t in every for p in t.runtime_prefixes),
+        waits=frozenset(n for t in every for n in t.waits),
+        step_ends=frozenset(n for t in every for n in t.step_ends),
+        launches=tuple(p for t in every for p in t.launches),
     )
 
 

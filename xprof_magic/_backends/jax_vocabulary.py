@@ -48,9 +48,16 @@ RUNTIME_NAMES = frozenset(
         "ExecuteReplicated.__call__",
         "DevicePut",
         "DevicePutWithSharding",
+        "ArrayImpl.copy_to_host_async",
+        "np.asarray(jax.Array)",
     }
 )
 RUNTIME_PREFIXES = ("PjitFunction(", "batched_copy_array_to_devices", "BatchedCopyToDevice")
+# A device array read on the host (np.asarray(x), float(x)) waits for the program that
+# computes it; jax.block_until_ready and x.item() wait without an event of their own.
+WAITS = frozenset({"np.asarray(jax.Array)"})
+# Each jitted call (and each eager op) dispatches its program, named, and returns at once.
+LAUNCHES = ("PjitFunction(",)
 
 VOCABULARY = words.Vocabulary(
     backend="jax",
@@ -63,6 +70,8 @@ VOCABULARY = words.Vocabulary(
         compile_events=COMPILE_EVENTS,
         runtime_names=RUNTIME_NAMES,
         runtime_prefixes=RUNTIME_PREFIXES,
+        waits=WAITS,
+        launches=LAUNCHES,
         thread_roles={
             "python": "Python threads: your code, tracing and dispatch of jitted calls",
             "tf_XLAEigen": "Eigen pool: parallel parts of XLA ops",

@@ -45,6 +45,8 @@ VOCABULARY = words.Vocabulary(
     timeline=words.TimelineNames(
         # Each eager PyTorch op, through TorchTPU's RecordFunction callback: runtime, not blocks.
         runtime_prefixes=("aten::",),
+        # Each eager op launches its work on the device and returns (not seen without a TPU).
+        launches=("aten::",),
         thread_roles={"python": "Python threads: your code and the PyTorch ops it calls"},
     ),
     advice=words.Advice(

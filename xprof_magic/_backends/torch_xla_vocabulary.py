@@ -17,6 +17,7 @@ __all__ = [
     "CPU_CLIENT_GROUPS",
     "RUNTIME_NAMES",
     "RUNTIME_PREFIXES",
+    "STEP_ENDS",
     "THREAD_ROLES",
     "VOCABULARY",
 ]
@@ -39,6 +40,10 @@ RUNTIME_NAMES = frozenset(
     }
 )
 RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
+# torch_xla.sync() (xm.mark_step(), MpDeviceLoader's step-end sync, a StepTrace's exit,
+# xm.optimizer_step(barrier=True)): the pending graph built, compiled and launched, after
+# TensorCollectionBarrier waited for the one before. The same events launch each execution.
+STEP_ENDS = frozenset({"StepMarker", "SyncLiveTensorsGraph", "SyncTensorsGraph"})
 CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
 THREAD_ROLES = {
     "python": "Python threads: your code, lazy tracing, compile calls",
@@ -87,6 +92,8 @@ VOCABULARY = words.Vocabulary(
         compile_events=COMPILE_EVENTS,
         runtime_names=RUNTIME_NAMES,
         thread_roles=THREAD_ROLES,
+        step_ends=STEP_ENDS,
+        launches=tuple(sorted(STEP_ENDS)),
         # MpDeviceLoader's own xp.Trace names, on its loader threads.
         input_pipeline=frozenset(
             {"cpu_loader.next", "get_batch_from_cpu_queue", "cpu_data_to_xla_device"}

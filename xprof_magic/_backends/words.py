@@ -60,6 +60,18 @@ class TimelineNames:
     thread_roles: Mapping[str, str] = field(default_factory=dict)
     input_pipeline: frozenset[str] = frozenset()
     """The data loader's own trace names: shown as one input-pipeline row, not as blocks."""
+    waits: frozenset[str] = frozenset()
+    """The runtime's host events in which the host waits for the device, besides XLA's own
+    (``Wait for …``, barriers): sync time, and never input inside a loop's ``next()``."""
+    step_ends: frozenset[str] = frozenset()
+    """The runtime's events that end a step (a sync: the step's graph built, compiled and
+    launched, after a barrier for the one before). Inside a loop's ``next()`` (a data
+    loader that syncs for the step it hands on) their time is the step's, not input."""
+    launches: tuple[str, ...] = ()
+    """Name prefixes of the host events that launch a program on the device: the device
+    time that follows belongs to the statement that made the launch, not to the one that
+    waits for it later. A prefix ending in ``(`` names the program inside the brackets
+    (``PjitFunction(train)``)."""
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,12 @@ Each instant of a step is given to the first of these that holds it (:data:`PRIO
 chip's own waits, :data:`~xprof_magic._analysis.timeline.facts.DEVICE_SIDE`, come before
 ``device``):
 
-- ``input``: the cell's loop waits in ``next()`` for its next item (the rewriter times each
-  one as a label ``next(…)``, :func:`xprof_magic._labels.inputs`), or a data loader's own
-  traces on the cell's thread; on a TPU also the chip's ``infeed`` ops;
+- ``input``: the cell's loop waits in ``next()`` for its next item to be produced (the
+  rewriter times each one as a label ``next(…)``, :func:`xprof_magic._labels.inputs`), or
+  a data loader's own traces on the cell's thread; on a TPU also the chip's ``infeed`` ops.
+  The part of a ``next()`` that the device is busy, or that the runtime spends in its waits
+  and step ends on the Python threads (:func:`waiting_for_data`), is not input: a loader
+  that syncs for the step it hands on (MpDeviceLoader) waits there for the device;
 - ``compile``: a compilation on the Python thread (the vocabulary's compile events);
 - ``device``: the device computes. On a TPU, a chip's ``XLA Modules`` less its waits below
   (the first chip's timeline; every chip runs the same program); on the CPU, the top-level
@@ -41,12 +44,15 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis.model.diagnosis import Breakdown, StepBreakdown
 from xprof_magic._analysis.summary.blocks import main_line
-from xprof_magic._analysis.summary.spans import NO_SPANS, Spans, measure, merge
+from xprof_magic._analysis.summary.spans import NO_SPANS, Spans, measure, merge, subtract
+from xprof_magic._analysis.summary.where import INPUT_PREFIX
 from xprof_magic._analysis.timeline.facts import (
     DEVICE_SIDE,
     LABEL,
+    LAUNCH,
     OFFLOAD,
     STEP,
+    STEP_END,
     Block,
     TraceFacts,
 )
@@ -61,6 +67,7 @@ __all__ = [
     "from_metrics",
     "of_metadata",
     "of_trace",
+    "waiting_for_data",
 ]
 
 BREAKDOWN_CATEGORIES = (
@@ -76,7 +83,6 @@ BREAKDOWN_CATEGORIES = (
 PRIORITY = ("input", "compile", *DEVICE_SIDE, "device", "transfer", "sync")
 """The span keys (:attr:`TraceFacts.spans`) in the order they take an instant."""
 _COLUMN = {key: BREAKDOWN_CATEGORIES.index(DEVICE_SIDE.get(key, key)) for key in PRIORITY}
-INPUT_PREFIX = "next("
 MAX_STEPS = 10_000
 _FETCH_GAP_NS = 5e6
 
@@ -123,14 +129,17 @@ def breakdown(
     ``untimed_copy_s``: host time spent copying to the device that the timeline shows no
     event for (the backend's metric): it moves from host to transfer, spread over the steps
     by their host time."""
-    cover = {key: merge(pieces) for key, pieces in facts.spans.items()}
+    cover = {
+        key: merge(pieces) for key, pieces in facts.spans.items() if not key.startswith(LAUNCH)
+    }
     mine = [b for b in facts.blocks if b.line == main_line]
     inputs = [
         (b.start, b.end)
         for b in mine
         if (b.kind == LABEL and b.name.startswith(INPUT_PREFIX)) or b.name in input_names
     ]
-    cover["input"] = merge([([a for a, _ in inputs], [b for _, b in inputs])])
+    fetches = merge([([a for a, _ in inputs], [b for _, b in inputs])])
+    cover["input"] = waiting_for_data(fetches, cover)
     top = [(b.start, b.end) for b in mine if b.parent < 0]
     if facts.window is not None:
         lo, hi = facts.window
@@ -142,7 +151,7 @@ def breakdown(
     whole, side = _split(cover, np.array([lo]), np.array([hi]), busy)
     cell = _as_tuple(whole[0])
     waits = any(cover.get(key) is not None and len(cover[key][0]) for key in DEVICE_SIDE)
-    steps = _step_spans(mine, cover["input"])
+    steps = _step_spans(mine, fetches)
     device = cover.get("device")
     if steps and device is not None and len(device[1]) and device[1][-1] > steps[-1][2]:
         # The host ran ahead: the device finishes the work queued by the loop after it.
@@ -171,14 +180,35 @@ def breakdown(
     )
 
 
+NOT_DATA = ("sync", STEP_END, "device")
+"""The span keys whose time inside a ``next()`` is not waiting for data: the runtime's waits
+for the device (its barriers, ``Wait for …``, the vocabulary's ``waits``) and step ends
+(the vocabulary's ``step_ends``: a sync, whole) on the Python threads, and the device's
+busy time."""
+
+
+def waiting_for_data(fetches: Spans, cover: dict[str, Spans]) -> Spans:
+    """The part of the loop's fetches (``next()``) spent waiting for data to be produced:
+    their time less that of :data:`NOT_DATA` in ``cover`` (the merged span keys). A
+    ``next()`` that waits on a barrier or for the device (MpDeviceLoader's step-end sync,
+    an iterator reading device arrays) is sync or device time; one that waits on a loader's
+    empty queue, or runs the loader's Python, is input."""
+    for key in NOT_DATA:
+        if key in cover and len(fetches[0]):
+            fetches = subtract(fetches, cover[key])
+    return fetches
+
+
 def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:
-    """The cell's breakdown before its timeline is read: ``measured`` seconds of input (the
-    ``next()`` labels' timers), compile, device and transfer (the backend's metrics), each
-    capped, in :data:`PRIORITY` order, by what the others left of ``wall_s``; the rest is
-    host. No steps: the metrics are the cell's totals."""
+    """The cell's breakdown before its timeline is read: ``measured`` seconds of device,
+    input (the ``next()`` labels' timers), compile and transfer (the backend's metrics),
+    each capped, in that order, by what the others left of ``wall_s``; the rest is host.
+    Device first: a ``next()`` may wait for the device (:func:`waiting_for_data`), and
+    without the timeline the executions' time is all that says so. No steps: the metrics
+    are the cell's totals."""
     left = wall_s
     seconds = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
-    for category in (key for key in PRIORITY if key in seconds):
+    for category in ("device", "input", "compile", "transfer"):
         take = min(max(0.0, measured.get(category, 0.0)), left)
         seconds[category] = take
         left -= take

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX
+from xprof_magic._analysis.diagnosis.launches import Launch, where_launched
 from xprof_magic._analysis.model.diagnosis import (
     HIGHLY_INPUT,
     HOST_OFFLOAD,
@@ -65,10 +66,12 @@ def diagnose(
     step_rule: str = "",
     shapes: Sequence[str] = (),
     source: str = "timeline",
+    launched: Launch | None = None,
 ) -> Diagnosis:
     """The diagnosis of summary ``s`` from its breakdown ``parts``; ``step_rule`` is how the
     capture found the steps (``sync``: the loop synced), ``shapes`` the input shapes seen,
-    ``source`` what ``parts`` was measured from (``timeline`` or ``metadata``)."""
+    ``source`` what ``parts`` was measured from (``timeline`` or ``metadata``), ``launched``
+    the block that launched most of the device's time (:mod:`.launches`)."""
     if not parts.categories or parts.total_s() <= 0:
         return Diagnosis(breakdown=parts, source=source)
     if parts.total_s() < MIN_CELL_S:
@@ -89,6 +92,11 @@ def diagnose(
     if verdict == "transfer" and transfer_s > 0 and parts.offload_s >= HOST_OFFLOAD * transfer_s:
         cause = "host offload"
     where, line = _where(s, verdict)
+    program = ""
+    if verdict == "device" and launched is not None:
+        row = _label_row(s, launched.path)
+        if row:
+            (where, line), program = where_launched(s.cell, row, launched), launched.program
     return Diagnosis(
         verdict=verdict,
         share=share[verdict],
@@ -103,6 +111,7 @@ def diagnose(
         busy=_chip_busy(parts, share),
         offloaded=_offloaded(s) if cause == "host offload" else (),
         source=source,
+        program=program,
     )
 
 
@@ -153,6 +162,13 @@ def _where(s: Summary, verdict: str) -> tuple[tuple[str, ...], int]:
         pick = max(leaves, key=lambda r: r.total_s)
         return pick.path, line_of(s.cell, pick.path)
     return (), 0
+
+
+def _label_row(s: Summary, path: tuple[str, ...]) -> tuple[str, ...]:
+    """The longest start of ``path`` that is a label (or user trace) row of the cell's
+    thread: a user's step marker around it (``xp.StepTrace``) is no statement; () if none."""
+    rows = {r.path for r in s.labels if not r.thread and r.kind in ("label", "trace")}
+    return next((path[:k] for k in range(len(path), 0, -1) if path[:k] in rows), ())
 
 
 def _chip_busy(parts: Breakdown, share: dict[str, float]) -> float:

@@ -106,7 +106,11 @@ class Diagnosis:
     - ``busy``: the device's busy share of the same time: compute and the chip's own waits
       (collectives, infeed, outfeed, host-offload copies), not ``device`` alone;
     - ``where``: the label path that carries most of it, and ``line``, its line in the cell
-      (from 1; 0 when unknown);
+      (from 1; 0 when unknown); for ``device``, the block that launched the programs the
+      device ran, not the one that waited for them, ending with the statement inside it that
+      calls ``program`` when that is on another line (a loop's body);
+    - ``program``: for ``device``, the program those launches name (``PjitFunction(train)``),
+      ``""`` where the runtime names none;
     - ``cause``: for ``compile``, why it compiled: ``growing graph``, ``changing shapes``,
       ``warm-up``, ``first run`` or ``""``; for ``transfer``, ``host offload`` when most of
       it is the chip's own copies to and from host memory; ``shapes``: the input shapes
@@ -141,6 +145,7 @@ class Diagnosis:
     busy: float = 0.0
     offloaded: tuple[tuple[str, str], ...] = ()
     source: str = "timeline"
+    program: str = ""
 
     def share_of(self, category: str) -> float:
         """``category``'s share (of :attr:`shares`; 0 when not measured)."""

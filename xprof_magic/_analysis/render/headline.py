@@ -95,6 +95,8 @@ def headline(s: Summary, d: Diagnosis, advice: str) -> str:
     where = f" (`{d.where[-1]}`, line {d.line})" if d.where and d.line else ""
     if d.where and not d.line:
         where = f" (`{d.where[-1]}`)"
+    if d.program:
+        where = _launched(d)
     title = _TITLE[d.verdict]
     if d.verdict == "input":
         title += " (highly, XProf's ≥ 20%)"
@@ -115,6 +117,15 @@ def headline(s: Summary, d: Diagnosis, advice: str) -> str:
         if d.breakdown.on_device:
             text += f", computing {_percent(d.share_of('device'))}"
     return f"{text}. {advice}".strip()
+
+
+def _launched(d: Diagnosis) -> str:
+    """`` (`PjitFunction(train)`, launched by `W = train(W, x)`, line 3)``: the program the
+    device ran, and the statement that launched it (not the one that waited for it)."""
+    if not d.where:
+        return f" (`{d.program}`)"
+    at = f", line {d.line}" if d.line else ""
+    return f" (`{d.program}`, launched by `{d.where[-1]}`{at})"
 
 
 def _compiled(s: Summary, d: Diagnosis) -> str:

@@ -25,10 +25,10 @@ from xprof_magic._analysis.model.summary import (
 )
 from xprof_magic._analysis.summary import blocks
 from xprof_magic._analysis.summary.device import device_info, top_host_ops, top_ops
+from xprof_magic._analysis.summary.where import own_steps
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._backends import Vocabulary
 from xprof_magic._metadata import MetricTotal, RunMetadata
-from xprof_magic._steps import STEP_EVENT
 
 __all__ = ["build"]
 
@@ -97,11 +97,8 @@ def _blocks(
     compiled: blocks.RunsByRow = {}
     in_steps: blocks.RunsByRow = {}
     if facts is not None:
-        own_steps = (
-            frozenset({STEP_EVENT}) if meta.step_rule in ("sync", "iteration") else frozenset()
-        )
         labels, compiled, in_steps = blocks.labels_from_trace(
-            facts, meta.wall_s, own_steps, words.timeline.input_pipeline
+            facts, meta.wall_s, own_steps(meta.step_rule), words.timeline.input_pipeline
         )
         label_source = "trace"
         steps = blocks.steps_from_trace(facts) or blocks.steps_from_metadata(meta)

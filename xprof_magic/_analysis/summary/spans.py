@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline.facts import TraceFacts
 
-__all__ = ["NO_SPANS", "Spans", "busy_ns", "covered", "measure", "merge"]
+__all__ = ["NO_SPANS", "Spans", "busy_ns", "covered", "measure", "merge", "subtract"]
 
 Spans = tuple[NDArray[np.float64], NDArray[np.float64]]
 """Disjoint intervals, sorted: their starts and their ends (ns)."""
@@ -41,6 +41,31 @@ def merge(pieces: Iterable[tuple[_Times, _Times]]) -> Spans:
     first[1:] = lo[1:] > hi[:-1]
     at = np.flatnonzero(first)
     return lo[at], hi[np.r_[at[1:] - 1, len(lo) - 1]]
+
+
+def subtract(spans: Spans, cut: Spans) -> Spans:
+    """What of ``spans`` that ``cut`` does not cover (both disjoint and sorted)."""
+    starts, ends = spans
+    if not len(starts) or not len(cut[0]):
+        return spans
+    # Only the cut's intervals that meet a span matter (the first span ending after one
+    # starts before it ends).
+    at = np.minimum(np.searchsorted(ends, cut[0], side="right"), len(starts) - 1)
+    meets = starts[at] < cut[1]
+    meets &= ends[at] > cut[0]
+    cut_lo, cut_hi = cut[0][meets], cut[1][meets]
+    if not len(cut_lo):
+        return spans
+    # Every piece's edges: the spans' own and the cut's; keep the pieces that lie in a span
+    # and outside every cut.
+    edges = np.unique(np.concatenate([starts, ends, cut_lo, cut_hi]))
+    lo, hi = edges[:-1], edges[1:]
+    mid = (lo + hi) / 2
+    inside = np.searchsorted(starts, mid, side="right") - 1
+    kept = (inside >= 0) & (mid < ends[np.maximum(inside, 0)])
+    at = np.searchsorted(cut_lo, mid, side="right") - 1
+    kept &= ~((at >= 0) & (mid < cut_hi[np.maximum(at, 0)]))
+    return merge([(lo[kept], hi[kept])])
 
 
 def covered(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -8,6 +8,8 @@ not per event.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -21,15 +23,27 @@ __all__ = [
     "Runtime",
     "blocks_host",
     "is_copy",
+    "launched_program",
     "name_flags",
     "runtime_name",
     "step_num",
     "thread_group",
 ]
 
-Runtime = tuple[frozenset[str], tuple[str, ...]]
-"""A backend's own host events: exact names and name prefixes (its vocabulary's)."""
-NO_RUNTIME: Runtime = (frozenset(), ())
+
+class Runtime(NamedTuple):
+    """A backend's own host events (its vocabulary's
+    :class:`~xprof_magic._backends.TimelineNames`): exact names and name prefixes; of
+    those, the waits for the device, the step ends, and the prefixes of program launches."""
+
+    names: frozenset[str]
+    prefixes: tuple[str, ...]
+    waits: frozenset[str] = frozenset()
+    step_ends: frozenset[str] = frozenset()
+    launches: tuple[str, ...] = ()
+
+
+NO_RUNTIME = Runtime(frozenset(), ())
 
 XLA_RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
 """Host events of XLA's PjRt runtime and thread pools, under any backend built on it."""
@@ -49,6 +63,13 @@ def blocks_host(name: str) -> bool:
     return "wait" in lower or "barrier" in lower
 
 
+def launched_program(name: str, launches: tuple[str, ...]) -> str:
+    """The program a launch event ``name`` names: the event's own name where its prefix
+    ends with ``(`` (``PjitFunction(train)``), else ``""``."""
+    named = any(p.endswith("(") and name.startswith(p) for p in launches)
+    return name if named else ""
+
+
 def name_flags(
     names: list[str],
     label_names: frozenset[str],
@@ -56,7 +77,7 @@ def name_flags(
     compile_events: frozenset[str],
 ) -> dict[str, NDArray[np.bool_]]:
     """Per distinct name: what the pass asks of it, computed once per line."""
-    more, prefixes = runtime
+    more, prefixes = runtime.names, runtime.prefixes
     return {
         "end": np.array([n.startswith("end: ") for n in names], bool),
         "compile": np.array([n in compile_events for n in names], bool),
@@ -65,8 +86,12 @@ def name_flags(
         ),
         "label": np.array([n in label_names for n in names], bool),
         "wait": np.array(["wait" in n.lower() for n in names], bool),
-        "blocks": np.array([blocks_host(n) for n in names], bool),
+        "blocks": np.array([blocks_host(n) or n in runtime.waits for n in names], bool),
         "copy": np.array([is_copy(n) for n in names], bool),
+        "step_end": np.array([n in runtime.step_ends for n in names], bool),
+        "launch": np.array(
+            [bool(runtime.launches) and n.startswith(runtime.launches) for n in names], bool
+        ),
     }
 
 

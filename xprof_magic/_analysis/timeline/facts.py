@@ -19,9 +19,11 @@ __all__ = [
     "DEVICE_SIDE",
     "HOST_MEMORY_SPACE",
     "LABEL",
+    "LAUNCH",
     "OFFLOAD",
     "RUNTIME",
     "STEP",
+    "STEP_END",
     "TRACE",
     "XLA_OP",
     "Block",
@@ -37,6 +39,11 @@ CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
 """What an event is, in this order: the reader keeps each event's category as its index."""
 OFFLOAD = "device:offload"
 """The span key of a chip's host-offload copies (arrays kept in host memory)."""
+STEP_END = "step end"
+"""The span key of the runtime's step ends on the Python threads (a sync, whole)."""
+LAUNCH = "launch:"
+"""The span keys of program launches on the Python threads: this, then the program's name
+("" where the launch names none)."""
 DEVICE_SIDE = {
     "device:input": "input",
     "collective": "collective",
@@ -132,4 +139,6 @@ class TraceFacts:
     (:mod:`~xprof_magic._analysis.diagnosis.breakdown`) measures, by its category:
     ``compile``, ``transfer`` and ``sync`` on the Python threads, ``device`` (executions,
     launch to completion) on the XLA CPU client's threads or a chip's modules, and the keys
-    of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules."""
+    of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules; also, on the
+    Python threads, the step ends (:data:`STEP_END`) and each program's launches
+    (:data:`LAUNCH` + its name), which say whose the device's time is."""

@@ -18,7 +18,9 @@ What the pass relies on (verified on torch_xla 2.9.0 and jax 0.10 captures):
   (``runtime_names``, ``runtime_prefixes``), which the caller passes. A compilation is one
   of the vocabulary's ``compile_events``.
 * On the CPU, XLA ops run on :data:`~.events.XLA_CPU_CLIENT_GROUPS` threads as events with
-  an ``hlo_op`` stat; compilation passes run on ``tf_xla-cpu-codegen/*``.
+  an ``hlo_op`` stat; compilation passes run on ``tf_xla-cpu-codegen/*``. JAX's CPU client
+  runs small programs on the calling thread: their ops (``hlo_op``) nest in its runtime
+  events on the Python thread (jax 0.10).
 * Events on a line nest: a child ends inside its parent. A line where one does not is
   walked with an explicit stack instead, with the same result.
 """
@@ -36,6 +38,7 @@ from xprof_magic._analysis.timeline.events import (
     XLA_CODEGEN,
     XLA_CPU_CLIENT_GROUPS,
     Runtime,
+    launched_program,
     name_flags,
     step_num,
     thread_group,
@@ -43,6 +46,8 @@ from xprof_magic._analysis.timeline.events import (
 from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
+    LAUNCH,
+    STEP_END,
     XLA_OP,
     Block,
     GroupFacts,
@@ -117,7 +122,11 @@ class Reader:
         ops = pushed & (cat == _XLA_OP) & (parent_cat != _XLA_OP)
         if ops.any():
             self.cpu_op_spans.append((start[ops], end[ops]))
+            if group == "python":
+                self.add_spans("device", start[ops], end[ops])
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
+        if group == "python" and self.runtime.launches:
+            self._launches(start, end, name_id, names, pushed & (cat == _RUNTIME), flag)
         self.tables(start, end, dur, name_id, names, nest, cat)
 
     def _categories(
@@ -157,6 +166,12 @@ class Reader:
                         mine[j] = _STEP
                     else:
                         mine[j] = _LABEL if flag["label"][ids[j]] else _TRACE
+                # A program the CPU client ran on the calling thread (JAX's small ones): its
+                # XLA ops nest in the runtime's events there, and are the device's time.
+                mine[parent_cat == _XLA_OP] = _XLA_OP
+                maybe_op = np.flatnonzero((parent_cat == _RUNTIME) & ~runtime & ~compile_)
+                if len(maybe_op):
+                    mine[maybe_op[line.has(order[here[maybe_op]], "hlo_op")]] = _XLA_OP
             elif group.startswith(XLA_CODEGEN):
                 mine[:] = _COMPILE
             elif group in XLA_CPU_CLIENT_GROUPS:
@@ -249,18 +264,41 @@ class Reader:
     ) -> None:
         """Keep the spans the step breakdown needs: on the XLA CPU client's threads each
         top-level event is an execution (device) or a host-device copy (transfer); on the
-        Python threads, the runtime's copies (transfer) and its waits (sync)."""
+        Python threads, the runtime's copies (transfer), its waits (sync) and its step
+        ends."""
         copy = flag["copy"][name_id]
         if group in XLA_CPU_CLIENT_GROUPS:
             found = {"device": top & ~copy, "transfer": top & copy}
         elif group == "python":
             runtime = pushed & (cat == _RUNTIME)
-            found = {"transfer": runtime & copy, "sync": runtime & flag["blocks"][name_id] & ~copy}
+            found = {
+                "transfer": runtime & copy,
+                "sync": runtime & flag["blocks"][name_id] & ~copy,
+                STEP_END: runtime & flag["step_end"][name_id],
+            }
         else:
             return
         for key, mask in found.items():
             if mask.any():
                 self.add_spans(key, start[mask], end[mask])
+
+    def _launches(
+        self,
+        start: Floats,
+        end: Floats,
+        name_id: Ints,
+        names: list[str],
+        runtime: NDArray[np.bool_],
+        flag: dict[str, NDArray[np.bool_]],
+    ) -> None:
+        """Keep the spans of the runtime's program launches, by the program they name."""
+        at = np.flatnonzero(runtime & flag["launch"][name_id])
+        if not len(at):
+            return
+        at = at[np.argsort(name_id[at], kind="stable")]
+        for group in np.split(at, np.flatnonzero(np.diff(name_id[at])) + 1):
+            key = LAUNCH + launched_program(names[int(name_id[group[0]])], self.runtime.launches)
+            self.add_spans(key, start[group], end[group])
 
     def add_spans(self, key: str, lo: Floats, hi: Floats) -> None:
         self.facts.spans.setdefault(key, []).append((lo.tolist(), hi.tolist()))

@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError
 
 from xprof_magic._analysis.timeline import pool, xspace
 from xprof_magic._analysis.timeline.device_planes import read_device_plane
+from xprof_magic._analysis.timeline.events import Runtime
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._analysis.timeline.lines import Plane, object_planes, xspace_planes
 from xprof_magic._analysis.timeline.parallel import host_lines_in_parallel
@@ -134,7 +135,13 @@ def _read(
         facts,
         label_names,
         deadline,
-        (words.runtime_names, tuple(words.runtime_prefixes)),
+        Runtime(
+            words.runtime_names,
+            tuple(words.runtime_prefixes),
+            words.waits,
+            words.step_ends,
+            tuple(words.launches),
+        ),
         frozenset(words.compile_events),
     )
     facts.planes = [plane.name for plane in planes]

@@ -1,0 +1,126 @@
+"""Whose the device's time is: the statement that launched the work, not the one that waited.
+
+With asynchronous dispatch (a jitted JAX call, torch_xla's executions after a sync) the host
+launches a program and runs on; the device computes it later, while the host is in another
+statement, often one that only waits for the result (``jax.block_until_ready``,
+``float(loss)``, ``.item()``). The host time of that wait says nothing of who made the work.
+The timeline does: each program's launch is an event on the Python thread (the vocabulary's
+``launches``: JAX's ``PjitFunction(name)``, torch_xla's sync), and each stretch of device time
+(:data:`~xprof_magic._analysis.timeline.facts.TraceFacts.spans`' ``device``) goes to the
+launch it ran: the device runs launches in order, so each stretch after an idle moment is
+the first launch made since (:func:`_owners`). A launch belongs to the innermost block of
+the cell's thread that holds it; the block that launched most of the device's time, and the
+program it names, are what :func:`of_trace` returns. A stretch that runs several queued
+launches back to back (a loop's steps, then an evaluation) is the first one's: the block is
+right, the program may be the first of a few.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xprof_magic._analysis.summary.blocks import line_of, main_line
+from xprof_magic._analysis.summary.spans import merge
+from xprof_magic._analysis.summary.where import call_line, own_steps, paths_at
+from xprof_magic._analysis.timeline.facts import LAUNCH, TraceFacts
+from xprof_magic._backends import Vocabulary
+from xprof_magic._metadata import RunMetadata
+
+__all__ = ["Launch", "callable_name", "launcher", "of_trace", "where_launched"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The block that launched most of the device's time: its label ``path`` on the cell's
+    thread (a loop's ``next(…)`` stands for its loop), the ``program`` its launches name (the
+    launch event's own name, ``PjitFunction(train)``; ``""`` where they name none) and the
+    ``share`` of the device's time that followed them."""
+
+    path: tuple[str, ...]
+    program: str
+    share: float
+
+
+def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Launch | None:
+    """The launcher (:func:`launcher`) of a run's timeline, on its cell's thread."""
+    pipeline = words.timeline.input_pipeline
+    return launcher(facts, main_line(facts.blocks, pipeline), own_steps(meta.step_rule), pipeline)
+
+
+def launcher(
+    facts: TraceFacts, line: str, steps: frozenset[str], aside: frozenset[str] = frozenset()
+) -> Launch | None:
+    """The block of ``line`` whose launches the device's time followed most (None: no
+    launch, or no device time after one). ``steps`` are the magic's step markers, left out
+    of label paths as the summary's rows leave them; ``aside`` the data loader's traces."""
+    device = facts.spans.get("device")
+    keys = [key for key in facts.spans if key.startswith(LAUNCH)]
+    if not device or not keys:
+        return None
+    lo, hi = merge(device)
+    if facts.window is not None:
+        lo, hi = np.maximum(lo, facts.window[0]), np.minimum(hi, facts.window[1])
+    at = np.concatenate([np.asarray(a, np.float64) for key in keys for a, _ in facts.spans[key]])
+    program = np.concatenate(
+        [np.full(len(a), i, np.int64) for i, key in enumerate(keys) for a, _ in facts.spans[key]]
+    )
+    order = np.argsort(at, kind="stable")
+    at, program = at[order], program[order]
+    owner = _owners(at, lo, hi)
+    keep = (owner >= 0) & (hi > lo)
+    if not keep.any():
+        return None
+    seconds = np.bincount(owner[keep], weights=hi[keep] - lo[keep], minlength=len(at))
+    owning = np.flatnonzero(seconds > 0)
+    by_path: dict[tuple[str, ...], float] = {}
+    by_program: dict[tuple[tuple[str, ...], int], float] = {}
+    paths = paths_at(facts.blocks, line, steps, at[owning].tolist(), aside)
+    for i, path in zip(owning.tolist(), paths, strict=True):
+        if path:
+            by_path[path] = by_path.get(path, 0.0) + float(seconds[i])
+            key = (path, int(program[i]))
+            by_program[key] = by_program.get(key, 0.0) + float(seconds[i])
+    if not by_path:
+        return None
+    path = max(by_path, key=lambda p: by_path[p])
+    index = max((k for k in by_program if k[0] == path), key=lambda k: by_program[k])[1]
+    return Launch(path, keys[index][len(LAUNCH) :], by_path[path] / float(seconds.sum()))
+
+
+def _owners(at: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each stretch of device time ``[lo, hi)`` (sorted, disjoint), the index in ``at``
+    (launch times, sorted) of the launch it ran, -1 for none: the device runs launches in
+    order, so a stretch that starts after an idle moment runs the first launch made since
+    then; one with no launch since (the device went on with what was queued) runs what the
+    stretch before it ran. A program the host ran itself, inside its launch (the CPU client
+    runs small ones so), is no stretch's: its launch goes to the device's next stretch."""
+    idle = np.concatenate([[-np.inf], hi[:-1]])
+    first = np.searchsorted(at, idle, side="left")
+    launched = np.searchsorted(at, lo, side="right") > first
+    owner = np.where(launched, first, -1)
+    return np.maximum.accumulate(owner) if len(owner) else owner
+
+
+def callable_name(program: str) -> str:
+    """What the cell calls to launch ``program``: the last name inside its brackets
+    (``PjitFunction(Model.apply)`` → ``apply``); ``""`` when that is no identifier."""
+    inner = program.partition("(")[2].rpartition(")")[0]
+    name = inner.rpartition(".")[2]
+    return name if name.isidentifier() else ""
+
+
+def where_launched(cell: str, path: tuple[str, ...], launch: Launch) -> tuple[tuple[str, ...], int]:
+    """Where ``launch`` is in the cell, with ``path`` its label (its own path, or a start of
+    it): that path and the label's line; where its program names a function called inside
+    the label's block on another line (a loop's body), that statement's label appended to
+    the path and its line."""
+    line = line_of(cell, path)
+    name = callable_name(launch.program)
+    if not line or not name:
+        return path, line
+    number, text = call_line(cell, line, name)
+    if number and number != line:
+        return (*path, text), number
+    return path, line
