@@ -231,8 +231,19 @@ def test_the_trace_viewer_opens_on_the_window_asked_for_label_row_first(
             framed.pause,
         )
         assert shown
-        seen = visible_range(framed.frame)
-        assert seen == pytest.approx({"min": start, "max": end}, abs=1e-3)
+
+        def on_window() -> bool:
+            seen = visible_range(framed.frame)
+            return seen == pytest.approx({"min": start, "max": end}, abs=1e-3)
+
+        # The range it settles on once its data are drawn (its default one shows first, for
+        # a moment, until XProf applies view_start and view_end).
+        wait_until(
+            on_window,
+            30.0,
+            lambda: f"{visible_range(framed.frame)}, not {start:.3f}..{end:.3f} ms",
+            framed.pause,
+        )
         assert first_thread(framed.frame) == "python"
         palette = framed.frame.evaluate(
             "() => document.querySelector('tr-ui-b-mouse-mode-selector')"
