@@ -63,6 +63,7 @@ __all__ = [
     "page_of",
     "run_of",
     "select_run",
+    "shown_text",
     "shut_down",
     "start_classic_notebook",
     "start_jupyterlab",
@@ -780,19 +781,27 @@ class ToolView:
     data: DataFetches
     pause: Callable[[float], None]
     screenshot: Callable[[str], Any]
+    reason: Callable[[], str]
+    """The line the frame shows in place of a tool that has nothing for the run ("" while
+    it shows none)."""
     timeout_s: float = 90.0
+    idle_s: float = 30.0
+    """How long after a tool is chosen its page may still show a loading indicator."""
 
 
 def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[str]:
     """Select each tool the dropdown offers, in turn, and check what the user sees.
 
-    A tool named with a reason ("(no device ops in a CPU capture)") must say so and nothing
-    more; any other must fetch its data (the graph viewer: its graph, after "Search Graph").
-    No profile request answers 4xx/5xx, no backdrop covers the tool once XProf has laid out
-    its menu, and in the trace viewer the ``python`` row (``label``'s thread) is inside the
-    frame without scrolling. The options are read once the widget says they are final.
-    Returns the tools seen.
+    A tool named with a reason ("(no device ops in a CPU capture)") shows that reason in
+    place of XProf's page, which is not loaded; any other must fetch its data (the graph
+    viewer: its graph, after "Search Graph") and show no loading indicator of XProf's
+    ``idle_s`` after it was chosen. No profile request answers 4xx/5xx, XProf's toolbar and
+    menu are not there (the dropdown is the navigation) and no backdrop covers the tool, and
+    in the trace viewer the ``python`` row (``label``'s thread) is inside the frame without
+    scrolling. The options are read once the widget says they are final. Returns the tools
+    seen.
     """
+    from tests._page_checks import nav_shown
     from xprof_magic._notebook.widget import SURVEYED
     from xprof_magic._viewer.tools import TOOL_NAMES
 
@@ -815,6 +824,14 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
         if label_text != current:
             select.select_option(label=label_text)
             current = label_text
+        chosen = time.monotonic()
+        if text.endswith(")"):
+            why = text.rsplit("(", 1)[1].rstrip(")")
+            assert len(why) > 8, text
+            shown = _wait(view, functools.partial(_says, view, why), f"{value}: its reason")
+            assert shown and not view.data.failed, (value, view.data.failed)
+            view.screenshot(f"{name}-{value.rstrip('@')}")
+            continue
         frame = view.frame(value)
         view.box.scroll_into_view_if_needed()
         if value.startswith("trace_viewer"):
@@ -823,8 +840,6 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
             row = frame.get_by_text("python", exact=True).filter(visible=True).first
             row.wait_for(timeout=view.timeout_s * 1000)
             _inside(row.bounding_box(), view.box.bounding_box(), "the python row")
-        elif text.endswith(")"):
-            assert "(" in text and len(text.split("(", 1)[1]) > 8, text
         else:
             if value == "graph_viewer":
                 search = frame.get_by_role("button", name="Search Graph")
@@ -840,6 +855,14 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
                 _wait(view, found, f"{value} data of {run}")
             menu = _wait(view, functools.partial(_menu, frame), f"{value}: XProf's menu")
             assert menu != "covering", f"{value}: XProf's menu covers the tool"
+        idle = wait_until(
+            functools.partial(_idle, frame),
+            max(0.0, chosen + view.idle_s - time.monotonic()),
+            f"{value}: still loading {view.idle_s:g} s after it was chosen",
+            view.pause,
+        )
+        assert idle and view.reason() == "", value
+        assert nav_shown(frame) == [], f"{value}: XProf's menu is open: {nav_shown(frame)}"
         if not value.startswith("trace_viewer"):
             # A Trace Viewer v2 choice saved here (no WebGPU adapter headless) is dropped by
             # the next XProf page this origin loads.
@@ -849,6 +872,32 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
         view.screenshot(f"{name}-{value.rstrip('@')}")
         assert not view.data.failed, (value, view.data.failed)
     return [v for v, _ in offered]
+
+
+def _says(view: ToolView, why: str) -> bool:
+    return why in view.reason()
+
+
+def shown_text(line: Any) -> str:
+    """A locator's text while it is shown, else "" (for :attr:`ToolView.reason`)."""
+    from playwright.sync_api import Error
+
+    try:
+        return str(line.inner_text()) if line.count() and line.first.is_visible() else ""
+    except Error:
+        return ""
+
+
+def _idle(frame: Any) -> bool:
+    """No loading indicator of XProf's shows (:func:`tests._page_checks.busy`)."""
+    from playwright.sync_api import Error
+
+    from tests._page_checks import busy
+
+    try:
+        return not busy(frame)
+    except Error:
+        return False
 
 
 def in_frame(frame: Any, script: str) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -29,12 +30,14 @@ from tests._browser import (
     find_chromium,
     offline,
     select_run,
+    shown_text,
     shut_down,
     start_jupyterlab,
     tool_page,
     write_notebook,
 )
-from tests.conftest import missing
+from tests._page_checks import check_summary, first_thread, steps_missed, visible_range
+from tests.conftest import ARTIFACTS, missing
 
 # A guard against a hang only: each wait below fails sooner, naming what it waited for. On
 # a loaded 2-core machine the direct route's test, which checks every tool, nears 10 minutes.
@@ -91,18 +94,28 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             launched.close()
 
 
-def every_tool(notebook: NotebookPage, widget: Any, run: str, label: str, name: str) -> list[str]:
-    """:func:`check_every_tool` with the frame about 950 px wide, as in JupyterLab with its
-    file browser open in a 1400 px window."""
+def fit(notebook: NotebookPage, widget: Any, width: int) -> None:
+    """Resize the window until the widget's frame is ``width`` px wide (±8), as JupyterLab's
+    output is beside an open file browser."""
     outer = widget.locator("iframe.xprof-outer")
-    width = outer.bounding_box()["width"]
+    shown = outer.bounding_box()["width"]
     size = notebook.page.viewport_size
-    notebook.page.set_viewport_size({"width": int(size["width"] - (width - 950)), "height": 1000})
+    notebook.page.set_viewport_size({"width": int(size["width"] - (shown - width)), "height": 1000})
     notebook.wait(
-        lambda: 900 <= outer.bounding_box()["width"] <= 960,
-        lambda: f"the frame at about 950 px: {outer.bounding_box()}",
+        lambda: abs(outer.bounding_box()["width"] - width) <= 8,
+        lambda: f"the frame at about {width} px: {outer.bounding_box()}",
         LOAD_TIMEOUT_S,
     )
+
+
+def every_tool(
+    notebook: NotebookPage, widget: Any, run: str, label: str, name: str, width: int = 950
+) -> list[str]:
+    """:func:`check_every_tool` with the frame ``width`` px wide (950: JupyterLab with its
+    file browser open in a 1400 px window)."""
+    outer = widget.locator("iframe.xprof-outer")
+    fit(notebook, widget, width)
+    wrapped = widget.frame_locator("iframe.xprof-outer")
     view = ToolView(
         widget=widget,
         box=outer,
@@ -110,6 +123,7 @@ def every_tool(notebook: NotebookPage, widget: Any, run: str, label: str, name: 
         data=notebook.data,
         pause=notebook.pause,
         screenshot=lambda shot: notebook.screenshot(f"{name}-{shot}", outer),
+        reason=lambda: shown_text(wrapped.locator(".xprof-empty")),
     )
     return check_every_tool(view, run, label, "tools")
 
@@ -254,6 +268,85 @@ def test_a_jax_cell_shows_its_own_timeline(lab: JupyterLab, browser: Any) -> Non
     except BaseException:
         with contextlib.suppress(Exception):
             notebook.screenshot("jax-failure")
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+STEADY = [
+    "%load_ext xprof_magic\nimport torch, torch_xla\ndevice = torch_xla.device()\n"
+    "w = torch.randn(256, 256, device=device)\ntorch_xla.sync()",
+    "%%xprof --steps --name steady\n"
+    "for i in range(10):\n"
+    "    # xprof: forward\n"
+    "    z = ((w @ w).tanh() @ w).tanh() @ w\n"
+    "    torch_xla.sync()",
+]
+"""A 10-step loop whose step 0 compiles, and only it."""
+OUTPUT_PX = 848
+
+
+def test_what_a_person_sees_under_the_cell(lab: JupyterLab, browser: Any) -> None:
+    """At an 848 px output: the summary whole, its charts' labels apart, the trace viewer on
+    steps 1 to 9 with the labelled row first, and every tool without XProf's menu, without a
+    loading indicator 30 s after it was chosen, or with its reason in place."""
+    import xprof_magic
+    from xprof_magic._analysis import render_html
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    offline(context)
+    notebook = NotebookPage(context.new_page(), lab, "steady.ipynb", LAB)
+    write_notebook(lab.root / "steady.ipynb", STEADY)
+    try:
+        notebook.open(LOAD_TIMEOUT_S)
+        notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
+        outputs = notebook.outputs()
+        assert "Traceback" not in outputs and "xprof: run steady (ok)" in outputs, outputs
+        widget = notebook.widgets.first
+        fit(notebook, widget, OUTPUT_PX)
+        run_dir = Path(lab.env["XPROF_MAGIC_LOGDIR"]) / "plugins" / "profile" / "steady"
+        summary = xprof_magic.summarize(run_dir)
+        assert summary.diagnosis.warm_up == 1, summary.diagnosis  # the test's own premise
+
+        panel = notebook.page.locator(".jp-NotebookPanel .xprof-summary-panel").first
+        check_summary(panel)
+        notebook.screenshot("steady-summary", panel)
+
+        frame = notebook.wait_for_page(widget, "steady", "trace_viewer_index.html", LOAD_TIMEOUT_S)
+        notebook.wait_for_data(frame, "steady", "trace_viewer", LOAD_TIMEOUT_S, label="forward")
+        widget.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait(
+            lambda: first_thread(frame) and visible_range(frame),
+            "the trace viewer's rows and range",
+            LOAD_TIMEOUT_S,
+        )
+        # The first range it settles on, once its data are drawn: the steady steps.
+        notebook.wait(
+            lambda: steps_missed(visible_range(frame), summary) == "",
+            lambda: f"{visible_range(frame)}: {steps_missed(visible_range(frame), summary)}",
+            30.0,
+        )
+        row = first_thread(frame)
+        assert row and not row.startswith("tf_"), f"the first row is {row}"
+        notebook.screenshot("steady-trace-viewer", widget.locator("iframe.xprof-outer"))
+
+        tools = every_tool(notebook, widget, "steady", "forward", "steady", width=OUTPUT_PX)
+        assert "hlo_stats" in tools and "memory_viewer" in tools, tools
+
+        # The summary as a saved notebook shows it: static HTML, no script, whole too.
+        page = render_html(summary)
+        assert "<script" not in page
+        static = context.new_page()
+        static.set_viewport_size({"width": OUTPUT_PX, "height": 1000})
+        static.set_content(f"<body style='margin:0'>{page}</body>")
+        check_summary(static.locator("body"))
+        notebook.screenshot("steady-notebook")
+        static.screenshot(path=str(ARTIFACTS / "browser-steady-static.png"), full_page=True)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            notebook.screenshot("steady-failure")
         notebook.report()
         raise
     finally:

@@ -35,12 +35,14 @@ from tests._browser import (
     find_chromium,
     offline,
     select_run,
+    shown_text,
     shut_down,
     start_classic_notebook,
     tool_page,
     write_notebook,
 )
 from tests._kernel import free_port
+from tests._page_checks import check_summary, first_thread, steps_missed, visible_range
 from tests.conftest import missing
 from xprof_magic._notebook import colab
 
@@ -209,6 +211,7 @@ def every_tool(notebook: NotebookPage, widget: Any, box: Any, run: str, label: s
         data=notebook.data,
         pause=notebook.pause,
         screenshot=lambda shot: notebook.screenshot(f"colab-{run}-{shot}", box),
+        reason=lambda: shown_text(box.locator(".xprof-empty")),
     )
     return check_every_tool(view, run, label, "tools")
 
@@ -379,6 +382,88 @@ def test_notebook6_switches_runs_in_place(
         notebook.screenshot("notebook6-overview", wrapper)
     except BaseException:
         failed(notebook, "notebook6-failure")
+        raise
+    finally:
+        context.close()
+        server.shutdown_kernels()
+
+
+STEADY = [
+    SETUP + "\nw = torch.randn(256, 256, device=device)\ntorch_xla.sync()",
+    "%%xprof --steps --name steady\n"
+    "for i in range(10):\n"
+    "    # xprof: forward\n"
+    "    z = ((w @ w).tanh() @ w).tanh() @ w\n"
+    "    torch_xla.sync()",
+]
+"""A 10-step loop whose step 0 compiles, and only it."""
+OUTPUT_PX = 848
+
+
+def fit(notebook: NotebookPage, box: Any, width: int) -> None:
+    """Make Notebook 6's column hold an output ``width`` px wide (±4): its column has a few
+    fixed widths, so the column's own width is set, as a narrower window would."""
+    column = "document.getElementById('notebook-container')"
+    shown = box.bounding_box()["width"]
+    notebook.page.evaluate(
+        f"d => {{ const c = {column}; c.style.width = (c.offsetWidth + d) + 'px'; }}",
+        width - shown,
+    )
+    notebook.wait(
+        lambda: abs(box.bounding_box()["width"] - width) <= 4,
+        lambda: f"the output at about {width} px: {box.bounding_box()}",
+        LOAD_TIMEOUT_S,
+    )
+
+
+def test_what_a_person_sees_under_the_cell_on_colabs_stack(
+    server: JupyterLab, browser: Callable[[str], Any]
+) -> None:
+    """At an 848 px output, through the fake Colab proxy: the summary whole, its charts'
+    labels apart, the trace viewer settled on steps 1 to 9 with the labelled row first, and
+    every tool without XProf's menu, idle 30 s after it was chosen or its reason in place."""
+    import xprof_magic
+
+    context = browser(FAKE_PROXY % "null")
+    offline(context)
+    notebook = open_notebook(server, context, "colab-steady.ipynb", STEADY, KERNEL)
+    try:
+        notebook.run_all(count=len(STEADY), timeout=RUN_TIMEOUT_S)
+        outputs = notebook.outputs()
+        assert "Traceback" not in outputs and "xprof: run steady (ok)" in outputs, outputs
+        box = notebook.page.locator(".xprof-colab").first
+        box.wait_for(timeout=LOAD_TIMEOUT_S * 1000)
+        fit(notebook, box.locator("iframe.xprof-inner"), OUTPUT_PX)
+        run_dir = Path(server.env["XPROF_MAGIC_LOGDIR"]) / "plugins" / "profile" / "steady"
+        summary = xprof_magic.summarize(run_dir)
+        assert summary.diagnosis.warm_up == 1, summary.diagnosis  # the test's own premise
+
+        panel = notebook.page.locator(".xprof-summary-panel").first
+        check_summary(panel)
+        notebook.screenshot("colab-steady-summary", panel)
+
+        box.scroll_into_view_if_needed()
+        frame = notebook.wait_for_page(box, "steady", TIMELINE, LOAD_TIMEOUT_S)
+        notebook.wait_for_data(frame, "steady", "trace_viewer", LOAD_TIMEOUT_S, "forward")
+        notebook.wait(
+            lambda: first_thread(frame) and visible_range(frame),
+            "the trace viewer's rows and range",
+            LOAD_TIMEOUT_S,
+        )
+        notebook.wait(
+            lambda: steps_missed(visible_range(frame), summary) == "",
+            lambda: f"{visible_range(frame)}: {steps_missed(visible_range(frame), summary)}",
+            30.0,
+        )
+        row = first_thread(frame)
+        assert row and not row.startswith("tf_"), f"the first row is {row}"
+        notebook.screenshot("colab-steady-trace-viewer", box)
+
+        tools = every_tool(notebook, notebook.widgets.first, box, "steady", "forward")
+        assert "hlo_stats" in tools and "memory_viewer" in tools, tools
+        notebook.screenshot("colab-steady-notebook")
+    except BaseException:
+        failed(notebook, "steady-failure")
         raise
     finally:
         context.close()

@@ -232,6 +232,33 @@ def test_the_cells_exception_propagates_once_and_its_run_is_stored(
     assert_clean(logdir, backend, old, runs=["new"])
 
 
+def test_long_lines_print_broken_between_words(
+    logdir: Path, backend: FakeBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A notebook's output area breaks a printed line that does not fit at any character
+    (JupyterLab: ``word-break: break-all``), so the capture's report and its messages come
+    in lines of at most ``TEXT_WIDTH`` characters, broken between words, the rest indented."""
+    from xprof_magic._units import TEXT_WIDTH, wrapped
+
+    words = " ".join(f"word{i}" for i in range(60))
+    with make(logdir) as capture:
+        pass
+    assert capture.result is not None
+    capture.result.messages.append(f"warning: {words}")
+    lines = capture.result.text().splitlines()
+    assert all(len(line) <= TEXT_WIDTH for line in lines), lines
+    tail = [line for line in lines if "word" in line]
+    assert len(tail) > 1 and all(line.startswith("    word") for line in tail[1:])
+    assert " ".join(" ".join(tail).split()) == f"warning: {words}"
+    _capture._to_stderr(f"xprof: {words}")
+    printed = capsys.readouterr().err.splitlines()
+    assert len(printed) > 1 and all(len(line) <= TEXT_WIDTH for line in printed)
+    assert printed[1].startswith("  word")
+    path = "/" + "x" * 150
+    assert wrapped(f"  stored in {path} now") == f"  stored in\n    {path}\n    now"
+    assert wrapped("short line") == "short line"
+
+
 def test_the_value_the_cell_kept_is_what_run_returns(logdir: Path, backend: FakeBackend) -> None:
     capture = make(logdir).start()
     assert capture.run(lambda: _labels.keep(42) and None) == 42

@@ -69,7 +69,7 @@ def test_picking_a_run_and_a_tool_changes_the_pages_and_the_summary(
     assert "No summary of newer yet" in view.summary
     assert view.wait_for_tools()
     view.tool = "overview_page"
-    assert view.src == view.full + "&new_nav=true"
+    assert view.src == view.full + "&new_nav=true&xprof_magic=inline"
     assert "/data/plugin/profile/overview_page?" in view.src and "run=newer" in view.src
     view.run = "older"
     assert view.summary == "<p>the older summary</p>" and "run=older" in view.src

@@ -183,6 +183,35 @@ def test_step_times_match_xprofs_overview_page(steps: Summary, tmp_path: Path) -
     assert ours_ms[1:-1] == pytest.approx(xprof_ms, rel=1e-3)
 
 
+def test_the_steps_start_where_xprofs_trace_viewer_draws_them(
+    steps: Summary, tmp_path: Path
+) -> None:
+    """Each step's start, in seconds on the timeline, is where XProf's trace viewer draws the
+    step (its ``ts``, in microseconds from the same origin), so the widget can open the trace
+    viewer on the verdict's steps with XProf's own ``view_start``/``view_end``; the window
+    starts after the compiling warm-up and ends with the last step."""
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+
+    run = tmp_path / "run"
+    shutil.copytree(steps.run_dir, run)
+    data, _ = xspace_to_tool_data([str(next(run.glob("*.xplane.pb")))], "trace_viewer@", {})
+    events = json.loads(data)["traceEvents"]
+    s = steps.steps
+    assert s is not None and len(s.starts_s) == s.count == 6
+    drawn = sorted(e["ts"] / 1e6 for e in events if str(e.get("name", "")).startswith(s.name))
+    assert len(drawn) == s.count and list(s.starts_s) == pytest.approx(drawn, abs=1e-6)
+    window = steps.verdict_window()
+    assert window is not None
+    first = steps.diagnosis.warm_up
+    assert window[0] == s.starts_s[first] and window[1] >= s.starts_s[-1] + s.durations_s[-1]
+    later = replace(steps, diagnosis=replace(steps.diagnosis, warm_up=2))
+    assert later.verdict_window() == (s.starts_s[2], window[1])
+    # The magic's own step timer has no times on the timeline; nor have older summaries.
+    untimed = replace(steps, steps=replace(s, starts_s=()))
+    assert untimed.verdict_window() is None
+    assert Summary.from_json(json.loads(json.dumps(steps.to_json()))) == steps
+
+
 def test_the_magics_step_events_are_steps(shapes: Summary) -> None:
     s = shapes.steps
     assert s is not None and s.name == "step" and s.count == 3
@@ -396,7 +425,7 @@ def test_the_chart_falls_back_to_labels_and_thins_long_runs() -> None:
     durations = (1.0,) + (0.01,) * 2999
     many = StepStats("step", "trace", 3000, durations, 1.0, 0.01, 0.01, 0.01, (0,))
     svg = chart_svg(Summary(run="r", run_dir="/x", steps=many))
-    assert svg.count("<rect") <= 240 and "↑ 1.00 s" in svg
+    assert svg.count("<rect") <= 240 and "↑ step 0: 1.00 s" in svg
     assert chart_svg(Summary(run="r", run_dir="/x")) == ""
 
 

@@ -216,6 +216,22 @@ def test_paths_carry_secret_and_proxy_prefix() -> None:
     assert data.path == "/proxy/8000/s3cret-s3cret-s3cret/data/plugin/profile/data"
     assert parse_qs(data.query) == {"run": ["r1"], "tag": ["trace_viewer@"], "host": ["vm"]}
 
+    assert params["xprof_magic"] == ["inline"] and "view_start" not in params
+    window = parse_qs(
+        urlsplit(viewer.trace_viewer_path("r1", "vm", view_start=2.5, view_end=9)).query
+    )
+    assert (window["view_start"], window["view_end"]) == (["2.500"], ["9.000"])
+    embedded = urlsplit(viewer.embedded_path("r1", "memory_viewer", "vm", module_name="m(1)"))
+    assert embedded.path == urlsplit(viewer.tool_path("r1", "memory_viewer", "vm")).path
+    assert parse_qs(embedded.query) == {
+        "run": ["r1"],
+        "tag": ["memory_viewer"],
+        "host": ["vm"],
+        "new_nav": ["true"],
+        "xprof_magic": ["inline"],
+        "module_name": ["m(1)"],
+    }
+
     board = Viewer(1, 8000, "/logs", "s3cret-s3cret-s3cret", "tensorboard", "/log", 0.0)
     assert board.tool_path("r1", "overview_page").startswith("/s3cret-s3cret-s3cret/?run=r1")
     assert board.tool_path("r1", "overview_page").endswith("#profile")
@@ -306,12 +322,23 @@ def test_label_threads_first_rewrites_or_adds_the_sort_index() -> None:
             f'"pid":7,"tid":{tid}}}'
         )
 
+    def process(pid: int, named: str) -> str:
+        return f'{{"args":{{"name":"{named}"}},"name":"process_name","ph":"M","pid":{pid}}}'
+
     sent = "[" + ",".join([name(1, "tf_x"), sort(1, 1), name(9, "python"), sort(9, 9)]) + "]"
     got = json.loads(_replies.label_threads_first(sent.encode()))
     indexes = {e["tid"]: e["args"]["sort_index"] for e in got if e["name"] == "thread_sort_index"}
     assert indexes == {1: 1, 9: _replies.TOP_SORT_INDEX}
+    # The kernel's thread as its program named it (python3), on the host; a device's lines
+    # (named, not tf_*) keep their order.
+    host = [process(7, "vm /host:CPU"), name(1, "tf_XLAPjRtCpuClient/1"), sort(1, 1)]
+    host += [name(9, "python3"), sort(9, 9)]
+    device = [process(8, "/device:TPU:0"), name(2, "XLA Ops").replace('"pid":7', '"pid":8')]
+    got = json.loads(_replies.label_threads_first(("[" + ",".join(host + device) + "]").encode()))
+    indexes = {e["tid"]: e["args"]["sort_index"] for e in got if e["name"] == "thread_sort_index"}
+    assert indexes == {1: 1, 9: _replies.TOP_SORT_INDEX}
     without = json.loads(
-        _replies.label_threads_first(f"[{name(1, 'a')},{name(9, 'python')}]".encode())
+        _replies.label_threads_first(f"[{name(1, 'tf_a')},{name(9, 'python')}]".encode())
     )
     assert [e["tid"] for e in without if e["name"] == "thread_sort_index"] == [9]
     assert _replies.label_threads_first(b'{"traceEvents":[]}') == b'{"traceEvents":[]}'
@@ -343,6 +370,27 @@ def test_xprof_pages_forget_a_saved_trace_viewer_v2_without_webgpu(viewer: Viewe
     assert status == 200 and script not in styles
     assert _replies.forget_failed_v2(b"<head></head>{}") == b"<head></head>{}"
     assert b"requestAdapter" in script and b"use_trace_viewer_v2" in script
+
+
+def test_the_embedded_pages_come_without_xprofs_menu(viewer: Viewer) -> None:
+    """The pages the widget embeds (their URL says ``xprof_magic=inline``) get the style that
+    hides XProf's toolbar and menu and the watch on its loading indicators; the same pages
+    without it, as "open in new tab" asks, come as XProf sends them."""
+    from xprof_magic._viewer import inline
+
+    embedded = _get(viewer, viewer.embedded_path(RUN, "overview_page", "vm"))[1]
+    full = _get(viewer, viewer.tool_path(RUN, "overview_page", "vm"))[1]
+    assert embedded.count(inline.PAGE_STYLE) == embedded.count(inline.WATCH_BUSY) == 1
+    assert embedded.count(_replies.FORGET_FAILED_V2) == 1
+    assert embedded.index(inline.PAGE_STYLE) < embedded.index(b"<app></app>")
+    assert inline.PAGE_STYLE not in full and inline.WATCH_BUSY not in full
+    assert embedded.replace(inline.PAGE_STYLE + inline.WATCH_BUSY, b"") == full
+    timeline = _get(viewer, viewer.trace_viewer_path(RUN, "vm"))[1]
+    plain = _get(viewer, viewer.trace_viewer_path(RUN, "vm").replace(inline.INLINE_QUERY, ""))[1]
+    assert timeline.count(inline.TRACE_STYLE) == timeline.count(inline.WATCH_BUSY) == 1
+    assert timeline.replace(inline.TRACE_STYLE + inline.WATCH_BUSY, b"") == plain
+    assert b"trace_viewer_index.js" in plain and inline.WATCH_BUSY not in plain
+    assert inline.embedded("a=1&xprof_magic=inline") and not inline.embedded("xprof_magic=no")
 
 
 def _graph_page(viewer: Viewer, prefix: str = "") -> tuple[str, bytes]:

@@ -114,10 +114,18 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
     assert view.wait_for_tools()
     view.tools.value = "overview_page"
     src, full = view.urls()
-    # Embedded with XProf's docked menu, which no overlay covers; the new tab as it is.
-    assert full is not None and src == full + "&new_nav=true"
+    # Embedded with XProf's docked menu, which no overlay covers, in the form for under a
+    # cell (no toolbar, no menu); the new tab as it is.
+    assert full is not None and src == full + "&new_nav=true&xprof_magic=inline"
     assert "/data/plugin/profile/overview_page?" in src and "tag=overview_page" in src
-    assert shown(view) == {"src": src, "full": full, "charts": True, "v2": None}
+    assert shown(view) == {
+        "src": src,
+        "full": full,
+        "charts": True,
+        "v2": None,
+        "name": "Overview",
+        "empty": "",
+    }
     view.tools.value = "trace_viewer@"
     assert shown(view)["charts"] is False
     assert "xprof-charts-note" in wrapper(view) and "gstatic.com/charts/loader.js" in wrapper(view)
@@ -307,6 +315,69 @@ def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: 
     assert saved is not None
     view.show_summary("older", _analysis.render_html(saved))
     assert "run newer" in view.summaries.html.value  # another run's summary does not replace it
+
+
+def test_the_summary_shows_whole_and_the_trace_viewer_opens_on_its_verdicts_steps(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    """No box of the panel's own scrolls the summary; the trace viewer's first range is the
+    window the verdict is about, a margin each side, in XProf's own ``view_start`` and
+    ``view_end`` (ms); other runs keep theirs, and the new tab is XProf's whole timeline."""
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+    layout = view.summaries.html.layout
+    assert not layout.max_height and layout.overflow in (None, "", "visible")
+    src, full = view.urls()
+    assert "view_start" not in (src or "")
+    view.show_summary("newer", "<p>newer</p>", (1.0, 2.0))
+    src, full = view.urls()
+    query = parse_qs(urlsplit(src or "").query)
+    assert (query["view_start"], query["view_end"]) == (["970.000"], ["2030.000"])
+    assert shown(view)["src"] == src and "view_start" not in (full or "")
+    view.show_summary("older", "<p>older</p>", (5.0, 6.0))
+    assert shown(view)["src"] == src  # the selected run's page stays
+    view.runs.value = "older"
+    assert "view_start=4970.000" in (view.urls()[0] or "")
+    # Known when the widget is made, so its frame's first page is already the window's.
+    made = _widget.ViewerWidget(
+        viewer, _context.Context("jupyter"), logdir, run="newer", window=(1.0, 2.0)
+    )
+    (outer,) = iframes(made.frame.value)
+    (inner,) = iframes(outer["srcdoc"] or "")
+    assert "view_start=970.000" in (inner["src"] or "")
+
+
+def test_a_tool_without_data_shows_why_in_place_of_its_page(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    """XProf's page of a tool that has nothing for the run only spins: the frame shows the
+    survey's reason instead, in one line, and does not load the page; Colab's frame too."""
+    from xprof_magic._notebook import colab
+
+    def survey(*_: Any) -> _survey.Survey:
+        return _survey.Survey({"hlo_stats": "no device ops in a CPU capture"})
+
+    view = _widget.ViewerWidget(
+        viewer, _context.Context("jupyter"), logdir, run="newer", survey=survey
+    )
+    assert view.wait_for_tools()
+    view.tools.value = "hlo_stats"
+    assert shown(view)["empty"] == "no device ops in a CPU capture"
+    assert shown(view)["name"] == "HLO stats"
+    line = _frame.notes(True)["empty"]
+    assert "{name}" in line and "{reason}" in line and "new tab" in line
+    page = view.page()
+    assert page is not None
+    fresh = _frame.IframeFrame(300).show(page)
+    (outer,) = iframes(fresh.frame)
+    (inner,) = iframes(outer["srcdoc"] or "")
+    assert inner["src"] == "about:blank"  # XProf's page is not loaded
+    said = colab.script(1, page.src, "/probe", 300, "f", page=page)
+    assert (
+        "xprof: HLO stats has nothing to show for this run: no device ops in a CPU capture. "
+        "Pick another tool." in said
+    )
+    view.tools.value = "overview_page"
+    assert shown(view)["empty"] == "" and shown(view)["name"] == "Overview"
 
 
 def test_tools_with_data_lead_and_the_others_say_why(viewer: _viewer.Viewer, logdir: Path) -> None:

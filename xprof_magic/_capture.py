@@ -32,6 +32,7 @@ from xprof_magic._result import CaptureResult, size_warning
 from xprof_magic._step_window import end_messages, parse_steps
 from xprof_magic._steps import StepTracker
 from xprof_magic._trace import Trace, TraceWindow, collect_workers
+from xprof_magic._units import wrapped
 
 __all__ = [
     "DEFAULT_PORT",
@@ -59,7 +60,7 @@ T = TypeVar("T")
 
 
 def _to_stderr(message: str) -> None:
-    print(message, file=sys.stderr)
+    print(wrapped(message), file=sys.stderr)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._step_window import steps_line
-from xprof_magic._units import seconds
+from xprof_magic._units import seconds, wrapped
 
 __all__ = ["CaptureResult", "size_warning"]
 
@@ -95,7 +95,8 @@ class CaptureResult:
         return _store.hosts(self.run_dir)
 
     def text(self) -> str:
-        """The short plain-text summary printed under a cell."""
+        """The short plain-text summary printed under a cell, its long lines broken between
+        words (:func:`~xprof_magic._units.wrapped`)."""
         outcome = "ok" if self.error is None else f"failed: {self.error['type']}"
         lines = [
             f"xprof: run {self.run} ({outcome}) — {seconds(self.wall_s)} on {self.device}",
@@ -116,7 +117,7 @@ class CaptureResult:
             if len(rows) > _TEXT_LABEL_LINES:
                 lines.append(f"    … {len(rows) - _TEXT_LABEL_LINES} more")
         lines.extend(f"  {m}" for m in self.messages)
-        return "\n".join(lines)
+        return wrapped("\n".join(lines))
 
     def __repr__(self) -> str:
         return self.text()

@@ -1,4 +1,5 @@
-"""Numbers as a person reads them fastest: seconds, bytes and shares of a whole.
+"""Numbers as a person reads them fastest: seconds, bytes and shares of a whole; and lines
+of text as a notebook prints them.
 
 One formatter per kind of number, shared by everything that prints them (the capture's
 one-line report, the summary's text and HTML), so the same time never reads two ways.
@@ -7,9 +8,12 @@ IPython-free and import-free.
 
 from __future__ import annotations
 
-__all__ = ["NONE", "data_size", "percent", "seconds"]
+__all__ = ["NONE", "TEXT_WIDTH", "data_size", "percent", "seconds", "wrapped"]
 
 NONE = "–"
+TEXT_WIDTH = 100
+"""The longest line printed under a cell: JupyterLab's 848 px output holds about 105
+characters of its monospace font."""
 
 
 def seconds(value: float | None) -> str:
@@ -43,3 +47,23 @@ def percent(share: float | None) -> str:
     if share is None:
         return NONE
     return f"{share * 100:.0f}%" if share >= 0.1 else f"{share * 100:.1f}%"
+
+
+def wrapped(text: str, width: int = TEXT_WIDTH) -> str:
+    """``text`` with each line longer than ``width`` broken at spaces, the rest of it
+    indented two spaces under the line's start. A notebook's output area breaks a printed
+    line too long for it at any character, mid-word (JupyterLab's ``word-break:
+    break-all``); a word longer than ``width`` (a path) stays whole."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
+        while len(line) > width:
+            cut = line.rfind(" ", len(indent), width + 1)
+            if cut < 0:
+                cut = line.find(" ", width)
+            if cut < 0 or not line[:cut].strip():
+                break
+            out.append(line[:cut].rstrip())
+            line = indent + line[cut:].lstrip(" ")
+        out.append(line)
+    return "\n".join(out)

@@ -23,7 +23,16 @@ import uuid
 
 from IPython.display import DisplayHandle, display
 
-from xprof_magic._notebook.frame import CHARTS_NOTE, Areas, Page, charts_probe_js, frame_name
+from xprof_magic._notebook.frame import (
+    BUSY_S,
+    CHARTS_NOTE,
+    Areas,
+    Page,
+    charts_probe_js,
+    frame_name,
+    notes,
+)
+from xprof_magic._viewer.inline import BUSY_MESSAGE
 
 __all__ = ["BLOCKED_HINT", "MIME", "PROBE_PATH", "ColabFrame", "script"]
 
@@ -58,6 +67,12 @@ _FRAME_JS = (
     "  hint.hidden = true;\n"
     "  box.appendChild(hint);\n"
     "  host.appendChild(box);\n"
+    "  if (a.empty) {\n"
+    "    const line = document.createElement('div');\n"
+    "    line.className = 'xprof-empty';\n"
+    "    line.style.cssText = 'font-family:monospace;margin:8px 0';\n"
+    "    line.textContent = a.empty; box.appendChild(line); return;\n"
+    "  }\n"
     "  let base;\n"
     "  try {\n"
     "    base = String(await google.colab.kernel.proxyPort(a.port, {cache: false}));\n"
@@ -80,6 +95,20 @@ _FRAME_JS = (
     "    probe.remove(); frame.remove(); hint.textContent = a.blocked; hint.hidden = false;\n"
     "  };\n"
     "  document.head.appendChild(probe);\n"
+    "  const slow = document.createElement('div');\n"
+    "  slow.className = 'xprof-busy';\n"
+    "  slow.style.cssText = 'color:#8a5a00;font-family:monospace;font-size:12px';\n"
+    "  slow.hidden = true; box.appendChild(slow);\n"
+    "  let timer = null;\n"
+    "  window.addEventListener('message', (e) => {\n"
+    "    const m = e.data;\n"
+    "    if (!box.isConnected || e.source !== frame.contentWindow) return;\n"
+    "    if (!m || m.type !== a.busy_type) return;\n"
+    "    if (!m.busy) { clearTimeout(timer); timer = null; slow.hidden = true; return; }\n"
+    "    if (timer === null) timer = setTimeout(() => {\n"
+    "      slow.textContent = a.busy_note; slow.hidden = false;\n"
+    "    }, a.busy_ms);\n"
+    "  });\n"
     "  if (a.charts) {\n"
     "    const note = document.createElement('div');\n"
     "    note.className = 'xprof-charts-note';\n"
@@ -93,13 +122,25 @@ _FRAME_JS = (
 
 
 def script(
-    port: int, path: str, probe: str, height: int, frame_id: str, charts: bool = False
+    port: int,
+    path: str,
+    probe: str,
+    height: int,
+    frame_id: str,
+    charts: bool = False,
+    page: Page | None = None,
+    busy_s: float = BUSY_S,
 ) -> str:
     """JavaScript for the output frame: the iframe on ``path`` (an absolute path on the
     viewer, secret included) under the proxied origin of ``port``, replacing any earlier one
     with the same ``frame_id``, and the hint if the proxy refuses ``probe``; with ``charts``,
     :data:`~xprof_magic._notebook.frame.CHARTS_NOTE` under it if the chart library cannot
-    load."""
+    load; the busy note under it when XProf's page says it is still loading ``busy_s``
+    after it began. A ``page`` whose tool has nothing for the run gets its one line in
+    place of the frame."""
+    said = notes(False, busy_s)
+    name = (page.name if page else "") or "this tool"
+    empty = page.empty if page else ""
     args = json.dumps(
         {
             "port": int(port),
@@ -112,6 +153,12 @@ def script(
             "charts_note": CHARTS_NOTE,
             "blocked": BLOCKED_HINT,
             "unreachable": UNREACHABLE_HINT.format(port=int(port)),
+            "empty": said["empty"].replace("{name}", name).replace("{reason}", empty)
+            if empty
+            else "",
+            "busy_type": BUSY_MESSAGE,
+            "busy_note": said["busy"].replace("{name}", name),
+            "busy_ms": int(busy_s * 1000),
         }
     )
     return f"({_FRAME_JS})({args});\n"
@@ -121,8 +168,9 @@ class ColabFrame:
     """The viewer's iframe in an output of its own, under the widget, updated in place as
     the selection changes (a :class:`~xprof_magic._notebook.frame.Frame`)."""
 
-    def __init__(self, port: int, secret_prefix: str, height: int) -> None:
+    def __init__(self, port: int, secret_prefix: str, height: int, busy_s: float = BUSY_S) -> None:
         self.port = port
+        self.busy_s = busy_s
         self.probe = secret_prefix + PROBE_PATH
         self.height = height
         self.frame_id = uuid.uuid4().hex[:12]
@@ -138,7 +186,16 @@ class ColabFrame:
         The widget's areas stay empty: proxied URLs answer 403 outside the output frame,
         so there is no new-tab link, nor Trace Viewer v2 (a new tab)."""
         source = (
-            script(self.port, page.src, self.probe, self.height, self.frame_id, page.charts)
+            script(
+                self.port,
+                page.src,
+                self.probe,
+                self.height,
+                self.frame_id,
+                page.charts and not page.empty,
+                page,
+                self.busy_s,
+            )
             if page
             else ""
         )

@@ -23,9 +23,14 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
+from xprof_magic._viewer.inline import BUSY_MESSAGE
+
 __all__ = [
+    "BUSY_NOTE",
+    "BUSY_S",
     "CHARTS_NOTE",
     "CHARTS_URL",
+    "EMPTY_NOTE",
     "Areas",
     "Frame",
     "IframeFrame",
@@ -33,6 +38,7 @@ __all__ = [
     "charts_probe_js",
     "embed_html",
     "frame_name",
+    "notes",
     "page_state_html",
 ]
 
@@ -59,13 +65,43 @@ class Page:
 
     ``charts``: the page draws with Google's chart library, so the frame says, in one line
     under it, when the browser cannot load that (:data:`CHARTS_NOTE`). ``v2``: Trace Viewer
-    v2's URL for a big run, offered in a new tab where the browser has WebGPU.
+    v2's URL for a big run, offered in a new tab where the browser has WebGPU. ``name``: the
+    tool as the dropdown names it. ``empty``: why the tool has nothing for this run (the
+    survey's reason); the frame then shows :data:`EMPTY_NOTE` in place of XProf's page, which
+    would only spin.
     """
 
     src: str
     full: str
     charts: bool = False
     v2: str | None = None
+    name: str = ""
+    empty: str = ""
+
+
+BUSY_S = 45.0
+"""How long one of XProf's loading indicators may show before the frame says, in one line
+under the page, that it has not finished (:data:`BUSY_NOTE`). XProf reads a 100 MB capture
+for a tool's first page in about 15 s on two cores; a page still loading after three times
+that has nothing to show, or is stuck."""
+EMPTY_NOTE = "xprof: {name} has nothing to show for this run: {reason}. Pick another tool{tab}."
+"""The line in place of a tool that has nothing for the run, whose page would only spin."""
+BUSY_NOTE = (
+    "xprof: {name} is still loading after {seconds} s: XProf may have nothing to show for "
+    "this run, or is still reading a big capture. Pick another tool{tab}."
+)
+"""The line under a page whose loading indicator has shown :data:`BUSY_S`."""
+NEW_TAB = ", or open it in a new tab"
+
+
+def notes(new_tab: bool, busy_s: float = BUSY_S) -> dict[str, str]:
+    """:data:`EMPTY_NOTE` and :data:`BUSY_NOTE` for one frame (``new_tab``: it has the link),
+    ``{name}`` and ``{reason}`` left for the page's."""
+    tab = NEW_TAB if new_tab else ""
+    return {
+        "empty": EMPTY_NOTE.replace("{tab}", tab),
+        "busy": BUSY_NOTE.replace("{tab}", tab).replace("{seconds}", f"{busy_s:g}"),
+    }
 
 
 @dataclass(frozen=True)
@@ -117,21 +153,46 @@ def page_state_html(page: Page, frame_id: str) -> str:
 # data-page), then follows the widget's hidden .xprof-page element of its frame id: the
 # wrapper is same-origin with the notebook (a srcdoc frame), so frameElement is its iframe.
 _WRAPPER_JS = """(function () {
-  var id = document.body.dataset.frame, inner = document.querySelector('iframe.xprof-inner');
+  var body = document.body, id = body.dataset.frame;
+  var inner = document.querySelector('iframe.xprof-inner');
   var note = document.querySelector('.xprof-charts-note');
   var v2 = document.querySelector('.xprof-v2');
-  var page = JSON.parse(document.body.dataset.page), text = '';
+  var empty = document.querySelector('.xprof-empty'), slow = document.querySelector('.xprof-busy');
+  var said = JSON.parse(body.dataset.notes), busyMs = Number(body.dataset.busyMs);
+  var page = JSON.parse(body.dataset.page), text = '', timer = null;
   var shown = inner.getAttribute('src'), charts = null, gpu = null;
+  function fill(line) {
+    return line.replace('{name}', page.name || 'this tool').replace('{reason}', page.empty);
+  }
+  function calm() {
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+    slow.hidden = true;
+  }
   function marks() {
-    note.hidden = !(page.charts && charts === 'blocked');
+    note.hidden = !(page.charts && !page.empty && charts === 'blocked');
     if (page.v2) v2.href = page.v2;
     v2.hidden = !(page.v2 && gpu);
+    inner.hidden = !!page.empty;
+    empty.hidden = !page.empty;
+    empty.textContent = page.empty ? fill(said.empty) : '';
   }
+  addEventListener('message', function (e) {
+    var m = e.data;
+    if (e.source !== inner.contentWindow || !m || m.type !== __BUSY__) return;
+    if (!m.busy) { calm(); return; }
+    if (timer === null) timer = setTimeout(function () {
+      slow.textContent = fill(said.busy);
+      slow.hidden = false;
+    }, busyMs);
+  });
   function apply(next) {
     page = next;
-    if (page.src !== shown) {
-      shown = page.src;
-      inner.contentWindow.location.replace(page.src);
+    var target = page.empty ? 'about:blank' : page.src;
+    if (target !== shown) {
+      shown = target;
+      calm();
+      inner.contentWindow.location.replace(target);
     }
     if (page.charts && charts === null) {
       charts = 'asking';
@@ -162,30 +223,41 @@ _WRAPPER_JS = """(function () {
 })();"""
 
 
-def embed_html(page: Page, height: int, frame_id: str) -> str:
+def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -> str:
     """The wrapper iframe: a ``srcdoc`` page, ``height`` pixels tall, holding XProf's page in
     an inner iframe named :func:`frame_name` ``(frame_id)``, first on ``page``.
 
     XProf's UI calls ``window.parent.history.pushState``, which in a same-origin frame (a
     Jupyter proxy) would rewrite the notebook page's own URL; the wrapper takes that call.
     Under the page it has one line, :data:`CHARTS_NOTE`, shown when the page draws charts and
-    the chart library cannot be fetched (instead of a spinner left without a reason), and a
+    the chart library cannot be fetched (instead of a spinner left without a reason), a
     link to Trace Viewer v2 in a new tab, shown for a big run where WebGPU works (v2 fails
-    without an adapter).
+    without an adapter), and :data:`BUSY_NOTE`, shown when the page has said (its
+    :data:`~xprof_magic._viewer.inline.WATCH_BUSY`) that a loading indicator shows, and it
+    still shows ``busy_s`` later. A page whose tool has nothing for the run is not loaded:
+    :data:`EMPTY_NOTE` stands in its place.
     """
-    script = _WRAPPER_JS.replace("__CHARTS_URL__", json.dumps(CHARTS_URL))
+    script = _WRAPPER_JS.replace("__CHARTS_URL__", json.dumps(CHARTS_URL)).replace(
+        "__BUSY__", json.dumps(BUSY_MESSAGE)
+    )
     # XProf also calls history.replaceState on its parent: make that a no-op here.
     inner = (
         "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}"
         "body{display:flex;flex-direction:column}iframe{border:0;width:100%;flex:1}"
-        ".xprof-charts-note,.xprof-v2{font:12px monospace;color:#8a5a00;padding:2px 4px}"
+        ".xprof-charts-note,.xprof-v2,.xprof-busy{font:12px monospace;color:#8a5a00;"
+        "padding:2px 4px}.xprof-empty{font:13px monospace;padding:8px}"
         "</style><script>"
         "history.pushState=history.replaceState=function(){};</script></head>"
         f'<body data-frame="{html.escape(frame_id)}" '
-        f'data-page="{html.escape(_page_json(page), quote=True)}">'
+        f'data-page="{html.escape(_page_json(page), quote=True)}" '
+        f'data-notes="{html.escape(json.dumps(notes(True, busy_s)), quote=True)}" '
+        f'data-busy-ms="{int(busy_s * 1000)}">'
+        '<div class="xprof-empty" hidden></div>'
         f'<iframe class="xprof-inner" name="{frame_name(frame_id)}" '
-        f'src="{html.escape(page.src, quote=True)}" allow="clipboard-write; fullscreen"></iframe>'
+        f'src="{html.escape("about:blank" if page.empty else page.src, quote=True)}" '
+        'allow="clipboard-write; fullscreen"></iframe>'
         f'<div class="xprof-charts-note" hidden>{html.escape(CHARTS_NOTE)}</div>'
+        '<div class="xprof-busy" hidden></div>'
         '<a class="xprof-v2" hidden target="_blank" rel="noopener">'
         "big run: open in Trace Viewer v2 (WebGPU) ↗</a>"
         f"<script>{script}</script></body></html>"
@@ -200,8 +272,9 @@ def embed_html(page: Page, height: int, frame_id: str) -> str:
 class IframeFrame:
     """The page in a wrapper iframe inside the widget, with an "open in new tab" link."""
 
-    def __init__(self, height: int) -> None:
+    def __init__(self, height: int, busy_s: float = BUSY_S) -> None:
         self.height = height
+        self.busy_s = busy_s
         self.frame_id = uuid.uuid4().hex[:12]
         self._wrapper = ""
 
@@ -212,7 +285,7 @@ class IframeFrame:
             self._wrapper = ""  # the next page writes a wrapper of its own
             return Areas()
         if not self._wrapper:
-            self._wrapper = embed_html(page, self.height, self.frame_id)
+            self._wrapper = embed_html(page, self.height, self.frame_id, self.busy_s)
         link = (
             f'<a class="xprof-open" href="{html.escape(page.full or page.src, quote=True)}" '
             'target="_blank" rel="noopener">open in new tab ↗</a>'

@@ -17,6 +17,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from xprof_magic._registry import BACKEND_CHOICES, BACKENDS, DEFAULT_HEIGHT, DEFAULT_PORT
+from xprof_magic._units import wrapped
 
 # Loading the extension imports only what the options' help needs; the capture, the cell's
 # execution, the display and the line commands are imported when a cell first needs them.
@@ -193,7 +194,7 @@ class XprofMagics(Magics):
             try:
                 start = self._begin_viewer(plan.logdir.local, args)
             except Exception as error:  # the cell runs all the same, with the text summary
-                print(f"xprof: the viewer could not start: {error!r}")
+                print(wrapped(f"xprof: the viewer could not start: {error!r}"))
         outcome: BaseException | None = None
         value = None
         try:
@@ -249,7 +250,7 @@ class XprofMagics(Magics):
             namespace = getattr(self.shell, "user_ns", {})
             backend, message = _detect.choose_backend(cell.source, namespace)
             if message:
-                print(f"xprof: {message}")
+                print(wrapped(f"xprof: {message}"))
         return _plan.Plan(
             logdir=logdir,
             name=args.name,

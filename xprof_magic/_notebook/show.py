@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.display import DisplayHandle, display
 
+from xprof_magic._units import wrapped
+
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -51,7 +53,7 @@ def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> thread
         summary, reason = _analysis.summarize_in_subprocess(run_dir)
         if summary is None:
             summary = _analysis.summary_of(run_dir, budget_s=0.0)
-            print(f"xprof: the full summary of {run_dir.name} failed: {reason}")
+            print(wrapped(f"xprof: the full summary of {run_dir.name} failed: {reason}"))
         on_ready(summary)
 
     thread = threading.Thread(target=work, name="xprof-summary", daemon=True)
@@ -112,7 +114,8 @@ class CellDisplay:
         if self.view is None or not self.widgets:
             extra_text = f"\n{self.view.text()}" if self.view is not None else ""
             return self.rendered.bundle(extra_text)
-        self.view.show_summary(self.rendered.summary.run, self.rendered.page)
+        summary = self.rendered.summary
+        self.view.show_summary(summary.run, self.rendered.page, summary.verdict_window())
         data = self.rendered.bundle()
         data.update(self.view.summary_widget_bundle())
         return data
@@ -170,7 +173,7 @@ def report(
         if start is not None:
             show_run(shell, start, logdir, result.run_dir, height, found=found)
     except Exception as error:
-        print(f"xprof: the run was stored, but showing it failed: {error!r}")
+        print(wrapped(f"xprof: the run was stored, but showing it failed: {error!r}"))
 
 
 def show_run(
@@ -199,10 +202,10 @@ def show_run(
     view = None
     context = detect(shell)
     if isinstance(outcome, manager.Failed):
-        print(f"xprof: no viewer: {outcome.message}")
+        print(wrapped(f"xprof: no viewer: {outcome.message}"))
     else:
         if isinstance(outcome, manager.Restarted | manager.Launched):
-            print(f"xprof: {outcome.message} Stop it with %xprof viewer stop.")
+            print(wrapped(f"xprof: {outcome.message} Stop it with %xprof viewer stop."))
         view = widget.ViewerWidget(
             outcome.viewer,
             context,
@@ -211,6 +214,7 @@ def show_run(
             height=height,
             frame=context.frame(outcome.viewer, height),
             found=found,
+            window=rendered.summary.verdict_window(),
         )
     shown = CellDisplay(rendered, view, widgets=context.has_widgets)
     shown.show()

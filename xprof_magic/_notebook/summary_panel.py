@@ -18,36 +18,55 @@ import ipywidgets as widgets
 from xprof_magic import _store
 from xprof_magic._notebook import compat
 
-__all__ = ["SummaryPanel"]
+__all__ = ["SummaryPanel", "Window"]
+
+Window = tuple[float, float]
+"""Seconds on a run's timeline, from and to."""
 
 
 class SummaryPanel:
-    """The summary of the selected run, in a collapsible panel."""
+    """The summary of the selected run, in a collapsible panel, whole: no box of its own
+    that would scroll inside the output (the summary folds its long tables itself)."""
 
     def __init__(self, logdir: Path) -> None:
         self.logdir = logdir
-        self.html = widgets.HTML(layout=widgets.Layout(max_height="360px", overflow="auto"))
+        self.html = widgets.HTML()
         self.html.add_class("xprof-summary")
         self.panel = widgets.Accordion(children=[self.html], selected_index=0)
         self.panel.set_title(0, "Summary")
         self.panel.add_class("xprof-summary-panel")
         self._pages: dict[str, str] = {}
+        self._windows: dict[str, Window | None] = {}
         self._run: str | None = None
         self._lock = threading.Lock()
 
-    def show(self, run: str, page: str) -> None:
-        """``run``'s summary as HTML: shown at once if the viewer shows that run, else kept
-        for when it does."""
+    def show(self, run: str, page: str, window: Window | None = None) -> None:
+        """``run``'s summary as HTML, and the timeline's seconds its verdict is about
+        (:meth:`~xprof_magic._analysis.Summary.verdict_window`): shown at once if the viewer
+        shows that run, else kept for when it does."""
         with self._lock:
             self._pages[run] = page
+            self._windows[run] = window
             if run == self._run:
                 self.html.value = page
+
+    def expect(self, run: str, window: Window) -> None:
+        """``run``'s verdict window, known before its summary is shown."""
+        with self._lock:
+            self._windows[run] = window
 
     def follow(self, run: str | None) -> None:
         """The viewer now shows ``run``: show its summary, given or saved."""
         with self._lock:
             self._run = run
             self.html.value = self._page(run)
+
+    def window(self, run: str | None) -> Window | None:
+        """The seconds on ``run``'s timeline that its verdict is about (None: unknown)."""
+        with self._lock:
+            if run is not None and run not in self._pages:
+                self._page(run)
+            return self._windows.get(run) if run is not None else None
 
     def _page(self, run: str | None) -> str:
         if run is None:
@@ -61,6 +80,7 @@ class SummaryPanel:
                 name = html.escape(run)
                 return f"<i>No summary of {name} yet: %xprof summary {name}</i>"
             page = self._pages[run] = _analysis.render_html(saved)
+            self._windows[run] = saved.verdict_window()
         return page
 
     def widget_bundle(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from xprof_magic import _store
 from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._notebook.frame import Areas, Frame, Page
-from xprof_magic._notebook.summary_panel import SummaryPanel
+from xprof_magic._notebook.summary_panel import SummaryPanel, Window
 from xprof_magic._notebook.tools import ToolAnswer, ToolQuestions
 from xprof_magic._registry import DEFAULT_HEIGHT
 from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer
@@ -87,13 +87,15 @@ class ViewerWidget:
         height: int = DEFAULT_HEIGHT,
         frame: Frame | None = None,
         found: Sequence[_store.RunInfo] | None = None,
+        window: Window | None = None,
         list_tools: ToolLister = list_tools,
         survey: ToolSurveyor = survey_tools,
     ) -> None:
         """``run``: the run to select; ``frame``: where the page shows (default: the one
         ``context`` picks); ``found``: the runs in ``logdir``, when the caller has listed
-        them; ``list_tools`` and ``survey``: how a run's tools, and which of them have data,
-        are asked of the viewer."""
+        them; ``window``: the seconds on ``run``'s timeline that its verdict is about, so
+        that the trace viewer opens there from the first; ``list_tools`` and ``survey``: how
+        a run's tools, and which of them have data, are asked of the viewer."""
         self.viewer = viewer
         self.context = context
         self.logdir = Path(logdir)
@@ -101,6 +103,8 @@ class ViewerWidget:
         self.height = height
         self.page_frame = frame if frame is not None else context.frame(viewer, height)
         self.summaries = SummaryPanel(self.logdir)
+        if run is not None and window is not None:
+            self.summaries.expect(run, window)
         self._questions = ToolQuestions(
             viewer, self._run_dir, self._take_tools, list_tools=list_tools, survey=survey
         )
@@ -234,10 +238,14 @@ class ViewerWidget:
         one is still pending after ``timeout`` seconds."""
         return self._questions.wait(timeout)
 
-    def show_summary(self, run: str, page: str) -> None:
+    def show_summary(self, run: str, page: str, window: Window | None = None) -> None:
         """``run``'s summary as HTML, for the summary panel: the one way a summary comes in
-        (shown at once if that run is the one selected, else when it is selected)."""
-        self.summaries.show(run, page)
+        (shown at once if that run is the one selected, else when it is selected); with
+        ``window``, the seconds on the timeline its verdict is about, where the trace viewer
+        opens (:meth:`~xprof_magic._analysis.Summary.verdict_window`)."""
+        self.summaries.show(run, page, window)
+        if run == self.runs.value:
+            self.refresh_view()
 
     def widget_bundle(self) -> dict[str, Any]:
         """The viewer's MIME bundle (dropdowns and the embedded page); text/plain says where."""
@@ -270,7 +278,9 @@ class ViewerWidget:
         if src is None or full is None:
             return None
         charts = "/trace_viewer_index.html?" not in src
-        return Page(src, full, charts, self.v2_url())
+        tool = self.tools.value or TRACE_VIEWER_TOOL
+        empty = self._surveys.get(self.runs.value or "", Survey()).empty.get(tool, "")
+        return Page(src, full, charts, self.v2_url(), tool_label(tool), empty)
 
     def urls(self) -> tuple[str | None, str | None]:
         """The embedded page's URL and the full UI's URL for the selection, as the browser
@@ -279,8 +289,8 @@ class ViewerWidget:
         if run is None:
             return None, None
         location = self.context.locate(self.viewer.port)
-        survey = self._surveys.get(run)
-        return page_urls(self.viewer, run, tool, host, location, survey)
+        survey, window = self._surveys.get(run), self.summaries.window(run)
+        return page_urls(self.viewer, run, tool, host, location, survey, window)
 
     def v2_url(self) -> str | None:
         """XProf's Trace Viewer v2 on the selection, for a run of :data:`BIG_RUN_BYTES` or

@@ -18,9 +18,11 @@ from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
 from xprof_magic._viewer.guard import HEALTH_ROUTE, PROFILE_ROUTE
+from xprof_magic._viewer.inline import INLINE_QUERY
 
 __all__ = [
     "KINDS",
+    "NEW_NAV",
     "PROXY_ENV",
     "TRACE_VIEWER_TOOL",
     "Viewer",
@@ -40,6 +42,8 @@ ViewerKind = Literal["xprof", "tensorboard"]
 KINDS: tuple[ViewerKind, ...] = ("xprof", "tensorboard")
 # The tool name XProf's ``run_tools`` gives the streaming trace viewer.
 TRACE_VIEWER_TOOL = "trace_viewer@"
+NEW_NAV = "new_nav=true"
+"""XProf's docked navigation (its classic menu covers the tool below 960 px of width)."""
 _LABELS = {"xprof": "XProf viewer", "tensorboard": "TensorBoard viewer"}
 PROXY_ENV = "XPROF_MAGIC_PROXY_URL"
 TENSORBOARD_PROXY_ENV = "TENSORBOARD_PROXY_URL"
@@ -113,10 +117,12 @@ class Viewer:
         view_start: float | None = None,
         view_end: float | None = None,
     ) -> str:
-        """The timeline alone, without XProf's sidebar: the compact view under a cell.
+        """The timeline alone, without XProf's sidebar: the compact view under a cell, in
+        :mod:`~xprof_magic._viewer.inline`'s form.
 
         The page fetches ``trace_data_url`` from ``location.origin`` + that value, so the value
-        is an absolute path that must carry ``prefix`` too.
+        is an absolute path that must carry ``prefix`` too. ``view_start`` and ``view_end``
+        (milliseconds on the timeline, XProf's own parameters) set the first visible range.
         """
         data = self.data_path("data", prefix=prefix, run=run, tag=TRACE_VIEWER_TOOL, host=host)
         params: dict[str, str | float | None] = {
@@ -125,9 +131,20 @@ class Viewer:
             "trace_data_url": data,
         }
         if view_start is not None and view_end is not None:
-            params.update(view_start=view_start, view_end=view_end)
+            params.update(view_start=f"{view_start:.3f}", view_end=f"{view_end:.3f}")
         page = f"{prefix}{self.base_path}{PROFILE_ROUTE}/trace_viewer_index.html"
-        return f"{page}?{_query(**params)}"
+        return f"{page}?{_query(**params)}&{INLINE_QUERY}"
+
+    def embedded_path(
+        self, run: str, tool: str, host: str | None = None, *, prefix: str = "", **params: str
+    ) -> str:
+        """One tool of XProf's full UI as the widget embeds it: its docked menu
+        (``new_nav``: its classic one covers the tool below 960 px until clicked), then
+        :mod:`~xprof_magic._viewer.inline`'s form for under a cell (no toolbar, no menu: the
+        widget's dropdowns are the navigation), and ``params`` for the tool (such as the
+        program the memory viewer opens on)."""
+        extra = f"&{_query(**params)}" if params else ""
+        return f"{self.tool_path(run, tool, host, prefix=prefix)}&{NEW_NAV}&{INLINE_QUERY}{extra}"
 
     def data_path(self, route: str, *, prefix: str = "", **params: str | float | None) -> str:
         """A data route of the profile plugin: ``runs``, ``run_tools``, ``hosts``, ``data``."""

@@ -10,7 +10,9 @@ else ``<sys.prefix>/share/xprof_magic/graph-viewer``, which ``make install`` fil
 npm registry), the viewer serves them below its secret prefix (:data:`GRAPH_ROUTE`) and
 points the page at them (:func:`graph_page`). Each file is served only if its SHA-256 is the
 pinned one (:data:`ASSETS`), so a wrong version left in the folder is not loaded. Either way
-the page says in one line when its renderer did not load, instead of staying blank.
+the page says in one line when its renderer did not load, instead of staying blank, inside
+the frame however narrow (XProf's graph container is 100% wide plus its padding, so its
+right edge, and the end of that line, fell outside the frame: it is sized with its padding).
 
 Standard library only: run in the viewer's process.
 """
@@ -96,9 +98,11 @@ _PAN_ZOOM = re.compile(
 # the prefix, whatever proxy path stands before it.
 _UP = b"../../.." + GRAPH_ROUTE.encode()
 _NOTICE = (
+    b"<style>#graph-container{box-sizing:border-box}</style>"
     b"<script>(function(){var shown=false;function say(text){if(shown)return;shown=true;"
     b"var box=document.getElementById('graph-container')||document.body;"
     b"var line=document.createElement('p');line.className='xprof-magic-graph-notice';"
+    b"line.style.cssText='margin:0;font:13px/1.4 sans-serif;overflow-wrap:anywhere';"
     b"line.textContent=text;box.replaceChildren?box.replaceChildren(line):box.appendChild(line)}"
     b"window.addEventListener('unhandledrejection',function(e){"
     b"say('xprof: graphviz could not lay out this graph: '+e.reason)});"

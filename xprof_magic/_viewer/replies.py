@@ -1,12 +1,14 @@
 """What the viewer changes in XProf's replies: the label thread first, no stuck v2, a graph
-that draws offline.
+that draws offline, the embedded pages made for under a cell.
 
 XProf's trace viewer orders a process's threads by their ``thread_sort_index`` metadata,
-which XProf sets to the thread id; the main thread (``python``, or ``marimo`` in a marimo
-app), where ``# xprof:`` labels and ``TraceAnnotation`` spans land, then often comes last,
-below the runtime's threads and out of view. The viewer's process moves it to the top of
-its process in the trace data reply (:func:`label_threads_first`); the other threads stay,
-in their order.
+which XProf sets to the thread id; the thread where ``# xprof:`` labels and
+``TraceAnnotation`` spans land (the interpreter's main thread, named after the program
+that started the kernel: ``python``, ``python3``, ``marimo`` for a marimo app; a worker
+thread for a cell with top-level ``await``) then often comes below the runtime's threads,
+out of view. The viewer's process moves the host's threads that are not the XLA runtime's
+(``tf_*`` pools) to the top of their process in the trace data reply
+(:func:`label_threads_first`); the other threads stay, in their order.
 
 XProf's full UI opens Trace Viewer v2 when the browser saved that choice (``localStorage``
 ``use_trace_viewer_v2``); v2 needs WebGPU, and where it has none v2 fails, on every visit,
@@ -15,7 +17,9 @@ until "Switch to the old frontend" is found. XProf's page is served with
 adapter (:func:`forget_failed_v2`).
 
 The graph viewer's graph page is pointed at the renderer this machine has, and says when it
-has none (:func:`xprof_magic._viewer.graph.graph_page`).
+has none (:func:`xprof_magic._viewer.graph.graph_page`). The pages the widget embeds (their
+URL says :data:`~xprof_magic._viewer.inline.INLINE_QUERY`) get the embedded form of
+:mod:`xprof_magic._viewer.inline`.
 
 Standard library only: run in the viewer's process, in front of XProf's app.
 """
@@ -29,20 +33,24 @@ from typing import Any
 
 from xprof_magic._viewer.graph import graph_page
 from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
+from xprof_magic._viewer.inline import embedded, inline_page, inline_trace_viewer
 
 __all__ = [
     "FORGET_FAILED_V2",
-    "LABEL_THREADS",
+    "RUNTIME_THREADS",
     "TOP_SORT_INDEX",
     "forget_failed_v2",
+    "label_thread",
     "label_threads_first",
     "xprof_replies",
 ]
 
-LABEL_THREADS = ("python", "marimo")
-"""The thread names that hold a cell's labels: the interpreter's main thread, for torch_xla
-and JAX alike, named after the program that started it (``python``; ``marimo`` for a marimo
-app's kernel)."""
+RUNTIME_THREADS = "tf_"
+"""How the XLA runtime's threads are named (its pools: ``tf_XLAEigen/…``, ``tf_pytorchxla``):
+every other thread of the host is Python's, where the cell's labels land."""
+HOST_PROCESS = b"/host:"
+"""In a process's name: the host's. A device's process (``/device:TPU:0``) keeps its lines'
+order; a process without a name counts as a host."""
 TOP_SORT_INDEX = -(2**31)
 """Below every thread id XProf uses as a sort index, so the label thread is drawn first."""
 
@@ -72,17 +80,32 @@ _DATA_ROUTES = frozenset(
 
 _TRACE_TAGS = ("tag=trace_viewer%40", "tag=trace_viewer@", "tag=trace_viewer&")
 _GRAPH_TAG = "tag=graph_viewer&"
+_PROCESS = re.compile(
+    rb'\{"args":\{"name":"(?P<name>[^"\\]*)"\},"name":"process_name","ph":"M",'
+    rb'"pid":(?P<pid>-?\d+)[,}]'
+)
 _NAME = re.compile(
     rb'\{"args":\{"name":"(?P<name>[^"\\]*)"\},"name":"thread_name","ph":"M",'
     rb'"pid":(?P<pid>-?\d+),"tid":(?P<tid>-?\d+)\}'
 )
 
 
+def label_thread(name: str) -> bool:
+    """Whether a host thread of this name holds labels: it is not the runtime's
+    (:data:`RUNTIME_THREADS`), as the summary's timeline reader tells them apart too."""
+    return bool(name) and not name.startswith(RUNTIME_THREADS)
+
+
 def label_threads_first(body: bytes) -> bytes:
-    """The trace JSON ``body`` (XProf's ``trace_viewer@`` reply) with each thread named in
-    :data:`LABEL_THREADS` given :data:`TOP_SORT_INDEX`: its sort-index event rewritten, or
-    one added after its name event when XProf sent none. Anything else is left as sent."""
-    found = [m for m in _NAME.finditer(body) if m["name"].decode() in LABEL_THREADS]
+    """The trace JSON ``body`` (XProf's ``trace_viewer@`` reply) with each host thread that
+    :func:`label_thread` names given :data:`TOP_SORT_INDEX`: its sort-index event rewritten,
+    or one added after its name event when XProf sent none. Anything else is left as sent."""
+    devices = {m["pid"] for m in _PROCESS.finditer(body) if HOST_PROCESS not in m["name"]}
+    found = [
+        m
+        for m in _NAME.finditer(body)
+        if m["pid"] not in devices and label_thread(m["name"].decode(errors="replace"))
+    ]
     for match in reversed(found):
         pid, tid = match["pid"], match["tid"]
         sort_event = re.compile(
@@ -120,7 +143,14 @@ def _change(environ: dict[str, Any]) -> tuple[Callable[[bytes], bytes], bool] | 
         if _GRAPH_TAG in query:
             return graph_page, True
         return None
-    return (forget_failed_v2, True) if _may_be_index(environ) else None
+    inline = embedded(query.rstrip("&"))
+    if path == PROFILE_ROUTE + "/trace_viewer_index.html":
+        return (inline_trace_viewer, True) if inline else None
+    if not _may_be_index(environ):
+        return None
+    if inline:
+        return lambda page: inline_page(forget_failed_v2(page)), True
+    return forget_failed_v2, True
 
 
 def xprof_replies(app: WSGIApp) -> WSGIApp:

@@ -3,7 +3,8 @@
 XProf lists a run's tools by their internal names (``trace_viewer@``, ``overview_page``);
 the fronts under a cell (the Jupyter widget, the marimo view) offer them in one order, by
 the names XProf's own menu uses, and embed each in the page that shows it best: the
-timeline alone for the trace viewer, XProf's full page with its docked menu for the rest.
+timeline alone for the trace viewer, opened on the verdict's steps, and XProf's full page
+for the rest, in the form for under a cell (:mod:`xprof_magic._viewer.inline`).
 What is shared by both fronts lives here; nothing imports IPython.
 """
 
@@ -11,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from urllib.parse import urlencode
 
-from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer, fetch_json
+from xprof_magic._viewer.client import NEW_NAV, TRACE_VIEWER_TOOL, Viewer, fetch_json
 from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "list_tools",
     "order_tools",
     "page_urls",
+    "view_range",
 ]
 
 TOOL_ORDER = (
@@ -55,7 +56,6 @@ TOOL_NAMES = {
     "megascale_stats": "Megascale stats",
     "inference_profile": "Inference profile",
 }
-NEW_NAV = "new_nav=true"
 
 ToolLister = Callable[[Viewer, str], list[str]]
 """How a front asks the viewer for a run's tools (:func:`list_tools`; tests pass their own)."""
@@ -92,24 +92,39 @@ def page_urls(
     host: str | None,
     location: tuple[str, str],
     survey: Survey | None = None,
+    window: tuple[float, float] | None = None,
 ) -> tuple[str, str]:
     """The embedded page's URL and the full UI's URL for one selection, as the browser sees
     them; ``location`` is ``(origin, prefix)`` (:func:`~xprof_magic._viewer.client.locate`),
-    ``survey`` what the run's tools hold (the program a per-program tool opens on)."""
+    ``survey`` what the run's tools hold (the program a per-program tool opens on),
+    ``window`` the seconds on the timeline that the trace viewer opens on (the verdict's
+    steps, :meth:`~xprof_magic._analysis.Summary.verdict_window`), with a margin each side."""
     origin, prefix = location
     tool = tool or TRACE_VIEWER_TOOL
     full = origin + viewer.tool_path(run, tool, host, prefix=prefix)
     if viewer.kind != "xprof":
         return full, full
     if tool == TRACE_VIEWER_TOOL and host:
-        return origin + viewer.trace_viewer_path(run, host, prefix=prefix), full
-    # XProf's own docked menu: below 960 px its classic one covers the tool until clicked.
-    src = f"{full}&{NEW_NAV}"
+        start, end = view_range(window) if window else (None, None)
+        path = viewer.trace_viewer_path(run, host, prefix=prefix, view_start=start, view_end=end)
+        return origin + path, full
+    found: dict[str, str] = {}
     survey = survey or Survey()
     if tool in PROGRAM_TOOLS and survey.program:
         # The program that matters most; the graph viewer draws its root op at once.
-        found = {"module_name": survey.program}
+        found["module_name"] = survey.program
         if tool == "graph_viewer" and survey.node:
             found["node_name"] = survey.node
-        src += "&" + urlencode(found)
-    return src, full
+    return origin + viewer.embedded_path(run, tool, host, prefix=prefix, **found), full
+
+
+VIEW_MARGIN = 0.03
+"""The share of the window's length shown before and after it."""
+
+
+def view_range(window: tuple[float, float]) -> tuple[float, float]:
+    """XProf's ``view_start`` and ``view_end`` (milliseconds on the timeline) for a window
+    of seconds, with :data:`VIEW_MARGIN` each side, so its first step is not at the edge."""
+    start, end = window
+    margin = (end - start) * VIEW_MARGIN
+    return max(0.0, start - margin) * 1e3, (end + margin) * 1e3

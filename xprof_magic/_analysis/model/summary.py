@@ -135,6 +135,9 @@ class StepStats:
 
     ``durations_s`` keeps the first 10,000 steps; the statistics cover all ``count``.
     ``compiling`` lists the steps whose span held a compilation (unknown: empty).
+    ``starts_s``: where each of those steps starts on the timeline, in seconds from its
+    origin, which is XProf's trace viewer's 0 ms (empty: unknown, as for the magic's step
+    timer and summaries saved before this field).
     """
 
     name: str
@@ -146,6 +149,7 @@ class StepStats:
     rest_median_s: float | None
     rest_max_s: float | None
     compiling: tuple[int, ...] = ()
+    starts_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,23 @@ class Summary:
         if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
             raise ValueError(f"not a summary of schema {SUMMARY_SCHEMA}")
         return from_plain(cls, data)
+
+    def verdict_window(self) -> tuple[float, float] | None:
+        """The steps the verdict is about, as ``(start, end)`` seconds on the timeline (see
+        :attr:`StepStats.starts_s`): from the first step after the warm-up (the compiling
+        first steps that the diagnosis leaves out) to the end of the last step, as the
+        breakdown counts it (until the device has finished what the loop queued); None
+        without the steps' times."""
+        steps = self.steps
+        if steps is None or not steps.starts_s or len(steps.starts_s) != len(steps.durations_s):
+            return None
+        first = min(self.diagnosis.warm_up, len(steps.starts_s) - 1)
+        start = steps.starts_s[first]
+        end = steps.starts_s[-1] + steps.durations_s[-1]
+        measured = self.diagnosis.breakdown.steps
+        if len(measured) == len(steps.starts_s):
+            end = max(end, start + sum(s.total_s for s in measured[first:]))
+        return (start, end) if end > start else None
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """``text/plain`` and static ``text/html``, for IPython's display of a cell's value."""

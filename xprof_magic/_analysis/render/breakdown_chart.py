@@ -1,58 +1,57 @@
 """The diagnosis's picture: each step's time as a stacked bar of its breakdown, inline SVG.
 
-Static like :mod:`.chart` (no script, so it renders in a saved notebook and in Colab), one
-colour per category, the verdict's category first (at the bottom of each bar and first in
-the legend). Without steps, one bar for the cell. A first bar over three times the longest
-of the others (a step that compiled) is cut at 1.25 times that, its parts scaled to fit and
-its length written on it.
+Static like :mod:`.chart` (no script, so it renders in a saved notebook and in Colab). The
+categories keep the breakdown's order everywhere, bottom to top in each bar and left to
+right in the legend, each in its colour of :data:`~.svg.CATEGORY_COLOURS`, so that a
+category sits in the same place, in the same colour, in every cell; a category without
+time in this cell stays in the legend, faint. The bars are numbered by step (every n-th
+where many). Without steps, one bar for the cell. A first bar over three times the longest
+of the others (a step that compiled) is cut at 1.25 times that, its parts scaled to fit,
+and its length written in a row of its own above the plot.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.render.chart import escape
+from xprof_magic._analysis.render.svg import (
+    CATEGORY_COLOURS,
+    GREY,
+    Text,
+    escape,
+    step_ticks,
+    svg,
+)
 from xprof_magic._units import seconds
 
 if TYPE_CHECKING:
-    from xprof_magic._analysis.model.diagnosis import Diagnosis
+    from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis
 
 __all__ = ["COLOURS", "breakdown_svg"]
 
-COLOURS = {
-    "input": "#e15759",
-    "host": "#f28e2b",
-    "compile": "#edc948",
-    "transfer": "#b07aa1",
-    "sync": "#9c755f",
-    "device": "#59a14f",
-    "collective": "#76b7b2",
-    "idle": "rgba(127,127,127,0.35)",
-}
+COLOURS = CATEGORY_COLOURS
 MAX_BARS = 240
+_LEFT, _RIGHT, _TOP, _PLOT_H, _ROW = 70, 8, 18, 112, 15
+
+Bar = tuple[str, int, tuple[float, ...]]
+"""A bar's name (``step 3``), the number it is shown by (-1: none), and its seconds per
+category."""
 
 
-def breakdown_svg(d: Diagnosis, width: int = 560, height: int = 170) -> str:
+def breakdown_svg(d: Diagnosis, width: int = 640) -> str:
     """Per-step stacked bars of ``d.breakdown``; "" when there is nothing to draw."""
     parts = d.breakdown
     if not parts.categories:
         return ""
-    order = sorted(
-        range(len(parts.categories)),
-        key=lambda i: (parts.categories[i] != d.verdict, i),
-    )
     if parts.steps:
-        rows = [(f"step {s.step}", s.seconds) for s in parts.steps]
+        bars = _bucketed([(s.step, s.seconds) for s in parts.steps])
     else:
-        rows = [("the cell", parts.cell)]
-    bars = _bucketed(rows)
-    used = [i for i in order if any(values[i] > 0 for _, values in bars)]
-    if not used:
+        bars = [("the cell", -1, parts.cell)]
+    totals = [sum(values) for _, _, values in bars]
+    if not any(t > 0 for t in totals):
         return ""
-    left, top, legend_h, bottom = 56, 10, 18, 16
-    plot_w, plot_h = width - left - 8, height - top - bottom - legend_h
-    totals = [sum(values) for _, values in bars]
-    ymax = max(totals) or 1.0
+    plot_w = width - _LEFT - _RIGHT
+    ymax = max(totals)
     rest = max(totals[1:], default=0.0)
     clipped = rest > 0 and ymax > 3 * rest
     if clipped:
@@ -60,62 +59,87 @@ def breakdown_svg(d: Diagnosis, width: int = 560, height: int = 170) -> str:
         ymax = rest * 1.25
     bar_w = plot_w / len(bars)
     gap = 1.0 if bar_w > 3 else 0.0
+    axis_y = _TOP + _PLOT_H
     shapes: list[str] = []
-    for n, (name, values) in enumerate(bars):
-        x = left + n * bar_w
-        y = float(top + plot_h)
+    labels = [Text(_LEFT - 6, _TOP + 9, seconds(ymax), "end")]
+    for n, (name, _, values) in enumerate(bars):
+        x = _LEFT + n * bar_w
+        y = float(axis_y)
         # A cut bar keeps its mix: its parts scaled to the full height.
         scale = min(1.0, ymax / totals[n]) if totals[n] > 0 else 1.0
-        for i in used:
-            h = values[i] * scale / ymax * plot_h
+        for category, value in zip(parts.categories, values, strict=True):
+            h = value * scale / ymax * _PLOT_H
             if h <= 0:
                 continue
             y -= h
-            category = parts.categories[i]
             shapes.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(bar_w - gap, 0.6):.1f}" '
                 f'height="{h:.1f}" fill="{COLOURS.get(category, "#888")}">'
-                f"<title>{escape(name)}: {category} {seconds(values[i])}</title></rect>"
+                f"<title>{escape(name)}: {category} {seconds(value)}</title></rect>"
             )
         if clipped and totals[n] > ymax:
-            shapes.append(
-                f'<text x="{x + 2:.1f}" y="{top + 8}" font-size="10" fill="currentColor">'
-                f"↑ {escape(name)}: {seconds(totals[n])}</text>"
-            )
-    legend = []
-    x = left
-    for i in used:
-        category = parts.categories[i]
-        legend.append(
-            f'<rect x="{x}" y="{height - legend_h + 2}" width="10" height="10" '
-            f'fill="{COLOURS.get(category, "#888")}"/>'
-            f'<text x="{x + 13}" y="{height - legend_h + 11}" font-size="10" '
-            f'fill="currentColor">{category}</text>'
-        )
-        x += 20 + 6 * len(category)
+            labels.append(Text(x, _TOP - 5, f"↑ {name}: {seconds(totals[n])}, cut"))
+            shapes.append(_cut_mark(x, max(bar_w - gap, 0.6)))
+    below = axis_y + _ROW
+    if parts.steps:
+        labels.append(Text(_LEFT - 8, axis_y + 13, "step", "end"))
+        per_bar = -(-len(parts.steps) // len(bars))
+        numbers = [number for _, number, _ in bars]
+        end = parts.steps[-1].step + 1
+        labels += step_ticks(numbers, bar_w, _LEFT, axis_y + 13, per_bar, end)
+        below += 13
     what = f"{parts.step_count} steps" if parts.steps else "the cell"
+    labels.append(Text(_LEFT, below, f"where the time of {what} went (verdict: {d.verdict})"))
+    legend, rows = _legend(parts, below + _ROW, width - _RIGHT)
     axis = (
-        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}" stroke="{COLOURS["idle"]}"/>'
-        f'<text x="{left - 4}" y="{top + 8}" font-size="10" text-anchor="end" '
-        f'fill="currentColor">{seconds(ymax)}</text>'
-        f'<text x="{left}" y="{top + plot_h + 12}" font-size="10" fill="currentColor">'
-        f"where the time of {what} went (verdict: {escape(d.verdict)})</text>"
+        f'<line x1="{_LEFT}" x2="{_LEFT}" y1="{_TOP}" y2="{axis_y}" stroke="{GREY}"/>'
+        f'<line x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{axis_y}" y2="{axis_y}" stroke="{GREY}"/>'
     )
+    body = axis + "".join(shapes) + "".join(t.svg() for t in labels) + legend
+    height = below + _ROW * rows + 6
+    return svg(width, height, "step-time breakdown", body, "xprof-magic-breakdown")
+
+
+def _legend(parts: Breakdown, y: float, right: float) -> tuple[str, int]:
+    """Every category in the breakdown's order, in rows that end before ``right``, and how
+    many rows; a category with no time in this cell is drawn faint."""
+    out: list[str] = []
+    x, row = float(_LEFT), 0
+    for category in parts.categories:
+        name = Text(x + 14, y + row * _ROW, category)
+        slot = 14 + name.width + 10
+        if x + slot > right and x > _LEFT:
+            x, row = float(_LEFT), row + 1
+            name = Text(x + 14, y + row * _ROW, category)
+        timed = parts.seconds(category) > 0 or parts.seconds(category, of_steps=False) > 0
+        faint = "" if timed else ' opacity="0.35"'
+        out.append(
+            f'<g class="xprof-legend"{faint}><rect x="{x:.1f}" y="{name.y - 9:.1f}" '
+            f'width="10" height="10" fill="{COLOURS.get(category, "#888")}"/>{name.svg()}</g>'
+        )
+        x += slot
+    return "".join(out), row + 1
+
+
+def _cut_mark(x: float, w: float) -> str:
+    """Two white slashes across a cut bar, a little below its top."""
+    y = _TOP + 6
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="step-time breakdown" '
-        f'class="xprof-magic-breakdown">{axis}{"".join(shapes)}{"".join(legend)}</svg>'
+        f'<path d="M{x - 1:.1f} {y + 3:.1f} L{x + w + 1:.1f} {y - 1:.1f} '
+        f'M{x - 1:.1f} {y + 7:.1f} L{x + w + 1:.1f} {y + 3:.1f}" stroke="#fff" '
+        'stroke-width="2"/>'
     )
 
 
-def _bucketed(rows: list[tuple[str, tuple[float, ...]]]) -> list[tuple[str, tuple[float, ...]]]:
+def _bucketed(rows: list[tuple[int, tuple[float, ...]]]) -> list[Bar]:
     """At most :data:`MAX_BARS` bars, each the mean of as many consecutive steps."""
     size = max(1, -(-len(rows) // MAX_BARS))
     if size == 1:
-        return rows
-    out = []
+        return [(f"step {step}", step, values) for step, values in rows]
+    out: list[Bar] = []
     for at in range(0, len(rows), size):
         chunk = rows[at : at + size]
         mean = tuple(sum(v[i] for _, v in chunk) / len(chunk) for i in range(len(chunk[0][1])))
-        out.append((f"{chunk[0][0]} to {chunk[-1][0]} (mean)", mean))
+        name = f"steps {chunk[0][0]} to {chunk[-1][0]} (mean)"
+        out.append((name, chunk[0][0], mean))
     return out

@@ -119,7 +119,7 @@ def headline(s: Summary, d: Diagnosis, advice: str) -> str:
         return ""
     each = "of each step" if d.breakdown.steps else "of the cell's time"
     if d.warm_up:
-        each += f" after the {'first' if d.warm_up == 1 else f'{d.warm_up} first'} (compiling)"
+        each += f" after the {'first' if d.warm_up == 1 else f'first {d.warm_up}'} (compiling)"
     where = f" (`{d.where[-1]}`, line {d.line})" if d.where and d.line else ""
     if d.where and not d.line:
         where = f" (`{d.where[-1]}`)"

@@ -17,6 +17,7 @@ from xprof_magic._analysis.render.text import (
     header,
     label_name,
     op_sections,
+    per_thread,
     runtime_parts,
     steps_line,
     versions_line,
@@ -27,7 +28,7 @@ from xprof_magic._units import NONE, percent, seconds
 if TYPE_CHECKING:
     from xprof_magic._analysis.model.summary import Summary
 
-__all__ = ["BOX", "HEADING", "chart_svg", "render_html", "table"]
+__all__ = ["BOX", "HEADING", "chart_svg", "render_html", "section", "table"]
 
 HTML_LABEL_ROWS = 60
 _LEVEL_COLOR = {"error": "#d62728", "warning": ORANGE, "info": BLUE}
@@ -38,9 +39,13 @@ BOX = (
 )
 _TABLE = "border-collapse:collapse;margin:4px 0 10px 0;font-size:12px;"
 _TH = "text-align:left;padding:2px 8px;border-bottom:1px solid rgba(127,127,127,0.35);"
-_TD = "padding:1px 8px;vertical-align:top;"
-_NUM = _TD + "text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
+_TD = "padding:1px 8px;vertical-align:top;overflow-wrap:anywhere;"
+_NUM = (
+    "padding:1px 8px;vertical-align:top;text-align:right;font-variant-numeric:tabular-nums;"
+    "white-space:nowrap;"
+)
 HEADING = "margin:10px 0 2px 0;font-size:13px;font-weight:600;"
+"""A section's heading."""
 
 
 def table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int]) -> str:
@@ -55,6 +60,19 @@ def table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int])
         )
         body.append(f"<tr>{tds}</tr>")
     return f'<table style="{_TABLE}"><tr>{cells}</tr>{"".join(body)}</table>'
+
+
+def section(title: str, body: Sequence[str], opened: bool = False) -> str:
+    """A part of the summary under its heading, folded (``<details>``, which needs no
+    script) unless ``opened``: the summary stays whole in the output, never clipped. The
+    heading keeps its disclosure triangle where a notebook's style sheet takes it away
+    (Notebook 6 makes ``summary`` a block)."""
+    state = " open" if opened else ""
+    return (
+        f'<details class="xprof-magic-section"{state} style="margin:8px 0 2px 0">'
+        f'<summary style="{HEADING}cursor:pointer;display:list-item">{_e(title)}</summary>'
+        f"{''.join(body)}</details>"
+    )
 
 
 def _bar(share: float | None) -> str:
@@ -108,20 +126,19 @@ def render_html(summary: Summary) -> str:
         parts.append(f'<div style="{HEADING}">Steps</div><div>{_e(steps_line(s.steps))}</div>')
     parts += _labels(s)
     parts += _hosts(s)
-    parts += _device(s)
-    parts.append(f'<div style="{HEADING}">{_e(words.headings.metrics)}</div>')
-    parts.append(table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set()))
-    parts += _compile_sites(s)
+    parts.append(section("Device and host threads", _device(s)))
+    runtime = [table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set())]
+    parts.append(section(words.headings.metrics, runtime + _compile_sites(s)))
     if s.fallbacks:
-        parts.append(f'<div style="{HEADING}">{_e(words.headings.fallbacks)}</div>')
-        parts.append(
-            table(
-                ["op", "calls", "hint"],
-                [[_e(f.op), str(f.count), _e(f.hint)] for f in s.fallbacks],
-                {1},
-            )
+        fallbacks = table(
+            ["op", "calls", "hint"],
+            [[_e(f.op), str(f.count), _e(f.hint)] for f in s.fallbacks],
+            {1},
         )
-    parts += _ops(s)
+        parts.append(section(words.headings.fallbacks, [fallbacks], opened=True))
+    ops = _ops(s)
+    if ops:
+        parts.append(section("Top operations (self time)", ops))
     if s.missing:
         items = "".join(f"<li>{_e(m)}</li>" for m in s.missing)
         parts.append(f'<div style="{HEADING}">Missing from this summary</div>')
@@ -189,7 +206,7 @@ def _labels(s: Summary) -> list[str]:
 
 def _device(s: Summary) -> list[str]:
     """How busy the device (or the CPU client) and each group of host threads were."""
-    parts = [f'<div style="{HEADING}">Device and host threads</div>']
+    parts: list[str] = []
     d = s.device
     if d.busy_s is not None and d.window_s:
         what = "XLA ops were running on the CPU client" if d.on_cpu else "Device busy"
@@ -211,9 +228,15 @@ def _device(s: Summary) -> list[str]:
     if d.threads:
         parts.append(
             table(
-                ["threads", "count", "busy (thread time)", "share of window", "role"],
+                ["threads", "count", "busy (thread time)", "share of window, per thread", "role"],
                 [
-                    [_e(g.name), str(g.threads), seconds(g.busy_s), percent(g.share), _e(g.role)]
+                    [
+                        _e(g.name),
+                        str(g.threads),
+                        seconds(g.busy_s),
+                        percent(per_thread(g)),
+                        _e(g.role),
+                    ]
                     for g in d.threads
                 ],
                 {1, 2, 3},
@@ -244,7 +267,7 @@ def _ops(s: Summary) -> list[str]:
     """One table per kind of operation (host, device, compile), by self time."""
     parts = []
     for title, ops in op_sections(s):
-        parts.append(f'<div style="{HEADING}">{_e(title)} (self time)</div>')
+        parts.append(f'<div style="{HEADING}">{_e(title)}</div>')
         parts.append(
             table(
                 ["operation", "kind", "count", "self time", "share"],

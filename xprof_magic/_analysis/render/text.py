@@ -13,12 +13,20 @@ from xprof_magic._registry import get_vocabulary
 from xprof_magic._units import NONE, data_size, percent, seconds
 
 if TYPE_CHECKING:
-    from xprof_magic._analysis.model.summary import LabelRow, OpRow, StepStats, Summary, Timed
+    from xprof_magic._analysis.model.summary import (
+        LabelRow,
+        OpRow,
+        StepStats,
+        Summary,
+        ThreadGroup,
+        Timed,
+    )
 
 __all__ = [
     "header",
     "label_name",
     "op_sections",
+    "per_thread",
     "render_text",
     "runtime_parts",
     "steps_line",
@@ -203,12 +211,19 @@ def _device_lines(s: Summary) -> list[str]:
     for dev in d.devices[:8]:
         out.append(f"  {dev.name}: busy {seconds(dev.busy_s)} ({percent(dev.share)})")
     if d.threads:
-        out.append("  host threads (busy thread time, share of the window):")
+        out.append("  host threads (busy thread time; share of the window, per thread):")
         for g in d.threads:
             out.append(
-                f"    {g.name} ×{g.threads}: {seconds(g.busy_s)} ({percent(g.share)}) — {g.role}"
+                f"    {g.name} ×{g.threads}: {seconds(g.busy_s)} ({percent(per_thread(g))})"
+                f" — {g.role}"
             )
     return out
+
+
+def per_thread(group: ThreadGroup) -> float:
+    """A thread group's busy share of the window per thread: its thread time adds its
+    threads up, so the whole group's share would pass 100% with two threads busy."""
+    return group.share / group.threads if group.threads else group.share
 
 
 def op_sections(s: Summary) -> list[tuple[str, tuple[OpRow, ...]]]:

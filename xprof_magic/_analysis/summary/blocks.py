@@ -251,7 +251,11 @@ def labels_not_in_trace(meta: RunMetadata, facts: TraceFacts) -> list[str]:
 
 
 def _step_stats(
-    name: str, source: str, durations: list[float], compiling: tuple[int, ...]
+    name: str,
+    source: str,
+    durations: list[float],
+    compiling: tuple[int, ...],
+    starts: list[float] | None = None,
 ) -> StepStats:
     rest = durations[1:]
     return StepStats(
@@ -264,6 +268,7 @@ def _step_stats(
         rest_median_s=statistics.median(rest) if rest else None,
         rest_max_s=max(rest) if rest else None,
         compiling=compiling,
+        starts_s=tuple(starts[:MAX_STEP_DURATIONS]) if starts else (),
     )
 
 
@@ -284,6 +289,7 @@ def steps_from_trace(facts: TraceFacts) -> StepStats | None:
         "trace",
         [(b.end - b.start) / 1e9 for b in blocks],
         tuple(i for i, b in enumerate(blocks) if b.holds_compile),
+        [b.start / 1e9 for b in blocks],
     )
 
 

@@ -1,0 +1,167 @@
+"""What a person sees under a cell, measured in the browser: for the browser tests.
+
+Each check reads the page the way Chromium laid it out (Playwright's ``evaluate``), so
+that a test fails on what the user would see: a summary clipped inside a scroll box,
+chart labels drawn over each other, a timeline opened on the wrong steps, XProf's menu
+beside the tool, a spinner that never stops.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from xprof_magic._viewer.inline import BUSY_SELECTOR
+
+__all__ = [
+    "busy",
+    "chart_boxes",
+    "clipped",
+    "first_thread",
+    "nav_shown",
+    "overlapping",
+    "visible_range",
+]
+
+_CLIPPED = """(el) => {
+  const out = [];
+  const stop = el.closest('.jp-OutputArea, .output_area, .output_subarea') || document.body;
+  for (let e = el; e && e !== stop.parentElement; e = e.parentElement) {
+    const s = getComputedStyle(e);
+    for (const [axis, over, size, client] of [
+        ['y', s.overflowY, e.scrollHeight, e.clientHeight],
+        ['x', s.overflowX, e.scrollWidth, e.clientWidth]]) {
+      if (over !== 'visible' && size > client + 1) {
+        out.push(`${e.tagName.toLowerCase()}.${e.className}: overflow-${axis} ${over}, ` +
+                 `${size} px in ${client}`);
+      }
+    }
+  }
+  return out;
+}"""
+
+
+def clipped(element: Any) -> list[str]:
+    """Every box from ``element`` up to its output area that hides part of its content
+    (overflow not visible, content larger than the box): empty when the user sees it
+    whole, without scrolling inside it."""
+    found: list[str] = element.evaluate(_CLIPPED)
+    return found
+
+
+_BOXES = """(svg) => Array.from(svg.querySelectorAll('text')).map(t => {
+  const b = t.getBoundingClientRect();
+  return {text: t.textContent, x: b.x, y: b.y, w: b.width, h: b.height};
+})"""
+
+
+def chart_boxes(svg: Any) -> list[dict[str, Any]]:
+    """The boxes Chromium drew for every label of a chart, in page pixels."""
+    boxes: list[dict[str, Any]] = svg.evaluate(_BOXES)
+    return boxes
+
+
+def overlapping(boxes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The pairs of labels whose drawn boxes meet."""
+    out = []
+    for a, b in itertools.combinations(boxes, 2):
+        apart = (
+            a["x"] + a["w"] <= b["x"]
+            or b["x"] + b["w"] <= a["x"]
+            or a["y"] + a["h"] <= b["y"]
+            or b["y"] + b["h"] <= a["y"]
+        )
+        if not apart:
+            out.append((a["text"], b["text"]))
+    return out
+
+
+_RANGE = """() => {
+  const el = document.querySelector('tf-trace-viewer');
+  const view = el && el._traceViewer && el._traceViewer.model && el._traceViewer.trackView;
+  return view && !el._isLoading ? el._trackViewRange(view) : null;
+}"""
+
+
+def visible_range(frame: Any) -> dict[str, float] | None:
+    """The trace viewer's visible range, ``{min, max}`` in milliseconds on the timeline (None
+    before it has its data and has drawn them)."""
+    found: dict[str, float] | None = frame.evaluate(_RANGE)
+    return found
+
+
+_THREADS = """() => Array.from(document.querySelectorAll('tr-ui-b-heading'))
+  .filter(h => h.getBoundingClientRect().height > 0 && h.textContent.trim())
+  .sort((a, b) => a.getBoundingClientRect().y - b.getBoundingClientRect().y)
+  .map(h => h.textContent.replace(/[▾▸]/g, '').trim())"""
+
+
+def first_thread(frame: Any) -> str | None:
+    """The name of the first thread row the trace viewer draws (None before it has)."""
+    names: list[str] = frame.evaluate(_THREADS)
+    return names[0] if names else None
+
+
+_NAV = """() => Array.from(document.querySelectorAll(
+    'main-page > mat-toolbar, main-page mat-sidenav.new-nav-sidenav, ' +
+    'rack-navigation-drawer, .mat-drawer-backdrop.mat-drawer-shown'))
+  .filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; })
+  .map(e => e.tagName.toLowerCase() + '.' + e.className)"""
+
+
+def nav_shown(frame: Any) -> list[str]:
+    """XProf's toolbar, navigation drawer or menu backdrop, where the page shows one."""
+    found: list[str] = frame.evaluate(_NAV)
+    return found
+
+
+_BUSY = """(selector) => Array.from(document.querySelectorAll(selector))
+  .filter(e => {
+    const r = e.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && getComputedStyle(e).visibility !== 'hidden';
+  })
+  .map(e => e.tagName.toLowerCase() + '.' + e.className)"""
+
+
+def busy(frame: Any) -> list[str]:
+    """XProf's loading indicators the page shows now (:data:`BUSY_SELECTOR`)."""
+    found: list[str] = frame.evaluate(_BUSY, BUSY_SELECTOR)
+    return found
+
+
+def steps_missed(seen: dict[str, float] | None, summary: Any) -> str:
+    """Why the trace viewer's visible range ``seen`` (ms) does not open on the steps the
+    verdict is about ("" when it does): it must hold every step after the compiling warm-up
+    (:attr:`Diagnosis.warm_up`) to the last, and leave out most of the compiling ones."""
+    steps = summary.steps
+    if steps is None or not steps.starts_s:
+        return "the summary has no step times"
+    if seen is None:
+        return "the trace viewer has not drawn its data"
+    first = summary.diagnosis.warm_up
+    start = steps.starts_s[first] * 1e3
+    end = (steps.starts_s[-1] + steps.durations_s[-1]) * 1e3
+    problems = []
+    if not seen["min"] <= start:
+        problems.append(f"it starts at {seen['min']:.1f} ms, after step {first} ({start:.1f})")
+    if not seen["max"] >= end:
+        problems.append(f"it ends at {seen['max']:.1f} ms, before the last step's end ({end:.1f})")
+    if first:
+        middle = (steps.starts_s[first - 1] + steps.durations_s[first - 1] / 2) * 1e3
+        if seen["min"] < middle:
+            problems.append(f"it shows most of compiling step {first - 1} (from {seen['min']:.1f})")
+    return "; ".join(problems)
+
+
+def check_summary(panel: Any) -> None:
+    """The summary under the cell (``panel`` holds its ``.xprof-magic-summary``) shows whole,
+    and no two labels of its charts meet."""
+    summary = panel.locator(".xprof-magic-summary").first
+    summary.wait_for(state="visible", timeout=90_000)
+    assert clipped(summary) == [], clipped(summary)
+    charts = summary.locator("svg")
+    assert charts.count() >= 1
+    for i in range(charts.count()):
+        chart = charts.nth(i)
+        chart.scroll_into_view_if_needed()
+        assert overlapping(chart_boxes(chart)) == [], (i, overlapping(chart_boxes(chart)))
