@@ -19,11 +19,13 @@ from xprof_magic import _store
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 256 KiB tmpfs: tests run as root, where mounting one is allowed."""
+    """A 64 MiB tmpfs: tests run as root, where mounting one is allowed. A capture's size
+    grows with the programs the process has compiled (its metadata holds each one's HLO),
+    so after a session's other tests it needs megabytes once the disk is freed."""
     mount = tmp_path / "tiny"
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
     )
