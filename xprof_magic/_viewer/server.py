@@ -2,12 +2,11 @@
 
 :mod:`xprof_magic._viewer.launch` starts it as
 ``python -c "import runpy, sys; ..." <package root> <this file> --logdir ...``: the kernel's
-package root goes first on ``sys.path``, so that the guard and the store imported here are the
-kernel's own copies whatever xprof_magic is installed, and ``runpy.run_path`` runs this file as
-``__main__``. Run by path, the file stays on the command line, which is what
-:func:`xprof_magic._viewer.manager.stop_viewer` checks before it signals a pid. A separate
-process survives kernel crashes and restarts, so the next kernel can reuse it, and keeps the
-per-request logs XProf writes to stderr out of the notebook.
+package root first on ``sys.path`` (the guard and store here are the kernel's copies, whatever
+is installed), this file run as ``__main__`` by path, so that it stays on the command line,
+which :func:`~xprof_magic._viewer.manager.stop_viewer` checks before it signals a pid. Apart,
+it survives kernel restarts (the next kernel reuses it) and keeps XProf's logs out of the
+notebook.
 
 The secret arrives on stdin (a command line is readable by every user) and is written only to
 a 0600 info file, with the pid, port and :data:`INFO_FORMAT`. Every request goes through
@@ -15,9 +14,8 @@ a 0600 info file, with the pid, port and :data:`INFO_FORMAT`. Every request goes
 :data:`DEFAULT_GRACE_S` after the last kernel that registered with it died (and no request
 came meanwhile), and after an idle timeout in any case.
 
-XProf and TensorBoard are imported in :func:`main` only (:mod:`xprof_magic._viewer.apps`
-builds their apps): the kernel imports this module for the info-file names and the exit
-codes, and must not pay for them.
+XProf and TensorBoard are imported in :func:`main` only (:mod:`xprof_magic._viewer.apps`):
+the kernel imports this module for the info-file names and exit codes, and must not pay.
 """
 
 from __future__ import annotations
@@ -82,8 +80,7 @@ def info_path(info_dir: str, pid: int) -> str:
 
 
 def clients_path(info_dir: str, pid: int) -> str:
-    """The folder where kernels using the server with this pid register, one empty file each,
-    named by the kernel's pid: the server exits a grace period after the last one is gone."""
+    """Where the kernels using server ``pid`` register, an empty file each named by pid."""
     return os.path.join(info_dir, f"{INFO_PREFIX}{pid}.clients")
 
 
