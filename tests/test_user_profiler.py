@@ -191,10 +191,13 @@ def test_spawned_workers_are_said_to_be_missing(tmp_path: Path) -> None:
     try:
         k.ok("%load_ext xprof_magic\nimport xprof_magic, torch_xla, spawned_worker")
         shown = k.ok(
-            f"%%xprof --logdir {tmp_path} --no-display\ntorch_xla.launch(spawned_worker.worker)",
+            # A port of its own: an earlier test's kernel may still hold the default one.
+            f"%%xprof --logdir {tmp_path} --port {free_port()} --no-display\n"
+            "torch_xla.launch(spawned_worker.worker)",
         )
-        assert "start method 'spawn'); their own timelines are not in this run" in shown, shown
-        assert "xp.start_server(9500 + rank, only_on_master=False)" in shown
+        said = " ".join(shown.split())  # the note is wrapped to the output's width
+        assert "start method 'spawn'); their own timelines are not in this run" in said, shown
+        assert "xp.start_server(9500 + rank, only_on_master=False)" in said
         saved = k.value("xprof_magic.last().metadata.to_json()['messages']")
         assert any("timelines are not in this run" in m for m in saved), saved
         assert k.value("xprof_magic.last().status") == "ok"
