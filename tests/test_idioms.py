@@ -304,7 +304,7 @@ import jax, jax.numpy as jnp
 
 @jax.jit
 def train(W, x):
-    for _ in range(3):
+    for _ in range(6):
         W = jnp.tanh(W @ x) * 0.5 + W * 0.5
     return W
 
@@ -319,7 +319,8 @@ def make(i):
 
 W = jnp.full((512, 512), 0.01)
 x = jnp.full((512, 512), 0.01)
-host_batches = [np.full((512, 512), 0.001, np.float32) for _ in range(8)]
+# Enough batches that the first, which no prefetch can hide, is a small part of the loop.
+host_batches = [np.full((512, 512), 0.001, np.float32) for _ in range(24)]
 
 def made_on_the_device(n):
     '''Batches computed by a jitted function, read back on the host: each next() waits
