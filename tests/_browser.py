@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +125,26 @@ def find_chromium() -> str | None:
     if os.access(CHROMIUM, os.X_OK):
         return CHROMIUM
     return shutil.which("chromium")
+
+
+def launch_chromium(home: Path) -> Iterator[Any]:
+    """Debian's Chromium, headless, through Playwright, with ``home`` as its HOME: a browser
+    fixture's body (``yield from``); closed when the fixture ends."""
+    from tests.conftest import missing
+
+    chromium = find_chromium()
+    if chromium is None:
+        missing("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=chromium, args=CHROMIUM_ARGS, env={**os.environ, "HOME": str(home)}
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 def select_run(widget: Any, run: str) -> None:

@@ -11,7 +11,6 @@ origin as the notebook. One JupyterLab and one Chromium serve both.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from tests._browser import (
-    CHROMIUM_ARGS,
     LAB,
     PROXY_KERNEL,
     JupyterLab,
     NotebookPage,
     ToolView,
     check_every_tool,
-    find_chromium,
+    launch_chromium,
     offline,
     select_run,
     shown_text,
@@ -37,7 +35,7 @@ from tests._browser import (
     write_notebook,
 )
 from tests._page_checks import check_summary, first_thread, steps_missed, visible_range
-from tests.conftest import ARTIFACTS, missing
+from tests.conftest import ARTIFACTS
 
 # A guard against a hang only: each wait below fails sooner, naming what it waited for. On
 # a loaded 2-core machine the direct route's test, which checks every tool, nears 10 minutes.
@@ -78,20 +76,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    chromium = find_chromium()
-    if chromium is None:
-        missing("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        home = tmp_path_factory.mktemp("chromium-home")
-        launched = playwright.chromium.launch(
-            executable_path=chromium, args=CHROMIUM_ARGS, env={**os.environ, "HOME": str(home)}
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
+    yield from launch_chromium(tmp_path_factory.mktemp("chromium-home"))
 
 
 def fit(notebook: NotebookPage, widget: Any, width: int) -> None:

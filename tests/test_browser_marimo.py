@@ -25,9 +25,8 @@ import pytest
 
 import xprof_magic
 from tests._browser import (
-    CHROMIUM_ARGS,
     BrowserPage,
-    find_chromium,
+    launch_chromium,
     leftover_processes,
     machine_environment,
     offline,
@@ -40,7 +39,6 @@ from tests._marimo import (
     view_frames,
     write_marimo_notebook,
 )
-from tests.conftest import missing
 
 pytestmark = pytest.mark.browser
 
@@ -157,20 +155,7 @@ def app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    chromium = find_chromium()
-    if chromium is None:
-        missing("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        home = tmp_path_factory.mktemp("chromium-home")
-        launched = playwright.chromium.launch(
-            executable_path=chromium, args=CHROMIUM_ARGS, env={**os.environ, "HOME": str(home)}
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
+    yield from launch_chromium(tmp_path_factory.mktemp("chromium-home"))
 
 
 def check_route(app: App, frame_url: str) -> None:

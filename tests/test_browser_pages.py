@@ -22,10 +22,10 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests._browser import CHROMIUM_ARGS, find_chromium, offline, wait_until
+from tests._browser import launch_chromium, offline, wait_until
 from tests._kernel import free_port
 from tests._page_checks import busy, first_thread, nav_shown, visible_range
-from tests.conftest import ARTIFACTS, missing
+from tests.conftest import ARTIFACTS
 from xprof_magic._viewer import client, inline, manager
 
 pytestmark = pytest.mark.browser
@@ -104,20 +104,7 @@ def holder() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    chromium = find_chromium()
-    if chromium is None:
-        missing("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        home = tmp_path_factory.mktemp("chromium-home")
-        launched = playwright.chromium.launch(
-            executable_path=chromium, args=CHROMIUM_ARGS, env={**os.environ, "HOME": str(home)}
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
+    yield from launch_chromium(tmp_path_factory.mktemp("chromium-home"))
 
 
 class Framed:
