@@ -127,9 +127,10 @@ def find_chromium() -> str | None:
     return shutil.which("chromium")
 
 
+@contextlib.contextmanager
 def launch_chromium(home: Path) -> Iterator[Any]:
-    """Debian's Chromium, headless, through Playwright, with ``home`` as its HOME: a browser
-    fixture's body (``yield from``); closed when the fixture ends."""
+    """Debian's Chromium, headless, through Playwright, with ``home`` as its HOME; closed
+    when the block ends."""
     from tests.conftest import missing
 
     chromium = find_chromium()

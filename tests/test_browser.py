@@ -76,7 +76,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    yield from launch_chromium(tmp_path_factory.mktemp("chromium-home"))
+    with launch_chromium(tmp_path_factory.mktemp("chromium-home")) as launched:
+        yield launched
 
 
 def fit(notebook: NotebookPage, widget: Any, width: int) -> None:

@@ -4,23 +4,20 @@ under a profiled cell (the summary's static HTML, no script)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from collections.abc import Iterator
 
 import pytest
 
 from tests._browser import (
-    CHROMIUM_ARGS,
     LAB,
     JupyterLab,
     NotebookPage,
-    find_chromium,
+    launch_chromium,
     shut_down,
     start_jupyterlab,
     write_notebook,
 )
-from tests.conftest import missing
 
 pytestmark = pytest.mark.browser
 
@@ -53,17 +50,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
 def test_the_verdict_and_its_chart_show_under_the_cell(
     lab: JupyterLab, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    chromium = find_chromium()
-    if chromium is None:
-        missing("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
-    from playwright.sync_api import sync_playwright
-
     write_notebook(lab.root / "diagnosis.ipynb", CELLS)
-    with sync_playwright() as playwright:
-        home = tmp_path_factory.mktemp("chromium-home")
-        browser = playwright.chromium.launch(
-            executable_path=chromium, args=CHROMIUM_ARGS, env={**os.environ, "HOME": str(home)}
-        )
+    with launch_chromium(tmp_path_factory.mktemp("chromium-home")) as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         notebook = NotebookPage(page, lab, "diagnosis.ipynb", LAB)
         try:
@@ -85,5 +73,4 @@ def test_the_verdict_and_its_chart_show_under_the_cell(
             notebook.report()
             raise
         finally:
-            browser.close()
             lab.shutdown_kernels()

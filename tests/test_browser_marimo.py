@@ -155,7 +155,8 @@ def app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    yield from launch_chromium(tmp_path_factory.mktemp("chromium-home"))
+    with launch_chromium(tmp_path_factory.mktemp("chromium-home")) as launched:
+        yield launched
 
 
 def check_route(app: App, frame_url: str) -> None:

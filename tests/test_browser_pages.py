@@ -104,7 +104,8 @@ def holder() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    yield from launch_chromium(tmp_path_factory.mktemp("chromium-home"))
+    with launch_chromium(tmp_path_factory.mktemp("chromium-home")) as launched:
+        yield launched
 
 
 class Framed:

@@ -7,14 +7,14 @@ boxes the browser draws: no two labels meet, at JupyterLab's 848 px output and n
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from tests._browser import CHROMIUM_ARGS, find_chromium
-from tests.conftest import ARTIFACTS, missing
+from tests._browser import launch_chromium
+from tests.conftest import ARTIFACTS
 from xprof_magic._analysis import StepStats, Summary, chart_svg
 from xprof_magic._analysis.diagnosis.breakdown import BREAKDOWN_CATEGORIES as NAMES
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, StepBreakdown
@@ -138,15 +138,10 @@ def test_no_two_labels_are_planned_to_meet() -> None:
 
 
 @pytest.mark.browser
-def test_chromium_draws_no_two_labels_over_each_other(tmp_path: pytest.TempPathFactory) -> None:
+def test_chromium_draws_no_two_labels_over_each_other(tmp_path: Path) -> None:
     """The boxes Chromium draws for every label (``getBBox``, in the SVG's own units): none
     meets another, and none is wider than planned, at an 848 px output and at 560 px, where
     the charts shrink to fit."""
-    chromium = find_chromium()
-    if chromium is None:
-        missing("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
-    from playwright.sync_api import sync_playwright
-
     charts = _charts()
     page_html = "".join(f'<div class="chart" id="{n}">{svg}</div>' for n, svg in charts.items())
     measure = """() => Array.from(document.querySelectorAll('.chart')).map(c => ({
@@ -157,32 +152,26 @@ def test_chromium_draws_no_two_labels_over_each_other(tmp_path: pytest.TempPathF
         return {text: t.textContent, x: b.x, y: b.y, w: b.width, h: b.height};
       }),
     }))"""
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=chromium, args=CHROMIUM_ARGS, env={**os.environ, "HOME": str(tmp_path)}
-        )
-        try:
-            for width in (848, 560):
-                page = browser.new_page(viewport={"width": width, "height": 900})
-                page.set_content(
-                    f'<body style="margin:0;font-family:system-ui,sans-serif">{page_html}</body>'
-                )
-                ARTIFACTS.mkdir(exist_ok=True)
-                page.screenshot(path=str(ARTIFACTS / f"charts-{width}.png"), full_page=True)
-                for chart in page.evaluate(measure):
-                    assert chart["shown"] <= width, chart["name"]
-                    planned = {t.text: t for t in _texts(charts[chart["name"]])}
-                    boxes = chart["boxes"]
-                    for box in boxes:
-                        assert box["w"] <= planned[box["text"]].width + 0.5, (chart["name"], box)
-                    for a, b in itertools.combinations(boxes, 2):
-                        apart = (
-                            a["x"] + a["w"] <= b["x"]
-                            or b["x"] + b["w"] <= a["x"]
-                            or a["y"] + a["h"] <= b["y"]
-                            or b["y"] + b["h"] <= a["y"]
-                        )
-                        assert apart, (chart["name"], width, a, b)
-                page.close()
-        finally:
-            browser.close()
+    with launch_chromium(tmp_path) as browser:
+        for width in (848, 560):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.set_content(
+                f'<body style="margin:0;font-family:system-ui,sans-serif">{page_html}</body>'
+            )
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"charts-{width}.png"), full_page=True)
+            for chart in page.evaluate(measure):
+                assert chart["shown"] <= width, chart["name"]
+                planned = {t.text: t for t in _texts(charts[chart["name"]])}
+                boxes = chart["boxes"]
+                for box in boxes:
+                    assert box["w"] <= planned[box["text"]].width + 0.5, (chart["name"], box)
+                for a, b in itertools.combinations(boxes, 2):
+                    apart = (
+                        a["x"] + a["w"] <= b["x"]
+                        or b["x"] + b["w"] <= a["x"]
+                        or a["y"] + a["h"] <= b["y"]
+                        or b["y"] + b["h"] <= a["y"]
+                    )
+                    assert apart, (chart["name"], width, a, b)
+            page.close()
