@@ -343,12 +343,30 @@ class NotebookPage(BrowserPage):
         url = self.ui.url(self.server, self.name, self.workspace)
         self.page.goto(url, timeout=timeout * 1000)
         self.page.wait_for_function(self.ui.ready, timeout=timeout * 1000)
-        self.wait(self.kernel_idle, "the kernel to start", timeout)
+        self.wait(self.kernel_idle, self._kernel_story, timeout)
         self.wait(lambda: self.comm_info, "the widget manager's comm_info_reply", timeout)
 
+    def _sessions(self) -> list[dict[str, Any]]:
+        """This notebook's sessions (the server may hold other notebooks')."""
+        sessions = self.server.api("GET", "/api/sessions") or []
+        return [s for s in sessions if str(s.get("path", "")).split(":")[-1] == self.name]
+
     def kernel_idle(self) -> bool:
-        sessions = self.server.api("GET", "/api/sessions")
-        return bool(sessions) and all(s["kernel"]["execution_state"] == "idle" for s in sessions)
+        mine = self._sessions()
+        return bool(mine) and all(s["kernel"]["execution_state"] == "idle" for s in mine)
+
+    def _kernel_story(self) -> str:
+        """What a kernel that did not start shows: its sessions' states, the page's errors
+        and the server's log."""
+        try:
+            kernels = [s["kernel"] for s in self._sessions()]
+            states = [(k["name"], k["execution_state"]) for k in kernels]
+        except (OSError, RuntimeError, ValueError) as error:
+            states = [("?", f"the sessions API failed: {error}")]
+        return (
+            f"the kernel to start; this notebook's sessions: {states or 'none'}; page errors: "
+            f"{self.errors[-5:]}; the server's log ends:\n{self.server.log_tail(60)}"
+        )
 
     def prompts(self) -> list[Any]:
         return self.ui.prompts(self.page)

@@ -414,6 +414,7 @@ def test_jax_shapes_made_in_the_loop_and_static_numbers_are_compile_causes(
     assert run(ip, logdir, body, "--steps --backend jax --name jstatic").success
     d = xprof_magic.summarize(logdir / "plugins" / "profile" / "jstatic").diagnosis
     assert d.verdict == "compile" and d.cause == "changing values", d.evidence
+    assert (d.where, d.line) == (("for i in range(5)",), 2), d.where
     assert d.changed == (("", ("0.5", "0.7", "0.9", "1.1", "1.3")),), d.changed
     assert "static_argnums" in d.fix
 

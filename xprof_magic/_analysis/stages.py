@@ -146,6 +146,7 @@ def _reader_names(backend: str) -> TimelineNames:
     every = [get_vocabulary(name).timeline for name in BACKENDS]
     return TimelineNames(
         compile_events=tuple(e for t in every for e in t.compile_events),
+        compile_phases=frozenset(n for t in every for n in t.compile_phases),
         runtime_names=frozenset(n for t in every for n in t.runtime_names),
         runtime_prefixes=tuple(p for t in every for p in t.runtime_prefixes),
         waits=frozenset(n for t in every for n in t.waits),

@@ -33,6 +33,9 @@ LIBRARY_COMPILE = "library:"
 
 # One per compilation, on the thread that called the jitted function (jax 0.8+ and 0.7).
 COMPILE_EVENTS = ("backend_compile_and_load", "backend_compile")
+# Lowering the traced function to MLIR, before each of those: a recompile's cost too (on a
+# CPU capture about as long as the compilation itself).
+COMPILE_PHASES = frozenset({"lower_sharding_computation"})
 # JAX's own host events around a jitted call (dispatch, lowering, compilation, transfers),
 # read on jax 0.10 CPU captures; with "::" in them (C++) they are runtime anyway.
 RUNTIME_NAMES = frozenset(
@@ -42,7 +45,6 @@ RUNTIME_NAMES = frozenset(
         "Handle inputs",
         "Handle input event recording",
         "AllocateOutputBuffersWithInputReuse",
-        "lower_sharding_computation",
         "backend_compile",
         "backend_compile_and_load",
         "ExecuteReplicated.__call__",
@@ -68,6 +70,7 @@ VOCABULARY = words.Vocabulary(
     ),
     timeline=words.TimelineNames(
         compile_events=COMPILE_EVENTS,
+        compile_phases=COMPILE_PHASES,
         runtime_names=RUNTIME_NAMES,
         runtime_prefixes=RUNTIME_PREFIXES,
         waits=WAITS,

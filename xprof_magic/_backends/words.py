@@ -55,6 +55,9 @@ class TimelineNames:
     """How the backend's own events and threads look on the timeline."""
 
     compile_events: tuple[str, ...] = ()
+    compile_phases: frozenset[str] = frozenset()
+    """The runtime's host events that prepare a compilation without being one (JAX's
+    lowering to MLIR, which a recompile repeats): compile time, not counted as compiles."""
     runtime_names: frozenset[str] = frozenset()
     runtime_prefixes: tuple[str, ...] = ()
     thread_roles: Mapping[str, str] = field(default_factory=dict)

@@ -223,16 +223,25 @@ def _where(s: Summary, verdict: str) -> tuple[tuple[str, ...], int]:
         pick = max(inputs, key=lambda r: r.total_s)
         path = pick.path[:-1] or pick.path
         return path, line_of(s.cell, path)
+    # A verdict on steps is about the loop that ran them, not the statements before it.
+    stepped = s.steps is not None and bool(s.steps.durations_s)
     if verdict == "compile":
-        sites = sorted(s.compiles.sites, key=lambda site: -site.total_s)
+        sites = [site for site in s.compiles.sites if site.first_steps or not stepped]
+        sites.sort(key=lambda site: -site.total_s)
         if sites:
             return sites[0].path, line_of(s.cell, sites[0].path)
     work = [r for r in rows if r not in inputs]
+    if stepped:
+        work = [r for r in work if any(map(_is_loop, r.path))] or work
     leaves = [r for r in work if not any(o.path[: len(r.path)] == r.path and o != r for o in work)]
     if leaves:
         pick = max(leaves, key=lambda r: r.total_s)
         return pick.path, line_of(s.cell, pick.path)
     return (), 0
+
+
+def _is_loop(statement: str) -> bool:
+    return statement.lstrip().startswith(("for ", "while ", "async for "))
 
 
 def _label_row(s: Summary, path: tuple[str, ...]) -> tuple[str, ...]:

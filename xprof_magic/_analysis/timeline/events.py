@@ -34,13 +34,15 @@ __all__ = [
 class Runtime(NamedTuple):
     """A backend's own host events (its vocabulary's
     :class:`~xprof_magic._backends.TimelineNames`): exact names and name prefixes; of
-    those, the waits for the device, the step ends, and the prefixes of program launches."""
+    those, the waits for the device, the step ends, the prefixes of program launches, and
+    the phases of a compilation that are not one (compile time, not a compile)."""
 
     names: frozenset[str]
     prefixes: tuple[str, ...]
     waits: frozenset[str] = frozenset()
     step_ends: frozenset[str] = frozenset()
     launches: tuple[str, ...] = ()
+    compile_phases: frozenset[str] = frozenset()
 
 
 NO_RUNTIME = Runtime(frozenset(), ())
@@ -80,7 +82,10 @@ def name_flags(
     more, prefixes = runtime.names, runtime.prefixes
     return {
         "end": np.array([n.startswith("end: ") for n in names], bool),
-        "compile": np.array([n in compile_events for n in names], bool),
+        "compiles": np.array([n in compile_events for n in names], bool),
+        "compile": np.array(
+            [n in compile_events or n in runtime.compile_phases for n in names], bool
+        ),
         "runtime": np.array(
             [runtime_name(n) or n in more or n.startswith(prefixes) for n in names], bool
         ),

@@ -147,6 +147,7 @@ def _read(
             words.waits,
             words.step_ends,
             tuple(words.launches),
+            words.compile_phases,
         ),
         frozenset(words.compile_events),
     )
