@@ -32,7 +32,7 @@ __all__ = [
     "Timed",
 ]
 
-SUMMARY_SCHEMA = 3
+SUMMARY_SCHEMA = 2
 
 
 @dataclass(frozen=True)
