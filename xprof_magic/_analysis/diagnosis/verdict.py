@@ -68,7 +68,7 @@ from xprof_magic._analysis.model.diagnosis import (
     Gain,
 )
 from xprof_magic._analysis.model.summary import LabelRow, Summary
-from xprof_magic._analysis.summary.blocks import line_of
+from xprof_magic._analysis.summary.blocks import is_loop, line_of
 from xprof_magic._analysis.timeline.facts import OFFLOAD, device_side
 from xprof_magic._analysis.timeline.programs import Program
 from xprof_magic._backends import Vocabulary
@@ -232,16 +232,12 @@ def _where(s: Summary, verdict: str) -> tuple[tuple[str, ...], int]:
             return sites[0].path, line_of(s.cell, sites[0].path)
     work = [r for r in rows if r not in inputs]
     if stepped:
-        work = [r for r in work if any(map(_is_loop, r.path))] or work
+        work = [r for r in work if any(map(is_loop, r.path))] or work
     leaves = [r for r in work if not any(o.path[: len(r.path)] == r.path and o != r for o in work)]
     if leaves:
         pick = max(leaves, key=lambda r: r.total_s)
         return pick.path, line_of(s.cell, pick.path)
     return (), 0
-
-
-def _is_loop(statement: str) -> bool:
-    return statement.lstrip().startswith(("for ", "while ", "async for "))
 
 
 def _label_row(s: Summary, path: tuple[str, ...]) -> tuple[str, ...]:

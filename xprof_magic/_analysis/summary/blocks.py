@@ -25,6 +25,7 @@ __all__ = [
     "MAX_STEP_DURATIONS",
     "RunsByRow",
     "input_shapes",
+    "is_loop",
     "label_names",
     "labels_from_metadata",
     "labels_from_trace",
@@ -296,6 +297,11 @@ def steps_from_trace(facts: TraceFacts) -> StepStats | None:
 def steps_from_metadata(meta: RunMetadata) -> StepStats | None:
     """The magic's step timer, when the cell had steps."""
     return _step_stats("step", "metadata", list(meta.steps), ()) if meta.steps else None
+
+
+def is_loop(statement: str) -> bool:
+    """Whether a label made from a statement is a loop's (``for``, ``while``, ``async for``)."""
+    return statement.lstrip().startswith(("for ", "while ", "async for "))
 
 
 def line_of(cell: str, path: tuple[str, ...]) -> int:

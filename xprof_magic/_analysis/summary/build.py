@@ -170,7 +170,7 @@ def _site(row: LabelRow, compiled: blocks.RunsByRow, in_steps: blocks.RunsByRow)
     """A label that compiled: recompiled when two of its runs did, or one run many times."""
     runs = compiled.get((row.thread, row.path), ())
     compiles, compiled_runs = row.compiles or 0, row.compiled_runs or 0
-    loop = row.path[-1].lstrip().startswith(("for ", "while ", "async for "))
+    loop = blocks.is_loop(row.path[-1])
     many = MANY_COMPILES_IN_A_LOOP if loop else MANY_COMPILES_IN_A_CALL
     recompiled = compiled_runs >= 2 or (row.count == 1 and compiles >= many)
     return CompileSite(

@@ -108,14 +108,15 @@ class Reader:
         steps: dict[int, int | None] = {}
         cat = self._categories(line, group, order, name_id, nest, pushed, flag, steps)
         blocks = self._blocks(line, order, start, end, nest, cat, steps)
-        is_compile = pushed & (cat == _COMPILE) & flag["compiles"][name_id]
         has_parent = nest.parent >= 0
         parent_cat = np.where(has_parent, cat[nest.parent], -1)
-        is_compile &= parent_cat != _COMPILE
+        outermost = pushed & (cat == _COMPILE) & (parent_cat != _COMPILE)
+        counted = flag["compiles"][name_id]
+        is_compile = outermost & counted
         for i in np.flatnonzero(is_compile).tolist():
             self._compile(float(start[i]), float(dur[i]), i, nest.parent, blocks, group)
         # The phases of a compilation that are not one (JAX's lowering): its time, no count.
-        phases = pushed & (cat == _COMPILE) & ~flag["compiles"][name_id] & (parent_cat != _COMPILE)
+        phases = outermost & ~counted
         if group == "python" and phases.any():
             self.facts.spans.setdefault("compile", []).append((start[phases], end[phases]))
         top = pushed & ~has_parent
