@@ -35,6 +35,7 @@ __all__ = [
     "RunInfo",
     "Staging",
     "begin",
+    "capturing",
     "commit",
     "default_logdir",
     "default_logdir_text",
@@ -63,6 +64,9 @@ SUMMARY_FILE = "xprof_magic_summary.json"
 PROFILE_DIR = ("plugins", "profile")
 XPLANE_SUFFIX = ".xplane.pb"
 STAGING_DIR = ".xprof_magic_staging"
+"""Under the log directory: one folder per capture in progress, ``<pid>-<hex>``, named by the
+process that captures (:func:`capturing` reads it); removed when the run is committed."""
+_STAGED = re.compile(r"(?P<pid>[0-9]+)-[0-9a-f]{32}")
 NAME_MAX_CHARS = 100
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+@-]+")
 
@@ -205,7 +209,7 @@ def begin(logdir: Path) -> Staging:
             f"{profile} is not a writable folder, so runs cannot be stored; "
             "pass --logdir another folder"
         )
-    staging = logdir / STAGING_DIR / uuid.uuid4().hex
+    staging = logdir / STAGING_DIR / f"{os.getpid()}-{uuid.uuid4().hex}"
     try:
         staging.mkdir(parents=True)
     except OSError as error:
@@ -214,6 +218,27 @@ def begin(logdir: Path) -> Staging:
             "pass --logdir a folder you can write"
         ) from None
     return Staging(logdir, staging)
+
+
+def capturing(logdir: str | os.PathLike[str]) -> bool:
+    """Whether a capture into ``logdir`` is in progress: a staging folder :func:`begin` made
+    whose process still runs (one left by a killed kernel does not count)."""
+    try:
+        names = os.listdir(Path(logdir) / STAGING_DIR)
+    except OSError:
+        return False
+    for name in names:
+        staged = _STAGED.fullmatch(name)
+        if staged is None:
+            continue
+        try:
+            os.kill(int(staged["pid"]), 0)
+        except (ProcessLookupError, OverflowError):
+            continue
+        except PermissionError:
+            pass  # another user's process, alive
+        return True
+    return False
 
 
 def discard(staging: Staging) -> None:

@@ -14,9 +14,9 @@ a 0600 info file, with the pid, port and :data:`INFO_FORMAT`. Every request goes
 :data:`DEFAULT_GRACE_S` after the last kernel that registered with it died (and no request
 came meanwhile), and after an idle timeout in any case.
 
-XProf and TensorBoard are imported in :func:`main` only (:mod:`xprof_magic._viewer.apps`):
-the kernel imports this module for the info-file names and exit codes, and must not pay.
-"""
+XProf and TensorBoard are imported in :func:`main` only (:mod:`~xprof_magic._viewer.apps`;
+the kernel imports this module for its names and must not pay); XProf's runs are converted
+for the trace viewer ahead of the click (:mod:`~xprof_magic._viewer.preparing`)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from xprof_magic._viewer.apps import tensorboard_app, xprof_app
 from xprof_magic._viewer.client import KINDS
 from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard, origin_form
+from xprof_magic._viewer.preparing import ahead
 from xprof_magic._viewer.replies import xprof_replies
 
 if TYPE_CHECKING:
@@ -212,17 +213,14 @@ def _remove(path: str) -> None:
 
 def _log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    sys.stderr.write(f"[xprof_magic viewer {stamp}] {message}\n")
-    sys.stderr.flush()
+    print(f"[xprof_magic viewer {stamp}] {message}", file=sys.stderr, flush=True)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="xprof_magic/_viewer/server.py",
-        description=(
-            "Serve a log directory with XProf on 127.0.0.1; the secret is read from stdin. "
-            "Started by xprof_magic._viewer.manager, not by hand."
-        ),
+        description="Serve a log directory with XProf on 127.0.0.1, the secret read from "
+        "stdin. Started by xprof_magic._viewer.manager, not by hand.",
     )
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--kind", choices=KINDS, default="xprof")
@@ -251,10 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import cheroot.wsgi  # noqa: F401  (a missing cheroot is told here, with the viewer)
 
-        app = (
-            xprof_replies(xprof_app(logdir))
+        app, stop_preparing = (
+            ahead(xprof_replies(xprof_app(logdir)), logdir)
             if args.kind == "xprof"
-            else tensorboard_app(logdir, prefix)
+            else (tensorboard_app(logdir, prefix), lambda: None)
         )
     except ImportError as error:
         _log(f"cannot load the {args.kind} viewer: {error}")
@@ -286,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         _remove(record)
         clients.remove()
         server.stop()
+        stop_preparing()
     _log("stopped")
     return 0
 

@@ -1,0 +1,325 @@
+"""The timeline converted ahead of the click, against real viewers and XProf's own converter.
+
+Each test starts its own XProf viewer (the real server process, its preparer and the
+converter child) on a log directory of its own, then commits a real torch_xla capture into
+it the way the store does (one rename) and watches what lands in the run folder, what the
+embedded trace viewer page says, and what XProf then serves. Waits are on conditions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests._browser import wait_until
+from xprof_magic import _store
+from xprof_magic._viewer import convert, preparing
+from xprof_magic._viewer.client import Viewer, fetch_json, http_get
+from xprof_magic._viewer.manager import ensure_viewer, list_viewers, stop_viewer
+
+HERE = Path(__file__).resolve().parent
+LABEL = "my_label"
+RUNS = ("first", "second", "third")
+TIMEOUT_S = 180.0
+"""A conversion of these small captures takes under a second on an idle machine; the
+bound is for a 2-core machine under ``make stress-test``."""
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("captures")
+    env = dict(os.environ, PJRT_DEVICE="CPU", TF_CPP_MIN_LOG_LEVEL="2")
+    subprocess.run(
+        [sys.executable, str(HERE / "_viewer_capture.py"), str(out), *RUNS],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+@pytest.fixture
+def start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, captures: Path
+) -> Iterator[Callable[..., tuple[Viewer, Path]]]:
+    """Start a viewer on a fresh log directory holding the ``old`` captures, with ``env``
+    set for it (and its child)."""
+    started: list[Viewer] = []
+
+    def start_viewer(old: tuple[str, ...] = (), **env: str) -> tuple[Viewer, Path]:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        logdir = tmp_path / "logs"
+        profile = _store.profile_dir(logdir)
+        profile.mkdir(parents=True)
+        for run in old:  # runs made an hour before the viewer started
+            shutil.copytree(captures / run, profile / run)
+            hour_ago = time.time() - 3600
+            os.utime(profile / run, (hour_ago, hour_ago))
+        outcome = ensure_viewer(logdir, timeout=120)
+        viewer = getattr(outcome, "viewer", None)
+        assert viewer is not None, outcome
+        started.append(viewer)
+        return viewer, logdir
+
+    yield start_viewer
+    for viewer in started:
+        stop_viewer(viewer)
+    assert not [v for v in list_viewers() if v.pid in {s.pid for s in started}]
+
+
+def commit(captures: Path, logdir: Path, run: str) -> Path:
+    """Put capture ``run`` into the log directory as the store does: whole, in one rename."""
+    staged = logdir / f"staged-{run}"
+    shutil.copytree(captures / run, staged)
+    target = _store.profile_dir(logdir) / run
+    os.rename(staged, target)
+    return target
+
+
+def caches(run_dir: Path) -> dict[str, tuple[int, int, int]]:
+    """The trace viewer's cache files in a folder: name → (inode, mtime ns, size)."""
+    found = {}
+    for path in run_dir.iterdir():
+        if path.name.endswith(".SSTABLE") or path.name == convert.CACHE_VERSION_FILE:
+            stat = path.stat()
+            found[path.name] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    return found
+
+
+def page_path(viewer: Viewer, run: str, status: bool = False) -> str:
+    path = viewer.trace_viewer_path(run, "vm")
+    return path + ("&" + preparing.STATUS_QUERY if status else "")
+
+
+def status(viewer: Viewer, run: str) -> dict[str, Any]:
+    code, body = http_get(viewer.port, page_path(viewer, run, status=True), timeout=30)
+    assert code == 200, body[:300]
+    answer: dict[str, Any] = json.loads(body)
+    return answer
+
+
+def page(viewer: Viewer, run: str) -> str:
+    code, body = http_get(viewer.port, page_path(viewer, run), timeout=30)
+    assert code == 200, body[:300]
+    return body.decode(errors="replace")
+
+
+def log_lines(viewer: Viewer, text: str) -> list[str]:
+    return [line for line in Path(viewer.log_path).read_text().splitlines() if text in line]
+
+
+def labels(viewer: Viewer, run: str) -> set[str]:
+    trace = fetch_json(viewer, "data", run=run, tag="trace_viewer@", host="vm", timeout=TIMEOUT_S)
+    return {str(event.get("name")) for event in trace["traceEvents"]}
+
+
+def converter_pids(logdir: Path) -> list[int]:
+    """The converter children working in this log directory (Linux ``/proc``)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"xprof_magic._viewer.convert" in cmdline and str(logdir).encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def process_state(pid: int) -> str:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split() or ["?"])[0]
+    except OSError:
+        return "gone"
+
+
+def test_a_committed_run_is_prepared_once_and_xprof_serves_that_cache(
+    start: Callable[..., tuple[Viewer, Path]], captures: Path
+) -> None:
+    viewer, logdir = start()
+    run_dir = commit(captures, logdir, "first")
+    hosts = _store.hosts(run_dir)
+    version = convert.xprof_version()
+    wait_until(
+        lambda: convert.is_prepared(run_dir, hosts, version),
+        TIMEOUT_S,
+        lambda: f"the run's caches, before any request: {sorted(os.listdir(run_dir))}",
+    )
+    written = caches(run_dir)
+    assert set(written) == {
+        "vm.SSTABLE",
+        "vm.metadata.SSTABLE",
+        "vm.trie.SSTABLE",
+        convert.CACHE_VERSION_FILE,
+    }
+    assert (run_dir / convert.CACHE_VERSION_FILE).read_text() == version
+    assert "preparing the timeline" not in page(viewer, "first")
+    assert status(viewer, "first")["state"] == "ready"
+    assert LABEL in labels(viewer, "first")
+    assert LABEL in labels(viewer, "first")
+    # XProf read our caches: had it found them stale, it would have converted again and
+    # rewritten them (new inodes or times).
+    assert caches(run_dir) == written
+    assert len(log_lines(viewer, "prepared the timeline of run first")) == 1
+    assert not (logdir / "plugins" / "profile" / ".xprof_magic_prepare").exists()
+    assert not (logdir / ".xprof_magic_prepare").exists()
+
+
+def test_the_page_says_preparing_then_xprof_serves_the_run(
+    start: Callable[..., tuple[Viewer, Path]], captures: Path
+) -> None:
+    """A slowed conversion: the page says so; the run folder holds no cache until the
+    whole of it is moved in; a data request waits for it rather than converting beside it."""
+    viewer, logdir = start(**{convert.DELAY_ENV: "4"})
+    run_dir = commit(captures, logdir, "second")
+    said = page(viewer, "second")
+    assert "xprof: preparing the timeline" in said, said[:500]
+    assert 'data-state="converting"' in said or 'data-state="queued"' in said, said[:500]
+
+    def converted_in_scratch() -> bool:
+        return any((logdir / ".xprof_magic_prepare").glob("*/vm.SSTABLE"))
+
+    wait_until(converted_in_scratch, TIMEOUT_S, "XProf's converter writing in the scratch folder")
+    assert caches(run_dir) == {}, "a cache in the run before the conversion was committed"
+    state = status(viewer, "second")
+    assert state["state"] == "converting" and state["seconds"] >= 0, state
+    asked = time.monotonic()
+    assert LABEL in labels(viewer, "second")
+    assert status(viewer, "second")["state"] == "ready"
+    assert time.monotonic() - asked > 0.5, "the data request did not wait for the conversion"
+    assert "preparing the timeline" not in page(viewer, "second")
+    assert len(log_lines(viewer, "prepared the timeline of run second")) == 1
+    assert set(caches(run_dir)) >= {"vm.SSTABLE", convert.CACHE_VERSION_FILE}
+
+
+def test_a_killed_conversion_leaves_no_cache_and_the_next_request_tries_again(
+    start: Callable[..., tuple[Viewer, Path]], captures: Path
+) -> None:
+    viewer, logdir = start(**{convert.DELAY_ENV: "3"})
+    run_dir = commit(captures, logdir, "third")
+    wait_until(
+        lambda: any((logdir / ".xprof_magic_prepare").glob("*/vm.SSTABLE")),
+        TIMEOUT_S,
+        "a whole cache in the scratch folder",
+    )
+    (pid,) = converter_pids(logdir)
+    os.kill(pid, signal.SIGKILL)
+    failed = wait_until(
+        lambda: (lambda s: s if s["state"] == "failed" else None)(status(viewer, "third")),
+        TIMEOUT_S,
+        "the run failed after its conversion was killed",
+    )
+    assert "SIGKILL" in failed["reason"], failed
+    assert caches(run_dir) == {}, "the killed conversion left a cache in the run"
+    assert not (logdir / ".xprof_magic_prepare").exists()
+    assert log_lines(viewer, "could not prepare the timeline of run third")
+    # The next request for the page tries again, and this one is left to finish.
+    assert "preparing the timeline" in page(viewer, "third")
+    assert LABEL in labels(viewer, "third")
+    assert len(log_lines(viewer, "prepared the timeline of run third")) == 1
+
+
+def test_xprof_ignores_caches_written_without_their_version_file(
+    start: Callable[..., tuple[Viewer, Path]], captures: Path
+) -> None:
+    """The order :func:`convert.commit` relies on: caches in a run without
+    ``cache_version.txt`` (a viewer killed between the renames) are not read but replaced."""
+    viewer, logdir = start(**{preparing.PREPARE_ENV: "0"})
+    run_dir = commit(captures, logdir, "first")
+    for name in ("vm.SSTABLE", "vm.metadata.SSTABLE", "vm.trie.SSTABLE"):
+        (run_dir / name).write_bytes(b"half a cache")
+    assert LABEL in labels(viewer, "first")
+    assert (run_dir / "vm.SSTABLE").read_bytes() != b"half a cache"
+    assert (run_dir / convert.CACHE_VERSION_FILE).is_file()
+    # With the preparer off, nothing is converted ahead: no scratch, no status page.
+    assert not (logdir / ".xprof_magic_prepare").exists()
+    assert not log_lines(viewer, "prepared the timeline")
+
+
+def test_a_capture_in_progress_pauses_the_conversion(
+    start: Callable[..., tuple[Viewer, Path]], captures: Path
+) -> None:
+    viewer, logdir = start(**{convert.DELAY_ENV: "3"})
+    staging = logdir / _store.STAGING_DIR / f"{os.getpid()}-{'0' * 32}"
+    stale = logdir / _store.STAGING_DIR / f"{2**22 + 7}-{'1' * 32}"  # above pid_max: gone
+    stale.mkdir(parents=True)
+    assert not _store.capturing(logdir), "a staging folder of a dead process counts"
+    staging.mkdir()
+    assert _store.capturing(logdir)
+    run_dir = commit(captures, logdir, "first")
+    state = wait_until(
+        lambda: (lambda s: s if s["paused"] else None)(status(viewer, "first")),
+        TIMEOUT_S,
+        "the run queued and paused while a capture is in progress",
+    )
+    assert state["state"] == "queued", state
+    assert converter_pids(logdir) == [], "a conversion started during a capture"
+    staging.rmdir()
+    (pid,) = wait_until(lambda: converter_pids(logdir), TIMEOUT_S, "the conversion to start")
+    staging.mkdir()
+    wait_until(lambda: process_state(pid) == "T", TIMEOUT_S, "the converter stopped (SIGSTOP)")
+    assert status(viewer, "first")["paused"]
+    staging.rmdir()
+    wait_until(
+        lambda: process_state(pid) != "T", TIMEOUT_S, "the converter running again (SIGCONT)"
+    )
+    assert LABEL in labels(viewer, "first")
+    assert convert.is_prepared(run_dir, ("vm",), convert.xprof_version())
+    assert len(log_lines(viewer, "prepared the timeline of run first")) == 1
+
+
+def test_a_conversion_past_its_memory_bound_is_killed_and_said(
+    start: Callable[..., tuple[Viewer, Path]], captures: Path
+) -> None:
+    viewer, logdir = start(**{convert.MAX_MB_ENV: "1"})
+    run_dir = commit(captures, logdir, "first")
+    failed = wait_until(
+        lambda: (lambda s: s if s["state"] == "failed" else None)(status(viewer, "first")),
+        TIMEOUT_S,
+        "the conversion killed at its memory bound",
+    )
+    assert "more than 1 MB of memory" in failed["reason"], failed
+    assert convert.MAX_MB_ENV in failed["reason"]
+    assert caches(run_dir) == {}
+    # The page, polling, turns the failure into one line with a way to try again.
+    assert "Try again" in preparing.PREPARING_PAGE and "could not be prepared" in (
+        preparing.PREPARING_PAGE
+    )
+
+
+def test_older_runs_wait_to_be_asked_for_and_the_last_asked_goes_first(
+    start: Callable[..., tuple[Viewer, Path]], captures: Path
+) -> None:
+    viewer, logdir = start(old=("first", "second", "third"))
+    assert status(viewer, "first")["state"] == "idle"
+    staging = logdir / _store.STAGING_DIR / f"{os.getpid()}-{'0' * 32}"
+    staging.mkdir(parents=True)  # a capture: nothing starts while the runs are asked for
+    fetch_json(viewer, "run_tools", run="first")  # the widget showing it
+    fetch_json(viewer, "hosts", run="second")
+    assert status(viewer, "first")["state"] == status(viewer, "second")["state"] == "queued"
+    staging.rmdir()
+    profile = _store.profile_dir(logdir)
+    version = convert.xprof_version()
+    wait_until(
+        lambda: all(
+            convert.is_prepared(profile / r, ("vm",), version) for r in ("first", "second")
+        ),
+        TIMEOUT_S,
+        "both runs asked for prepared",
+    )
+    order = [line.rpartition("of run ")[2].split()[0] for line in log_lines(viewer, "prepared")]
+    assert order == ["second", "first"], order
+    assert status(viewer, "third")["state"] == "idle", "a run nobody asked for was converted"
+    assert not convert.is_prepared(profile / "third", ("vm",), version)

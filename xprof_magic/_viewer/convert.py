@@ -1,0 +1,220 @@
+"""The trace viewer's conversion of one run, ahead of the click, in a process of its own.
+
+XProf converts a run's XSpace for its trace viewer on the first ``trace_viewer@`` request:
+the whole capture, whatever window or resolution was asked, into ``<host>.SSTABLE``,
+``<host>.metadata.SSTABLE`` and ``<host>.trie.SSTABLE`` beside ``<host>.xplane.pb``. It then
+writes ``cache_version.txt`` in the run, and uses the caches of a run only when that file
+holds a version at least its own; without it, it converts again and overwrites them.
+
+:mod:`xprof_magic._viewer.prepare` starts this module as a child of the viewer's process
+(:func:`command`), with a scratch folder that holds a hard link (or a copy) of each host's
+``xplane.pb``; the child converts there, with XProf's own converter, at the lowest CPU
+priority, and exits. The parent then moves the caches into the run and writes
+``cache_version.txt`` last (:func:`commit`), so a conversion killed at any point leaves
+either no cache XProf reads, or a whole one.
+
+Standard library only at import; XProf is imported in :func:`main`, in the child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+__all__ = [
+    "CACHE_SUFFIXES",
+    "CACHE_VERSION_FILE",
+    "DELAY_ENV",
+    "MAX_MB_ENV",
+    "TRACE_TOOL",
+    "URGENT_ENV",
+    "alive",
+    "cache_files",
+    "command",
+    "commit",
+    "cpu_s",
+    "is_prepared",
+    "last_line",
+    "main",
+    "memory_bound",
+    "rss",
+    "scratch_for",
+    "xprof_version",
+]
+
+TRACE_TOOL = "trace_viewer@"
+CACHE_VERSION_FILE = "cache_version.txt"
+CACHE_SUFFIXES = (".metadata.SSTABLE", ".trie.SSTABLE", ".SSTABLE")
+"""What XProf's trace viewer conversion writes per host, the one it looks for last."""
+MAX_MB_ENV = "XPROF_MAGIC_PREPARE_MAX_MB"
+"""The memory bound of one conversion, in MB; a conversion that grows past it is killed."""
+DELAY_ENV = "XPROF_MAGIC_TEST_PREPARE_DELAY_S"
+"""Tests only: seconds the child waits after it converted, before it exits: the "preparing"
+state lasts, with a whole cache in the scratch folder and none in the run."""
+URGENT_ENV = "XPROF_MAGIC_PREPARE_URGENT"
+"""``1`` in the child's environment: someone waits for this run and the machine is busy with
+other work, so it converts at normal priority, as XProf's own conversion would."""
+_XPLANE = ".xplane.pb"
+_PR_SET_PDEATHSIG = 1
+
+
+def xprof_version() -> str:
+    """The installed XProf's version, as its profile plugin writes it in the cache version
+    file and compares it there (``xprof.version.__version__``)."""
+    from xprof import version
+
+    return str(version.__version__)
+
+
+def cache_files(folder: Path, host: str) -> list[Path]:
+    """The trace viewer caches of ``host`` in ``folder``, :data:`CACHE_SUFFIXES` order."""
+    return [folder / f"{host}{suffix}" for suffix in CACHE_SUFFIXES]
+
+
+def is_prepared(run_dir: Path, hosts: tuple[str, ...], version: str) -> bool:
+    """Whether XProf would serve ``run_dir``'s trace viewer from its caches: its cache
+    version file says at least ``version`` (XProf compares the strings) and every host's
+    last cache file is there."""
+    try:
+        written = (run_dir / CACHE_VERSION_FILE).read_text().strip()
+    except OSError:
+        return False
+    if not hosts or written < version:
+        return False
+    return all((run_dir / f"{host}.SSTABLE").is_file() for host in hosts)
+
+
+def scratch_for(run_dir: Path, scratch: Path, hosts: tuple[str, ...]) -> None:
+    """Fill ``scratch`` with each host's ``xplane.pb`` of the run: a hard link (the same
+    file, no bytes copied), or a copy where the file system has none."""
+    scratch.mkdir(parents=True)
+    for host in hosts:
+        source, target = run_dir / f"{host}{_XPLANE}", scratch / f"{host}{_XPLANE}"
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
+
+
+def commit(scratch: Path, run_dir: Path, hosts: tuple[str, ...], version: str) -> bool:
+    """Move the caches the child wrote in ``scratch`` into ``run_dir``, each with one rename
+    (each host's ``.SSTABLE`` after its other two), then :data:`CACHE_VERSION_FILE`
+    through a temporary file: until that last rename XProf ignores them. False, and
+    nothing written, when a cache file is missing."""
+    if not all(path.is_file() for host in hosts for path in cache_files(scratch, host)):
+        return False
+    for host in hosts:
+        for path in cache_files(scratch, host):
+            os.replace(path, run_dir / path.name)
+    tmp = run_dir / f".{CACHE_VERSION_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(version)
+    os.replace(tmp, run_dir / CACHE_VERSION_FILE)
+    return True
+
+
+def memory_bound(xplane_bytes: int) -> int:
+    """The bytes one conversion may hold: :data:`MAX_MB_ENV`, else 60 times the capture
+    (XProf held 37 times a 30 MB capture), at least 1 GiB, at most half the memory."""
+    with contextlib.suppress(KeyError, ValueError):
+        return int(float(os.environ[MAX_MB_ENV]) * 1e6)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(min(max(60 * xplane_bytes, 2**30), total / 2))
+
+
+def rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def cpu_s(pid: int) -> float:
+    """The CPU seconds process ``pid`` has used, all its threads (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def last_line(path: Path) -> str:
+    try:
+        lines = path.read_bytes().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].strip()[:300] if lines else ""
+
+
+def command(root: str, scratch: Path, hosts: tuple[str, ...]) -> list[str]:
+    """The child's command line: this interpreter, ``root`` (the viewer's package root)
+    first on ``sys.path``, :func:`main` over ``scratch`` and the hosts."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        "from xprof_magic._viewer.convert import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-c", code, root, str(scratch), *hosts]
+
+
+def _priority(urgent: bool) -> None:
+    """Die with the viewer (``PR_SET_PDEATHSIG``) and, unless ``urgent``, run only where the
+    CPUs have nothing else to do: nice 19, and ``SCHED_IDLE`` where Linux has it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if urgent:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(19)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Convert each host's ``xplane.pb`` in the scratch folder ``argv[0]`` for the trace
+    viewer, as XProf's first ``trace_viewer@`` request would; the exit code says whether
+    all were written, and a failure's reason is the last line of standard error."""
+    args = sys.argv[1:] if argv is None else argv
+    scratch, hosts = Path(args[0]), args[1:]
+    _priority(os.environ.get(URGENT_ENV) == "1")
+    try:
+        from xprof.convert import raw_to_tool_data
+
+        for host in hosts:
+            xplane = str(scratch / f"{host}{_XPLANE}")
+            params = {
+                "use_saved_result": True,
+                "hosts": [host],
+                "trace_viewer_options": {"resolution": 8000},
+            }
+            raw_to_tool_data.xspace_to_tool_data([xplane], TRACE_TOOL, params)
+            if not (scratch / f"{host}.SSTABLE").is_file():
+                sys.stderr.write(f"XProf wrote no trace viewer cache for host {host}\n")
+                return 1
+    except Exception as error:  # the reason goes to the parent, in one line
+        sys.stderr.write(f"{type(error).__name__}: {error}\n".replace("\n", " ").strip() + "\n")
+        return 1
+    delay = float(os.environ.get(DELAY_ENV, "0") or 0)
+    if delay > 0:  # tests: the caches are written, not yet committed
+        time.sleep(delay)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

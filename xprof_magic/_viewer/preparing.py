@@ -1,0 +1,140 @@
+"""The page said while a run's timeline is prepared, and the requests that ask for a run.
+
+:func:`ahead` puts a started :class:`~xprof_magic._viewer.prepare.Preparer` in front of
+XProf's app (:func:`prepared`). Every request that names a run (``run=``: the widget showing
+it, its tools survey, ``%xprof view``, the runs dropdown) asks for it. The embedded trace
+viewer page of a run not yet ready is :data:`PREPARING_PAGE`, which asks for the run's state
+every 250 ms (the page's own URL with :data:`STATUS_QUERY`), says "preparing the timeline:
+4 s so far" (with the time left once a conversion has been timed, or that it is paused while
+a cell captures), and reloads into XProf's page when the run is ready. A failed conversion
+is said in one line with its reason and a "Try again" link: the next request for the page
+tries again. A trace data request for a run being converted waits for it, so XProf never
+converts it beside us. ``XPROF_MAGIC_PREPARE=0`` turns all of it off.
+
+Standard library only: run in the viewer's process, in front of XProf's app.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from xprof_magic._viewer import convert
+from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
+from xprof_magic._viewer.prepare import Preparer
+
+__all__ = ["PREPARE_ENV", "PREPARING_PAGE", "STATUS_QUERY", "ahead", "enabled", "prepared"]
+
+PREPARE_ENV = "XPROF_MAGIC_PREPARE"
+"""``0``: the viewer converts nothing ahead; XProf converts on the first request, as it does."""
+
+STATUS_QUERY = "xprof_magic_status=1"
+"""Added to the page's own URL: the run's state as JSON, for :data:`PREPARING_PAGE`."""
+_TRACE_TAGS = frozenset({convert.TRACE_TOOL, "trace_viewer"})
+
+PREPARING_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>
+body{font:13px monospace;margin:8px;color:#333}a{color:#1a73e8}
+</style></head><body><div class="xprof-preparing" data-state="__STATE__">__LINE__</div>
+<script>(function(){
+var line=document.querySelector('.xprof-preparing');
+var url=location.pathname+location.search+'&__STATUS__';
+function say(s){
+  line.dataset.state=s.state;
+  if(s.state==='failed'){
+    line.textContent='xprof: the timeline could not be prepared: '+s.reason+'. ';
+    var again=document.createElement('a');again.href='#';again.textContent='Try again';
+    again.onclick=function(e){e.preventDefault();location.reload();};
+    line.appendChild(again);return false;}
+  if(s.state!=='queued'&&s.state!=='converting'){location.reload();return false;}
+  var text='xprof: preparing the timeline: '+Math.round(s.seconds)+' s so far';
+  if(s.paused)text+='; paused while a cell captures';
+  else if(s.left!==null&&s.left!==undefined)text+=', about '+Math.ceil(s.left)+' s left';
+  if(s.mb>=1)text+=' ('+s.mb+' MB capture)';
+  line.textContent=text;return true;}
+function ask(){fetch(url,{cache:'no-store'}).then(function(r){return r.json();})
+  .then(function(s){if(say(s))setTimeout(ask,250);})
+  .catch(function(){setTimeout(ask,1000);});}
+ask();})();</script></body></html>"""
+"""The page in place of the embedded trace viewer while its run is prepared."""
+
+
+def _page(status: dict[str, Any]) -> bytes:
+    line = f"xprof: preparing the timeline: {status.get('seconds', 0):.0f} s so far"
+    page = (
+        PREPARING_PAGE.replace("__STATE__", html.escape(str(status["state"])))
+        .replace("__LINE__", html.escape(line))
+        .replace("__STATUS__", STATUS_QUERY)
+    )
+    return page.encode()
+
+
+def _trace_run(args: dict[str, list[str]]) -> str | None:
+    """The run a trace viewer page shows: the ``run`` of its ``trace_data_url``."""
+    for url in args.get("trace_data_url", []):
+        runs = parse_qs(urlsplit(url).query).get("run", [])
+        if runs:
+            return runs[0]
+    return None
+
+
+def _reply(start_response: StartResponse, body: bytes, kind: str) -> Iterable[bytes]:
+    start_response(
+        "200 OK",
+        [
+            ("Content-Type", kind),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+        ],
+    )
+    return [body]
+
+
+def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
+    """``app`` with :class:`Preparer` in front: every request naming a run asks for it;
+    the embedded trace viewer page of a run not yet ready is :data:`PREPARING_PAGE` (its
+    state as JSON with :data:`STATUS_QUERY`); trace data waits for the run's conversion."""
+
+    def serve(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = str(environ.get("PATH_INFO", ""))
+        query = str(environ.get("QUERY_STRING", ""))
+        args = parse_qs(query)
+        named = args.get("run", [])
+        for name in named[:1]:
+            preparer.want(name)
+        if path == PROFILE_ROUTE + "/trace_viewer_index.html":
+            run = _trace_run(args)
+            if run is not None:
+                if STATUS_QUERY in query.split("&"):
+                    body = json.dumps(preparer.status(run)).encode()
+                    return _reply(start_response, body, "application/json")
+                preparer.want(run)
+                status = preparer.status(run)
+                if status["state"] in ("queued", "converting"):
+                    return _reply(start_response, _page(status), "text/html; charset=utf-8")
+        elif path == PROFILE_ROUTE + "/data" and named and _TRACE_TAGS & set(args.get("tag", [])):
+            preparer.wait(named[0])
+            with preparer.xprof_converts(named[0]):
+                return list(app(environ, start_response))
+        return app(environ, start_response)
+
+    return serve
+
+
+def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """Whether the viewer converts ahead (:data:`PREPARE_ENV` is not ``0``)."""
+    return environ.get(PREPARE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def ahead(app: WSGIApp, logdir: str) -> tuple[WSGIApp, Callable[[], None]]:
+    """XProf's ``app`` for ``logdir`` behind a started :class:`Preparer` (:func:`prepared`),
+    and what stops it; ``app`` as it is where :func:`enabled` says no."""
+    if not enabled():
+        return app, lambda: None
+    root = str(Path(__file__).resolve().parents[2])
+    preparer = Preparer(logdir, root).start()
+    return prepared(app, preparer), preparer.stop
