@@ -293,9 +293,24 @@ def main(argv: list[str]) -> int:
         default=None,
         help="a run folder to copy (default: bench/.captures/plugins/profile/30MB, built once)",
     )
+    parser.add_argument(
+        "--after-cell",
+        action="store_true",
+        help="a %%%%xprof training cell, a 5 s read, then %%xprof view "
+        "(bench/first_paint_cell.py), instead of %%xprof view of a copied capture",
+    )
+    parser.add_argument("--sizes", nargs="*", default=["30MB", "100MB"], help="--after-cell")
+    parser.add_argument(
+        "--modes", nargs="*", default=["ahead", "on demand"], help="--after-cell: which modes"
+    )
+    parser.add_argument("--next-reps", type=int, default=3, help="--after-cell: next-cell runs")
     args = parser.parse_args(argv)
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.after_cell:
+        from bench import first_paint_cell
+
+        return first_paint_cell.main(args.sizes, args.reps, args.modes, args.next_reps)
     started = time.perf_counter()
     results = measure(args.reps, args.capture)
     print(report(results))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -113,3 +116,26 @@ def test_discard_leaves_other_stagings_alone(tmp_path: Path) -> None:
     assert not one.path.exists() and two.path.exists()
     _store.discard(two)
     assert not (tmp_path / _store.STAGING_DIR).exists()
+
+
+def test_a_capture_or_its_summary_in_progress_is_seen_and_a_dead_ones_is_not(
+    tmp_path: Path,
+) -> None:
+    """What the viewer's preparer waits for: a staging folder of a live process."""
+    assert not _store.capturing(tmp_path)
+    staging = _store.begin(tmp_path)
+    assert staging.path.name.startswith(f"{os.getpid()}-")
+    assert _store.capturing(tmp_path)
+    _store.discard(staging)
+    assert not _store.capturing(tmp_path)
+    run_dir = _store.profile_dir(tmp_path) / "run"
+    run_dir.mkdir(parents=True)
+    with _store.working(run_dir):
+        assert _store.capturing(tmp_path)
+    assert not _store.capturing(tmp_path)
+    assert not (tmp_path / _store.STAGING_DIR).exists()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / _store.STAGING_DIR / f"{dead.pid}-{'a' * 32}").mkdir(parents=True)
+    (tmp_path / _store.STAGING_DIR / "not-a-capture").mkdir()
+    assert not _store.capturing(tmp_path)

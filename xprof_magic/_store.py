@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -50,6 +50,7 @@ __all__ = [
     "run_path",
     "runs",
     "safe_run_name",
+    "working",
     "write_json",
     "xplane_bytes",
     "xplanes",
@@ -239,6 +240,23 @@ def capturing(logdir: str | os.PathLike[str]) -> bool:
             pass  # another user's process, alive
         return True
     return False
+
+
+@contextlib.contextmanager
+def working(run_dir: Path) -> Iterator[None]:
+    """Mark a run's own work (its summary, read right after the capture) as in progress in
+    its log directory, as a staging folder marks a capture: :func:`capturing` says so, and
+    the viewer's conversions wait. Where the folder cannot be made, nothing is marked."""
+    marker = run_dir.parent.parent.parent / STAGING_DIR / f"{os.getpid()}-{uuid.uuid4().hex}"
+    try:
+        marker.mkdir(parents=True)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        discard(Staging(run_dir, marker))
 
 
 def discard(staging: Staging) -> None:

@@ -48,9 +48,10 @@ def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> thread
     """Read the whole timeline in a subprocess; call ``on_ready`` from a thread when done."""
 
     def work() -> None:
-        from xprof_magic import _analysis
+        from xprof_magic import _analysis, _store
 
-        summary, reason = _analysis.summarize_in_subprocess(run_dir)
+        with _store.working(run_dir):
+            summary, reason = _analysis.summarize_in_subprocess(run_dir)
         if summary is None:
             summary = _analysis.summary_of(run_dir, budget_s=0.0)
             print(wrapped(f"xprof: the full summary of {run_dir.name} failed: {reason}"))
@@ -191,13 +192,15 @@ def show_run(
     A client that stops listening when the cell ends gets the full summary now, read in a
     process of its own when it is big.
     """
-    from xprof_magic import _analysis
+    from xprof_magic import _analysis, _store
     from xprof_magic._notebook import widget
     from xprof_magic._notebook.context import detect
     from xprof_magic._viewer import manager
 
     apart = not waits_for_updates(shell)
-    rendered = Rendered.of(_analysis.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=apart))
+    with _store.working(run_dir):
+        summary = _analysis.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=apart)
+    rendered = Rendered.of(summary)
     outcome = start.wait(timeout=VIEWER_WAIT_S)
     view = None
     context = detect(shell)
