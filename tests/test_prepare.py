@@ -27,6 +27,8 @@ from xprof_magic._viewer import convert, preparing
 from xprof_magic._viewer.client import Viewer, fetch_json, http_get
 from xprof_magic._viewer.manager import ensure_viewer, list_viewers, stop_viewer
 
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 LABEL = "my_label"
 RUNS = ("first", "second", "third")
