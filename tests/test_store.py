@@ -131,8 +131,9 @@ def test_a_capture_or_its_summary_in_progress_is_seen_and_a_dead_ones_is_not(
     run_dir = _store.profile_dir(tmp_path) / "run"
     run_dir.mkdir(parents=True)
     with _store.working(run_dir):
-        assert _store.capturing(tmp_path)
-    assert not _store.capturing(tmp_path)
+        assert _store.capturing(tmp_path, summaries=True)
+        assert not _store.capturing(tmp_path)
+    assert not _store.capturing(tmp_path, summaries=True)
     assert not (tmp_path / _store.STAGING_DIR).exists()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

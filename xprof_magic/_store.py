@@ -67,7 +67,7 @@ XPLANE_SUFFIX = ".xplane.pb"
 STAGING_DIR = ".xprof_magic_staging"
 """Under the log directory: one folder per capture in progress, ``<pid>-<hex>``, named by the
 process that captures (:func:`capturing` reads it); removed when the run is committed."""
-_STAGED = re.compile(r"(?P<pid>[0-9]+)-[0-9a-f]{32}")
+_STAGED = re.compile(r"(?P<pid>[0-9]+)-[0-9a-f]{32}(?P<summary>-summary)?")
 NAME_MAX_CHARS = 100
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+@-]+")
 
@@ -221,16 +221,17 @@ def begin(logdir: Path) -> Staging:
     return Staging(logdir, staging)
 
 
-def capturing(logdir: str | os.PathLike[str]) -> bool:
-    """Whether a capture into ``logdir`` is in progress: a staging folder :func:`begin` made
-    whose process still runs (one left by a killed kernel does not count)."""
+def capturing(logdir: str | os.PathLike[str], summaries: bool = False) -> bool:
+    """Whether a capture into ``logdir`` is in progress (with ``summaries``, or a run's
+    summary, :func:`working`): a staging folder :func:`begin` made whose process still runs
+    (one left by a killed kernel does not count)."""
     try:
         names = os.listdir(Path(logdir) / STAGING_DIR)
     except OSError:
         return False
     for name in names:
         staged = _STAGED.fullmatch(name)
-        if staged is None:
+        if staged is None or (staged["summary"] and not summaries):
             continue
         try:
             os.kill(int(staged["pid"]), 0)
@@ -244,10 +245,12 @@ def capturing(logdir: str | os.PathLike[str]) -> bool:
 
 @contextlib.contextmanager
 def working(run_dir: Path) -> Iterator[None]:
-    """Mark a run's own work (its summary, read right after the capture) as in progress in
-    its log directory, as a staging folder marks a capture: :func:`capturing` says so, and
-    the viewer's conversions wait. Where the folder cannot be made, nothing is marked."""
-    marker = run_dir.parent.parent.parent / STAGING_DIR / f"{os.getpid()}-{uuid.uuid4().hex}"
+    """Mark a run's summary, read right after its capture, as in progress in its log
+    directory (``capturing(logdir, summaries=True)`` says so): the viewer's conversion,
+    which yields the CPUs to it anyway, then never claims normal priority beside it. Where
+    the folder cannot be made, nothing is marked."""
+    name = f"{os.getpid()}-{uuid.uuid4().hex}-summary"
+    marker = run_dir.parent.parent.parent / STAGING_DIR / name
     try:
         marker.mkdir(parents=True)
     except OSError:

@@ -13,8 +13,9 @@ writing the caches XProf would:
   (``SIGSTOP``) while a capture into the log directory is in progress (its staging folder,
   :func:`xprof_magic._store.capturing`), killed past a memory bound
   (:func:`~xprof_magic._viewer.convert.memory_bound`); when someone waits for the run and
-  other work keeps the CPUs so busy that the child barely runs, it starts again at normal
-  priority, as XProf's own conversion on that request would run;
+  other work (not a cell's capture or summary, :func:`xprof_magic._store.working`) keeps
+  the CPUs so busy that the child barely runs, it starts again at normal priority, as
+  XProf's own conversion on that request would run;
 - never twice: a run whose caches XProf would read is ready and left alone, and no
   conversion of ours starts while XProf serves the run's trace data itself.
 
@@ -320,7 +321,7 @@ class Preparer:
         and not paused, got under :data:`STARVED_SHARE` of a CPU over :data:`STARVED_S`:
         other work keeps the CPUs busy, and without help the conversion would not end."""
         now = time.monotonic()
-        if child.urgent or child.paused:
+        if child.urgent or child.paused or _store.capturing(self.logdir, summaries=True):
             child.mark = (now, convert.cpu_s(child.process.pid))
             return False
         name = child.run.name

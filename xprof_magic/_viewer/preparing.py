@@ -52,7 +52,7 @@ function say(s){
     line.appendChild(again);return false;}
   if(s.state!=='queued'&&s.state!=='converting'){location.reload();return false;}
   var text='xprof: preparing the timeline: '+Math.round(s.seconds)+' s so far';
-  if(s.paused)text+='; paused while a cell is profiled';
+  if(s.paused)text+='; paused while a cell captures';
   else if(s.left!==null&&s.left!==undefined)text+=', about '+Math.ceil(s.left)+' s left';
   if(s.mb>=1)text+=' ('+s.mb+' MB capture)';
   line.textContent=text;return true;}
