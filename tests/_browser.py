@@ -305,13 +305,27 @@ class BrowserPage:
         return wait_until(check, timeout, what, self.pause)
 
     def screenshot(self, name: str, shot: Any = None) -> Path:
-        """``shot`` (a locator), else the whole page, into test-artifacts/."""
+        """``shot`` (a locator), else the whole page, into test-artifacts/.
+
+        A picture for a person, never an assertion: an element that the frontend replaces
+        while it is taken (Colab's output frame, re-rendered through its display id) is
+        looked up again, and a picture that still cannot be taken is left out, said on
+        stdout, rather than failing the test."""
+        from playwright.sync_api import Error
+
         ARTIFACTS.mkdir(exist_ok=True)
         path = ARTIFACTS / f"{self.shots}-{name}.png"
-        if shot is None:
-            self.page.screenshot(path=str(path), full_page=True)
-        else:
-            shot.screenshot(path=str(path))
+        for attempt in range(3):
+            try:
+                if shot is None:
+                    self.page.screenshot(path=str(path), full_page=True)
+                else:
+                    shot.screenshot(path=str(path), timeout=30_000)
+                return path
+            except Error as error:
+                failed = error
+                self.pause(0.5 * (attempt + 1))
+        print(f"screenshot {name} left out: {str(failed).splitlines()[0]}")
         return path
 
 
