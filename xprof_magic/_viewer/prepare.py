@@ -156,11 +156,12 @@ class Preparer:
                 "mb": round(run.bytes / 1e6, 1),
             }
 
-    def wait(self, name: str, timeout: float = WAIT_S) -> None:
-        """Return once run ``name`` is neither queued nor converting (or after ``timeout``)."""
+    def wait(self, name: str, timeout: float = WAIT_S, waited: bool = True) -> None:
+        """Return once run ``name`` is neither queued nor converting (or after ``timeout``);
+        ``waited``: someone waits for its timeline (see :meth:`_starved`)."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            self._waiting[name] += 1
+            self._waiting[name] += waited
             try:
                 while not self._stop.is_set():
                     run = self._find(name)
@@ -171,7 +172,7 @@ class Preparer:
                         return
                     self._lock.wait(min(left, 1.0))
             finally:
-                self._waiting[name] -= 1
+                self._waiting[name] -= waited
 
     @contextlib.contextmanager
     def xprof_converts(self, name: str) -> Iterator[None]:

@@ -9,7 +9,9 @@ every 250 ms (the page's own URL with :data:`STATUS_QUERY`), says "preparing the
 a cell captures), and reloads into XProf's page when the run is ready. A failed conversion
 is said in one line with its reason and a "Try again" link: the next request for the page
 tries again. A trace data request for a run being converted waits for it, so XProf never
-converts it beside us. ``XPROF_MAGIC_PREPARE=0`` turns all of it off.
+converts it beside us; another tool's data request (the widget's survey) waits for it too, up
+to :data:`OTHER_TOOLS_WAIT_S`, since XProf's conversion for that tool would compete with the
+timeline the frame shows first. ``XPROF_MAGIC_PREPARE=0`` turns all of it off.
 
 Standard library only: run in the viewer's process, in front of XProf's app.
 """
@@ -36,6 +38,9 @@ PREPARE_ENV = "XPROF_MAGIC_PREPARE"
 STATUS_QUERY = "xprof_magic_status=1"
 """Added to the page's own URL: the run's state as JSON, for :data:`PREPARING_PAGE`."""
 _TRACE_TAGS = frozenset({convert.TRACE_TOOL, "trace_viewer"})
+OTHER_TOOLS_WAIT_S = 20.0
+"""How long another tool's data request for a run waits for that run's timeline: under the
+30 s the widget's survey gives each of its questions."""
 
 PREPARING_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>
 body{font:13px monospace;margin:8px;color:#333}a{color:#1a73e8}
@@ -116,10 +121,14 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
                 status = preparer.status(run)
                 if status["state"] in ("queued", "converting"):
                     return _reply(start_response, _page(status), "text/html; charset=utf-8")
-        elif path == PROFILE_ROUTE + "/data" and named and _TRACE_TAGS & set(args.get("tag", [])):
-            preparer.wait(named[0])
-            with preparer.xprof_converts(named[0]):
-                return list(app(environ, start_response))
+        elif path == PROFILE_ROUTE + "/data" and named:
+            if _TRACE_TAGS & set(args.get("tag", [])):
+                preparer.wait(named[0])
+                with preparer.xprof_converts(named[0]):
+                    return list(app(environ, start_response))
+            # Another tool's data (the widget's survey, which has XProf convert the run for
+            # that tool at normal priority) waits for the timeline, the page shown first.
+            preparer.wait(named[0], OTHER_TOOLS_WAIT_S, waited=False)
         return app(environ, start_response)
 
     return serve
