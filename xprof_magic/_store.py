@@ -44,6 +44,7 @@ __all__ = [
     "hosts",
     "is_remote",
     "local_logdir",
+    "process_alive",
     "profile_dir",
     "read_metadata",
     "rename_run",
@@ -233,14 +234,21 @@ def capturing(logdir: str | os.PathLike[str], summaries: bool = False) -> bool:
         staged = _STAGED.fullmatch(name)
         if staged is None or (staged["summary"] and not summaries):
             continue
-        try:
-            os.kill(int(staged["pid"]), 0)
-        except (ProcessLookupError, OverflowError):
-            continue
-        except PermissionError:
-            pass  # another user's process, alive
-        return True
+        if process_alive(int(staged["pid"])):
+            return True
     return False
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (another user's counts); what names a staging folder,
+    or a viewer's conversion scratch folder, as still in use."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 @contextlib.contextmanager

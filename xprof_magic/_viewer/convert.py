@@ -34,7 +34,6 @@ __all__ = [
     "MAX_MB_ENV",
     "TRACE_TOOL",
     "URGENT_ENV",
-    "alive",
     "cache_files",
     "command",
     "commit",
@@ -143,16 +142,6 @@ def cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def last_line(path: Path) -> str:

@@ -218,12 +218,10 @@ class Preparer:
             entries = list(os.scandir(self.profile))
         except OSError:
             return
-        present = set()
+        present = {entry.name for entry in entries}
         for entry in entries:
             if not entry.is_dir() or entry.name in self._runs:
-                present.add(entry.name)
                 continue
-            present.add(entry.name)
             created = entry.stat().st_mtime
             run = _Run(entry.name, created)
             run_dir = self.profile / entry.name
@@ -387,7 +385,7 @@ class Preparer:
         with contextlib.suppress(OSError):
             for entry in os.scandir(self.scratch):
                 pid = entry.name.partition("-")[0]
-                if not (pid.isdigit() and convert.alive(int(pid))):
+                if not (pid.isdigit() and _store.process_alive(int(pid))):
                     shutil.rmtree(entry.path, ignore_errors=True)
 
 
