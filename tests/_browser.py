@@ -103,6 +103,7 @@ _SERVER_CONFIG = {
 
 
 LOOPBACK = ("http://127.0.0.1", "http://localhost", "ws://127.0.0.1", "ws://localhost")
+_EXECUTION_STATE = re.compile(r'"execution_state":\s*"(\w+)"')
 BACKDROP = ".mat-drawer-backdrop.mat-drawer-shown"
 MENU_PLACED = (
     ".mat-drawer.mat-drawer-side, .mat-drawer.mat-drawer-over, .mat-drawer.mat-drawer-push"
@@ -343,11 +344,16 @@ class NotebookPage(BrowserPage):
         self.ui = ui
         self.workspace = workspace or Path(name).stem
         self.comm_info = False
+        self.page_state = ""
+        """The kernel's last ``execution_state`` the page received (its iopub status)."""
         page.on("websocket", lambda ws: ws.on("framereceived", self._received))
 
     def _received(self, payload: str | bytes) -> None:
         text = payload if isinstance(payload, str) else payload.decode(errors="replace")
         self.comm_info = self.comm_info or '"comm_info_reply"' in text
+        states = _EXECUTION_STATE.findall(text)
+        if states:
+            self.page_state = states[-1]
 
     def open(self, timeout: float) -> None:
         """Open the notebook and wait until its kernel is connected and idle, and the
@@ -366,8 +372,17 @@ class NotebookPage(BrowserPage):
         return [s for s in sessions if str(s.get("path", "")).split(":")[-1] == self.name]
 
     def kernel_idle(self) -> bool:
+        """The server says the notebook's kernel is idle, or it still says ``starting``
+        while the page has heard the kernel go idle: Notebook 6's server learns the state
+        from an iopub subscription of its own, made as the kernel starts, and on a busy
+        machine it can miss the first status messages and say ``starting`` until the next
+        cell runs."""
         mine = self._sessions()
-        return bool(mine) and all(s["kernel"]["execution_state"] == "idle" for s in mine)
+        states = [s["kernel"]["execution_state"] for s in mine]
+        return bool(mine) and all(
+            state == "idle" or (state == "starting" and self.page_state == "idle")
+            for state in states
+        )
 
     def _kernel_story(self) -> str:
         """What a kernel that did not start shows: its sessions' states, the page's errors
@@ -378,7 +393,9 @@ class NotebookPage(BrowserPage):
         except (OSError, RuntimeError, ValueError) as error:
             states = [("?", f"the sessions API failed: {error}")]
         return (
-            f"the kernel to start; this notebook's sessions: {states or 'none'}; page errors: "
+            f"the kernel to start; this notebook's sessions: {states or 'none'}; the page "
+            f"heard: {self.page_state or 'no status'}"
+            f"{', the comm_info_reply' if self.comm_info else ''}; page errors: "
             f"{self.errors[-5:]}; the server's log ends:\n{self.server.log_tail(60)}"
         )
 

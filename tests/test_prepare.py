@@ -85,6 +85,10 @@ def commit(captures: Path, logdir: Path, run: str) -> Path:
     """Put capture ``run`` into the log directory as the store does: whole, in one rename."""
     staged = logdir / f"staged-{run}"
     shutil.copytree(captures / run, staged)
+    # The store writes the run's metadata into it just before the rename, so the folder's
+    # mtime is the commit's time (copytree would keep the module's capture time: the
+    # preparer would take a run committed minutes after the capture for an old one).
+    os.utime(staged)
     target = _store.profile_dir(logdir) / run
     os.rename(staged, target)
     return target
@@ -291,7 +295,9 @@ def test_a_capture_in_progress_pauses_the_conversion(
 def test_a_conversion_past_its_memory_bound_is_killed_and_said(
     start: Callable[..., tuple[Viewer, Path]], captures: Path
 ) -> None:
-    viewer, logdir = start(**{convert.MAX_MB_ENV: "1"})
+    # The preparer looks at its child each tick: a conversion this small can end between
+    # two looks, so the child stays alive (the delay is after converting, before exiting).
+    viewer, logdir = start(**{convert.MAX_MB_ENV: "1", convert.DELAY_ENV: "60"})
     run_dir = commit(captures, logdir, "first")
     failed = wait_until(
         lambda: (lambda s: s if s["state"] == "failed" else None)(status(viewer, "first")),
