@@ -8,6 +8,7 @@ embedded trace viewer page says, and what XProf then serves. Waits are on condit
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import pytest
 
 from tests._browser import wait_until
 from xprof_magic import _store
-from xprof_magic._viewer import convert, preparing
+from xprof_magic._viewer import convert, prepare, preparing
 from xprof_magic._viewer.client import Viewer, fetch_json, http_get
 from xprof_magic._viewer.manager import ensure_viewer, list_viewers, stop_viewer
 
@@ -337,3 +338,106 @@ def test_older_runs_wait_to_be_asked_for_and_the_last_asked_goes_first(
     assert order == ["second", "first"], order
     assert status(viewer, "third")["state"] == "idle", "a run nobody asked for was converted"
     assert not convert.is_prepared(profile / "third", ("vm",), version)
+
+
+@pytest.fixture
+def preparer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., tuple[prepare.Preparer, Path]]]:
+    """A :class:`prepare.Preparer` in this process, on a fresh log directory, with ``env``
+    set for its children; stopped (its child killed) at the end."""
+    made: list[prepare.Preparer] = []
+
+    def make(**env: str) -> tuple[prepare.Preparer, Path]:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        logdir = tmp_path / "logs"
+        _store.profile_dir(logdir).mkdir(parents=True)
+        made.append(prepare.Preparer(str(logdir), str(HERE.parent)).start())
+        return made[-1], logdir
+
+    yield make
+    for one in made:
+        one.stop()
+
+
+def state_of(preparer: prepare.Preparer, run: str, state: str) -> Callable[[], Any]:
+    return lambda: (lambda s: s if s["state"] == state else None)(preparer.status(run))
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_conversion_that_cannot_start_is_said_and_leaves_nothing_open(
+    preparer: Callable[..., tuple[prepare.Preparer, Path]],
+    captures: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No process to be had (fork refused): the run fails with the reason, once; no log
+    file, scratch folder or retry is left behind; the next ask converts it."""
+    refusals: list[Path] = []
+
+    def refused(root: str, scratch: Path, *args: Any) -> Any:
+        refusals.append(scratch)
+        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+    real_start = convert.start
+    monkeypatch.setattr(convert, "start", refused)
+    before = open_fds()
+    one, logdir = preparer()
+    commit(captures, logdir, "first")
+    failed = wait_until(state_of(one, "first", "failed"), TIMEOUT_S, "the refused conversion")
+    assert failed["reason"] == f"cannot start the conversion: {os.strerror(errno.EAGAIN)}"
+    assert not refusals[0].exists() and not (logdir / prepare.SCRATCH_DIR).exists()
+    assert open_fds() == before, "the refused child's log file was left open"
+    monkeypatch.setattr(convert, "start", real_start)
+    commit(captures, logdir, "second")  # its conversion: ticks pass
+    wait_until(state_of(one, "second", "ready"), TIMEOUT_S, "the next run converted")
+    assert len(refusals) == 1, "a failed run was tried again unasked"
+    assert one.status("first")["state"] == "failed"
+    one.want("first")
+    wait_until(state_of(one, "first", "ready"), TIMEOUT_S, "the run converted when asked again")
+
+
+def test_a_conversion_stopped_by_an_unnamed_signal_is_said_and_the_preparer_goes_on(
+    preparer: Callable[..., tuple[prepare.Preparer, Path]],
+    captures: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real-time signal has no name in :mod:`signal`: the reason still says which, and
+    the preparer's thread lives on to convert the next run."""
+    one, logdir = preparer(**{convert.DELAY_ENV: "60"})
+    commit(captures, logdir, "first")
+    (pid,) = wait_until(lambda: converter_pids(logdir), TIMEOUT_S, "the conversion to start")
+    monkeypatch.delenv(convert.DELAY_ENV)
+    number = signal.SIGRTMIN + 1
+    with pytest.raises(ValueError):
+        signal.Signals(number)
+    os.kill(pid, number)
+    failed = wait_until(state_of(one, "first", "failed"), TIMEOUT_S, "the stopped conversion")
+    assert failed["reason"] == f"the conversion was stopped by signal {number}", failed
+    commit(captures, logdir, "second")
+    wait_until(state_of(one, "second", "ready"), TIMEOUT_S, "the next run converted")
+
+
+def test_xprof_serving_a_run_after_its_wait_stops_ours_and_none_starts_meanwhile(
+    preparer: Callable[..., tuple[prepare.Preparer, Path]],
+    captures: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trace data request that waited past its bound has XProf convert the run: ours
+    is stopped in the same hold of the lock, none starts while XProf serves it, and the
+    run is queued again afterwards."""
+    one, logdir = preparer(**{convert.DELAY_ENV: "60"})
+    commit(captures, logdir, "first")
+    wait_until(lambda: converter_pids(logdir), TIMEOUT_S, "the conversion to start")
+    monkeypatch.delenv(convert.DELAY_ENV)
+    with one.xprof_converts("first", timeout=0.5):
+        assert converter_pids(logdir) == [], "ours still converts beside XProf"
+        for run in ("second", "third"):  # converted one after the other: ticks pass
+            commit(captures, logdir, run)
+        for run in ("second", "third"):
+            wait_until(state_of(one, run, "ready"), TIMEOUT_S, f"run {run} converted")
+        assert one.status("first")["state"] == "queued", "ours converted beside XProf"
+    wait_until(state_of(one, "first", "ready"), TIMEOUT_S, "the run converted again after")

@@ -23,9 +23,11 @@ import ctypes
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 __all__ = [
     "CACHE_SUFFIXES",
@@ -44,6 +46,8 @@ __all__ = [
     "memory_bound",
     "rss",
     "scratch_for",
+    "start",
+    "why_ended",
     "xprof_version",
 ]
 
@@ -152,6 +156,16 @@ def last_line(path: Path) -> str:
     return lines[-1].strip()[:300] if lines else ""
 
 
+def why_ended(code: int, log: Path) -> str:
+    """Why the child ended with exit ``code``: the signal that stopped it (``signal 35``
+    for one without a name, the real-time ones), else the last line it wrote to ``log``."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"the conversion was stopped by {signal.Signals(-code).name}"
+        return f"the conversion was stopped by signal {-code}"
+    return last_line(log) or f"the conversion ended with exit code {code}"
+
+
 def command(root: str, scratch: Path, hosts: tuple[str, ...]) -> list[str]:
     """The child's command line: this interpreter, ``root`` (the viewer's package root)
     first on ``sys.path``, :func:`main` over ``scratch`` and the hosts."""
@@ -160,6 +174,22 @@ def command(root: str, scratch: Path, hosts: tuple[str, ...]) -> list[str]:
         "from xprof_magic._viewer.convert import main; sys.exit(main(sys.argv[1:]))"
     )
     return [sys.executable, "-c", code, root, str(scratch), *hosts]
+
+
+def start(
+    root: str, scratch: Path, hosts: tuple[str, ...], urgent: bool, log: IO[bytes]
+) -> subprocess.Popen[bytes]:
+    """Start the child (:func:`command`), its output into ``log``; ``urgent``: see
+    :data:`URGENT_ENV`."""
+    env = {**os.environ, URGENT_ENV: "1" if urgent else "0"}
+    return subprocess.Popen(
+        command(root, scratch, hosts),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        cwd="/",
+    )
 
 
 def _priority(urgent: bool) -> None:

@@ -175,11 +175,15 @@ class Preparer:
                 self._waiting[name] -= waited
 
     @contextlib.contextmanager
-    def xprof_converts(self, name: str) -> Iterator[None]:
-        """XProf serves run ``name``'s trace data itself (and may convert it): no conversion
-        of ours starts for it meanwhile."""
+    def xprof_converts(self, name: str, timeout: float = WAIT_S) -> Iterator[None]:
+        """XProf serves run ``name``'s trace data itself (and may convert it) once ours is
+        done, or after ``timeout`` (ours then stopped): never two conversions at once."""
         with self._lock:
+            self.wait(name, timeout)
             self._xprof[name] += 1
+            if (child := self._child) is not None and child.run.name == name:
+                self._end(child, kill=True)
+                child.run.state = "queued"
         try:
             yield
         finally:
@@ -200,6 +204,13 @@ class Preparer:
                     self._drive()
                 except OSError:
                     pass  # a run folder removed under us: the next tick sees it gone
+                except Exception as error:  # said; the thread lives on
+                    reason = f"the preparer failed: {type(error).__name__}: {error}"
+                    if (child := self._child) is not None:  # failed: the next ask tries again
+                        self._end(child, kill=True)
+                        self._fail(child.run, reason)
+                    else:
+                        _log(reason)
                 self._lock.wait(TICK_S)
 
     def _find(self, name: str) -> _Run | None:
@@ -277,15 +288,13 @@ class Preparer:
             shutil.rmtree(scratch, ignore_errors=True)
             self._fail(run, f"cannot link the capture for conversion: {error.strerror or error}")
             return
-        env = {**os.environ, convert.URGENT_ENV: "1" if urgent else "0"}
-        process = subprocess.Popen(
-            convert.command(self.root, scratch, hosts),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd="/",
-        )
+        try:
+            process = convert.start(self.root, scratch, hosts, urgent, log)
+        except OSError as error:  # no process to be had (fork refused, no memory)
+            log.close()
+            self._remove_scratch(scratch)
+            self._fail(run, f"cannot start the conversion: {error.strerror or error}")
+            return
         run.state = "converting"
         run.since = run.since or time.monotonic()
         bound = convert.memory_bound(run.bytes)
@@ -355,10 +364,7 @@ class Preparer:
             else:
                 self._fail(run, reason)
         elif run_dir.is_dir():
-            said = convert.last_line(child.scratch / "convert.log")
-            if code < 0:
-                said = f"the conversion was stopped by {signal.Signals(-code).name}"
-            self._fail(run, said or f"the conversion ended with exit code {code}")
+            self._fail(run, convert.why_ended(code, child.scratch / "convert.log"))
         self._remove_scratch(child.scratch)
 
     def _end(self, child: _Child, kill: bool) -> None:

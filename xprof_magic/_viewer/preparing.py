@@ -123,7 +123,6 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
                     return _reply(start_response, _page(status), "text/html; charset=utf-8")
         elif path == PROFILE_ROUTE + "/data" and named:
             if _TRACE_TAGS & set(args.get("tag", [])):
-                preparer.wait(named[0])
                 with preparer.xprof_converts(named[0]):
                     return list(app(environ, start_response))
             # Another tool's data (the widget's survey, which has XProf convert the run for
