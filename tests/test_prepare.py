@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -441,3 +442,27 @@ def test_xprof_serving_a_run_after_its_wait_stops_ours_and_none_starts_meanwhile
             wait_until(state_of(one, run, "ready"), TIMEOUT_S, f"run {run} converted")
         assert one.status("first")["state"] == "queued", "ours converted beside XProf"
     wait_until(state_of(one, "first", "ready"), TIMEOUT_S, "the run converted again after")
+
+
+def test_another_tools_request_waits_until_the_timeline_is_served_or_its_grace_passed(
+    preparer: Callable[..., tuple[prepare.Preparer, Path]], captures: Path
+) -> None:
+    """The widget's survey has XProf convert the run for other tools at normal priority:
+    its requests wait for the frame's first paint (XProf has served the trace data), or,
+    with no request for that data, for a grace after the run was ready."""
+    one, logdir = preparer()
+    for run in ("first", "second"):
+        commit(captures, logdir, run)
+    for run in ("first", "second"):
+        wait_until(state_of(one, run, "ready"), TIMEOUT_S, f"run {run} converted")
+    survey = threading.Thread(target=one.wait, args=("first", TIMEOUT_S), kwargs={"shown": 600})
+    survey.start()
+    survey.join(1.0)
+    assert survey.is_alive(), "another tool's request went ahead of the timeline's paint"
+    with one.xprof_converts("first"):  # the frame's trace data request, served
+        pass
+    survey.join(TIMEOUT_S)
+    assert not survey.is_alive(), "another tool's request still waits after the paint"
+    asked = time.monotonic()
+    one.wait("second", TIMEOUT_S, shown=1.0)  # ready, and nobody asks for its trace data
+    assert time.monotonic() - asked < TIMEOUT_S - 1

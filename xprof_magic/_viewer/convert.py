@@ -13,7 +13,8 @@ priority, and exits. The parent then moves the caches into the run and writes
 ``cache_version.txt`` last (:func:`commit`), so a conversion killed at any point leaves
 either no cache XProf reads, or a whole one.
 
-Standard library only at import; XProf is imported in :func:`main`, in the child.
+Standard library (and :mod:`xprof_magic._store`) only at import; XProf is imported in
+:func:`main`, in the child.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from xprof_magic import _store
+
 __all__ = [
     "CACHE_SUFFIXES",
     "CACHE_VERSION_FILE",
@@ -37,13 +40,16 @@ __all__ = [
     "TRACE_TOOL",
     "URGENT_ENV",
     "cache_files",
+    "clean_scratch",
     "command",
     "commit",
     "cpu_s",
+    "hurry",
     "is_prepared",
     "last_line",
     "main",
     "memory_bound",
+    "remove_scratch",
     "rss",
     "scratch_for",
     "start",
@@ -103,6 +109,23 @@ def scratch_for(run_dir: Path, scratch: Path, hosts: tuple[str, ...]) -> None:
             os.link(source, target)
         except OSError:
             shutil.copyfile(source, target)
+
+
+def remove_scratch(scratch: Path) -> None:
+    """Remove a conversion's scratch folder, and the folder that holds them once empty."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        scratch.parent.rmdir()
+
+
+def clean_scratch(folder: Path) -> None:
+    """Remove what the conversions of viewers no longer running left in ``folder``
+    (``<pid>-<hex>`` each)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            pid = entry.name.partition("-")[0]
+            if not (pid.isdigit() and _store.process_alive(int(pid))):
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def commit(scratch: Path, run_dir: Path, hosts: tuple[str, ...], version: str) -> bool:
@@ -190,6 +213,19 @@ def start(
         stderr=log,
         cwd="/",
     )
+
+
+def hurry(pid: int) -> bool:
+    """Raise running child ``pid``, each of its threads, to normal priority (``SCHED_OTHER``,
+    nice 0) in place, keeping its work; False where this user may not (lowering a nice
+    value takes root or ``RLIMIT_NICE``): the caller then starts it again at normal priority."""
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setscheduler(int(task), os.SCHED_OTHER, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, int(task), 0)
+    except (OSError, AttributeError, ValueError):
+        return False
+    return True
 
 
 def _priority(urgent: bool) -> None:

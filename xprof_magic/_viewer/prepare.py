@@ -1,9 +1,8 @@
 """Each run's timeline converted before it is looked at: the viewer's :class:`Preparer`.
 
-XProf converts a run for its trace viewer on the first ``trace_viewer@`` request: 9 s of the
-11 s to a 30 MB capture's first paint. The viewer's process does it ahead of the click
-instead, with XProf's own converter in a child process (:mod:`xprof_magic._viewer.convert`),
-writing the caches XProf would:
+XProf converts a run for its trace viewer on its first ``trace_viewer@`` request (9 of the
+11 s to a 30 MB capture's first paint); the viewer does it ahead of the click, with XProf's
+converter in a child (:mod:`xprof_magic._viewer.convert`), writing XProf's own caches:
 
 - a run committed while the viewer runs (or in the two minutes before it started) is queued
   at once; any other run when a request first names it (``run=``: the widget showing it,
@@ -14,21 +13,19 @@ writing the caches XProf would:
   :func:`xprof_magic._store.capturing`), killed past a memory bound
   (:func:`~xprof_magic._viewer.convert.memory_bound`); when someone waits for the run and
   other work (not a cell's capture or summary, :func:`xprof_magic._store.working`) keeps
-  the CPUs so busy that the child barely runs, it starts again at normal priority, as
-  XProf's own conversion on that request would run;
+  the CPUs so busy that the child barely runs, it is raised to normal priority, as XProf's
+  own conversion on that request would run (in place where allowed, else started again);
 - never twice: a run whose caches XProf would read is ready and left alone, and no
   conversion of ours starts while XProf serves the run's trace data itself.
 
 :mod:`xprof_magic._viewer.preparing` is the WSGI side: the page said while a run is not
-ready, and the requests that ask for a run. Standard library only: run in the viewer's
-process.
+ready, and the requests that ask for a run. Standard library only: the viewer's process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -70,6 +67,9 @@ class _Run:
     since: float = 0.0
     reason: str = ""
     bytes: int = 0
+    ready_at: float = 0.0
+    served: bool = False
+    """XProf has answered a trace data request for it: the frame has what it paints."""
 
 
 @dataclass
@@ -108,7 +108,7 @@ class Preparer:
         self._thread = threading.Thread(target=self._loop, name="xprof-prepare", daemon=True)
 
     def start(self) -> Preparer:
-        self._clean_scratch()
+        convert.clean_scratch(self.scratch)
         self._thread.start()
         return self
 
@@ -156,23 +156,26 @@ class Preparer:
                 "mb": round(run.bytes / 1e6, 1),
             }
 
-    def wait(self, name: str, timeout: float = WAIT_S, waited: bool = True) -> None:
-        """Return once run ``name`` is neither queued nor converting (or after ``timeout``);
-        ``waited``: someone waits for its timeline (see :meth:`_starved`)."""
+    def wait(self, name: str, timeout: float = WAIT_S, shown: float = 0.0) -> None:
+        """Return once run ``name`` is neither queued nor converting (or after ``timeout``):
+        someone waits for its timeline (see :meth:`_starved`). With ``shown`` (another tool's
+        request, which competes with the first paint), until then XProf has served the run's
+        trace data too, or ``shown`` seconds passed since it was ready with no request for it."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            self._waiting[name] += waited
+            self._waiting[name] += not shown
             try:
-                while not self._stop.is_set():
-                    run = self._find(name)
-                    if run is None or run.state not in ("queued", "converting"):
+                while not self._stop.is_set() and (run := self._find(name)) is not None:
+                    now = time.monotonic()
+                    unseen = not run.served and now < run.ready_at + shown
+                    if now >= deadline or not (
+                        run.state in ("queued", "converting")
+                        or (shown and (self._xprof[name] or (run.state == "ready" and unseen)))
+                    ):
                         return
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return
-                    self._lock.wait(min(left, 1.0))
+                    self._lock.wait(min(deadline - now, 0.25 if shown else 1.0))
             finally:
-                self._waiting[name] -= waited
+                self._waiting[name] -= not shown
 
     @contextlib.contextmanager
     def xprof_converts(self, name: str, timeout: float = WAIT_S) -> Iterator[None]:
@@ -191,7 +194,7 @@ class Preparer:
                 self._xprof[name] -= 1
                 run = self._runs.get(name)
                 if run is not None and run.state != "converting" and self._prepared(run):
-                    run.state = "ready"
+                    run.state, run.served = "ready", True
                 self._lock.notify_all()
 
     # The preparer's thread.
@@ -285,14 +288,14 @@ class Preparer:
             convert.scratch_for(run_dir, scratch, hosts)
             log = open(scratch / "convert.log", "wb")  # noqa: SIM115  (closed in _end)
         except OSError as error:
-            shutil.rmtree(scratch, ignore_errors=True)
+            convert.remove_scratch(scratch)
             self._fail(run, f"cannot link the capture for conversion: {error.strerror or error}")
             return
         try:
             process = convert.start(self.root, scratch, hosts, urgent, log)
         except OSError as error:  # no process to be had (fork refused, no memory)
             log.close()
-            self._remove_scratch(scratch)
+            convert.remove_scratch(scratch)
             self._fail(run, f"cannot start the conversion: {error.strerror or error}")
             return
         run.state = "converting"
@@ -313,9 +316,11 @@ class Preparer:
             )
             return
         if self._starved(child):
-            self._end(child, kill=True)
             _log(f"the machine is busy: preparing run {child.run.name} at normal priority")
-            self._begin(child.run, urgent=True)
+            child.urgent = convert.hurry(child.process.pid)  # in place: its work is kept
+            if not child.urgent:
+                self._end(child, kill=True)
+                self._begin(child.run, urgent=True)
             return
         if child.run.asked:
             return
@@ -358,14 +363,14 @@ class Preparer:
             if done:
                 took = time.monotonic() - child.started
                 self._rate = took / max(run.bytes, 1)
-                run.state, run.reason = "ready", ""
+                run.state, run.reason, run.ready_at = "ready", "", time.monotonic()
                 _log(f"prepared the timeline of run {run.name} in {took:.1f} s")
                 self._lock.notify_all()
             else:
                 self._fail(run, reason)
         elif run_dir.is_dir():
             self._fail(run, convert.why_ended(code, child.scratch / "convert.log"))
-        self._remove_scratch(child.scratch)
+        convert.remove_scratch(child.scratch)
 
     def _end(self, child: _Child, kill: bool) -> None:
         if kill and child.process.poll() is None:
@@ -373,26 +378,13 @@ class Preparer:
             child.process.wait()
         child.log.close()
         if kill:
-            self._remove_scratch(child.scratch)
+            convert.remove_scratch(child.scratch)
         self._child = None
-
-    def _remove_scratch(self, scratch: Path) -> None:
-        shutil.rmtree(scratch, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            self.scratch.rmdir()
 
     def _fail(self, run: _Run, reason: str) -> None:
         run.state, run.reason = "failed", reason
         _log(f"could not prepare the timeline of run {run.name}: {reason}")
         self._lock.notify_all()
-
-    def _clean_scratch(self) -> None:
-        """Remove what conversions of viewers no longer running left behind."""
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(self.scratch):
-                pid = entry.name.partition("-")[0]
-                if not (pid.isdigit() and _store.process_alive(int(pid))):
-                    shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _log(message: str) -> None:

@@ -42,6 +42,10 @@ OTHER_TOOLS_WAIT_S = 20.0
 """How long another tool's data request for a run waits for that run's timeline: under the
 30 s the widget's survey gives each of its questions."""
 
+SHOWN_S = 5.0
+"""And once the timeline is ready, until XProf has served the frame its data, or for this long
+after: the page polls, reloads into XProf's and asks for the data within it."""
+
 PREPARING_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>
 body{font:13px monospace;margin:8px;color:#333}a{color:#1a73e8}
 </style></head><body><div class="xprof-preparing" data-state="__STATE__">__LINE__</div>
@@ -127,7 +131,7 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
                     return list(app(environ, start_response))
             # Another tool's data (the widget's survey, which has XProf convert the run for
             # that tool at normal priority) waits for the timeline, the page shown first.
-            preparer.wait(named[0], OTHER_TOOLS_WAIT_S, waited=False)
+            preparer.wait(named[0], OTHER_TOOLS_WAIT_S, shown=SHOWN_S)
         return app(environ, start_response)
 
     return serve
