@@ -466,3 +466,39 @@ def test_another_tools_request_waits_until_the_timeline_is_served_or_its_grace_p
     asked = time.monotonic()
     one.wait("second", TIMEOUT_S, shown=1.0)  # ready, and nobody asks for its trace data
     assert time.monotonic() - asked < TIMEOUT_S - 1
+
+
+def test_a_starved_conversion_is_raised_to_normal_priority_in_place() -> None:
+    """Each thread of a child at the lowest priority (``SCHED_IDLE``, nice 19) goes to
+    ``SCHED_OTHER`` at nice 0, alive and with its work, where the user may raise a priority
+    (root here; elsewhere :func:`convert.hurry` says False and the child is started again)."""
+    code = (
+        "import os, threading, time\n"
+        "os.nice(19)\n"
+        "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+        "threading.Thread(target=time.sleep, args=(120,), daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        tasks = Path(f"/proc/{child.pid}/task")
+
+        def policies() -> set[tuple[int, int]]:  # (nice, policy) of each thread
+            found = set()
+            for task in tasks.iterdir():
+                fields = (task / "stat").read_text().rpartition(")")[2].split()
+                found.add((int(fields[16]), int(fields[38])))
+            return found
+
+        assert policies() == {(19, os.SCHED_IDLE)} and len(list(tasks.iterdir())) == 2
+        if os.geteuid() != 0:  # no right to lower a nice value: said, and started again
+            assert not convert.hurry(child.pid)
+            return
+        assert convert.hurry(child.pid)
+        assert policies() == {(0, os.SCHED_OTHER)}
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
