@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -502,3 +503,44 @@ def test_a_starved_conversion_is_raised_to_normal_priority_in_place() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_surveys_requests_are_answered_below_the_users_work(tmp_path: Path) -> None:
+    """A request marked :data:`preparing.BACKGROUND` (the widget's tools survey, which has
+    XProf convert the run for each tool) is answered in a thread of its own at nice
+    :data:`preparing.BACKGROUND_NICE`, its errors raised in the request's; others as they
+    come, in the request's thread."""
+    logdir = tmp_path / "logs"
+    _store.profile_dir(logdir).mkdir(parents=True)
+    one = prepare.Preparer(str(logdir), str(HERE.parent)).start()
+    seen: list[tuple[int, int]] = []
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        tid = threading.get_native_id()
+        seen.append((tid, os.getpriority(os.PRIO_PROCESS, tid)))
+        if "fail" in environ["QUERY_STRING"]:
+            raise LookupError("XProf failed")
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    serve = preparing.prepared(app, one)
+
+    def get(query: str) -> bytes:
+        environ = {"PATH_INFO": "/data/plugin/profile/data", "QUERY_STRING": query}
+        return b"".join(serve(environ, lambda *args: None))
+
+    me = threading.get_native_id()
+    base = os.getpriority(os.PRIO_PROCESS, me)
+    marked = "run=r&tag=op_profile&host=vm&" + urlencode(preparing.BACKGROUND)
+    try:
+        assert get(marked) == b"ok"
+        assert get("run=r&tag=op_profile&host=vm") == b"ok"
+        with pytest.raises(LookupError, match="XProf failed"):
+            get(marked + "&fail=1")
+    finally:
+        one.stop()
+    (background, background_nice), (foreground, foreground_nice), (failed, _) = seen
+    lowered = preparing.BACKGROUND_NICE if os.geteuid() == 0 else max(base, 10)
+    assert background != me and failed != me and background_nice == lowered
+    assert foreground == me and foreground_nice == base
+    assert os.getpriority(os.PRIO_PROCESS, me) == base, "the request's own thread was lowered"

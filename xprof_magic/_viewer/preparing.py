@@ -18,23 +18,40 @@ Standard library only: run in the viewer's process, in front of XProf's app.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from xprof_magic._viewer import convert
 from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
 from xprof_magic._viewer.prepare import Preparer
 
-__all__ = ["PREPARE_ENV", "PREPARING_PAGE", "STATUS_QUERY", "ahead", "enabled", "prepared"]
+__all__ = [
+    "BACKGROUND",
+    "PREPARE_ENV",
+    "PREPARING_PAGE",
+    "STATUS_QUERY",
+    "ahead",
+    "enabled",
+    "prepared",
+]
 
 PREPARE_ENV = "XPROF_MAGIC_PREPARE"
 """``0``: the viewer converts nothing ahead; XProf converts on the first request, as it does."""
 
+BACKGROUND = {"xprof_magic_background": "1"}
+"""A request's parameter (the widget's tools survey): XProf answers it at nice
+:data:`BACKGROUND_NICE`, so what it converts for the survey yields to the user's work (the
+next cell, the browser drawing the timeline). XProf ignores parameters it does not read."""
+_BACKGROUND_QUERY = urlencode(BACKGROUND)
+BACKGROUND_NICE = 10
+"""Not 19: the survey's questions still end within their 30 s on a busy machine."""
 STATUS_QUERY = "xprof_magic_status=1"
 """Added to the page's own URL: the run's state as JSON, for :data:`PREPARING_PAGE`."""
 _TRACE_TAGS = frozenset({convert.TRACE_TOOL, "trace_viewer"})
@@ -132,9 +149,34 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
             # Another tool's data (the widget's survey, which has XProf convert the run for
             # that tool at normal priority) waits for the timeline, the page shown first.
             preparer.wait(named[0], OTHER_TOOLS_WAIT_S, shown=SHOWN_S)
+        if _BACKGROUND_QUERY in query.split("&"):
+            return _background(app, environ, start_response)
         return app(environ, start_response)
 
     return serve
+
+
+def _background(
+    app: WSGIApp, environ: dict[str, Any], start_response: StartResponse
+) -> Iterable[bytes]:
+    """``app``'s reply, made in a thread of its own at nice :data:`BACKGROUND_NICE` (and
+    the threads XProf starts from it): a pooled thread's priority could not be restored."""
+    reply: list[Any] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+        try:
+            reply.append(list(app(environ, start_response)))
+        except BaseException as error:  # raised again in the request's thread
+            reply.append(error)
+
+    worker = threading.Thread(target=serve, name="xprof-background", daemon=True)
+    worker.start()
+    worker.join()
+    if isinstance(reply[0], BaseException):
+        raise reply[0]
+    return list(reply[0])
 
 
 def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:

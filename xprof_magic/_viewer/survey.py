@@ -26,6 +26,7 @@ from typing import Any
 
 from xprof_magic._store import SUMMARY_FILE
 from xprof_magic._viewer.client import Viewer, ViewerError, fetch_json, http_get
+from xprof_magic._viewer.preparing import BACKGROUND
 
 __all__ = ["NO_DEVICE_OPS", "NO_PROGRAMS", "Survey", "survey_tools"]
 
@@ -58,7 +59,7 @@ _ENTRY_ROOT = re.compile(r"^ENTRY [^\n]*\{\n(?:[^\n]*\n)*?\s*ROOT %?(?P<op>[\w.\
 def entry_root(viewer: Viewer, run: str, program: str, timeout: float = 30.0) -> str | None:
     """The root op of ``program``'s entry computation, from XProf's HLO text of it."""
     path = viewer.data_path(
-        "data", run=run, tag="graph_viewer", module_name=program, type="short_txt"
+        "data", run=run, tag="graph_viewer", module_name=program, type="short_txt", **BACKGROUND
     )
     status, body = http_get(viewer.port, path, timeout)
     found = _ENTRY_ROOT.search(body.decode("utf-8", "replace")) if status == 200 else None
@@ -95,7 +96,7 @@ _EMPTY: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def _host(viewer: Viewer, run: str, tool: str, timeout: float) -> str | None:
-    hosts = fetch_json(viewer, "hosts", run=run, tag=tool, timeout=timeout)
+    hosts = fetch_json(viewer, "hosts", run=run, tag=tool, timeout=timeout, **BACKGROUND)
     if isinstance(hosts, list) and hosts and isinstance(hosts[0], dict):
         name = hosts[0].get("hostname")
         return str(name) if name else None
@@ -104,7 +105,7 @@ def _host(viewer: Viewer, run: str, tool: str, timeout: float) -> str | None:
 
 def modules(viewer: Viewer, run: str, timeout: float = 30.0) -> list[str]:
     """The XLA programs of a run, as XProf names them (``name(program id)``)."""
-    path = viewer.data_path("module_list", run=run, tag="memory_viewer")
+    path = viewer.data_path("module_list", run=run, tag="memory_viewer", **BACKGROUND)
     status, body = http_get(viewer.port, path, timeout)
     if status != 200:
         raise ViewerError(f"module_list answered {status}")
@@ -165,7 +166,9 @@ def survey_tools(
             continue
         try:
             host = _host(viewer, run, tool, timeout)
-            reply = fetch_json(viewer, "data", run=run, tag=tool, host=host, timeout=timeout)
+            reply = fetch_json(
+                viewer, "data", run=run, tag=tool, host=host, timeout=timeout, **BACKGROUND
+            )
         except (ViewerError, OSError, http.client.HTTPException, ValueError):
             continue
         if isinstance(reply, dict) and reply.get("deviceType") not in (None, "CPU_ONLY"):
