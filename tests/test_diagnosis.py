@@ -172,10 +172,16 @@ def test_copying_hundreds_of_megabytes_each_step_is_transfer_bound(
         "    torch_xla.sync()\n"
         "    back = t.cpu()\n"
     )
-    s = diagnosed(ip, logdir, "transfer", body)
-    d = s.diagnosis
-    assert d.verdict == "transfer", d.evidence
-    assert headline(s).startswith("Transfer-bound: ")
+    # The copies hold 60-65% of the step; a burst of load inflates the host's part (50%,
+    # 31%, 19% once under make stress-test: then rightly "no single bottleneck", the
+    # transfers cheapest): up to three captures find the loop's own shares.
+    for again in range(3):
+        s = diagnosed(ip, logdir, f"transfer{again}", body)
+        d = s.diagnosis
+        assert d.verdict == "transfer", d.evidence
+        if not d.mixed:
+            break
+    assert headline(s).startswith("Transfer-bound: "), d.evidence
     assert "copies data between host and device" in d.headline and "MB moved" in d.headline
 
 
