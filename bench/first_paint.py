@@ -301,7 +301,10 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--sizes", nargs="*", default=["30MB", "100MB"], help="--after-cell")
     parser.add_argument(
-        "--modes", nargs="*", default=["ahead", "on demand"], help="--after-cell: which modes"
+        "--modes",
+        nargs="*",
+        default=["ahead", "on demand"],
+        help="--after-cell: which modes (ahead, 'no preview', 'on demand')",
     )
     parser.add_argument("--next-reps", type=int, default=3, help="--after-cell: next-cell runs")
     args = parser.parse_args(argv)

@@ -7,13 +7,17 @@ repetition, each mode in a JupyterLab (so a viewer) of its own:
 
 - ``ahead``: the viewer converts each run for the trace viewer as soon as it is committed
   (:mod:`xprof_magic._viewer.prepare`), the default;
+- ``no preview``: ``ahead`` without the preview of a large run's first events
+  (:mod:`xprof_magic._viewer.preview`): the frame waits for the whole timeline;
 - ``on demand``: ``XPROF_MAGIC_PREPARE=0``, XProf converts on the first request, as before.
 
 Times, on the browser's clock: the key press that runs the cell, the cell done (its prompt
 numbered: summary and widget shown), the first paint of the timeline under that cell, the
 key press of ``%xprof view`` and the first paint of that view (see :mod:`bench.first_paint`
-for what a first paint is). Then the next cell: a smaller ``%%xprof`` cell run as soon as
-the big one is done (while its conversion runs), against the same cell once all is idle.
+for what a first paint is): of the preview where one is shown (its frame inside the page
+said while the run is prepared), then of the whole timeline. Then the next cell: a smaller
+``%%xprof`` cell run as soon as the big one is done (while its conversion runs), against
+the same cell once all is idle.
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ __all__ = ["measure", "report"]
 READ_S = 5.0
 NEXT_STEPS = 400
 TIMEOUT_S = 600.0
-MODES = {"ahead": "1", "on demand": "0"}
+MODES = {
+    "ahead": {"XPROF_MAGIC_PREPARE": "1"},
+    "no preview": {"XPROF_MAGIC_PREPARE": "1", "XPROF_MAGIC_PREPARE_PREVIEW_FROM_MB": "1e9"},
+    "on demand": {"XPROF_MAGIC_PREPARE": "0"},
+}
 
 _WATCH_PROMPT = """
 (index) => {
@@ -137,18 +145,24 @@ class _Notebook:
         cell.locator("iframe.xprof-outer").scroll_into_view_if_needed()
         return frame
 
-    def painted(self, frame: Any) -> float | None:
-        """When ``frame``'s timeline was first painted, None while it is not."""
-        try:
-            found = frame.evaluate("window.__firstPaint || null")
-        except Exception:  # the preparing page reloading into XProf's
-            return None
-        return float(found["paint"]) if found and found.get("paint") else None
+    def painted(self, frame: Any, own: bool = False) -> float | None:
+        """When a timeline in ``frame`` was first painted (its own, or unless ``own`` the
+        preview's in the frame it holds), None while none is."""
+        times = []
+        for one in [frame] if own else [frame, *frame.child_frames]:
+            try:
+                found = one.evaluate("window.__firstPaint || null")
+            except Exception:  # the preparing page reloading into XProf's
+                continue
+            if found and found.get("paint"):
+                times.append(float(found["paint"]))
+        return min(times) if times else None
 
-    def paint(self, frame: Any) -> float:
+    def paint(self, frame: Any, own: bool = False) -> float:
         """Wait for ``frame``'s first paint (Chromium paints only frames in view)."""
         what = "the timeline's first paint"
-        return float(self.wait_until(lambda: self.painted(frame), TIMEOUT_S, what, self.pause))
+        found = self.wait_until(lambda: self.painted(frame, own), TIMEOUT_S, what, self.pause)
+        return float(found)
 
 
 def _one(context: Any, lab: Any, run: str, steps: int) -> dict[str, float]:
@@ -168,7 +182,9 @@ def _one(context: Any, lab: Any, run: str, steps: int) -> dict[str, float]:
             notebook.pause(left / 1e3)
         drawn = notebook.painted(under)
         opened = notebook.press(2)
-        view_paint = notebook.paint(notebook.frame(2))
+        view = notebook.frame(2)
+        view_paint = notebook.paint(view)
+        whole_paint = notebook.paint(view, own=True)
     finally:
         notebook.page.close()
         lab.shutdown_kernels()
@@ -179,6 +195,8 @@ def _one(context: Any, lab: Any, run: str, steps: int) -> dict[str, float]:
         "ready_after_done_s": ready - done / 1e3,
         "under_drawn": 1.0 if drawn is not None else 0.0,
         "open_to_paint_s": (view_paint - opened) / 1e3,
+        "preview_shown": 1.0 if view_paint < whole_paint else 0.0,
+        "open_to_whole_s": (whole_paint - opened) / 1e3,
         "press_to_paint_s": (view_paint - pressed) / 1e3,
         "xplane_mb": xplane / 1e6,
     }
@@ -244,7 +262,7 @@ def measure(sizes: list[str], reps: int, modes: list[str], next_reps: int) -> di
     results: dict[str, Any] = {"load_before": os.getloadavg(), "reps": reps, "modes": {}}
     with tempfile.TemporaryDirectory(prefix="bench-after-cell-") as tmp:
         for mode in modes:
-            env = {**machine_environment(), "XPROF_MAGIC_PREPARE": MODES[mode]}
+            env = {**machine_environment(), **MODES[mode]}
             lab = start_jupyterlab(Path(tmp) / mode.replace(" ", "-"), base_env=env)
             found: dict[str, Any] = {"sizes": {}, "next": []}
             try:
@@ -300,6 +318,8 @@ def report(results: dict[str, Any]) -> str:
             "open_to_paint_s",
             "s",
         ),
+        ("… of which a preview (share of reps)", "preview_shown", ""),
+        ("`%xprof view`: key press → the whole timeline painted", "open_to_whole_s", "s"),
         ("training cell's key press → that first paint", "press_to_paint_s", "s"),
     ]
     for label, key, unit in rows:

@@ -2,7 +2,9 @@
 
 The viewer's converter is slowed on purpose (it waits 8 s after converting, before its caches
 are committed), so the frame under the cell shows the "preparing" line, counting, until the
-run is ready, and then XProf's trace viewer with the cell's label.
+run is ready, and then XProf's trace viewer with the cell's label. With the preview's
+threshold at 0 MB (every run counts as large), the frame first shows the run's first events
+in XProf's trace viewer under a line that says which part it is, then the whole timeline.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from tests._browser import (
     start_jupyterlab,
     write_notebook,
 )
-from xprof_magic._viewer import convert
+from xprof_magic._viewer import convert, preview
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 DELAY_S = 8
+PREVIEW_DELAY_S = 15
+"""Long enough for a loaded machine to show the preview and press a key in it."""
 RUN_TIMEOUT_S = 300.0
 LOAD_TIMEOUT_S = 120.0
 CELLS = [
@@ -49,6 +53,22 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
     server = start_jupyterlab(
         home, base_env={**machine_environment(), convert.DELAY_ENV: str(DELAY_S)}
     )
+    try:
+        yield server
+    finally:
+        shut_down(server, home)
+
+
+@pytest.fixture(scope="module")
+def preview_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
+    home = tmp_path_factory.mktemp("jupyterlab-preview")
+    env = {
+        **machine_environment(),
+        convert.DELAY_ENV: str(PREVIEW_DELAY_S),
+        preview.FROM_MB_ENV: "0",
+        preview.SIZE_MB_ENV: "0.02",
+    }
+    server = start_jupyterlab(home, base_env=env)
     try:
         yield server
     finally:
@@ -104,3 +124,98 @@ def test_the_frame_says_preparing_then_shows_the_timeline(
         finally:
             context.close()
             lab.shutdown_kernels()
+
+
+def test_a_large_runs_frame_shows_its_first_events_then_the_whole_timeline(
+    preview_lab: JupyterLab, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    lab = preview_lab
+    big, touched = (CELLS[1].replace("slowed", name) for name in ("big", "touched"))
+    write_notebook(lab.root / "previewed.ipynb", [CELLS[0], big, touched])
+    with launch_chromium(tmp_path_factory.mktemp("chromium-preview")) as browser:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        offline(context)
+        notebook = NotebookPage(context.new_page(), lab, "previewed.ipynb", LAB)
+        try:
+            notebook.open(LOAD_TIMEOUT_S)
+            notebook.run_all(count=3, timeout=RUN_TIMEOUT_S)
+            outputs = notebook.outputs()
+            assert "Traceback" not in outputs and "xprof: run big (ok)" in outputs, outputs
+            assert "xprof: run touched (ok)" in outputs, outputs
+            widget = notebook.widgets.first
+            frame = notebook.wait_for_page(widget, "big", "trace_viewer_index.html", LOAD_TIMEOUT_S)
+            widget.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+            line = frame.locator(".xprof-preparing")
+            pattern = re.compile(
+                r"xprof: showing the events of the first [\d.]+ m?s of [\d.]+ m?s while the whole "
+                r"timeline is prepared: \d+ s so far"
+            )
+            notebook.wait(
+                lambda: pattern.match(shown_text(line) or ""),
+                lambda: f"the preview's line; the frame says {shown_text(line)!r}",
+                LOAD_TIMEOUT_S,
+            )
+            inner = frame.frame_locator("iframe.xprof-preview")
+            inner.get_by_text("/host:CPU").filter(visible=True).first.wait_for(
+                timeout=LOAD_TIMEOUT_S * 1000
+            )
+            previews = [f for f in frame.child_frames if preview_query() in f.url]
+            assert previews, [f.url for f in frame.child_frames]
+            assert pattern.match(shown_text(line) or ""), "the run was ready before its preview"
+            notebook.screenshot("prepare-preview", widget.locator("iframe.xprof-outer"))
+            # Untouched, the frame goes on to the whole timeline once it is ready.
+            notebook.wait_for_data(frame, "big", "trace_viewer", LOAD_TIMEOUT_S, label="forward")
+            frame.get_by_text("/host:CPU").filter(visible=True).first.wait_for(
+                timeout=LOAD_TIMEOUT_S * 1000
+            )
+            assert not shown_text(frame.locator(".xprof-preparing"))
+            assert not frame.locator("iframe.xprof-preview").count()
+            notebook.screenshot("prepare-whole", widget.locator("iframe.xprof-outer"))
+            # Touched (a click in the preview), the frame keeps the preview when the
+            # whole timeline is ready and says so, with a link to it.
+            widget = notebook.widgets.nth(1)
+            frame = notebook.wait_for_page(
+                widget, "touched", "trace_viewer_index.html", LOAD_TIMEOUT_S
+            )
+            widget.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+            line = frame.locator(".xprof-preparing")
+            notebook.wait(
+                lambda: pattern.match(shown_text(line) or ""),
+                lambda: f"the second preview's line; the frame says {shown_text(line)!r}",
+                LOAD_TIMEOUT_S,
+            )
+            inner = frame.frame_locator("iframe.xprof-preview")
+            inner.get_by_text("/host:CPU").filter(visible=True).first.wait_for(
+                timeout=LOAD_TIMEOUT_S * 1000
+            )
+            frame.locator("iframe.xprof-preview").click(position={"x": 600, "y": 300})
+            assert pattern.match(shown_text(line) or ""), "ready before the click"
+            ready = re.compile(r"xprof: the whole timeline is ready \([\d.]+ m?s\)\. Show it")
+            notebook.wait(
+                lambda: ready.match(shown_text(line) or ""),
+                lambda: f"the ready line; the frame says {shown_text(line)!r}",
+                LOAD_TIMEOUT_S,
+            )
+            assert frame.locator("iframe.xprof-preview").count() == 1, "the preview was taken away"
+            frame.get_by_text("Show it").click()
+            notebook.wait_for_data(
+                frame, "touched", "trace_viewer", LOAD_TIMEOUT_S, label="forward"
+            )
+            assert not frame.locator("iframe.xprof-preview").count()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                notebook.screenshot("preview-failure")
+            notebook.report()
+            raise
+        finally:
+            context.close()
+            lab.shutdown_kernels()
+
+
+def preview_query() -> str:
+    """How the preview's frame URL carries the preview's marker (inside ``trace_data_url``)."""
+    from urllib.parse import quote
+
+    from xprof_magic._viewer.preparing import PREVIEW_QUERY
+
+    return quote(PREVIEW_QUERY, safe="")

@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
 from tests._browser import wait_until
 from xprof_magic import _store
-from xprof_magic._viewer import convert, prepare, preparing
+from xprof_magic._viewer import convert, prepare, preparing, preview
 from xprof_magic._viewer.client import Viewer, fetch_json, http_get
 from xprof_magic._viewer.manager import ensure_viewer, list_viewers, stop_viewer
 
@@ -544,3 +544,146 @@ def test_the_surveys_requests_are_answered_below_the_users_work(tmp_path: Path) 
     assert background != me and failed != me and background_nice == lowered
     assert foreground == me and foreground_nice == base
     assert os.getpriority(os.PRIO_PROCESS, me) == base, "the request's own thread was lowered"
+
+
+def lines_of(space: Any) -> list[Any]:
+    return [line for plane in space.planes for line in plane.lines]
+
+
+def starts(line: Any) -> list[int]:
+    return [line.timestamp_ns * 1000 + event.offset_ps for event in line.events]
+
+
+def test_the_preview_keeps_each_lines_first_events_whole_and_cuts_at_one_time(
+    captures: Path, tmp_path: Path
+) -> None:
+    """The cut of a real capture: every plane, metadata and line stays; each line keeps
+    the events that start before one time, whole (stats and all) and in order; about the
+    share asked for. A line written out of order is sorted first: the same preview."""
+    from xprof_magic._analysis.timeline import xspace
+
+    def parsed(path: Path) -> Any:
+        space = xspace.XSpace()
+        space.ParseFromString(path.read_bytes())
+        return space
+
+    source = captures / "first" / "vm.xplane.pb"
+    whole = parsed(source)
+    span = preview.cut(source, tmp_path / "vm.xplane.pb", 0.3)
+    cut = parsed(tmp_path / "vm.xplane.pb")
+
+    def outline(space: Any) -> list[Any]:
+        return [(p.name, dict(p.event_metadata), [x.name for x in p.lines]) for p in space.planes]
+
+    assert outline(cut) == outline(whole)
+    kept: list[int] = []
+    dropped: list[int] = []
+    for line, line_cut in zip(lines_of(whole), lines_of(cut), strict=True):
+        assert starts(line) == sorted(starts(line)), f"{line.name}: not as the profiler sorts"
+        count = len(line_cut.events)
+        assert list(line.events[:count]) == list(line_cut.events), line.name
+        kept += starts(line)[:count]
+        dropped += starts(line)[count:]
+    assert kept and dropped and max(kept) < min(dropped)
+    total, wanted = len(kept) + len(dropped), int(0.3 * (len(kept) + len(dropped)))
+    assert span["events"] == len(kept) and span["of"] == total, span
+    assert wanted <= len(kept) < wanted + kept.count(max(kept)), (wanted, len(kept))
+    first = min(kept)
+    assert span["shown_s"] == round((max(kept) + 1 - first) / 1e12, 6), span
+    assert span["shown_s"] < span["total_s"], span
+
+    shuffled = parsed(source)
+    longest = max(lines_of(shuffled), key=lambda line: len(line.events))
+    events = [event.SerializeToString() for event in reversed(longest.events)]
+    del longest.events[:]
+    for data in events:
+        longest.events.add().ParseFromString(data)
+    (tmp_path / "shuffled.xplane.pb").write_bytes(shuffled.SerializeToString())
+    assert preview.cut(tmp_path / "shuffled.xplane.pb", tmp_path / "again.xplane.pb", 0.3) == span
+    again = parsed(tmp_path / "again.xplane.pb")
+    assert [list(x.events) for x in lines_of(again)] == [list(x.events) for x in lines_of(cut)]
+
+
+def preview_path(viewer: Viewer, run: str) -> str:
+    """The trace viewer page of ``run`` as the preparing page embeds it for the preview."""
+    path, _, query = viewer.trace_viewer_path(run, "vm").partition("?")
+    args = parse_qsl(query)
+    args = [(k, v + "&" + preparing.PREVIEW_QUERY if k == "trace_data_url" else v) for k, v in args]
+    return path + "?" + urlencode(args)
+
+
+def test_a_large_runs_first_events_are_shown_while_the_whole_converts(
+    start: Callable[..., tuple[Viewer, Path]], captures: Path
+) -> None:
+    """A run over the preview's threshold: its first events are converted first and served
+    for the page's preview while the whole run converts; the run then gets the whole."""
+    size = _store.xplane_bytes(captures / "second")
+    viewer, logdir = start(
+        **{
+            preview.FROM_MB_ENV: "0",
+            preview.SIZE_MB_ENV: str(0.3 * size / 1e6),
+            convert.DELAY_ENV: "5",
+        }
+    )
+    run_dir = commit(captures, logdir, "second")
+    state = wait_until(
+        lambda: (lambda s: s if s.get("preview") else None)(status(viewer, "second")),
+        TIMEOUT_S,
+        "the run's preview",
+    )
+    assert state["state"] in ("queued", "converting"), state
+    span = state["preview"]
+    assert 0 < span["events"] < span["of"] and 0 < span["shown_s"] < span["total_s"], span
+    # The page that shows the preview is XProf's own, for the same run; its data is the cut.
+    code, body = http_get(viewer.port, preview_path(viewer, "second"), timeout=30)
+    assert code == 200 and b"preparing the timeline" not in body, body[:300]
+    asked = {"run": "second", "tag": "trace_viewer@", "host": "vm"}
+    shown = fetch_json(viewer, "data", timeout=TIMEOUT_S, **asked, xprof_magic_preview="1")
+    whole = fetch_json(viewer, "data", timeout=TIMEOUT_S, **asked)
+    after = status(viewer, "second")
+    assert after["state"] == "ready" and after["preview"] is None, after
+
+    def times(trace: dict[str, Any]) -> list[float]:
+        return [float(e["ts"]) for e in trace["traceEvents"] if e.get("ph") == "X"]
+
+    assert 0 < len(times(shown)) < len(times(whole))
+    assert max(times(shown)) < max(times(whole))
+    assert min(times(shown)) == min(times(whole)), "the preview is not the capture's start"
+    assert len(log_lines(viewer, "prepared the timeline of run second")) == 1
+    assert set(caches(run_dir)) >= {"vm.SSTABLE", convert.CACHE_VERSION_FILE}
+    assert list(logdir.glob(f"{prepare.SCRATCH_DIR}/*-preview-*/vm.SSTABLE")), "kept for the page"
+
+
+def test_a_viewer_keeps_the_previews_of_its_newest_runs_and_removes_them_when_it_stops(
+    tmp_path: Path,
+) -> None:
+    """A preview is adopted once its span file is written, moved out of the conversion's
+    scratch; past :data:`preview.KEPT` runs the oldest is removed; ``clear`` removes all."""
+    scratch = tmp_path / prepare.SCRATCH_DIR
+    previews = preview.Previews(scratch)
+    children = []
+    for number in range(preview.KEPT + 1):
+        child = scratch / f"child-{number}"
+        (child / preview.FOLDER).mkdir(parents=True)
+        (child / preview.FOLDER / "vm.SSTABLE").write_bytes(b"cache")
+        children.append(child)
+    assert not previews.take("run-0", children[0]), "adopted before its span file"
+    assert previews.folder("run-0") is None and (children[0] / preview.FOLDER).is_dir()
+    for number, child in enumerate(children):
+        span = {"shown_s": 1.0, "total_s": 9.0, "events": number, "of": 10}
+        (child / preview.FOLDER / preview.SPAN_FILE).write_text(json.dumps(span))
+        assert previews.take(f"run-{number}", child)
+        assert not (child / preview.FOLDER).exists()
+        assert not previews.take(f"run-{number}", child), "adopted twice"
+    assert previews.folder("run-0") is None, "more previews kept than KEPT"
+    kept = [previews.folder(f"run-{n}") for n in range(1, preview.KEPT + 1)]
+    assert all(folder is not None and (folder / "vm.SSTABLE").is_file() for folder in kept)
+    assert previews.span(f"run-{preview.KEPT}") == {
+        "shown_s": 1.0,
+        "total_s": 9.0,
+        "events": preview.KEPT,
+        "of": 10,
+    }
+    assert len(list(scratch.glob(f"{os.getpid()}-preview-*"))) == preview.KEPT
+    previews.clear()
+    assert not list(scratch.glob("*-preview-*")) and previews.folder("run-1") is None

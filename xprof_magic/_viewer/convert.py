@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from xprof_magic import _store
+from xprof_magic._viewer import preview
 
 __all__ = [
     "CACHE_SUFFIXES",
@@ -200,11 +201,16 @@ def command(root: str, scratch: Path, hosts: tuple[str, ...]) -> list[str]:
 
 
 def start(
-    root: str, scratch: Path, hosts: tuple[str, ...], urgent: bool, log: IO[bytes]
+    root: str,
+    scratch: Path,
+    hosts: tuple[str, ...],
+    urgent: bool,
+    log: IO[bytes],
+    keep: float = 0.0,
 ) -> subprocess.Popen[bytes]:
     """Start the child (:func:`command`), its output into ``log``; ``urgent``: see
-    :data:`URGENT_ENV`."""
-    env = {**os.environ, URGENT_ENV: "1" if urgent else "0"}
+    :data:`URGENT_ENV`; ``keep``: the share of events its preview keeps (0: none)."""
+    env = {**os.environ, URGENT_ENV: "1" if urgent else "0", preview.SHARE_ENV: str(keep)}
     return subprocess.Popen(
         command(root, scratch, hosts),
         env=env,
@@ -248,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     scratch, hosts = Path(args[0]), args[1:]
     _priority(os.environ.get(URGENT_ENV) == "1")
+    keep = float(os.environ.get(preview.SHARE_ENV, "0") or 0)
+    if keep > 0:  # a first look, while the whole converts: a failure only loses the look
+        try:
+            preview.make(scratch, hosts, keep, xprof_version())
+        except Exception as error:
+            sys.stderr.write(f"no preview: {type(error).__name__}: {error}\n")
     try:
         from xprof.convert import raw_to_tool_data
 

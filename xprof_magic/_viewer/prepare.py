@@ -16,7 +16,9 @@ converter in a child (:mod:`xprof_magic._viewer.convert`), writing XProf's own c
   the CPUs so busy that the child barely runs, it is raised to normal priority, as XProf's
   own conversion on that request would run (in place where allowed, else started again);
 - never twice: a run whose caches XProf would read is ready and left alone, and no
-  conversion of ours starts while XProf serves the run's trace data itself.
+  conversion of ours starts while XProf serves the run's trace data itself;
+- a large run's first events are converted first, to be looked at meanwhile
+  (:mod:`~xprof_magic._viewer.preview`).
 
 :mod:`xprof_magic._viewer.preparing` is the WSGI side: the page said while a run is not
 ready, and the requests that ask for a run. Standard library only: the viewer's process.
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from xprof_magic import _store
-from xprof_magic._viewer import convert
+from xprof_magic._viewer import convert, preview
 
 __all__ = ["SCRATCH_DIR", "Preparer"]
 
@@ -47,10 +49,7 @@ SCRATCH_DIR = ".xprof_magic_prepare"
 """Under the log directory: the conversions in progress, ``<pid>-<hex>`` each."""
 RECENT_S = 120.0
 """A run committed this long before the viewer started counts as new: converted at once."""
-TICK_S = 0.2
-WAITING_S = 1.5
-STARVED_S = 2.0
-STARVED_SHARE = 0.25
+TICK_S, WAITING_S, STARVED_S, STARVED_SHARE = 0.2, 1.5, 2.0, 0.25
 WAIT_S = 900.0
 """How long a trace data request waits for the run's conversion before XProf gets it."""
 
@@ -104,6 +103,7 @@ class Preparer:
         self._waiting: Counter[str] = Counter()
         self._polled: dict[str, float] = {}
         self._rate: float | None = None  # seconds per byte, from the last conversion
+        self.previews = preview.Previews(self.scratch)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="xprof-prepare", daemon=True)
 
@@ -120,6 +120,7 @@ class Preparer:
         with self._lock:
             if self._child is not None:
                 self._end(self._child, kill=True)
+            self.previews.clear()
 
     def want(self, name: str) -> None:
         """Someone looks at run ``name``: convert it now, before the others."""
@@ -144,17 +145,23 @@ class Preparer:
             converting = child is not None and child.run is run
             left = None
             if converting and self._rate is not None and child is not None:
-                left = max(0.0, self._rate * run.bytes - (now - child.started))
+                left = round(max(0.0, self._rate * run.bytes - (now - child.started)), 1)
             self._polled[name] = now
             return {
                 "state": run.state,
                 "seconds": round(now - run.since, 1) if run.since else 0.0,
-                "left": None if left is None else round(left, 1),
+                "left": left,
                 "paused": bool(converting and child is not None and child.paused)
                 or (run.state == "queued" and _store.capturing(self.logdir)),
                 "reason": run.reason,
                 "mb": round(run.bytes / 1e6, 1),
+                "preview": self.previews.span(name) if run.state != "ready" else None,
             }
+
+    def preview(self, name: str) -> Path | None:
+        """The folder of run ``name``'s preview (:mod:`~xprof_magic._viewer.preview`)."""
+        with self._lock:
+            return self.previews.folder(name)
 
     def wait(self, name: str, timeout: float = WAIT_S, shown: float = 0.0) -> None:
         """Return once run ``name`` is neither queued nor converting (or after ``timeout``):
@@ -292,7 +299,8 @@ class Preparer:
             self._fail(run, f"cannot link the capture for conversion: {error.strerror or error}")
             return
         try:
-            process = convert.start(self.root, scratch, hosts, urgent, log)
+            keep = 0.0 if self.previews.folder(run.name) else preview.share(run.bytes)
+            process = convert.start(self.root, scratch, hosts, urgent, log, keep)
         except OSError as error:  # no process to be had (fork refused, no memory)
             log.close()
             convert.remove_scratch(scratch)
@@ -306,7 +314,8 @@ class Preparer:
 
     def _watch(self, child: _Child) -> None:
         """Kill a child past its memory bound, or converting a run nobody asked for when
-        one is asked for (that run goes back to the queue)."""
+        one is asked for (that run goes back to the queue); adopt its finished preview."""
+        self.previews.take(child.run.name, child.scratch)
         if convert.rss(child.process.pid) > child.bound:
             self._end(child, kill=True)
             self._fail(
@@ -388,5 +397,4 @@ class Preparer:
 
 
 def _log(message: str) -> None:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    print(f"[xprof_magic viewer {stamp}] {message}", file=sys.stderr, flush=True)
+    print(f"[xprof_magic viewer {time.strftime('%F %T')}] {message}", file=sys.stderr, flush=True)

@@ -36,6 +36,7 @@ __all__ = [
     "BACKGROUND",
     "PREPARE_ENV",
     "PREPARING_PAGE",
+    "PREVIEW_QUERY",
     "STATUS_QUERY",
     "ahead",
     "enabled",
@@ -52,6 +53,9 @@ next cell, the browser drawing the timeline). XProf ignores parameters it does n
 _BACKGROUND_QUERY = urlencode(BACKGROUND)
 BACKGROUND_NICE = 10
 """Not 19: the survey's questions still end within their 30 s on a busy machine."""
+PREVIEW_QUERY = "xprof_magic_preview=1"
+"""Added to a trace viewer page's ``trace_data_url``: its data is the run's preview
+(:mod:`xprof_magic._viewer.preview`), while the whole run is prepared."""
 STATUS_QUERY = "xprof_magic_status=1"
 """Added to the page's own URL: the run's state as JSON, for :data:`PREPARING_PAGE`."""
 _TRACE_TAGS = frozenset({convert.TRACE_TOOL, "trace_viewer"})
@@ -64,20 +68,40 @@ SHOWN_S = 5.0
 after: the page polls, reloads into XProf's and asks for the data within it."""
 
 PREPARING_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>
-body{font:13px monospace;margin:8px;color:#333}a{color:#1a73e8}
+html,body{height:100%;margin:0}
+body{display:flex;flex-direction:column;font:13px monospace;color:#333}
+.xprof-preparing{padding:8px}a{color:#1a73e8}.xprof-preview{flex:1;border:0;width:100%}
 </style></head><body><div class="xprof-preparing" data-state="__STATE__">__LINE__</div>
 <script>(function(){
-var line=document.querySelector('.xprof-preparing');
+var line=document.querySelector('.xprof-preparing'),home=location.href,frame=null,touched=false;
+var p=null;
 var url=location.pathname+location.search+'&__STATUS__';
+function link(text,go){var a=document.createElement('a');a.href='#';a.textContent=text;
+  a.onclick=function(e){e.preventDefault();go();};line.appendChild(a);}
+function whole(){location.replace(home);}
+function secs(x){return x>=10?x.toFixed(0)+' s':x>=1?x.toFixed(1)+' s':
+  (x*1000).toFixed(x>=0.01?0:1)+' ms';}
+function show(){var q=new URLSearchParams(location.search),t=q.get('trace_data_url')||'';
+  q.set('trace_data_url',t+(t.indexOf('?')<0?'?':'&')+'__PREVIEW__');
+  frame=document.createElement('iframe');frame.className='xprof-preview';
+  frame.src=location.pathname+'?'+q.toString();
+  frame.addEventListener('load',function(){try{var w=frame.contentWindow;
+    ['mousedown','wheel','keydown','touchstart'].forEach(function(k){
+      w.addEventListener(k,function(){touched=true;},true);});}catch(e){}});
+  document.body.appendChild(frame);}
 function say(s){
-  line.dataset.state=s.state;
+  p=s.preview||p;line.dataset.state=s.state;
+  if(p&&!frame)show();
   if(s.state==='failed'){
     line.textContent='xprof: the timeline could not be prepared: '+s.reason+'. ';
-    var again=document.createElement('a');again.href='#';again.textContent='Try again';
-    again.onclick=function(e){e.preventDefault();location.reload();};
-    line.appendChild(again);return false;}
-  if(s.state!=='queued'&&s.state!=='converting'){location.reload();return false;}
+    link('Try again',whole);return false;}
+  if(s.state!=='queued'&&s.state!=='converting'){
+    if(!frame||!touched){whole();return false;}
+    line.textContent='xprof: the whole timeline is ready ('+secs(p.total_s)+'). ';
+    link('Show it',whole);return false;}
   var text='xprof: preparing the timeline: '+Math.round(s.seconds)+' s so far';
+  if(frame)text='xprof: showing the events of the first '+secs(p.shown_s)+' of '+
+    secs(p.total_s)+' while the whole timeline is prepared: '+Math.round(s.seconds)+' s so far';
   if(s.paused)text+='; paused while a cell captures';
   else if(s.left!==null&&s.left!==undefined)text+=', about '+Math.ceil(s.left)+' s left';
   if(s.mb>=1)text+=' ('+s.mb+' MB capture)';
@@ -95,17 +119,30 @@ def _page(status: dict[str, Any]) -> bytes:
         PREPARING_PAGE.replace("__STATE__", html.escape(str(status["state"])))
         .replace("__LINE__", html.escape(line))
         .replace("__STATUS__", STATUS_QUERY)
+        .replace("__PREVIEW__", PREVIEW_QUERY)
     )
     return page.encode()
 
 
-def _trace_run(args: dict[str, list[str]]) -> str | None:
-    """The run a trace viewer page shows: the ``run`` of its ``trace_data_url``."""
+def _trace_run(args: dict[str, list[str]]) -> tuple[str | None, bool]:
+    """The run a trace viewer page shows (the ``run`` of its ``trace_data_url``), and
+    whether it shows that run's preview (:data:`PREVIEW_QUERY`)."""
     for url in args.get("trace_data_url", []):
-        runs = parse_qs(urlsplit(url).query).get("run", [])
+        query = urlsplit(url).query
+        runs = parse_qs(query).get("run", [])
         if runs:
-            return runs[0]
-    return None
+            return runs[0], PREVIEW_QUERY in query.split("&")
+    return None, False
+
+
+def _previewed(environ: dict[str, Any], args: dict[str, list[str]], folder: Path) -> dict[str, Any]:
+    """``environ`` of a trace data request for a run, made one for its preview ``folder``:
+    XProf's ``session_path`` (inside the log directory), the run named as its folder."""
+    pairs = [
+        (k, v) for k, values in args.items() for v in values if k not in ("run", "session_path")
+    ]
+    pairs += [("run", folder.name), ("session_path", str(folder))]
+    return {**environ, "QUERY_STRING": urlencode(pairs)}
 
 
 def _reply(start_response: StartResponse, body: bytes, kind: str) -> Iterable[bytes]:
@@ -133,8 +170,8 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
         for name in named[:1]:
             preparer.want(name)
         if path == PROFILE_ROUTE + "/trace_viewer_index.html":
-            run = _trace_run(args)
-            if run is not None:
+            run, preview = _trace_run(args)
+            if run is not None and not preview:
                 if STATUS_QUERY in query.split("&"):
                     body = json.dumps(preparer.status(run)).encode()
                     return _reply(start_response, body, "application/json")
@@ -144,6 +181,9 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
                     return _reply(start_response, _page(status), "text/html; charset=utf-8")
         elif path == PROFILE_ROUTE + "/data" and named:
             if _TRACE_TAGS & set(args.get("tag", [])):
+                folder = preparer.preview(named[0]) if PREVIEW_QUERY in query.split("&") else None
+                if folder is not None and folder.is_dir():
+                    return app(_previewed(environ, args, folder), start_response)
                 with preparer.xprof_converts(named[0]):
                     return list(app(environ, start_response))
             # Another tool's data (the widget's survey, which has XProf convert the run for

@@ -11,6 +11,9 @@ that generated it, and the same source works on every protobuf runtime from 4.21
 Two shapes of the same bytes:
 
 * :data:`XSpace` declares planes → lines → events → stats in full (as the ``.proto`` does).
+* :data:`RawXLine` declares a line's ``events`` as ``bytes``: the viewer's preview
+  (:mod:`xprof_magic._viewer.preview`) parses the few events its binary searches read
+  (:data:`LazyXEvent`) and cuts the rest unread.
 * :data:`LazyXSpace` declares a plane's ``lines`` as ``bytes`` (on the wire a sub-message
   and ``bytes`` are the same), so parsing the file keeps each line serialized;
   :func:`parse_line` then parses one line at a time, and keeps each event's stats
@@ -31,8 +34,10 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 __all__ = [
+    "LazyXEvent",
     "LazyXLine",
     "LazyXSpace",
+    "RawXLine",
     "XLine",
     "XPlane",
     "XSpace",
@@ -81,6 +86,7 @@ _MESSAGES: dict[str, list[_Field]] = {
     "LazyXEvent": [*_EVENT, ("stats", 4, _BYTES, True, None)],
     "XLine": [*_LINE, ("events", 4, _MESSAGE, True, "XEvent")],
     "LazyXLine": [*_LINE, ("events", 4, _MESSAGE, True, "LazyXEvent")],
+    "RawXLine": [*_LINE, ("events", 4, _BYTES, True, None)],
     "XPlane": [*_PLANE, ("lines", 3, _MESSAGE, True, "XLine")],
     "LazyXPlane": [*_PLANE, ("lines", 3, _BYTES, True, None)],
     "XSpace": [("planes", 1, _MESSAGE, True, "XPlane")],
@@ -146,6 +152,8 @@ _CLASSES = _classes()
 XStat: Any = _CLASSES["XStat"]
 XLine: Any = _CLASSES["XLine"]
 LazyXLine: Any = _CLASSES["LazyXLine"]
+LazyXEvent: Any = _CLASSES["LazyXEvent"]
+RawXLine: Any = _CLASSES["RawXLine"]
 XPlane: Any = _CLASSES["XPlane"]
 XSpace: Any = _CLASSES["XSpace"]
 LazyXSpace: Any = _CLASSES["LazyXSpace"]

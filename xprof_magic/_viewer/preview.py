@@ -1,0 +1,254 @@
+"""A first look at a large run while its whole timeline converts: the capture's first events.
+
+XProf converts a whole capture before its trace viewer draws anything: about 20 s for a
+100 MB capture on a 2-core machine, however little of it the first view shows. For a run
+over :data:`FROM_MB_ENV` (default :data:`FROM_MB`), the conversion's child
+(:mod:`xprof_magic._viewer.convert`) first cuts each host's XSpace at the time that keeps
+about :data:`SIZE_MB_ENV` of its events, from the capture's start (:func:`cut`), has XProf
+convert that small XSpace in ``<scratch>/preview``, and writes the preview's
+``cache_version.txt`` and :data:`SPAN_FILE` last; then it converts the whole capture, as
+before. The viewer's :class:`~xprof_magic._viewer.prepare.Preparer` moves the finished
+preview out of the scratch folder (:func:`adopt`) and the page said while the run is
+prepared shows it, with "the first 2.1 s of 14.0 s" above it, until the whole timeline is
+ready (:mod:`xprof_magic._viewer.preparing`).
+
+The cut keeps every event that starts before the cut time and everything else the file
+holds (planes, lines, metadata, stats): the preview is the capture's real events, read and
+written through the protobuf runtime with XSpace's public schema
+(:mod:`xprof_magic._analysis.timeline.xspace`, imported in the child only), whose
+undeclared fields the runtime keeps as they were.
+
+Standard library only at import: the viewer's process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FOLDER",
+    "FROM_MB",
+    "FROM_MB_ENV",
+    "KEPT",
+    "SHARE_ENV",
+    "SIZE_MB",
+    "SIZE_MB_ENV",
+    "SPAN_FILE",
+    "Previews",
+    "adopt",
+    "cut",
+    "make",
+    "remove",
+    "share",
+]
+
+FOLDER = "preview"
+"""In a conversion's scratch folder: the preview, once its :data:`SPAN_FILE` is there."""
+SPAN_FILE = "preview.json"
+"""What the preview shows: ``shown_s`` of ``total_s`` seconds, ``events`` of ``of``."""
+FROM_MB_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_FROM_MB"
+FROM_MB = 40.0
+"""A run's captures over this many MB get a preview first: a 30 MB capture converts whole in
+about 5 s, about the time a user reads its summary."""
+SIZE_MB_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_MB"
+SIZE_MB = 6.0
+"""About this many MB of a capture's events go into its preview: XProf converts them in
+about a second."""
+SHARE_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_SHARE"
+"""In the child's environment: the :func:`share` its preview keeps (absent or 0: none)."""
+KEPT = 3
+"""A viewer keeps the previews of this many runs, the newest: each is a few MB on disk."""
+_XPLANE = ".xplane.pb"
+
+
+def _number(name: str, default: float) -> float:
+    with contextlib.suppress(KeyError, ValueError):
+        return float(os.environ[name])
+    return default
+
+
+def share(xplane_bytes: int) -> float:
+    """The part of a run's events its preview keeps (0: no preview), by the run's size."""
+    if xplane_bytes <= _number(FROM_MB_ENV, FROM_MB) * 1e6:
+        return 0.0
+    return min(1.0, _number(SIZE_MB_ENV, SIZE_MB) * 1e6 / max(xplane_bytes, 1))
+
+
+def cut(source: Path, target: Path, keep: float) -> dict[str, float]:
+    """Write to ``target`` the XSpace ``source`` without its events that start at or after
+    the time before which ``keep`` of its events start (at least one); what it shows.
+
+    The profiler sorts each line's events by start before it writes the file, so the cut
+    time and each line's cut are binary searches that parse a few events; a line found out
+    of order (checked at 64 points) is sorted first. The rest is never parsed."""
+    from xprof_magic._analysis.timeline import xspace
+
+    space = xspace.LazyXSpace()
+    space.ParseFromString(source.read_bytes())
+    event = xspace.LazyXEvent()
+    lines: list[_Line] = []
+    for plane in space.planes:
+        for index, data in enumerate(plane.lines):
+            raw = xspace.RawXLine()
+            raw.ParseFromString(data)
+            if raw.events:
+                lines.append(_Line(plane, index, raw, raw.timestamp_ns * 1000, event))
+    if not lines:
+        target.write_bytes(source.read_bytes())
+        return {"shown_s": 0.0, "total_s": 0.0, "events": 0, "of": 0}
+    first = min(line.start(0) for line in lines)
+    end = max(line.last_end for line in lines)
+    total = sum(len(line) for line in lines)
+    wanted = max(1, min(total, int(total * keep)))
+    low, high = first, end + 1  # the least time before which ``wanted`` events start
+    while low < high:
+        middle = (low + high) // 2
+        if sum(line.before(middle) for line in lines) >= wanted:
+            high = middle
+        else:
+            low = middle + 1
+    until = low
+    kept = 0
+    for line in lines:
+        count = line.before(until)
+        kept += count
+        if count < len(line):
+            del line.raw.events[count:]
+            line.plane.lines[line.index] = line.raw.SerializeToString()
+    target.write_bytes(space.SerializeToString())
+    return {
+        "shown_s": round((min(until, end) - first) / 1e12, 6),
+        "total_s": round((end - first) / 1e12, 6),
+        "events": kept,
+        "of": total,
+    }
+
+
+class _Line:
+    """One line of a :func:`cut`, its events serialized, sorted by start once looked at."""
+
+    def __init__(self, plane: Any, index: int, raw: Any, base: int, event: Any) -> None:
+        self.plane, self.index, self.raw, self.base, self._event = plane, index, raw, base, event
+        step = max(1, len(raw.events) // 64)
+        probes = [*range(0, len(raw.events), step), len(raw.events) - 1]
+        if any(a > b for a, b in itertools.pairwise(self.start(i) for i in probes)):
+            pairs = sorted((self.start(i), data) for i, data in enumerate(raw.events))
+            del raw.events[:]
+            raw.events.extend(data for _, data in pairs)
+        self.last_end = max(self.end(i) for i in probes)
+        """The latest end among the probed events (the last one included): about the line's
+        end, without parsing every event for it."""
+
+    def __len__(self) -> int:
+        return len(self.raw.events)
+
+    def _read(self, i: int) -> Any:
+        self._event.ParseFromString(self.raw.events[i])
+        return self._event
+
+    def start(self, i: int) -> int:
+        return int(self.base + self._read(i).offset_ps)
+
+    def end(self, i: int) -> int:
+        read = self._read(i)
+        return int(self.base + read.offset_ps + read.duration_ps)
+
+    def before(self, time_ps: int) -> int:
+        """How many of its events start before ``time_ps``."""
+        low, high = 0, len(self.raw.events)
+        while low < high:
+            middle = (low + high) // 2
+            if self.start(middle) < time_ps:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+
+def make(scratch: Path, hosts: list[str], keep: float, version: str) -> None:
+    """In the child: each host's capture in ``scratch`` cut (:func:`cut`) into
+    ``scratch/preview``, converted there by XProf for the trace viewer, then its
+    ``cache_version.txt`` and, last, its :data:`SPAN_FILE`: until then :func:`adopt`
+    leaves it alone."""
+    from xprof.convert import raw_to_tool_data
+
+    folder = scratch / FOLDER
+    folder.mkdir()
+    span: dict[str, float] = {}
+    for host in hosts:
+        xplane = folder / f"{host}{_XPLANE}"
+        shown = cut(scratch / f"{host}{_XPLANE}", xplane, keep)
+        span = span or shown
+        params = {
+            "use_saved_result": True,
+            "hosts": [host],
+            "trace_viewer_options": {"resolution": 8000},
+        }
+        raw_to_tool_data.xspace_to_tool_data([str(xplane)], "trace_viewer@", params)
+    (folder / "cache_version.txt").write_text(version)
+    tmp = folder / f".{SPAN_FILE}.tmp"
+    tmp.write_text(json.dumps(span))
+    os.replace(tmp, folder / SPAN_FILE)
+
+
+def adopt(scratch: Path, target: Path) -> dict[str, Any] | None:
+    """Move the finished preview in a conversion's ``scratch`` folder to ``target``, and
+    what it shows; None while it is not finished (its :data:`SPAN_FILE` not written)."""
+    folder = scratch / FOLDER
+    try:
+        span = json.loads((folder / SPAN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    os.replace(folder, target)
+    return span if isinstance(span, dict) else {}
+
+
+def remove(folder: Path | None) -> None:
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class Previews:
+    """The previews of one viewer's runs, by run name: each in a folder of ``scratch``
+    named ``<pid>-preview-<hex>`` (removed with the viewer's other scratch once it is gone);
+    the newest :data:`KEPT` are kept. Not thread-safe: the preparer holds its lock."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self._shown: dict[str, tuple[Path, dict[str, Any]]] = {}
+
+    def take(self, name: str, child_scratch: Path) -> bool:
+        """Adopt run ``name``'s preview from its conversion's scratch, once it is finished."""
+        if name in self._shown:
+            return False
+        target = self.scratch / f"{os.getpid()}-preview-{uuid.uuid4().hex[:12]}"
+        try:
+            span = adopt(child_scratch, target)
+        except OSError:
+            return False
+        if span is None:
+            return False
+        self._shown[name] = (target, span)
+        while len(self._shown) > KEPT:
+            remove(self._shown.pop(next(iter(self._shown)))[0])
+        return True
+
+    def folder(self, name: str) -> Path | None:
+        """Run ``name``'s preview folder, if it has one."""
+        return self._shown[name][0] if name in self._shown else None
+
+    def span(self, name: str) -> dict[str, Any] | None:
+        """What run ``name``'s preview shows (:data:`SPAN_FILE`), if it has one."""
+        return self._shown[name][1] if name in self._shown else None
+
+    def clear(self) -> None:
+        for folder, _span in self._shown.values():
+            remove(folder)
+        self._shown.clear()
