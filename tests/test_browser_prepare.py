@@ -66,7 +66,7 @@ def preview_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab
         **machine_environment(),
         convert.DELAY_ENV: str(PREVIEW_DELAY_S),
         preview.FROM_MB_ENV: "0",
-        preview.SIZE_MB_ENV: "0.02",
+        preview.EVENTS_ENV: "200",
     }
     server = start_jupyterlab(home, base_env=env)
     try:

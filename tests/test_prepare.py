@@ -559,7 +559,7 @@ def test_the_preview_keeps_each_lines_first_events_whole_and_cuts_at_one_time(
 ) -> None:
     """The cut of a real capture: every plane, metadata and line stays; each line keeps
     the events that start before one time, whole (stats and all) and in order; about the
-    share asked for. A line written out of order is sorted first: the same preview."""
+    count asked for. A line written out of order is sorted first: the same preview."""
     from xprof_magic._analysis.timeline import xspace
 
     def parsed(path: Path) -> Any:
@@ -569,7 +569,9 @@ def test_the_preview_keeps_each_lines_first_events_whole_and_cuts_at_one_time(
 
     source = captures / "first" / "vm.xplane.pb"
     whole = parsed(source)
-    span = preview.cut(source, tmp_path / "vm.xplane.pb", 0.3)
+    total = sum(len(line.events) for line in lines_of(whole))
+    wanted = int(0.3 * total)
+    span = preview.cut(source, tmp_path / "vm.xplane.pb", wanted)
     cut = parsed(tmp_path / "vm.xplane.pb")
 
     def outline(space: Any) -> list[Any]:
@@ -585,7 +587,6 @@ def test_the_preview_keeps_each_lines_first_events_whole_and_cuts_at_one_time(
         kept += starts(line)[:count]
         dropped += starts(line)[count:]
     assert kept and dropped and max(kept) < min(dropped)
-    total, wanted = len(kept) + len(dropped), int(0.3 * (len(kept) + len(dropped)))
     assert span["events"] == len(kept) and span["of"] == total, span
     assert wanted <= len(kept) < wanted + kept.count(max(kept)), (wanted, len(kept))
     first = min(kept)
@@ -599,7 +600,8 @@ def test_the_preview_keeps_each_lines_first_events_whole_and_cuts_at_one_time(
     for data in events:
         longest.events.add().ParseFromString(data)
     (tmp_path / "shuffled.xplane.pb").write_bytes(shuffled.SerializeToString())
-    assert preview.cut(tmp_path / "shuffled.xplane.pb", tmp_path / "again.xplane.pb", 0.3) == span
+    again_span = preview.cut(tmp_path / "shuffled.xplane.pb", tmp_path / "again.xplane.pb", wanted)
+    assert again_span == span
     again = parsed(tmp_path / "again.xplane.pb")
     assert [list(x.events) for x in lines_of(again)] == [list(x.events) for x in lines_of(cut)]
 
@@ -617,11 +619,10 @@ def test_a_large_runs_first_events_are_shown_while_the_whole_converts(
 ) -> None:
     """A run over the preview's threshold: its first events are converted first and served
     for the page's preview while the whole run converts; the run then gets the whole."""
-    size = _store.xplane_bytes(captures / "second")
     viewer, logdir = start(
         **{
             preview.FROM_MB_ENV: "0",
-            preview.SIZE_MB_ENV: str(0.3 * size / 1e6),
+            preview.EVENTS_ENV: "6",
             convert.DELAY_ENV: "5",
         }
     )
@@ -634,6 +635,9 @@ def test_a_large_runs_first_events_are_shown_while_the_whole_converts(
     assert state["state"] in ("queued", "converting"), state
     span = state["preview"]
     assert 0 < span["events"] < span["of"] and 0 < span["shown_s"] < span["total_s"], span
+    # The page said meanwhile holds the preview from its first byte (no poll first).
+    said = page(viewer, "second")
+    assert 'data-preview="{&quot;shown_s&quot;' in said or "xprof-preparing" not in said, said
     # The page that shows the preview is XProf's own, for the same run; its data is the cut.
     code, body = http_get(viewer.port, preview_path(viewer, "second"), timeout=30)
     assert code == 200 and b"preparing the timeline" not in body, body[:300]

@@ -206,11 +206,11 @@ def start(
     hosts: tuple[str, ...],
     urgent: bool,
     log: IO[bytes],
-    keep: float = 0.0,
+    keep: int = 0,
 ) -> subprocess.Popen[bytes]:
     """Start the child (:func:`command`), its output into ``log``; ``urgent``: see
-    :data:`URGENT_ENV`; ``keep``: the share of events its preview keeps (0: none)."""
-    env = {**os.environ, URGENT_ENV: "1" if urgent else "0", preview.SHARE_ENV: str(keep)}
+    :data:`URGENT_ENV`; ``keep``: the events its preview keeps (0: none)."""
+    env = {**os.environ, URGENT_ENV: "1" if urgent else "0", preview.KEEP_ENV: str(keep)}
     return subprocess.Popen(
         command(root, scratch, hosts),
         env=env,
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     scratch, hosts = Path(args[0]), args[1:]
     _priority(os.environ.get(URGENT_ENV) == "1")
-    keep = float(os.environ.get(preview.SHARE_ENV, "0") or 0)
+    keep = int(os.environ.get(preview.KEEP_ENV, "0") or 0)
     if keep > 0:  # a first look, while the whole converts: a failure only loses the look
         try:
             preview.make(scratch, hosts, keep, xprof_version())

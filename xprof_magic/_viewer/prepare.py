@@ -50,8 +50,7 @@ SCRATCH_DIR = ".xprof_magic_prepare"
 RECENT_S = 120.0
 """A run committed this long before the viewer started counts as new: converted at once."""
 TICK_S, WAITING_S, STARVED_S, STARVED_SHARE = 0.2, 1.5, 2.0, 0.25
-WAIT_S = 900.0
-"""How long a trace data request waits for the run's conversion before XProf gets it."""
+WAIT_S = 900.0  # how long a trace data request waits for our conversion before XProf
 
 
 @dataclass
@@ -299,7 +298,7 @@ class Preparer:
             self._fail(run, f"cannot link the capture for conversion: {error.strerror or error}")
             return
         try:
-            keep = 0.0 if self.previews.folder(run.name) else preview.share(run.bytes)
+            keep = 0 if self.previews.folder(run.name) else preview.wanted(run.bytes)
             process = convert.start(self.root, scratch, hosts, urgent, log, keep)
         except OSError as error:  # no process to be had (fork refused, no memory)
             log.close()
@@ -315,7 +314,8 @@ class Preparer:
     def _watch(self, child: _Child) -> None:
         """Kill a child past its memory bound, or converting a run nobody asked for when
         one is asked for (that run goes back to the queue); adopt its finished preview."""
-        self.previews.take(child.run.name, child.scratch)
+        if self.previews.take(child.run.name, child.scratch):
+            _log(f"a preview of run {child.run.name} in {time.monotonic() - child.started:.1f} s")
         if convert.rss(child.process.pid) > child.bound:
             self._end(child, kill=True)
             self._fail(

@@ -71,7 +71,8 @@ PREPARING_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>
 html,body{height:100%;margin:0}
 body{display:flex;flex-direction:column;font:13px monospace;color:#333}
 .xprof-preparing{padding:8px}a{color:#1a73e8}.xprof-preview{flex:1;border:0;width:100%}
-</style></head><body><div class="xprof-preparing" data-state="__STATE__">__LINE__</div>
+</style></head><body><div class="xprof-preparing" data-state="__STATE__"
+ data-preview="__SPAN__">__LINE__</div>
 <script>(function(){
 var line=document.querySelector('.xprof-preparing'),home=location.href,frame=null,touched=false;
 var p=null;
@@ -109,17 +110,20 @@ function say(s){
 function ask(){fetch(url,{cache:'no-store'}).then(function(r){return r.json();})
   .then(function(s){if(say(s))setTimeout(ask,250);})
   .catch(function(){setTimeout(ask,1000);});}
+if(line.dataset.preview){p=JSON.parse(line.dataset.preview);show();}
 ask();})();</script></body></html>"""
 """The page in place of the embedded trace viewer while its run is prepared."""
 
 
 def _page(status: dict[str, Any]) -> bytes:
+    span = status.get("preview")
     line = f"xprof: preparing the timeline: {status.get('seconds', 0):.0f} s so far"
     page = (
         PREPARING_PAGE.replace("__STATE__", html.escape(str(status["state"])))
         .replace("__LINE__", html.escape(line))
         .replace("__STATUS__", STATUS_QUERY)
         .replace("__PREVIEW__", PREVIEW_QUERY)
+        .replace("__SPAN__", html.escape(json.dumps(span)) if span else "")
     )
     return page.encode()
 

@@ -3,8 +3,8 @@
 XProf converts a whole capture before its trace viewer draws anything: about 20 s for a
 100 MB capture on a 2-core machine, however little of it the first view shows. For a run
 over :data:`FROM_MB_ENV` (default :data:`FROM_MB`), the conversion's child
-(:mod:`xprof_magic._viewer.convert`) first cuts each host's XSpace at the time that keeps
-about :data:`SIZE_MB_ENV` of its events, from the capture's start (:func:`cut`), has XProf
+(:mod:`xprof_magic._viewer.convert`) first cuts each host's XSpace at the time before which
+:data:`EVENTS_ENV` of its events start (:func:`cut`), has XProf
 convert that small XSpace in ``<scratch>/preview``, and writes the preview's
 ``cache_version.txt`` and :data:`SPAN_FILE` last; then it converts the whole capture, as
 before. The viewer's :class:`~xprof_magic._viewer.prepare.Preparer` moves the finished
@@ -33,20 +33,20 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "EVENTS",
+    "EVENTS_ENV",
     "FOLDER",
     "FROM_MB",
     "FROM_MB_ENV",
+    "KEEP_ENV",
     "KEPT",
-    "SHARE_ENV",
-    "SIZE_MB",
-    "SIZE_MB_ENV",
     "SPAN_FILE",
     "Previews",
     "adopt",
     "cut",
     "make",
     "remove",
-    "share",
+    "wanted",
 ]
 
 FOLDER = "preview"
@@ -57,12 +57,14 @@ FROM_MB_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_FROM_MB"
 FROM_MB = 40.0
 """A run's captures over this many MB get a preview first: a 30 MB capture converts whole in
 about 5 s, about the time a user reads its summary."""
-SIZE_MB_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_MB"
-SIZE_MB = 6.0
-"""About this many MB of a capture's events go into its preview: XProf converts them in
-about a second."""
-SHARE_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_SHARE"
-"""In the child's environment: the :func:`share` its preview keeps (absent or 0: none)."""
+EVENTS_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_EVENTS"
+EVENTS = 50_000
+"""The events a preview keeps. XProf's trace viewer sends every event of a capture under
+500,000 whatever the resolution asked, so the preview's first reply grows with them: 194,000
+events made a 34 MB reply (2.7 s to serve, longer to draw) where the whole 100 MB capture's,
+thinned, is 9 MB; 50,000 make about as much as the whole's, and convert in under a second."""
+KEEP_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_KEEP"
+"""In the child's environment: the events its preview keeps (:func:`wanted`; 0: none)."""
 KEPT = 3
 """A viewer keeps the previews of this many runs, the newest: each is a few MB on disk."""
 _XPLANE = ".xplane.pb"
@@ -74,14 +76,14 @@ def _number(name: str, default: float) -> float:
     return default
 
 
-def share(xplane_bytes: int) -> float:
-    """The part of a run's events its preview keeps (0: no preview), by the run's size."""
+def wanted(xplane_bytes: int) -> int:
+    """The events a run's preview keeps (0: no preview), by the run's size."""
     if xplane_bytes <= _number(FROM_MB_ENV, FROM_MB) * 1e6:
-        return 0.0
-    return min(1.0, _number(SIZE_MB_ENV, SIZE_MB) * 1e6 / max(xplane_bytes, 1))
+        return 0
+    return max(1, int(_number(EVENTS_ENV, EVENTS)))
 
 
-def cut(source: Path, target: Path, keep: float) -> dict[str, float]:
+def cut(source: Path, target: Path, keep: int) -> dict[str, float]:
     """Write to ``target`` the XSpace ``source`` without its events that start at or after
     the time before which ``keep`` of its events start (at least one); what it shows.
 
@@ -106,11 +108,11 @@ def cut(source: Path, target: Path, keep: float) -> dict[str, float]:
     first = min(line.start(0) for line in lines)
     end = max(line.last_end for line in lines)
     total = sum(len(line) for line in lines)
-    wanted = max(1, min(total, int(total * keep)))
-    low, high = first, end + 1  # the least time before which ``wanted`` events start
+    least = max(1, min(total, keep))
+    low, high = first, end + 1  # the least time before which ``least`` events start
     while low < high:
         middle = (low + high) // 2
-        if sum(line.before(middle) for line in lines) >= wanted:
+        if sum(line.before(middle) for line in lines) >= least:
             high = middle
         else:
             low = middle + 1
@@ -172,7 +174,7 @@ class _Line:
         return low
 
 
-def make(scratch: Path, hosts: list[str], keep: float, version: str) -> None:
+def make(scratch: Path, hosts: list[str], keep: int, version: str) -> None:
     """In the child: each host's capture in ``scratch`` cut (:func:`cut`) into
     ``scratch/preview``, converted there by XProf for the trace viewer, then its
     ``cache_version.txt`` and, last, its :data:`SPAN_FILE`: until then :func:`adopt`
