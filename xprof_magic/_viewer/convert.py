@@ -247,6 +247,37 @@ def _priority(urgent: bool) -> None:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
+def _to_trace_viewer(folder: Path, host: str) -> None:
+    """XProf's trace viewer conversion of ``host``'s ``xplane.pb`` in ``folder``, as its first
+    ``trace_viewer@`` request would: the caches beside it."""
+    from xprof.convert import raw_to_tool_data
+
+    xplane = str(folder / f"{host}{_XPLANE}")
+    params = {
+        "use_saved_result": True,
+        "hosts": [host],
+        "trace_viewer_options": {"resolution": 8000},
+    }
+    raw_to_tool_data.xspace_to_tool_data([xplane], TRACE_TOOL, params)
+
+
+def _preview(scratch: Path, hosts: list[str], keep: int) -> None:
+    """Each host's capture in ``scratch`` cut to its first ``keep`` events
+    (:func:`~xprof_magic._viewer.preview.cut`) into ``scratch/preview``, converted there,
+    then its :data:`CACHE_VERSION_FILE` and, last, what it shows: until then the preparer
+    leaves it alone (:meth:`~xprof_magic._viewer.preview.Previews.take`)."""
+    folder = scratch / preview.FOLDER
+    folder.mkdir()
+    spans = [
+        preview.cut(scratch / f"{host}{_XPLANE}", folder / f"{host}{_XPLANE}", keep)
+        for host in hosts
+    ]
+    for host in hosts:
+        _to_trace_viewer(folder, host)
+    (folder / CACHE_VERSION_FILE).write_text(xprof_version())
+    _store.write_json(folder / preview.SPAN_FILE, spans[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Convert each host's ``xplane.pb`` in the scratch folder ``argv[0]`` for the trace
     viewer, as XProf's first ``trace_viewer@`` request would; the exit code says whether
@@ -257,20 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     keep = int(os.environ.get(preview.KEEP_ENV, "0") or 0)
     if keep > 0:  # a first look, while the whole converts: a failure only loses the look
         try:
-            preview.make(scratch, hosts, keep, xprof_version())
+            _preview(scratch, hosts, keep)
         except Exception as error:
             sys.stderr.write(f"no preview: {type(error).__name__}: {error}\n")
     try:
-        from xprof.convert import raw_to_tool_data
-
         for host in hosts:
-            xplane = str(scratch / f"{host}{_XPLANE}")
-            params = {
-                "use_saved_result": True,
-                "hosts": [host],
-                "trace_viewer_options": {"resolution": 8000},
-            }
-            raw_to_tool_data.xspace_to_tool_data([xplane], TRACE_TOOL, params)
+            _to_trace_viewer(scratch, host)
             if not (scratch / f"{host}.SSTABLE").is_file():
                 sys.stderr.write(f"XProf wrote no trace viewer cache for host {host}\n")
                 return 1

@@ -8,7 +8,7 @@ over :data:`FROM_MB_ENV` (default :data:`FROM_MB`), the conversion's child
 convert that small XSpace in ``<scratch>/preview``, and writes the preview's
 ``cache_version.txt`` and :data:`SPAN_FILE` last; then it converts the whole capture, as
 before. The viewer's :class:`~xprof_magic._viewer.prepare.Preparer` moves the finished
-preview out of the scratch folder (:func:`adopt`) and the page said while the run is
+preview out of the scratch folder (:meth:`Previews.take`) and the page said while the run is
 prepared shows it, with "the first 2.1 s of 14.0 s" above it, until the whole timeline is
 ready (:mod:`xprof_magic._viewer.preparing`).
 
@@ -42,9 +42,7 @@ __all__ = [
     "KEPT",
     "SPAN_FILE",
     "Previews",
-    "adopt",
     "cut",
-    "make",
     "remove",
     "wanted",
 ]
@@ -67,7 +65,6 @@ KEEP_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_KEEP"
 """In the child's environment: the events its preview keeps (:func:`wanted`; 0: none)."""
 KEPT = 3
 """A viewer keeps the previews of this many runs, the newest: each is a few MB on disk."""
-_XPLANE = ".xplane.pb"
 
 
 def _number(name: str, default: float) -> float:
@@ -103,7 +100,7 @@ def cut(source: Path, target: Path, keep: int) -> dict[str, float]:
             if raw.events:
                 lines.append(_Line(plane, index, raw, raw.timestamp_ns * 1000, event))
     if not lines:
-        target.write_bytes(source.read_bytes())
+        shutil.copyfile(source, target)
         return {"shown_s": 0.0, "total_s": 0.0, "events": 0, "of": 0}
     first = min(line.start(0) for line in lines)
     end = max(line.last_end for line in lines)
@@ -174,47 +171,8 @@ class _Line:
         return low
 
 
-def make(scratch: Path, hosts: list[str], keep: int, version: str) -> None:
-    """In the child: each host's capture in ``scratch`` cut (:func:`cut`) into
-    ``scratch/preview``, converted there by XProf for the trace viewer, then its
-    ``cache_version.txt`` and, last, its :data:`SPAN_FILE`: until then :func:`adopt`
-    leaves it alone."""
-    from xprof.convert import raw_to_tool_data
-
-    folder = scratch / FOLDER
-    folder.mkdir()
-    span: dict[str, float] = {}
-    for host in hosts:
-        xplane = folder / f"{host}{_XPLANE}"
-        shown = cut(scratch / f"{host}{_XPLANE}", xplane, keep)
-        span = span or shown
-        params = {
-            "use_saved_result": True,
-            "hosts": [host],
-            "trace_viewer_options": {"resolution": 8000},
-        }
-        raw_to_tool_data.xspace_to_tool_data([str(xplane)], "trace_viewer@", params)
-    (folder / "cache_version.txt").write_text(version)
-    tmp = folder / f".{SPAN_FILE}.tmp"
-    tmp.write_text(json.dumps(span))
-    os.replace(tmp, folder / SPAN_FILE)
-
-
-def adopt(scratch: Path, target: Path) -> dict[str, Any] | None:
-    """Move the finished preview in a conversion's ``scratch`` folder to ``target``, and
-    what it shows; None while it is not finished (its :data:`SPAN_FILE` not written)."""
-    folder = scratch / FOLDER
-    try:
-        span = json.loads((folder / SPAN_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    os.replace(folder, target)
-    return span if isinstance(span, dict) else {}
-
-
-def remove(folder: Path | None) -> None:
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+def remove(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 class Previews:
@@ -227,17 +185,18 @@ class Previews:
         self._shown: dict[str, tuple[Path, dict[str, Any]]] = {}
 
     def take(self, name: str, child_scratch: Path) -> bool:
-        """Adopt run ``name``'s preview from its conversion's scratch, once it is finished."""
+        """Adopt run ``name``'s preview, moved out of its conversion's scratch once finished
+        (its :data:`SPAN_FILE` written); whether it was adopted now."""
         if name in self._shown:
             return False
-        target = self.scratch / f"{os.getpid()}-preview-{uuid.uuid4().hex[:12]}"
+        folder = child_scratch / FOLDER
         try:
-            span = adopt(child_scratch, target)
-        except OSError:
+            span = json.loads((folder / SPAN_FILE).read_text())  # written last
+            target = self.scratch / f"{os.getpid()}-preview-{uuid.uuid4().hex[:12]}"
+            os.replace(folder, target)
+        except (OSError, ValueError):
             return False
-        if span is None:
-            return False
-        self._shown[name] = (target, span)
+        self._shown[name] = (target, span if isinstance(span, dict) else {})
         while len(self._shown) > KEPT:
             remove(self._shown.pop(next(iter(self._shown)))[0])
         return True
