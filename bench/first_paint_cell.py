@@ -9,7 +9,12 @@ repetition, each mode in a JupyterLab (so a viewer) of its own:
   (:mod:`xprof_magic._viewer.prepare`), the default;
 - ``no preview``: ``ahead`` without the preview of a large run's first events
   (:mod:`xprof_magic._viewer.preview`): the frame waits for the whole timeline;
-- ``on demand``: ``XPROF_MAGIC_PREPARE=0``, XProf converts on the first request, as before.
+- ``on demand``: ``XPROF_MAGIC_PREPARE=0``, XProf converts on the first request, as before;
+- ``preview from 20 MB``: ``ahead`` with a 30 MB run previewed too (BENCHMARKS.md: it was
+  not sooner, and it delayed the whole timeline).
+
+A mode named twice runs twice, alternately with the others (``--modes ahead "on demand"
+ahead "on demand"``), its figures pooled.
 
 Times, on the browser's clock: the key press that runs the cell, the cell done (its prompt
 numbered: summary and widget shown), the first paint of the timeline under that cell, the
@@ -17,7 +22,7 @@ key press of ``%xprof view`` and the first paint of that view (see :mod:`bench.f
 for what a first paint is): of the preview where one is shown (its frame inside the page
 said while the run is prepared), then of the whole timeline. Then the next cell: a smaller
 ``%%xprof`` cell run as soon as the big one is done (while its conversion runs), against
-the same cell once all is idle.
+the same cell once the machine is at rest (under 15% of the CPUs busy for a second).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ MODES = {
     "ahead": {"XPROF_MAGIC_PREPARE": "1"},
     "no preview": {"XPROF_MAGIC_PREPARE": "1", "XPROF_MAGIC_PREPARE_PREVIEW_FROM_MB": "1e9"},
     "on demand": {"XPROF_MAGIC_PREPARE": "0"},
+    "preview from 20 MB": {"XPROF_MAGIC_PREPARE": "1", "XPROF_MAGIC_PREPARE_PREVIEW_FROM_MB": "20"},
 }
 
 _WATCH_PROMPT = """
@@ -217,6 +223,21 @@ def captures_bytes(lab: Any, run: str) -> int:
     return _store.xplane_bytes(_store.run_path(lab.env["XPROF_MAGIC_LOGDIR"], run))
 
 
+def _cpu_times() -> tuple[int, int]:
+    """All CPUs' (busy, total) jiffies since boot, from ``/proc/stat``."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _at_rest(window_s: float = 1.0, busiest: float = 0.15) -> bool:
+    """Whether the CPUs were under ``busiest`` busy over the next ``window_s`` seconds."""
+    busy, total = _cpu_times()
+    time.sleep(window_s)
+    busy2, total2 = _cpu_times()
+    return (busy2 - busy) <= busiest * max(total2 - total, 1)
+
+
 def _next(context: Any, lab: Any, rep: int) -> dict[str, float]:
     from tests._browser import write_notebook
 
@@ -235,7 +256,10 @@ def _next(context: Any, lab: Any, rep: int) -> dict[str, float]:
         notebook.paint(busy_frame)
         notebook.cells.nth(1).locator("iframe.xprof-outer").scroll_into_view_if_needed()
         notebook.paint(under)
-        notebook.pause(3.0)  # all converted and drawn: the machine at rest again
+        # The machine at rest again: both runs converted (ahead or by their frames), the
+        # survey done, all drawn. A fixed pause was not enough: the idle cell then ran beside
+        # the busy cell's own conversion and the survey (an "idle" of 6.6 s against 2.7 s).
+        notebook.wait_until(_at_rest, 120, "the machine to be at rest", notebook.pause)
         idle_pressed = notebook.press(3)
         idle = notebook.done(3) - idle_pressed
         notebook.paint(notebook.frame(3))
@@ -261,10 +285,13 @@ def measure(sizes: list[str], reps: int, modes: list[str], next_reps: int) -> di
         raise SystemExit("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
     results: dict[str, Any] = {"load_before": os.getloadavg(), "reps": reps, "modes": {}}
     with tempfile.TemporaryDirectory(prefix="bench-after-cell-") as tmp:
-        for mode in modes:
+        # A mode named more than once runs again in a JupyterLab of its own, its figures
+        # pooled with the earlier ones: alternating modes keeps the machine's drift out of
+        # their comparison.
+        for turn, mode in enumerate(modes):
             env = {**machine_environment(), **MODES[mode]}
-            lab = start_jupyterlab(Path(tmp) / mode.replace(" ", "-"), base_env=env)
-            found: dict[str, Any] = {"sizes": {}, "next": []}
+            lab = start_jupyterlab(Path(tmp) / f"{turn}-{mode.replace(' ', '-')}", base_env=env)
+            found = results["modes"].setdefault(mode, {"sizes": {}, "next": []})
             try:
                 with sync_playwright() as playwright:
                     browser = playwright.chromium.launch(
@@ -276,19 +303,18 @@ def measure(sizes: list[str], reps: int, modes: list[str], next_reps: int) -> di
                     context.add_init_script(_PROBE)
                     for size in sizes:
                         rows = found["sizes"].setdefault(size, [])
-                        for rep in range(reps):
-                            run = f"{size}-{rep + 1}"
+                        for _ in range(reps):
+                            run = f"{size}-{len(rows) + 1}"
                             rows.append(_one(context, lab, run, captures.SIZES[size]))
                             print(f"first-paint --after-cell: {mode} {run}: {rows[-1]}", flush=True)
-                    for rep in range(next_reps):
-                        found["next"].append(_next(context, lab, rep + 1))
+                    for _ in range(next_reps):
+                        found["next"].append(_next(context, lab, len(found["next"]) + 1))
                         print(f"first-paint --after-cell: {mode} next cell: {found['next'][-1]}")
                     context.close()
                     browser.close()
             finally:
                 lab.stop()
                 stop_viewers(lab.env)
-            results["modes"][mode] = found
     results["load_after"] = os.getloadavg()
     return results
 
@@ -303,7 +329,8 @@ def report(results: dict[str, Any]) -> str:
 
     columns = [(size, mode) for size in sizes for mode in modes]
     header = " | ".join(f"{size} {mode}" for size, mode in columns)
-    lines = [f"| median of {results['reps']} | {header} |", "|---" * (len(columns) + 1) + "|"]
+    rule = "|---" * (len(columns) + 1) + "|"
+    lines = [f"| median of {results['reps']} a turn | {header} |", rule]
     rows = [
         ("capture (`xplane.pb`)", "xplane_mb", "MB"),
         ("key press → cell done (summary shown)", "cell_s", "s"),
@@ -340,6 +367,22 @@ def report(results: dict[str, Any]) -> str:
         lines.append(
             f"| {mode} (median of {len(rows_next)}) | {busy:.2f} s | {idle:.2f} s | {ratio:.3f} |"
         )
+    ahead, demand = (results["modes"].get(m, {}).get("next") for m in ("ahead", "on demand"))
+    if ahead and demand:
+        # What the conversion itself costs the next cell: the same cell at the same moment
+        # (the big one just done: its summary finishing, its output drawn) with a viewer that
+        # converts ahead, against one that waits for a click. Pairs in the order they ran.
+        pairs = " ".join(
+            f"{a['busy_s'] / d['busy_s']:.2f}" for a, d in zip(ahead, demand, strict=False)
+        )
+        ratio = statistics.median(a["busy_s"] for a in ahead) / statistics.median(
+            d["busy_s"] for d in demand
+        )
+        lines += [
+            "",
+            "The next cell with the conversion running, against on demand's at the same "
+            f"moment: ratio of medians {ratio:.3f}; pairs in order {pairs}.",
+        ]
     before, after = results["load_before"][0], results["load_after"][0]
     lines += ["", f"Load average {before:.1f} before, {after:.1f} after."]
     return "\n".join(lines)

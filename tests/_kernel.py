@@ -64,7 +64,23 @@ class Kernel:
     def run(
         self, code: str, timeout: float = 120, interrupt_after: float | None = None
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Run ``code``; the execute reply's content and the outputs, in order."""
+        """Run ``code``; the execute reply's content and the outputs, in order.
+
+        After a cell fails, ipykernel aborts the execute requests that reach it before its
+        own "stop aborting" callback runs (``_abort_queues``: ``call_later(0, ...)``, queued
+        behind any request already received). On a busy machine the next request can win that
+        race; the kernel then answers "aborted" without running it, so it is sent again, as a
+        person would run the cell again.
+        """
+        for _ in range(5):
+            content, outputs = self._run_once(code, timeout, interrupt_after)
+            if content["status"] != "aborted":
+                break
+        return content, outputs
+
+    def _run_once(
+        self, code: str, timeout: float, interrupt_after: float | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         msg_id = self.client.execute(code)
         outputs: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout

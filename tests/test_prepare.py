@@ -377,7 +377,7 @@ def test_a_conversion_that_cannot_start_is_said_and_leaves_nothing_open(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No process to be had (fork refused): the run fails with the reason, once; no log
-    file, scratch folder or retry is left behind; the next ask converts it."""
+    file, scratch folder or retry is left behind; the next ask for its timeline converts it."""
     refusals: list[Path] = []
 
     def refused(root: str, scratch: Path, *args: Any) -> Any:
@@ -398,7 +398,11 @@ def test_a_conversion_that_cannot_start_is_said_and_leaves_nothing_open(
     wait_until(state_of(one, "second", "ready"), TIMEOUT_S, "the next run converted")
     assert len(refusals) == 1, "a failed run was tried again unasked"
     assert one.status("first")["state"] == "failed"
-    one.want("first")
+    one.want("first")  # another tool's request (the survey's): not tried again for it
+    commit(captures, logdir, "third")  # ticks pass
+    wait_until(state_of(one, "third", "ready"), TIMEOUT_S, "a later run converted")
+    assert one.status("first")["state"] == "failed"
+    one.want("first", retry=True)  # its timeline opened again
     wait_until(state_of(one, "first", "ready"), TIMEOUT_S, "the run converted when asked again")
 
 
@@ -691,3 +695,18 @@ def test_a_viewer_keeps_the_previews_of_its_newest_runs_and_removes_them_when_it
     assert len(list(scratch.glob(f"{os.getpid()}-preview-*"))) == preview.KEPT
     previews.clear()
     assert not list(scratch.glob("*-preview-*")) and previews.folder("run-1") is None
+
+
+def test_a_conversion_never_makes_a_removed_log_directory_again(tmp_path: Path) -> None:
+    """The scratch folder is made inside the log directory, never the log directory itself:
+    one removed while the viewer runs stays removed, and the conversion fails."""
+    logdir = tmp_path / "logs"
+    run_dir = logdir / "plugins" / "profile" / "first"
+    run_dir.mkdir(parents=True)
+    (run_dir / "vm.xplane.pb").write_bytes(b"an XSpace")
+    convert.scratch_for(run_dir, logdir / prepare.SCRATCH_DIR / "1-a", ("vm",))
+    assert (logdir / prepare.SCRATCH_DIR / "1-a" / "vm.xplane.pb").read_bytes() == b"an XSpace"
+    shutil.rmtree(logdir)
+    with pytest.raises(FileNotFoundError):
+        convert.scratch_for(run_dir, logdir / prepare.SCRATCH_DIR / "2-b", ("vm",))
+    assert not logdir.exists()

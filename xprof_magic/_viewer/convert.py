@@ -102,8 +102,10 @@ def is_prepared(run_dir: Path, hosts: tuple[str, ...], version: str) -> bool:
 
 def scratch_for(run_dir: Path, scratch: Path, hosts: tuple[str, ...]) -> None:
     """Fill ``scratch`` with each host's ``xplane.pb`` of the run: a hard link (the same
-    file, no bytes copied), or a copy where the file system has none."""
-    scratch.mkdir(parents=True)
+    file, no bytes copied), or a copy where the file system has none. The log directory is
+    never made again: one removed meanwhile fails this, not recreated empty."""
+    scratch.parent.mkdir(exist_ok=True)
+    scratch.mkdir()
     for host in hosts:
         source, target = run_dir / f"{host}{_XPLANE}", scratch / f"{host}{_XPLANE}"
         try:

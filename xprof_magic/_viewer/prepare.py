@@ -121,14 +121,14 @@ class Preparer:
                 self._end(self._child, kill=True)
             self.previews.clear()
 
-    def want(self, name: str) -> None:
-        """Someone looks at run ``name``: convert it now, before the others."""
+    def want(self, name: str, retry: bool = False) -> None:
+        """Someone looks at run ``name``: convert it now, before the others; a failed run
+        only with ``retry`` (its timeline asked for again, not another tool's request)."""
         with self._lock:
-            run = self._find(name)
-            if run is None:
+            if (run := self._find(name)) is None:
                 return
             run.asked = time.monotonic()
-            if run.state in ("idle", "failed"):
+            if run.state == "idle" or (retry and run.state == "failed"):
                 run.state, run.since, run.reason = "queued", run.asked, ""
             self._lock.notify_all()
 

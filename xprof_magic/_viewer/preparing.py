@@ -179,7 +179,7 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
                 if STATUS_QUERY in query.split("&"):
                     body = json.dumps(preparer.status(run)).encode()
                     return _reply(start_response, body, "application/json")
-                preparer.want(run)
+                preparer.want(run, retry=True)
                 status = preparer.status(run)
                 if status["state"] in ("queued", "converting"):
                     return _reply(start_response, _page(status), "text/html; charset=utf-8")
