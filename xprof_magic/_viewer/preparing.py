@@ -169,14 +169,14 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
     def serve(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = str(environ.get("PATH_INFO", ""))
         query = str(environ.get("QUERY_STRING", ""))
-        args = parse_qs(query)
+        args, flags = parse_qs(query), set(query.split("&"))
         named = args.get("run", [])
         for name in named[:1]:
             preparer.want(name)
         if path == PROFILE_ROUTE + "/trace_viewer_index.html":
             run, preview = _trace_run(args)
             if run is not None and not preview:
-                if STATUS_QUERY in query.split("&"):
+                if STATUS_QUERY in flags:
                     body = json.dumps(preparer.status(run)).encode()
                     return _reply(start_response, body, "application/json")
                 preparer.want(run, retry=True)
@@ -185,7 +185,7 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
                     return _reply(start_response, _page(status), "text/html; charset=utf-8")
         elif path == PROFILE_ROUTE + "/data" and named:
             if _TRACE_TAGS & set(args.get("tag", [])):
-                folder = preparer.preview(named[0]) if PREVIEW_QUERY in query.split("&") else None
+                folder = preparer.preview(named[0]) if PREVIEW_QUERY in flags else None
                 if folder is not None and folder.is_dir():
                     return app(_previewed(environ, args, folder), start_response)
                 with preparer.xprof_converts(named[0]):
@@ -193,7 +193,7 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
             # Another tool's data (the widget's survey, which has XProf convert the run for
             # that tool at normal priority) waits for the timeline, the page shown first.
             preparer.wait(named[0], OTHER_TOOLS_WAIT_S, shown=SHOWN_S)
-        if _BACKGROUND_QUERY in query.split("&"):
+        if _BACKGROUND_QUERY in flags:
             return _background(app, environ, start_response)
         return app(environ, start_response)
 

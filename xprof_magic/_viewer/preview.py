@@ -43,7 +43,6 @@ __all__ = [
     "SPAN_FILE",
     "Previews",
     "cut",
-    "remove",
     "wanted",
 ]
 
@@ -171,10 +170,6 @@ class _Line:
         return low
 
 
-def remove(folder: Path) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 class Previews:
     """The previews of one viewer's runs, by run name: each in a folder of ``scratch``
     named ``<pid>-preview-<hex>`` (removed with the viewer's other scratch once it is gone);
@@ -198,7 +193,7 @@ class Previews:
             return False
         self._shown[name] = (target, span if isinstance(span, dict) else {})
         while len(self._shown) > KEPT:
-            remove(self._shown.pop(next(iter(self._shown)))[0])
+            shutil.rmtree(self._shown.pop(next(iter(self._shown)))[0], ignore_errors=True)
         return True
 
     def folder(self, name: str) -> Path | None:
@@ -211,5 +206,5 @@ class Previews:
 
     def clear(self) -> None:
         for folder, _span in self._shown.values():
-            remove(folder)
+            shutil.rmtree(folder, ignore_errors=True)
         self._shown.clear()
