@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import captures
-from bench.first_paint import _PROBE
+from bench.first_paint import _DATA_TIMING, _PROBE
 
 __all__ = ["measure", "report"]
 
@@ -191,6 +191,8 @@ def _one(context: Any, lab: Any, run: str, steps: int) -> dict[str, float]:
         view = notebook.frame(2)
         view_paint = notebook.paint(view)
         whole_paint = notebook.paint(view, own=True)
+        steps = _steps(view, opened)
+        under_paint = notebook.painted(under)
     finally:
         notebook.page.close()
         lab.shutdown_kernels()
@@ -205,6 +207,26 @@ def _one(context: Any, lab: Any, run: str, steps: int) -> dict[str, float]:
         "open_to_whole_s": (whole_paint - opened) / 1e3,
         "press_to_paint_s": (view_paint - pressed) / 1e3,
         "xplane_mb": xplane / 1e6,
+        # Whether the frame under the cell, scrolled away by the view's output, loaded its
+        # timeline too (its page then ran beside the view's, in the same renderer).
+        "under_loaded": 1.0 if under_paint is not None else 0.0,
+        **steps,
+    }
+
+
+def _steps(frame: Any, opened: float) -> dict[str, float]:
+    """Where the whole timeline's first paint after ``%xprof view`` went, from its key press:
+    XProf's trace viewer page starting, its data request sent and answered, then drawn."""
+    found = frame.evaluate("window.__firstPaint || null")
+    data = frame.evaluate(_DATA_TIMING)
+    if not found or not data:
+        return {}
+    return {
+        "view_page_s": (found["page"] - opened) / 1e3,
+        "view_request_s": (data[0]["start"] - opened) / 1e3,
+        "view_server_s": (data[0]["first_byte"] - data[0]["start"]) / 1e3,
+        "view_data_s": (data[0]["end"] - opened) / 1e3,
+        "view_tracks_s": (found["tracks"] - opened) / 1e3,
     }
 
 
@@ -346,10 +368,15 @@ def report(results: dict[str, Any]) -> str:
             "s",
         ),
         ("… of which a preview (share of reps)", "preview_shown", ""),
+        ("… XProf's trace viewer page starting (whole timeline)", "view_page_s", "s"),
+        ("… its trace data's last byte", "view_data_s", "s"),
+        ("… XProf's time on that request (sent → first byte)", "view_server_s", "s"),
         ("`%xprof view`: key press → the whole timeline painted", "open_to_whole_s", "s"),
         ("training cell's key press → that first paint", "press_to_paint_s", "s"),
     ]
     for label, key, unit in rows:
+        if not all(key in r for z, m in columns for r in results["modes"][m]["sizes"][z]):
+            continue
         cells = " | ".join(f"{med(mode, size, key):.2f} {unit}" for size, mode in columns)
         lines.append(f"| {label} | {cells} |")
     lines += [

@@ -135,6 +135,39 @@ def test_the_frame_says_preparing_then_shows_the_timeline(
         notebook.screenshot("prepare-timeline", widget.locator("iframe.xprof-outer"))
 
 
+def test_a_frame_out_of_view_waits_to_be_looked_at(
+    lab: JupyterLab, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A frame scrolled away when its run is ready keeps its line ("drawn when this frame
+    is in view") rather than load XProf's timeline beside the one on screen; scrolled back
+    into view, it draws the timeline."""
+    home = tmp_path_factory.mktemp("chromium-unseen")
+    tall = "print('\\n'.join(f'line {i}' for i in range(300)))"
+    cells = [CELLS[0], CELLS[1].replace("slowed", "unseen"), tall]
+    with _ran(lab, home, "unseen", cells, ("unseen",)) as notebook:
+        widget = notebook.widgets.first
+        frame = notebook.wait_for_page(widget, "unseen", "trace_viewer_index.html", LOAD_TIMEOUT_S)
+        line = frame.locator(".xprof-preparing")
+        notebook.wait(
+            lambda: "preparing the timeline" in (line.text_content() or ""),
+            lambda: f"the preparing line; the frame says {line.text_content()!r}",
+            LOAD_TIMEOUT_S,
+        )
+        notebook.page.get_by_text("line 299").scroll_into_view_if_needed()
+        waiting = "xprof: the timeline is ready: it is drawn when this frame is in view"
+        notebook.wait(
+            lambda: (line.text_content() or "") == waiting,
+            lambda: f"the line of a ready run out of view; it says {line.text_content()!r}",
+            LOAD_TIMEOUT_S,
+        )
+        assert not notebook.data.find("unseen", "trace_viewer", frame, None)
+        widget.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait_for_data(frame, "unseen", "trace_viewer", LOAD_TIMEOUT_S, label="forward")
+        frame.get_by_text("/host:CPU").filter(visible=True).first.wait_for(
+            timeout=LOAD_TIMEOUT_S * 1000
+        )
+
+
 PREVIEW_LINE = re.compile(
     r"xprof: showing the events of the first [\d.]+ m?s of [\d.]+ m?s while the whole "
     r"timeline is prepared: \d+ s so far"

@@ -20,17 +20,21 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import pytest
 
 from tests._kernel import free_port
 from tests.conftest import missing
+from xprof_magic import _store
 from xprof_magic._viewer import client as _client
 from xprof_magic._viewer import guard as _guard
 from xprof_magic._viewer import launch as _launch
 from xprof_magic._viewer import manager as _viewer
+from xprof_magic._viewer import memo as _memo
 from xprof_magic._viewer import replies as _replies
 from xprof_magic._viewer import server as _viewer_server
 from xprof_magic._viewer.client import Viewer, fetch_json
@@ -266,6 +270,89 @@ def test_ui_assets_and_pages_answer_under_the_prefix(viewer: Viewer) -> None:
         assert response.status == 302
         location = urljoin(f"http://h/proxy/1{path}", response.getheader("Location") or "")
         assert location == f"http://h/proxy/1{viewer.ui_path()}"
+
+
+def test_xprofs_files_are_kept_by_the_browser_and_its_replies_gzipped_fast(
+    viewer: Viewer,
+) -> None:
+    """Each frame under a cell fetched XProf's 3 MB trace viewer script again, gzipped at
+    level 9 each time; now the browser keeps it, and XProf's replies come at level 1."""
+
+    def get(path: str) -> tuple[dict[str, str], bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=30)
+        connection.request("GET", path, headers={"Accept-Encoding": "gzip"})
+        response = connection.getresponse()
+        body = response.read()
+        connection.close()
+        assert response.status == 200, path
+        return {k.lower(): v for k, v in response.getheaders()}, body
+
+    for asset in ("trace_viewer_index.js", "bundle.js", "styles.css"):
+        headers, _ = get(viewer.ui_path() + asset)
+        assert headers.get("cache-control") == _replies.STATIC_CACHE, (asset, headers)
+    for page in (viewer.ui_path(), viewer.trace_viewer_path(RUN, "vm")):
+        headers, _ = get(page)
+        assert "max-age" not in headers.get("cache-control", ""), (page, headers)
+    headers, body = get(viewer.data_path("run_tools", run=RUN))
+    assert headers.get("content-encoding") == "gzip" and "max-age" not in str(headers)
+    # The gzip header's XFL byte: 2 for level 9, 4 for level 1 (RFC 1952).
+    assert body[:2] == b"\x1f\x8b" and body[8] == 4, body[:10]
+    assert "trace_viewer@" in json.loads(gzip.decompress(body))
+
+
+def test_a_runs_data_is_made_once_for_identical_requests(viewer: Viewer) -> None:
+    """Two widgets of one run ask the same questions at once, and ``%xprof view`` asks again
+    for a run shown above: XProf makes each reply once (its log has one line a reply)."""
+    hosts = fetch_json(viewer, "hosts", run=RUN, tag="op_profile")
+    log = Path(viewer.log_path)
+
+    def made(tag: str) -> int:
+        lines = log.read_text().splitlines()
+        return sum('"httpRequest"' in line and f"tag={tag}&" in line for line in lines)
+
+    for tag in ("op_profile", "overview_page"):
+        params = {"run": RUN, "tag": tag, "host": hosts[0]["hostname"]}
+        before = made(tag)
+        with ThreadPoolExecutor(3) as pool:
+            asks = [pool.submit(fetch_json, viewer, "data", **params) for _ in range(3)]
+            replies = [ask.result() for ask in asks]
+        again = fetch_json(viewer, "data", **params, xprof_magic_background="1")
+        assert replies[0] and all(reply == replies[0] for reply in [*replies, again]), tag
+        assert made(tag) == before + 1, (tag, made(tag) - before)
+
+
+def test_a_kept_reply_is_for_the_same_capture_only(tmp_path: Path) -> None:
+    """A run removed and captured again under its name is asked for again; a failed reply
+    and a preview's are never kept."""
+    run_dir = _store.run_path(tmp_path, "run")
+    run_dir.mkdir(parents=True)
+    (run_dir / "vm.xplane.pb").write_bytes(b"one")
+    calls: list[str] = []
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        calls.append(environ["QUERY_STRING"])
+        failed = "fail" in environ["QUERY_STRING"]
+        start_response("500 Error" if failed else "200 OK", [("Content-Type", "text/plain")])
+        return [str(len(calls)).encode()]
+
+    kept = _memo.remembered(app, str(tmp_path))
+
+    def get(query: str) -> bytes:
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "PATH_INFO": _guard.PROFILE_ROUTE + "/data",
+            "QUERY_STRING": query,
+        }
+        return b"".join(kept(environ, lambda *args: None))
+
+    assert get("run=run&tag=op_profile") == get("tag=op_profile&run=run") == b"1"
+    (run_dir / "vm.xplane.pb").unlink()
+    (run_dir / "vm.xplane.pb").write_bytes(b"two")
+    assert get("run=run&tag=op_profile") == b"2"
+    assert get("run=run&tag=fail") == b"3" and get("run=run&tag=fail") == b"4"
+    assert get("run=run&xprof_magic_preview=1") == b"5"
+    assert get("run=run&xprof_magic_preview=1") == b"6"
+    assert get("run=gone&tag=op_profile") == b"7" and get("run=gone&tag=op_profile") == b"8"
 
 
 def _raw_get(viewer: Viewer, path: str) -> http.client.HTTPResponse:

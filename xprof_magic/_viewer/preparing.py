@@ -6,7 +6,11 @@ it, its tools survey, ``%xprof view``, the runs dropdown) asks for it. The embed
 viewer page of a run not yet ready is :data:`PREPARING_PAGE`, which asks for the run's state
 every 250 ms (the page's own URL with :data:`STATUS_QUERY`), says "preparing the timeline:
 4 s so far" (with the time left once a conversion has been timed, or that it is paused while
-a cell captures), and reloads into XProf's page when the run is ready. A failed conversion
+a cell captures), fetches XProf's script meanwhile, and reloads into XProf's page when the
+run is ready and the frame is in view (at least half of it, or 200 px, in the browser's
+window; a preview is shown only then too): a frame scrolled away, or under a tab not shown,
+waits until it is looked at rather than load a timeline beside the one that is. A failed
+conversion
 is said in one line with its reason and a "Try again" link: the next request for the page
 tries again. A trace data request for a run being converted waits for it, so XProf never
 converts it beside us; another tool's data request (the widget's survey) waits for it too, up
@@ -67,7 +71,8 @@ SHOWN_S = 5.0
 """And once the timeline is ready, until XProf has served the frame its data, or for this long
 after: the page polls, reloads into XProf's and asks for the data within it."""
 
-PREPARING_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>
+PREPARING_PAGE = """<!doctype html><html><head><meta charset="utf-8">
+<link rel="prefetch" href="trace_viewer_index.js"><style>
 html,body{height:100%;margin:0}
 body{display:flex;flex-direction:column;font:13px monospace;color:#333}
 .xprof-preparing{padding:8px}a{color:#1a73e8}.xprof-preview{flex:1;border:0;width:100%}
@@ -75,8 +80,14 @@ body{display:flex;flex-direction:column;font:13px monospace;color:#333}
  data-preview="__SPAN__">__LINE__</div>
 <script>(function(){
 var line=document.querySelector('.xprof-preparing'),home=location.href,frame=null,touched=false;
-var p=null;
+var p=null,seen=!window.IntersectionObserver,due=false;
 var url=location.pathname+location.search+'&__STATUS__';
+if(!seen)new IntersectionObserver(function(es){var e=es[es.length-1],
+  h=e.boundingClientRect.height;
+  seen=e.isIntersecting&&e.intersectionRect.height>=Math.min(200,h/2);
+  if(seen&&due)whole();else if(seen&&p&&!frame)show();},
+  {threshold:[0,.1,.2,.3,.4,.5,.6,.7,.8,.9,1]})
+  .observe(document.body);
 function link(text,go){var a=document.createElement('a');a.href='#';a.textContent=text;
   a.onclick=function(e){e.preventDefault();go();};line.appendChild(a);}
 function whole(){location.replace(home);}
@@ -92,12 +103,15 @@ function show(){var q=new URLSearchParams(location.search),t=q.get('trace_data_u
   document.body.appendChild(frame);}
 function say(s){
   p=s.preview||p;line.dataset.state=s.state;
-  if(p&&!frame)show();
+  if(p&&!frame&&seen)show();
   if(s.state==='failed'){
     line.textContent='xprof: the timeline could not be prepared: '+s.reason+'. ';
     link('Try again',whole);return false;}
   if(s.state!=='queued'&&s.state!=='converting'){
-    if(!frame||!touched){whole();return false;}
+    if(!frame||!touched){
+      if(seen){whole();return false;}
+      due=true;if(!frame)line.textContent='xprof: the timeline is ready: it is drawn '+
+        'when this frame is in view';return false;}
     line.textContent='xprof: the whole timeline is ready ('+secs(p.total_s)+'). ';
     link('Show it',whole);return false;}
   var text='xprof: preparing the timeline: '+Math.round(s.seconds)+' s so far';
@@ -110,7 +124,7 @@ function say(s){
 function ask(){fetch(url,{cache:'no-store'}).then(function(r){return r.json();})
   .then(function(s){if(say(s))setTimeout(ask,250);})
   .catch(function(){setTimeout(ask,1000);});}
-if(line.dataset.preview){p=JSON.parse(line.dataset.preview);show();}
+if(line.dataset.preview){p=JSON.parse(line.dataset.preview);if(seen)show();}
 ask();})();</script></body></html>"""
 """The page in place of the embedded trace viewer while its run is prepared."""
 

@@ -21,6 +21,10 @@ has none (:func:`xprof_magic._viewer.graph.graph_page`). The pages the widget em
 URL says :data:`~xprof_magic._viewer.inline.INLINE_QUERY`) get the embedded form of
 :mod:`xprof_magic._viewer.inline`.
 
+XProf sends its front end's files (the trace viewer's 3 MB script among them) with no word on
+caching, so each frame under a cell fetched and compiled them again; they are sent with
+:data:`STATIC_CACHE` (:func:`_static`).
+
 Standard library only: run in the viewer's process, in front of XProf's app.
 """
 
@@ -38,6 +42,7 @@ from xprof_magic._viewer.inline import embedded, inline_page, inline_trace_viewe
 __all__ = [
     "FORGET_FAILED_V2",
     "RUNTIME_THREADS",
+    "STATIC_CACHE",
     "TOP_SORT_INDEX",
     "forget_failed_v2",
     "label_thread",
@@ -77,6 +82,11 @@ _DATA_ROUTES = frozenset(
         "generate_cache",
     }
 )
+
+STATIC_CACHE = "private, max-age=86400"
+"""How long a browser keeps XProf's front-end files (:func:`_static`). Their URLs hold the
+viewer's secret, new with each viewer, so a browser never keeps one past an upgrade of XProf."""
+_STATIC_SUFFIXES = frozenset({"js", "css", "woff", "woff2", "ttf", "png", "svg", "ico", "wasm"})
 
 _TRACE_TAGS = ("tag=trace_viewer%40", "tag=trace_viewer@", "tag=trace_viewer&")
 _GRAPH_TAG = "tag=graph_viewer&"
@@ -161,6 +171,8 @@ def xprof_replies(app: WSGIApp) -> WSGIApp:
     def rewritten(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         how = _change(environ)
         if how is None:
+            if _static(environ):
+                return app(environ, _kept(start_response))
             return app(environ, start_response)
         change, html_only = how
         held: list[Any] = []
@@ -185,6 +197,28 @@ def xprof_replies(app: WSGIApp) -> WSGIApp:
         return [data]
 
     return rewritten
+
+
+def _static(environ: dict[str, Any]) -> bool:
+    """A file of XProf's front end (its scripts, styles, fonts, images): the same bytes
+    for as long as this viewer runs."""
+    path = str(environ.get("PATH_INFO", ""))
+    if not path.startswith(PROFILE_ROUTE + "/") or environ.get("REQUEST_METHOD") != "GET":
+        return False
+    return path.rpartition(".")[2].lower() in _STATIC_SUFFIXES
+
+
+def _kept(start_response: StartResponse) -> StartResponse:
+    """``start_response`` adding :data:`STATIC_CACHE` to a 200 reply that says nothing of
+    caching: XProf sends its files without, so every frame fetched them again."""
+
+    def start(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+        said = any(k.lower() in ("cache-control", "expires") for k, _ in headers)
+        if status.startswith("200") and not said:
+            headers = [*headers, ("Cache-Control", STATIC_CACHE)]
+        return start_response(status, headers, *exc_info)
+
+    return start
 
 
 def _may_be_index(environ: dict[str, Any]) -> bool:

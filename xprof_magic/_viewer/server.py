@@ -16,7 +16,7 @@ came meanwhile), and after an idle timeout in any case.
 
 XProf and TensorBoard are imported in :func:`main` only (:mod:`~xprof_magic._viewer.apps`;
 the kernel imports this module for its names and must not pay); XProf's runs are converted
-for the trace viewer ahead of the click (:mod:`~xprof_magic._viewer.preparing`)."""
+ahead of the click (:mod:`~xprof_magic._viewer.preparing`), its replies kept (``memo``)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from xprof_magic._viewer.apps import tensorboard_app, xprof_app
 from xprof_magic._viewer.client import KINDS
 from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard, origin_form
+from xprof_magic._viewer.memo import remembered
 from xprof_magic._viewer.preparing import ahead
 from xprof_magic._viewer.replies import xprof_replies
 
@@ -249,11 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import cheroot.wsgi  # noqa: F401  (a missing cheroot is told here, with the viewer)
 
-        app, stop_preparing = (
-            ahead(xprof_replies(xprof_app(logdir)), logdir)
-            if args.kind == "xprof"
-            else (tensorboard_app(logdir, prefix), lambda: None)
-        )
+        if args.kind == "xprof":
+            app, stop_preparing = ahead(xprof_replies(xprof_app(logdir)), logdir)
+            app = remembered(app, logdir)
+        else:
+            app, stop_preparing = tensorboard_app(logdir, prefix), lambda: None
     except ImportError as error:
         _log(f"cannot load the {args.kind} viewer: {error}")
         return EXIT_MISSING_DEPENDENCY
