@@ -295,49 +295,6 @@ def test_a_capture_in_progress_pauses_the_conversion(
     assert len(log_lines(viewer, "prepared the timeline of run first")) == 1
 
 
-def test_the_preview_process_is_paused_bounded_and_killed_with_its_conversion(
-    captures: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The conversion's child forks the preview beside the whole conversion and leads a
-    process group of its own: the preparer's SIGSTOP during a capture, its memory bound and
-    its kill reach both; a preview still running when the whole is done is ended by it."""
-    scratch = tmp_path / "scratch"
-    convert.scratch_for(captures / "first", scratch, ("vm",))
-    monkeypatch.setenv(convert.PREVIEW_DELAY_ENV, "600")
-    monkeypatch.setenv(convert.DELAY_ENV, "600")
-    root = str(HERE.parent)
-    with open(tmp_path / "convert.log", "wb") as log:
-        child = convert.start(root, scratch, ("vm",), urgent=True, log=log, keep=6)
-    try:
-        assert os.getpgid(child.pid) == child.pid
-        (forked,) = wait_until(
-            lambda: convert.family(child.pid)[1:], TIMEOUT_S, "the preview's process"
-        )
-        assert convert.rss(child.pid) > convert.rss(forked) > 0
-        convert.signal_all(child, signal.SIGSTOP)
-        wait_until(
-            lambda: process_state(child.pid) == process_state(forked) == "T",
-            TIMEOUT_S,
-            lambda: f"both stopped: {process_state(child.pid)}, {process_state(forked)}",
-        )
-        convert.signal_all(child, signal.SIGCONT)
-        wait_until(lambda: process_state(forked) != "T", TIMEOUT_S, "the preview running again")
-    finally:
-        convert.signal_all(child, signal.SIGKILL)
-        child.wait(TIMEOUT_S)
-    wait_until(lambda: process_state(forked) in ("gone", "Z"), TIMEOUT_S, "the preview killed")
-    # The whole done while the preview still waits: the child ends it and exits.
-    monkeypatch.setenv(convert.DELAY_ENV, "0")
-    shutil.rmtree(scratch)
-    convert.scratch_for(captures / "first", scratch, ("vm",))
-    with open(tmp_path / "convert.log", "wb") as log:
-        child = convert.start(root, scratch, ("vm",), urgent=True, log=log, keep=6)
-    assert child.wait(TIMEOUT_S) == 0, (tmp_path / "convert.log").read_text()[-2000:]
-    with pytest.raises(ProcessLookupError):  # nothing left of its group: the preview ended
-        os.killpg(child.pid, 0)
-    assert (scratch / "vm.SSTABLE").is_file() and not (scratch / preview.FOLDER).exists()
-
-
 def test_a_conversion_past_its_memory_bound_is_killed_and_said(
     start: Callable[..., tuple[Viewer, Path]], captures: Path
 ) -> None:

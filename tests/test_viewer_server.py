@@ -322,8 +322,9 @@ def test_a_runs_data_is_made_once_for_identical_requests(viewer: Viewer) -> None
 
 
 def test_a_kept_reply_is_for_the_same_capture_only(tmp_path: Path) -> None:
-    """A run removed and captured again under its name is asked for again; a failed reply
-    and a preview's are never kept."""
+    """A run removed and captured again under its name is asked for again; a failed reply,
+    one for a folder named by path and a page (the graph viewer's, which a renderer's
+    install changes) are never kept; a preview's is, as the run's own."""
     run_dir = _store.run_path(tmp_path, "run")
     run_dir.mkdir(parents=True)
     (run_dir / "vm.xplane.pb").write_bytes(b"one")
@@ -332,7 +333,8 @@ def test_a_kept_reply_is_for_the_same_capture_only(tmp_path: Path) -> None:
     def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         calls.append(environ["QUERY_STRING"])
         failed = "fail" in environ["QUERY_STRING"]
-        start_response("500 Error" if failed else "200 OK", [("Content-Type", "text/plain")])
+        kind = "text/html" if "graph" in environ["QUERY_STRING"] else "application/json"
+        start_response("500 Error" if failed else "200 OK", [("Content-Type", kind)])
         return [str(len(calls)).encode()]
 
     kept = _memo.remembered(app, str(tmp_path))
@@ -350,9 +352,10 @@ def test_a_kept_reply_is_for_the_same_capture_only(tmp_path: Path) -> None:
     (run_dir / "vm.xplane.pb").write_bytes(b"two")
     assert get("run=run&tag=op_profile") == b"2"
     assert get("run=run&tag=fail") == b"3" and get("run=run&tag=fail") == b"4"
-    assert get("run=run&xprof_magic_preview=1") == b"5"
-    assert get("run=run&xprof_magic_preview=1") == b"6"
+    assert get("run=run&session_path=/x") == b"5" and get("run=run&session_path=/x") == b"6"
     assert get("run=gone&tag=op_profile") == b"7" and get("run=gone&tag=op_profile") == b"8"
+    assert get("run=run&tag=graph_viewer") == b"9" and get("run=run&tag=graph_viewer") == b"10"
+    assert get("run=run&xprof_magic_preview=1") == get("run=run&xprof_magic_preview=1") == b"11"
 
 
 def _raw_get(viewer: Viewer, path: str) -> http.client.HTTPResponse:

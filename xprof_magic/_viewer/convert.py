@@ -9,10 +9,7 @@ holds a version at least its own; without it, it converts again and overwrites t
 :mod:`xprof_magic._viewer.prepare` starts this module as a child of the viewer's process
 (:func:`command`), with a scratch folder that holds a hard link (or a copy) of each host's
 ``xplane.pb``; the child converts there, with XProf's own converter, at the lowest CPU
-priority, and exits. A large run's preview is made beside it in a process the child forks
-(XProf's converter holds the GIL and uses one CPU most of its time): the child leads a
-process group of its own, so that the parent pauses, raises, bounds and kills both
-(:func:`signal_all`, :func:`family`). The parent then moves the caches into the run and writes
+priority, and exits. The parent then moves the caches into the run and writes
 ``cache_version.txt`` last (:func:`commit`), so a conversion killed at any point leaves
 either no cache XProf reads, or a whole one.
 
@@ -41,7 +38,6 @@ __all__ = [
     "CACHE_VERSION_FILE",
     "DELAY_ENV",
     "MAX_MB_ENV",
-    "PREVIEW_DELAY_ENV",
     "TRACE_TOOL",
     "URGENT_ENV",
     "cache_files",
@@ -49,7 +45,6 @@ __all__ = [
     "command",
     "commit",
     "cpu_s",
-    "family",
     "hurry",
     "is_prepared",
     "last_line",
@@ -58,7 +53,6 @@ __all__ = [
     "remove_scratch",
     "rss",
     "scratch_for",
-    "signal_all",
     "start",
     "why_ended",
     "xprof_version",
@@ -73,9 +67,6 @@ MAX_MB_ENV = "XPROF_MAGIC_PREPARE_MAX_MB"
 DELAY_ENV = "XPROF_MAGIC_TEST_PREPARE_DELAY_S"
 """Tests only: seconds the child waits after it converted, before it exits: the "preparing"
 state lasts, with a whole cache in the scratch folder and none in the run."""
-PREVIEW_DELAY_ENV = "XPROF_MAGIC_TEST_PREVIEW_DELAY_S"
-"""Tests only: seconds the preview's process waits before it starts: it is still running
-when the whole is done, paused or killed."""
 URGENT_ENV = "XPROF_MAGIC_PREPARE_URGENT"
 """``1`` in the child's environment: someone waits for this run and the machine is busy with
 other work, so it converts at normal priority, as XProf's own conversion would."""
@@ -165,32 +156,12 @@ def memory_bound(xplane_bytes: int) -> int:
     return int(min(max(60 * xplane_bytes, 2**30), total / 2))
 
 
-def family(pid: int) -> list[int]:
-    """Process ``pid`` and the children it started (the child and its preview)."""
-    pids = [pid]
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as children:
-                pids += [int(child) for child in children.read().split()]
-    return pids
-
-
 def rss(pid: int) -> int:
-    """The memory process ``pid`` and its children hold, in bytes."""
-    total = 0
-    for one in family(pid):
-        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{one}/statm") as f:
-            total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return total
-
-
-def signal_all(process: subprocess.Popen[bytes], signum: int) -> None:
-    """Send ``signum`` to the child and every process of its group (its preview)."""
     try:
-        os.killpg(process.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signum)
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def cpu_s(pid: int) -> float:
@@ -249,7 +220,6 @@ def start(
         stdout=log,
         stderr=log,
         cwd="/",
-        start_new_session=True,  # a process group of its own: signal_all reaches its preview
     )
 
 
@@ -258,10 +228,9 @@ def hurry(pid: int) -> bool:
     nice 0) in place, keeping its work; False where this user may not (lowering a nice
     value takes root or ``RLIMIT_NICE``): the caller then starts it again at normal priority."""
     try:
-        for one in family(pid):
-            for task in os.listdir(f"/proc/{one}/task"):
-                os.sched_setscheduler(int(task), os.SCHED_OTHER, os.sched_param(0))
-                os.setpriority(os.PRIO_PROCESS, int(task), 0)
+        for task in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setscheduler(int(task), os.SCHED_OTHER, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, int(task), 0)
     except (OSError, AttributeError, ValueError):
         return False
     return True
@@ -317,21 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     all were written, and a failure's reason is the last line of standard error."""
     args = sys.argv[1:] if argv is None else argv
     scratch, hosts = Path(args[0]), args[1:]
-    urgent = os.environ.get(URGENT_ENV) == "1"
-    _priority(urgent)
+    _priority(os.environ.get(URGENT_ENV) == "1")
     keep = int(os.environ.get(preview.KEEP_ENV, "0") or 0)
-    looking = _fork_preview(scratch, hosts, keep, urgent) if keep > 0 else None
-    try:
-        return _whole(scratch, hosts)
-    finally:
-        if looking is not None:  # the whole is there (or failed): its preview is no use now
-            with contextlib.suppress(OSError):
-                os.kill(looking, signal.SIGKILL)
-                os.waitpid(looking, 0)
-
-
-def _whole(scratch: Path, hosts: list[str]) -> int:
-    """Each host's whole capture converted in ``scratch``; the exit code."""
+    if keep > 0:  # a first look, while the whole converts: a failure only loses the look
+        try:
+            _preview(scratch, hosts, keep)
+        except Exception as error:
+            sys.stderr.write(f"no preview: {type(error).__name__}: {error}\n")
     try:
         for host in hosts:
             _to_trace_viewer(scratch, host)
@@ -345,30 +306,6 @@ def _whole(scratch: Path, hosts: list[str]) -> int:
     if delay > 0:  # tests: the caches are written, not yet committed
         time.sleep(delay)
     return 0
-
-
-def _fork_preview(scratch: Path, hosts: list[str], keep: int, urgent: bool) -> int | None:
-    """The preview (:func:`_preview`) in a process forked from this one, before XProf is
-    loaded: a first look while the whole converts beside it; a failure only loses the look.
-    Its pid, or None where no process could be had."""
-    try:
-        pid = os.fork()
-    except OSError as error:
-        sys.stderr.write(f"no preview: {error.strerror or error}\n")
-        return None
-    if pid:
-        return pid
-    code = 1
-    try:
-        _priority(urgent)  # fork cleared the death signal
-        time.sleep(float(os.environ.get(PREVIEW_DELAY_ENV, "0") or 0))
-        _preview(scratch, hosts, keep)
-        code = 0
-    except BaseException as error:
-        sys.stderr.write(f"no preview: {type(error).__name__}: {error}\n")
-    finally:
-        sys.stderr.flush()
-        os._exit(code)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,11 @@ whenever the run is shown again: ``%xprof view`` of the run under a cell, the ru
 switched back, a notebook page reloaded, and two widgets of one run, whose surveys ask the
 same questions at the same moment (they then converted the op profile twice at once).
 
-So a ``data`` reply (200, for a run named by ``run``, not a preview's) is kept, keyed by its
-request and the run's timelines (each ``<host>.xplane.pb``'s inode, size and time: a run
-removed and captured again under its name is another run). An identical request made while
-the first is being answered waits for that answer rather than ask XProf again. The newest
-replies are kept, up to :data:`MAX_BYTES` together.
+So a ``data`` reply (200, not a page, for a run named by ``run``: its preview's too) is kept,
+keyed by its request and the run's timelines (each ``<host>.xplane.pb``'s inode, size and
+time: a run removed and captured again under its name is another run). An identical request
+made while the first is being answered waits for that answer rather than ask XProf again.
+The newest replies are kept, up to :data:`MAX_BYTES` together.
 
 Standard library only: run in the viewer's process, in front of XProf's app.
 """
@@ -44,7 +44,7 @@ def _key(environ: dict[str, Any], logdir: str) -> tuple[Any, ...] | None:
     pairs = parse_qsl(str(environ.get("QUERY_STRING", "")), keep_blank_values=True)
     names = {k for k, _ in pairs}
     runs = [v for k, v in pairs if k == "run"]
-    if len(runs) != 1 or names & {"session_path", "run_path", "xprof_magic_preview"}:
+    if len(runs) != 1 or names & {"session_path", "run_path"}:
         return None
     timelines = []
     for path in _store.xplanes(_store.run_path(logdir, runs[0])):
@@ -57,6 +57,13 @@ def _key(environ: dict[str, Any], logdir: str) -> tuple[Any, ...] | None:
         return None
     asked = sorted((k, v) for k, v in pairs if k not in _UNCHANGING)
     return urlencode(asked), tuple(timelines), environ.get("HTTP_ACCEPT_ENCODING", "")
+
+
+def _keeps(status: str, headers: list[tuple[str, str]]) -> bool:
+    """Whether a reply is kept: a success, and data rather than a page (the graph viewer's
+    page says whether this machine has its renderer, which an install changes)."""
+    kind = next((v for k, v in headers if k.lower() == "content-type"), "")
+    return status.startswith("200") and not kind.lower().startswith("text/html")
 
 
 def remembered(app: WSGIApp, logdir: str, max_bytes: int = MAX_BYTES) -> WSGIApp:
@@ -96,7 +103,7 @@ def remembered(app: WSGIApp, logdir: str, max_bytes: int = MAX_BYTES) -> WSGIApp
                 close = getattr(body, "close", None)
                 if close is not None:
                     close()
-            if said and said[0].startswith("200") and len(data) <= max_bytes:
+            if said and _keeps(said[0], said[1]) and len(data) <= max_bytes:
                 with lock:
                     kept[key] = (said[0], said[1], data)
                     while sum(len(r[2]) for r in kept.values()) > max_bytes:

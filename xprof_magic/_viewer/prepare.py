@@ -262,7 +262,7 @@ class Preparer:
         child = self._child
         if child is not None:
             if capturing != child.paused:
-                convert.signal_all(child.process, signal.SIGSTOP if capturing else signal.SIGCONT)
+                child.process.send_signal(signal.SIGSTOP if capturing else signal.SIGCONT)
                 child.paused = capturing
                 child.mark = (time.monotonic(), convert.cpu_s(child.process.pid))
             if child.process.poll() is None:
@@ -383,7 +383,7 @@ class Preparer:
 
     def _end(self, child: _Child, kill: bool) -> None:
         if kill and child.process.poll() is None:
-            convert.signal_all(child.process, signal.SIGKILL)
+            child.process.kill()
             child.process.wait()
         child.log.close()
         if kill:

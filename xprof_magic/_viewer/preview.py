@@ -2,16 +2,15 @@
 
 XProf converts a whole capture before its trace viewer draws anything: about 20 s for a
 100 MB capture on a 2-core machine, however little of it the first view shows. For a run
-over :data:`FROM_MB_ENV` (default :data:`FROM_MB`), a process the conversion's child
-(:mod:`xprof_magic._viewer.convert`) forks cuts each host's XSpace at the time before which
-:data:`EVENTS_ENV` of its events start (:func:`cut`), has XProf convert that small XSpace in
-``<scratch>/preview``, and writes the preview's ``cache_version.txt`` and :data:`SPAN_FILE`
-last, while the child converts the whole capture beside it, on another CPU (XProf's
-converter uses one most of its time). The viewer's
-:class:`~xprof_magic._viewer.prepare.Preparer` moves the finished preview out of the
-scratch folder (:meth:`Previews.take`) and the page said while the run is prepared shows it,
-with "the first 2.1 s of 14.0 s" above it, until the whole timeline is ready
-(:mod:`xprof_magic._viewer.preparing`).
+over :data:`FROM_MB_ENV` (default :data:`FROM_MB`), the conversion's child
+(:mod:`xprof_magic._viewer.convert`) first cuts each host's XSpace at the time before which
+:data:`EVENTS_ENV` of its events start (:func:`cut`), has XProf
+convert that small XSpace in ``<scratch>/preview``, and writes the preview's
+``cache_version.txt`` and :data:`SPAN_FILE` last; then it converts the whole capture, as
+before. The viewer's :class:`~xprof_magic._viewer.prepare.Preparer` moves the finished
+preview out of the scratch folder (:meth:`Previews.take`) and the page said while the run is
+prepared shows it, with "the first 2.1 s of 14.0 s" above it, until the whole timeline is
+ready (:mod:`xprof_magic._viewer.preparing`).
 
 The cut keeps every event that starts before the cut time and everything else the file
 holds (planes, lines, metadata, stats): the preview is the capture's real events, read and
@@ -52,11 +51,9 @@ FOLDER = "preview"
 SPAN_FILE = "preview.json"
 """What the preview shows: ``shown_s`` of ``total_s`` seconds, ``events`` of ``of``."""
 FROM_MB_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_FROM_MB"
-FROM_MB = 20.0
-"""A run's captures over this many MB get a preview: a 30 MB capture converts whole in 5 to
-7 s on two busy cores, a little more than the time a user reads its summary; its preview
-takes 0.8 s beside it. Made first, in the same process, it delayed the whole timeline, so the
-threshold was 40 MB until the preview had a process of its own."""
+FROM_MB = 40.0
+"""A run's captures over this many MB get a preview first: a 30 MB capture converts whole in
+about 5 s, about the time a user reads its summary."""
 EVENTS_ENV = "XPROF_MAGIC_PREPARE_PREVIEW_EVENTS"
 EVENTS = 50_000
 """The events a preview keeps. XProf's trace viewer sends every event of a capture under
