@@ -20,7 +20,9 @@ Times, on the browser's clock: the key press that runs the cell, the cell done (
 numbered: summary and widget shown), the first paint of the timeline under that cell, the
 key press of ``%xprof view`` and the first paint of that view (see :mod:`bench.first_paint`
 for what a first paint is): of the preview where one is shown (its frame inside the page
-said while the run is prepared), then of the whole timeline. Then the next cell: a smaller
+said while the run is prepared), then of the whole timeline, with where the view's whole
+timeline went (its page starting, its trace data answered) and whether the frame under the
+cell, which the view's output scrolls away, loaded its timeline too. Then the next cell: a smaller
 ``%%xprof`` cell run as soon as the big one is done (while its conversion runs), against
 the same cell once the machine is at rest (under 15% of the CPUs busy for a second).
 """
