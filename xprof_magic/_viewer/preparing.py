@@ -10,9 +10,8 @@ a cell captures), fetches XProf's script meanwhile, and reloads into XProf's pag
 run is ready and the frame is in view (at least half of it, or 200 px, in the browser's
 window; a preview is shown only then too): a frame scrolled away, or under a tab not shown,
 waits until it is looked at rather than load a timeline beside the one that is. A failed
-conversion
-is said in one line with its reason and a "Try again" link: the next request for the page
-tries again. A trace data request for a run being converted waits for it, so XProf never
+conversion is said in one line with its reason and a "Try again" link: the next request for
+the page tries again. A trace data request for a run being converted waits for it, so XProf never
 converts it beside us; another tool's data request (the widget's survey) waits for it too, up
 to :data:`OTHER_TOOLS_WAIT_S`, since XProf's conversion for that tool would compete with the
 timeline the frame shows first. ``XPROF_MAGIC_PREPARE=0`` turns all of it off.
