@@ -450,8 +450,10 @@ class NotebookPage(BrowserPage):
     def wait_for_data(
         self, frame: Any, run: str, tag: str, timeout: float, label: str | None = None
     ) -> Any:
-        """Until ``frame`` has fetched ``run``'s data for ``tag`` (with event ``label``)."""
+        """Until ``frame``, looked at (:func:`look_at`), has fetched ``run``'s data for
+        ``tag`` (with event ``label``)."""
         wanted = f"{tag} data of run {run!r}" + (f" with an event {label!r}" if label else "")
+        look_at(frame)
         return self.wait(
             lambda: self.data.find(run, tag, frame, label),
             lambda: f"the widget's page fetched no {wanted}\n{self.data.describe()}",
@@ -946,6 +948,20 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
 
 def _says(view: ToolView, why: str) -> bool:
     return why in view.reason()
+
+
+def look_at(frame: Any) -> None:
+    """Scroll ``frame``, and the frames that hold it, into the page's view, as a person looks
+    at it: the page said while a run is prepared loads the run's timeline only in view."""
+    from playwright.sync_api import Error
+
+    chain = []
+    while frame is not None and frame.parent_frame is not None:
+        chain.append(frame)
+        frame = frame.parent_frame
+    for one in reversed(chain):
+        with contextlib.suppress(Error):
+            one.frame_element().scroll_into_view_if_needed(timeout=10_000)
 
 
 def shown_text(line: Any) -> str:

@@ -215,13 +215,13 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
         )
         assert "xprof summary — run marimo-torch" in shown.inner_text()
         assert shown.locator("svg").count() >= 1, "no per-step chart"
+        torch_view.locator("iframe.xprof-outer").scroll_into_view_if_needed()
         first = watched.wait(
             lambda: fetched("marimo-torch", "forward"),
             lambda: f"the trace viewer's data of marimo-torch\n{data.describe()}",
             LOAD_TIMEOUT_S,
         )
         check_route(app, first.frame.url)
-        torch_view.locator("iframe.xprof-outer").scroll_into_view_if_needed()
         torch_frame.get_by_text("/host:CPU").filter(visible=True).first.wait_for(
             timeout=LOAD_TIMEOUT_S * 1000
         )
