@@ -377,7 +377,9 @@ def report(results: dict[str, Any]) -> str:
         ("training cell's key press → that first paint", "press_to_paint_s", "s"),
     ]
     for label, key, unit in rows:
-        if not all(key in r for z, m in columns for r in results["modes"][m]["sizes"][z]):
+        if not all(
+            key in r for size, mode in columns for r in results["modes"][mode]["sizes"][size]
+        ):
             continue
         cells = " | ".join(f"{med(mode, size, key):.2f} {unit}" for size, mode in columns)
         lines.append(f"| {label} | {cells} |")

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from xprof_magic import _store
 from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
+from xprof_magic._viewer.replies import whole_reply
 
 __all__ = ["MAX_BYTES", "remembered"]
 
@@ -90,24 +91,13 @@ def remembered(app: WSGIApp, logdir: str, max_bytes: int = MAX_BYTES) -> WSGIApp
                     break
             answering.wait()  # the same request, answered now: kept, or failed (asked again)
         try:
-            said: list[Any] = []
-
-            def hold(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
-                said[:] = [status, list(headers)]
-                return start_response(status, headers, *exc_info)
-
-            body = app(environ, hold)
-            try:
-                data = b"".join(body)
-            finally:
-                close = getattr(body, "close", None)
-                if close is not None:
-                    close()
-            if said and _keeps(said[0], said[1]) and len(data) <= max_bytes:
+            status, headers, exc_info, data = whole_reply(app, environ)
+            if _keeps(status, headers) and len(data) <= max_bytes:
                 with lock:
-                    kept[key] = (said[0], said[1], data)
+                    kept[key] = (status, headers, data)
                     while sum(len(r[2]) for r in kept.values()) > max_bytes:
                         kept.popitem(last=False)
+            start_response(status, list(headers), *exc_info)
             return [data]
         finally:
             with lock:

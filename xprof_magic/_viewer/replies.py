@@ -47,6 +47,7 @@ __all__ = [
     "forget_failed_v2",
     "label_thread",
     "label_threads_first",
+    "whole_reply",
     "xprof_replies",
 ]
 
@@ -175,20 +176,7 @@ def xprof_replies(app: WSGIApp) -> WSGIApp:
                 return app(environ, _kept(start_response))
             return app(environ, start_response)
         change, html_only = how
-        held: list[Any] = []
-
-        def hold(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
-            held[:] = [status, headers, exc_info]
-            return lambda data: None
-
-        body = app(environ, hold)
-        try:
-            data = b"".join(body)
-        finally:
-            close = getattr(body, "close", None)
-            if close is not None:
-                close()
-        status, headers, exc_info = held
+        status, headers, exc_info, data = whole_reply(app, environ)
         if status.startswith("200") and (not html_only or _is_html(headers)):
             data = _rewrite(data, headers, change)
             headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
@@ -197,6 +185,28 @@ def xprof_replies(app: WSGIApp) -> WSGIApp:
         return [data]
 
     return rewritten
+
+
+def whole_reply(
+    app: WSGIApp, environ: dict[str, Any]
+) -> tuple[str, list[tuple[str, str]], tuple[Any, ...], bytes]:
+    """``app``'s reply to ``environ`` read whole, its body closed: status, headers, the
+    ``exc_info`` it gave ``start_response``, and the body's bytes."""
+    held: list[Any] = []
+
+    def hold(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+        held[:] = [status, list(headers), exc_info]
+        return lambda data: None
+
+    body = app(environ, hold)
+    try:
+        data = b"".join(body)
+    finally:
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+    status, headers, exc_info = held
+    return status, headers, exc_info, data
 
 
 def _static(environ: dict[str, Any]) -> bool:
