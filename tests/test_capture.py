@@ -106,6 +106,9 @@ class FakeBackend:
     def device(self) -> str:
         return "CPU"
 
+    def device_name(self) -> str:
+        return ""
+
     def versions(self) -> dict[str, str]:
         return {}
 

@@ -162,10 +162,13 @@ def test_steptrace_steps_with_the_first_apart(steps: Summary) -> None:
 
 
 def test_step_times_match_xprofs_overview_page(steps: Summary, tmp_path: Path) -> None:
-    """XProf's own step detection (its overview page) finds the same step times.
+    """XProf's own step detection (its overview page) finds the same steps.
 
     The overview page leaves out the first and the last step; the summary keeps them all
-    and shows the first, which compiles, apart.
+    and shows the first, which compiles, apart. XProf times each step's marker; the summary
+    tiles the loop (a step runs from the end of the one before, so the loop's own Python
+    between two markers is the next step's) and ends a step no earlier than the device's
+    work it launched: each of its steps is XProf's and at most a small gap more.
     """
     from xprof.convert.raw_to_tool_data import xspace_to_tool_data
 
@@ -180,14 +183,17 @@ def test_step_times_match_xprofs_overview_page(steps: Summary, tmp_path: Path) -
     xprof_ms = [row["c"][column]["v"] for row in step_table["rows"]]
     assert steps.steps is not None
     ours_ms = [d * 1e3 for d in steps.steps.durations_s]
-    assert ours_ms[1:-1] == pytest.approx(xprof_ms, rel=1e-3)
+    assert len(ours_ms[1:-1]) == len(xprof_ms)
+    for ours, theirs in zip(ours_ms[1:-1], xprof_ms, strict=True):
+        assert theirs * (1 - 1e-3) <= ours <= theirs * 1.1 + 0.2, (ours_ms, xprof_ms)
 
 
 def test_the_steps_start_where_xprofs_trace_viewer_draws_them(
     steps: Summary, tmp_path: Path
 ) -> None:
     """Each step's start, in seconds on the timeline, is where XProf's trace viewer draws the
-    step (its ``ts``, in microseconds from the same origin), so the widget can open the trace
+    step (its ``ts``, in microseconds from the same origin), less the loop's own Python
+    since the step before ended (steps tile the loop), so the widget can open the trace
     viewer on the verdict's steps with XProf's own ``view_start``/``view_end``; the window
     starts after the compiling warm-up and ends with the last step."""
     from xprof.convert.raw_to_tool_data import xspace_to_tool_data
@@ -199,7 +205,9 @@ def test_the_steps_start_where_xprofs_trace_viewer_draws_them(
     s = steps.steps
     assert s is not None and len(s.starts_s) == s.count == 6
     drawn = sorted(e["ts"] / 1e6 for e in events if str(e.get("name", "")).startswith(s.name))
-    assert len(drawn) == s.count and list(s.starts_s) == pytest.approx(drawn, abs=1e-6)
+    assert len(drawn) == s.count
+    for ours, theirs in zip(s.starts_s, drawn, strict=True):
+        assert theirs - 1e-4 <= ours <= theirs + 1e-6, (s.starts_s, drawn)
     window = steps.verdict_window()
     assert window is not None
     first = steps.diagnosis.warm_up
@@ -593,7 +601,7 @@ def test_tpu_busy_and_idle_share_from_device_planes() -> None:
     assert info.kind == "TPU" and not info.on_cpu
     assert info.busy_share == pytest.approx(0.2)
     assert info.devices[0].share == pytest.approx(0.2)
-    assert "1 TPU device" in info.statement
+    assert info.statement == "Ran on TPU: one TPU in the timeline."
     text = render_text(Summary(run="r", run_dir="/x", device=info))
     assert "the device was busy 20.0 ms of the 100.0 ms window (20%); idle 80%" in text
 

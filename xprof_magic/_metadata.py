@@ -93,6 +93,7 @@ class RunMetadata:
     error: RunError | None = None
     backend: str = ""
     device: str = ""
+    device_name: str = ""
     host: str = ""
     pid: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
@@ -131,6 +132,7 @@ class RunMetadata:
             else {"type": self.error.type, "message": self.error.message},
             "backend": self.backend,
             "device": self.device,
+            "device_name": self.device_name,
             "host": self.host,
             "pid": self.pid,
             "versions": dict(self.versions),
@@ -164,6 +166,7 @@ class RunMetadata:
             error=reader.error(),
             backend=reader.text("backend"),
             device=reader.text("device"),
+            device_name=reader.text("device_name"),
             host=reader.text("host"),
             pid=reader.integer("pid"),
             versions={str(k): str(v) for k, v in reader.mapping("versions").items()},

@@ -66,6 +66,7 @@ def run_metadata(
         error=error,
         backend=backend.name,
         device=backend.device(),
+        device_name=backend.device_name(),
         host=socket.gethostname(),
         pid=os.getpid(),
         versions={**backend.versions(), "xprof_magic": __version__},

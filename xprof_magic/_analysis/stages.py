@@ -127,6 +127,7 @@ def _diagnose(
             shapes=input_shapes(facts),
             launched=launches.of_trace(facts, meta, words),
             programs=facts.programs,
+            activity=launches.activity(facts, meta, words, summary.steps),
         )
     if meta.wall_s:
         parts = breakdown.of_metadata(meta, words)

@@ -120,7 +120,11 @@ class Backend(Protocol):
         """The runtime's counters now."""
 
     def device(self) -> str:
-        """The kind of device that runs the work, e.g. ``TPU`` or ``CPU``."""
+        """The kind of device that runs the work, e.g. ``TPU``, ``GPU`` or ``CPU``."""
+
+    def device_name(self) -> str:
+        """The device's own name as the runtime reports it (``NVIDIA H200``,
+        ``TPU v6 lite``); "" where unknown or not started. Must not start the runtime."""
 
     def versions(self) -> dict[str, str]:
         """Versions of the libraries that made the capture."""

@@ -118,6 +118,9 @@ class ProfilerBackend:
         "" says it as any busy port."""
         return ""
 
+    def device_name(self) -> str:
+        return ""
+
     def versions(self) -> dict[str, str]:
         found = ((dist, installed_version(dist)) for dist in self.packages)
         return {dist: version for dist, version in found if version is not None}

@@ -248,6 +248,14 @@ class JaxBackend(ProfilerBackend):
             return "unknown"
         return {"cuda": "GPU", "rocm": "GPU", "gpu": "GPU"}.get(platform, platform.upper())
 
+    def device_name(self) -> str:
+        if not self.runtime_started():
+            return ""
+        try:
+            return str(jax.devices()[0].device_kind)
+        except Exception:
+            return ""
+
 
 # Where JAX logs its explanations of cache misses: the tracing cache (jax 0.8+ and 0.7), the
 # compiler and the persistent compilation cache.

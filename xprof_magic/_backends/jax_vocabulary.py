@@ -86,15 +86,26 @@ VOCABULARY = words.Vocabulary(
             **words.NEUTRAL_FIXES,
             "input": "Prefetch: load the next batch while the step runs (a loader with "
             "workers, or jax.device_put of the next batch before the step).",
-            "host": "Put the step under jax.jit: eager ops dispatch one at a time, so a Python "
-            "loop of small ops is bound by the host.",
+            "host": "If the step runs jax.numpy ops outside jax.jit, put it under jax.jit (eager "
+            "ops dispatch one at a time); if it is jitted already, do more per call (a larger "
+            "batch, or several steps in one call with jax.lax.scan).",
+            "eager": "Put the step under jax.jit: its jax.numpy ops run eagerly, each "
+            "dispatched from Python on its own, so the host bounds the loop.",
+            "compiled step": "The step is already one jitted call, so the host's own Python "
+            "between calls is the cost: do more per call (a larger batch, or several steps in "
+            "one call with jax.lax.scan or fori_loop) and keep per-step Python (logging, "
+            "data handling) out of the loop.",
             "changing shapes": "Pad the inputs to a few fixed shapes (bucketing), so each "
             "jitted function compiles once per shape; JAX_EXPLAIN_CACHE_MISSES=1 says why.",
+            "eager shapes": "That jax.numpy call runs eagerly, outside jax.jit, so it compiles "
+            "for every new shape it is given: do it in NumPy before the data reaches JAX "
+            "(np.pad on the host), or inside the jitted step on inputs of fixed shape.",
             "changing values": "Pass numbers that change between steps as traced "
             "arguments, not static_argnums or Python values the jitted function closes over, "
             "so it compiles once; JAX_EXPLAIN_CACHE_MISSES=1 says why.",
-            "transfer": "Keep arrays on the device: jax.device_put once, before the loop, and "
-            "no np.asarray of device arrays inside the step.",
+            "transfer": "Copy each batch to the device ahead of its step: jax.device_put the "
+            "next batch while this step runs (a prefetch), or the whole data once before the "
+            "loop if it fits; and no np.asarray of device arrays inside the step.",
             "sync": "Keep block_until_ready(), float(x) and printing arrays out of the loop.",
             "collective": "The chips wait on collectives (psum, all_gather, or those the "
             "shardings insert): shard so that less crosses the chips (check the shardings of "

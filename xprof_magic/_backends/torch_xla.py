@@ -167,6 +167,14 @@ class TorchXlaBackend(ProfilerBackend):
     def device(self) -> str:
         return str(xr.device_type() or "unknown")
 
+    def device_name(self) -> str:
+        if not self.runtime_started():
+            return ""
+        try:
+            return str(xm.xla_device_kind())
+        except Exception:
+            return ""
+
 
 # The profiler's own calls, before any capture hooks them.
 _start_trace, _stop_trace = xp.start_trace, xp.stop_trace

@@ -98,8 +98,8 @@ class Advice:
     fixes: Mapping[str, str] = field(default_factory=lambda: dict(NEUTRAL_FIXES))
     """The diagnosis's advice, one sentence per verdict (and per compile cause:
     ``growing graph``, ``changing shapes``, ``changing values``, ``warm-up``, ``first run``;
-    per transfer cause:
-    ``host offload``), in the backend's words."""
+    per transfer cause: ``host offload``; per host cause: ``eager``, many launches a step,
+    ``compiled step``, a few), in the backend's words."""
 
 
 NEUTRAL_FIXES: Mapping[str, str] = {
@@ -107,10 +107,18 @@ NEUTRAL_FIXES: Mapping[str, str] = {
     "worker processes).",
     "host": "Do more per step: fewer, larger ops (vectorize the inner Python loop), or a "
     "compiled function around the step.",
+    "eager": "Compile the step: its ops run one at a time, each launched from Python, so the "
+    "host's dispatch bounds it; one compiled function around the step launches them as one.",
+    "compiled step": "The step already runs as a compiled program, so the host's own Python "
+    "between launches is the cost: do more per launch (a larger batch, several steps in one "
+    "compiled call) and move per-step Python (logging, data handling) out of the loop.",
     "compile": "Keep shapes and Python values fixed between steps, so compiled programs are "
     "reused.",
     "changing shapes": "Pad the inputs to a few fixed sizes (bucketing), or drop the last "
     "partial batch.",
+    "eager shapes": "That call runs outside the compiled step, so it compiles for every new "
+    "shape it is given: do it on the host before the data reaches the device, or inside the "
+    "compiled step on inputs of fixed shape.",
     "growing graph": "End each step where it should: the graph grows while nothing ends it.",
     "warm-up": "Only the first steps compiled: later runs of the same shapes reuse them.",
     "first run": "Run the cell again to see it without compiling (compiled programs are reused "

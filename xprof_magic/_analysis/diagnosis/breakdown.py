@@ -31,11 +31,11 @@ chip's own waits, :data:`~xprof_magic._analysis.timeline.facts.DEVICE_SIDE`, com
 held (the waits above), so the verdict tells a chip waiting on its copies from a host
 copying. A capture without them (the CPU) leaves it empty and splits as before.
 
-Steps tile the loop: a step runs from the previous one's end (the first from its own start,
-or from the fetch of its batch just before it), so that a fetch made between two
-iterations belongs to the step it feeds. The last step runs until the device has finished
-the work the loop queued: a host that runs ahead of the device leaves it busy after the loop.
-Each step, and the cell, also keep the device's busy time whichever category holds it
+Steps tile the loop, each ending where its host block or the device's work it launched
+ends, whichever is later (:mod:`~xprof_magic._analysis.summary.steps`): a host that runs
+ahead of the device leaves the device busy with the steps' work after the loop, and that
+work is theirs; what the cell launches after the loop is not. Each step, and the cell, also
+keep the device's busy time whichever category holds it
 (:attr:`StepBreakdown.busy_s`): the least a step could take, which the gain estimate needs.
 """
 
@@ -44,13 +44,13 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.model.diagnosis import Breakdown, StepBreakdown
+from xprof_magic._analysis.model.diagnosis import Aside, Breakdown, StepBreakdown
 from xprof_magic._analysis.summary.blocks import main_line
 from xprof_magic._analysis.summary.spans import NO_SPANS, Spans, measure, merge, subtract
+from xprof_magic._analysis.summary.steps import fetch_spans, launched_work, step_spans
 from xprof_magic._analysis.summary.where import INPUT_PREFIX
 from xprof_magic._analysis.timeline.facts import (
     DEVICE_SIDE,
-    LABEL,
     LAUNCH,
     OFFLOAD,
     STEP,
@@ -86,7 +86,6 @@ PRIORITY = ("input", "compile", *DEVICE_SIDE, "device", "transfer", "sync")
 """The span keys (:attr:`TraceFacts.spans`) in the order they take an instant."""
 _COLUMN = {key: BREAKDOWN_CATEGORIES.index(DEVICE_SIDE.get(key, key)) for key in PRIORITY}
 MAX_STEPS = 10_000
-_FETCH_GAP_NS = 5e6
 
 
 def _split(
@@ -135,12 +134,7 @@ def breakdown(
         key: merge(pieces) for key, pieces in facts.spans.items() if not key.startswith(LAUNCH)
     }
     mine = [b for b in facts.blocks if b.line == main_line]
-    inputs = [
-        (b.start, b.end)
-        for b in mine
-        if (b.kind == LABEL and b.name.startswith(INPUT_PREFIX)) or b.name in input_names
-    ]
-    fetches = merge([([a for a, _ in inputs], [b for _, b in inputs])])
+    fetches = fetch_spans(mine, input_names)
     cover["input"] = waiting_for_data(fetches, cover)
     top = [(b.start, b.end) for b in mine if b.parent < 0]
     if facts.window is not None:
@@ -153,14 +147,10 @@ def breakdown(
     whole, side = _split(cover, np.array([lo]), np.array([hi]), busy)
     cell = _as_tuple(whole[0])
     waits = any(cover.get(key) is not None and len(cover[key][0]) for key in DEVICE_SIDE)
-    steps = _step_spans(mine, fetches)
-    device = cover.get("device")
-    if steps and device is not None and len(device[1]) and device[1][-1] > steps[-1][2]:
-        # The host ran ahead: the device finishes the work queued by the loop after it.
-        number, start, _ = steps[-1]
-        steps[-1] = (number, start, float(device[1][-1]))
+    steps = step_spans(mine, fetches, launched_work(facts))
+    outside = _outside(cover, mine, steps, input_names, hi - lo)
     starts, ends = np.array([a for _, a, _ in steps]), np.array([b for _, _, b in steps])
-    table, _ = _split(cover, starts, ends, None)
+    table, _ = _split(_in_the_loop(cover, mine, starts, ends), starts, ends, None)
     split = [_as_tuple(row) for row in table]
     device_busy = _device_busy(cover)
     step_busy = measure(device_busy, starts, ends) / 1e9 if steps else np.zeros(0)
@@ -181,7 +171,67 @@ def breakdown(
         on_device=_as_tuple(side[0, :-1]) if waits else (),
         offload_s=float(side[0, -1]),
         busy_s=round(float(measure(device_busy, np.array([lo]), np.array([hi]))[0]) / 1e9, 9),
+        outside=outside,
     )
+
+
+HOST_SIDE = ("input", "compile", "sync")
+"""The span keys of what the cell's thread itself does: a step holds them only while the
+loop runs it, not while the device finishes the step's work after the loop moved on."""
+
+
+def _in_the_loop(
+    cover: dict[str, Spans],
+    mine: list[Block],
+    starts: NDArray[np.float64],
+    ends: NDArray[np.float64],
+) -> dict[str, Spans]:
+    """``cover`` with the cell's thread's own spans (:data:`HOST_SIDE`) kept only within
+    each step's host part: from its start to its block's end. After that a step lasts only
+    for the device's work it launched; what the thread does meanwhile (a statement after
+    the loop compiling, the next step) is not this step's."""
+    blocks = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
+    if len(blocks) != len(starts):
+        return cover
+    host = merge([(starts, np.minimum(ends, [b.end for b in blocks]))])
+    kept = dict(cover)
+    for key in HOST_SIDE:
+        if key in cover:
+            kept[key] = subtract(cover[key], subtract(cover[key], host))
+    return kept
+
+
+OUTSIDE_KEPT = 0.05
+"""The share of the cell a statement's time outside the steps needs to be kept."""
+
+
+def _outside(
+    cover: dict[str, Spans],
+    mine: list[Block],
+    steps: list[tuple[int, float, float]],
+    aside: frozenset[str],
+    cell_ns: float,
+) -> tuple[Aside, ...]:
+    """The cell's statements (outermost blocks of its thread) by their time outside every
+    step, split by category; those holding at least :data:`OUTSIDE_KEPT` of the cell."""
+    stepped = merge([([a for _, a, _ in steps], [b for _, _, b in steps])])
+    found: dict[str, NDArray[np.float64]] = {}
+    for b in mine:
+        if b.parent >= 0 or b.name in aside:
+            continue
+        lo, hi = subtract((np.array([b.start]), np.array([b.end])), stepped)
+        if not len(lo):
+            continue
+        rows, _ = _split(cover, lo, hi, None)
+        found[b.name] = found.get(b.name, 0.0) + rows.sum(axis=0)
+    out = []
+    for name, row in found.items():
+        total = float(row.sum())
+        if cell_ns <= 0 or total * 1e9 < OUTSIDE_KEPT * cell_ns:
+            continue
+        at = int(np.argmax(row))
+        out.append(Aside(round(total, 9), BREAKDOWN_CATEGORIES[at], float(row[at]), path=(name,)))
+    return tuple(sorted(out, key=lambda a: -a.seconds))
 
 
 NOT_DATA = ("sync", STEP_END, "device")
@@ -283,30 +333,3 @@ def _moved(parts: tuple[float, ...], copy_s: float, host_s: float) -> tuple[floa
     out[_HOST] = round(out[_HOST] - move, 9)
     out[_TRANSFER] = round(out[_TRANSFER] + move, 9)
     return tuple(out)
-
-
-def _step_spans(blocks: list[Block], inputs: Spans) -> list[tuple[int, float, float]]:
-    """Each step's number and span, tiling the loop (see the module's docstring)."""
-    marked = sorted((b for b in blocks if b.kind == STEP), key=lambda b: b.start)
-    out: list[tuple[int, float, float]] = []
-    previous: float | None = None
-    for i, b in enumerate(marked):
-        start = b.start
-        if previous is not None and previous <= b.start and b.start - previous < _FETCH_GAP_NS:
-            start = previous
-        elif previous is None or previous > b.start:
-            start = _fetch_before(inputs, b.start)
-        elif previous is not None:
-            start = max(previous, _fetch_before(inputs, b.start))
-        out.append((b.step_num if b.step_num is not None else i, start, b.end))
-        previous = b.end
-    return out
-
-
-def _fetch_before(inputs: Spans, at: float) -> float:
-    """The start of the fetch that ended just before ``at`` (its batch's), else ``at``."""
-    starts, ends = inputs
-    i = int(np.searchsorted(ends, at, side="right")) - 1
-    if i >= 0 and at - ends[i] < _FETCH_GAP_NS:
-        return float(starts[i])
-    return at

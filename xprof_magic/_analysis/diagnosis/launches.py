@@ -21,14 +21,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xprof_magic._analysis.model.summary import StepStats
 from xprof_magic._analysis.summary.blocks import line_of, main_line
 from xprof_magic._analysis.summary.spans import merge
+from xprof_magic._analysis.summary.steps import STALE_NS
 from xprof_magic._analysis.summary.where import call_line, own_steps, paths_at
-from xprof_magic._analysis.timeline.facts import LAUNCH, TraceFacts
+from xprof_magic._analysis.timeline.facts import LAUNCH, READ, TraceFacts
 from xprof_magic._backends import Vocabulary
 from xprof_magic._metadata import RunMetadata
 
-__all__ = ["Launch", "callable_name", "launcher", "of_trace", "where_launched"]
+__all__ = [
+    "Launch",
+    "StepActivity",
+    "activity",
+    "callable_name",
+    "launcher",
+    "of_trace",
+    "where_launched",
+]
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,60 @@ class Launch:
     path: tuple[str, ...]
     program: str
     share: float
+
+
+@dataclass(frozen=True)
+class StepActivity:
+    """What the runtime did in each step (by position, as the summary's steps): its program
+    ``launches``, of them those that ``named`` a program (``PjitFunction(train)``: a
+    compiled function or an eager op's program), and its ``reads`` of a device value on
+    the host (:data:`~xprof_magic._analysis.timeline.facts.READ`); ``read_path``: the label
+    path the reads were made in most (the loop)."""
+
+    launches: tuple[int, ...]
+    named: tuple[int, ...]
+    reads: tuple[int, ...]
+    read_path: tuple[str, ...] = ()
+    program: str = ""
+    """The program the steps launched most (``PjitFunction(train)``; "" for none named)."""
+
+
+def activity(
+    facts: TraceFacts, meta: RunMetadata, words: Vocabulary, steps: StepStats | None
+) -> StepActivity | None:
+    """Each step's launches and reads, counted in its span on the timeline (None without
+    the steps' places on it)."""
+    if steps is None or not steps.starts_s or len(steps.starts_s) != len(steps.durations_s):
+        return None
+    lo = np.asarray(steps.starts_s, np.float64) * 1e9
+    hi = lo + np.asarray(steps.durations_s, np.float64) * 1e9
+
+    def count(keys: list[str]) -> tuple[int, ...]:
+        times = [np.asarray(a, np.float64) for key in keys for a, _ in facts.spans.get(key, [])]
+        at = np.sort(np.concatenate(times)) if times else np.empty(0)
+        inside = np.searchsorted(at, hi, side="left") - np.searchsorted(at, lo, side="left")
+        return tuple(int(n) for n in inside)
+
+    launches = [key for key in facts.spans if key.startswith(LAUNCH)]
+    by_program = {key: sum(count([key])) for key in launches if key != LAUNCH}
+    top = max(by_program, key=lambda k: by_program[k], default="")
+    reads = [a for a, _ in facts.spans.get(READ, [])]
+    path: tuple[str, ...] = ()
+    if reads:
+        pipeline = words.timeline.input_pipeline
+        at = [float(t) for chunk in reads for t in chunk]
+        found = paths_at(
+            facts.blocks, main_line(facts.blocks, pipeline), own_steps(meta.step_rule), at, pipeline
+        )
+        named = [p for p in found if p]
+        path = max(set(named), key=named.count) if named else ()
+    return StepActivity(
+        launches=count(launches),
+        named=count([key for key in launches if key != LAUNCH]),
+        reads=count([READ]),
+        read_path=path,
+        program=top[len(LAUNCH) :] if top and by_program[top] else "",
+    )
 
 
 def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Launch | None:
@@ -93,11 +157,13 @@ def _owners(at: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """For each stretch of device time ``[lo, hi)`` (sorted, disjoint), the index in ``at``
     (launch times, sorted) of the launch it ran, -1 for none: the device runs launches in
     order, so a stretch that starts after an idle moment runs the first launch made since
-    then; one with no launch since (the device went on with what was queued) runs what the
-    stretch before it ran. A program the host ran itself, inside its launch (the CPU client
-    runs small ones so), is no stretch's: its launch goes to the device's next stretch."""
+    then (but not one made :data:`~.steps.STALE_NS` or more before it: that one ran nothing
+    the timeline shows); one with no launch since (the device went on with what was
+    queued) runs what the stretch before it ran. A program the host ran itself, inside its
+    launch (the CPU client runs small ones so), is no stretch's: its launch goes to the
+    device's next stretch."""
     idle = np.concatenate([[-np.inf], hi[:-1]])
-    first = np.searchsorted(at, idle, side="left")
+    first = np.searchsorted(at, np.maximum(idle, lo - STALE_NS), side="left")
     launched = np.searchsorted(at, lo, side="right") > first
     owner = np.where(launched, first, -1)
     return np.maximum.accumulate(owner) if len(owner) else owner

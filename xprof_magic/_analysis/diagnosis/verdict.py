@@ -47,13 +47,20 @@ renderers read too.
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
+from xprof_magic._analysis.diagnosis import steady
 from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX
 from xprof_magic._analysis.diagnosis.causes import Changes, compile_changes
 from xprof_magic._analysis.diagnosis.gain import gain_of
-from xprof_magic._analysis.diagnosis.launches import Launch, where_launched
+from xprof_magic._analysis.diagnosis.launches import (
+    Launch,
+    StepActivity,
+    callable_name,
+    where_launched,
+)
 from xprof_magic._analysis.model.diagnosis import (
     CHEAPEST_FIRST,
     HIGHLY_INPUT,
@@ -69,6 +76,7 @@ from xprof_magic._analysis.model.diagnosis import (
 )
 from xprof_magic._analysis.model.summary import LabelRow, Summary
 from xprof_magic._analysis.summary.blocks import is_loop, line_of
+from xprof_magic._analysis.summary.where import method_call_line
 from xprof_magic._analysis.timeline.facts import OFFLOAD, device_side
 from xprof_magic._analysis.timeline.programs import Program
 from xprof_magic._backends import Vocabulary
@@ -89,20 +97,33 @@ def diagnose(
     source: str = "timeline",
     launched: Launch | None = None,
     programs: Sequence[Program] = (),
+    activity: StepActivity | None = None,
 ) -> Diagnosis:
     """The diagnosis of summary ``s`` from its breakdown ``parts``; ``step_rule`` is how the
     capture found the steps (``sync``: the loop synced), ``shapes`` the input shapes seen,
     ``source`` what ``parts`` was measured from (``timeline`` or ``metadata``), ``launched``
     the block that launched most of the device's time (:mod:`.launches`), ``programs`` the
-    compiled programs the timeline holds (:mod:`.causes`)."""
+    compiled programs the timeline holds (:mod:`.causes`), ``activity`` each step's launches
+    and reads (:func:`.launches.activity`)."""
     if not parts.categories or parts.total_s() <= 0:
         return Diagnosis(breakdown=parts, source=source)
     if parts.total_s() < MIN_CELL_S:
         share = {c: parts.share(c, bool(parts.steps)) for c in parts.categories}
         return Diagnosis(breakdown=parts, source=source, gain=_largest_gain(parts, share))
     warm_up = _warm_up(s, parts)
-    basis = replace(parts, steps=parts.steps[warm_up:]) if warm_up else parts
+    in_scope = steady.scope(parts)
+    frame = Diagnosis(
+        breakdown=parts,
+        warm_up=warm_up,
+        apart=steady.unlike(parts, warm_up, s.steps.compiling if s.steps else ())
+        if in_scope == "steps"
+        else (),
+        scope=in_scope,
+    )
+    frame = replace(frame, apart=(*frame.apart, *steady.outside(s, parts, in_scope)))
+    basis = frame.basis()
     of_steps = bool(basis.steps)
+    read_back = steady.read_back(s, parts, frame.steady(), activity) if of_steps else None
     share = {c: basis.share(c, of_steps) for c in basis.categories}
     shares = tuple((c, share[c]) for c in basis.categories if c != "idle")
     verdict = "input" if share["input"] >= HIGHLY_INPUT else ""
@@ -110,13 +131,13 @@ def diagnose(
         best = max(_CANDIDATES, key=lambda c: share[c])
         verdict = best if share[best] >= MIN_SHARE else "unknown"
     if verdict == "unknown":
-        return Diagnosis(
+        return replace(
+            frame,
             share=None,
-            breakdown=parts,
             shares=shares,
-            warm_up=warm_up,
             source=source,
             gain=_largest_gain(basis, share),
+            read_back=read_back,
         )
     mixed, verdict = mixed_step(share, verdict)
     cause, changes = "", Changes()
@@ -127,13 +148,19 @@ def diagnose(
     transfer_s = parts.seconds("transfer", of_steps=False)
     if verdict == "transfer" and transfer_s > 0 and parts.offload_s >= HOST_OFFLOAD * transfer_s:
         cause = "host offload"
-    where, line = _where(s, verdict)
+    if verdict == "host":
+        cause = _host_cause(parts, frame.steady(), activity, words, s.cell)
+    where, line = _where(s, verdict, of_steps)
     program = ""
+    eager = _eager_call(s) if cause == "changing shapes" else None
+    if eager is not None:
+        cause, program, (where, line) = "eager shapes", eager[0], ((*where, eager[2]), eager[1])
     if verdict == "device" and launched is not None:
         row = _label_row(s, launched.path)
         if row:
             (where, line), program = where_launched(s.cell, row, launched), launched.program
-    return Diagnosis(
+    return replace(
+        frame,
         verdict=verdict,
         share=share[verdict],
         where=where,
@@ -141,9 +168,7 @@ def diagnose(
         cause=cause,
         shapes=changes.shapes if cause == "changing shapes" else (),
         level="info" if verdict == "device" or cause in ("warm-up", "first run") else "warning",
-        breakdown=parts,
         shares=shares,
-        warm_up=warm_up,
         busy=_chip_busy(parts, share),
         offloaded=_offloaded(s) if cause == "host offload" else (),
         source=source,
@@ -153,7 +178,65 @@ def diagnose(
         gain=gain_of(basis, verdict, cause),
         changed=changes.changed,
         changed_in=changes.found_in,
+        read_back=read_back,
     )
+
+
+def _eager_call(s: Summary) -> tuple[str, int, str] | None:
+    """The library function that compiled again and again (3 times or more) because the cell
+    calls it outside any compiled function (``jnp.pad(x, …)`` compiles ``jit(_pad)`` for
+    each new shape): its compiled name, and the cell line and statement that call it.
+    None when the recompiled functions are the cell's own."""
+    for name, count, _ in sorted(s.compiles.functions, key=lambda f: -f[1]):
+        if count < 3:
+            break
+        inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+        bare = inner.lstrip("_")
+        if not bare.isidentifier() or re.search(rf"\bdef\s+{re.escape(inner)}\b", s.cell):
+            continue
+        number, text = method_call_line(s.cell, bare)
+        if number:
+            return name, number, text
+    return None
+
+
+EAGER_LAUNCHES = 8
+"""Program launches a step needs to be eager code: a compiled step launches one or two."""
+
+
+def _host_cause(
+    parts: Breakdown,
+    steady_steps: Sequence[int],
+    activity: StepActivity | None,
+    words: Vocabulary,
+    cell: str,
+) -> str:
+    """Why a host-bound step is: ``eager`` when the steps that hold most of the time launch
+    :data:`EAGER_LAUNCHES` named programs or more each (an op at a time), or when the
+    program they launch most is one the cell never calls by name (an operator's, ``v * 2``
+    launching ``multiply``); ``compiled step`` when they launch fewer, of a function the
+    cell calls (it already runs as one compiled call, so the host's own Python around it is
+    the cost); "" where launches name no program or are not known."""
+    if activity is None or len(activity.named) != len(parts.steps) or not steady_steps:
+        return ""
+    if not any(p.endswith("(") for p in words.timeline.launches):
+        return ""
+    longest = sorted(steady_steps, key=lambda i: -parts.steps[i].total_s)
+    half = 0.5 * sum(parts.steps[i].total_s for i in longest)
+    held, heavy = 0.0, []
+    for i in longest:
+        heavy.append(activity.named[i])
+        held += parts.steps[i].total_s
+        if held >= half:
+            break
+    typical = statistics.median(heavy)
+    if typical >= EAGER_LAUNCHES:
+        return "eager"
+    if typical < 1 or not activity.program:
+        return ""
+    name = callable_name(activity.program)
+    called = bool(name) and re.search(rf"(?<![\w.]){re.escape(name)}\s*\(", cell) is not None
+    return "compiled step" if called else "eager"
 
 
 def mixed_step(share: dict[str, float], verdict: str) -> tuple[bool, str]:
@@ -214,8 +297,9 @@ def _cause(s: Summary, words: Vocabulary, step_rule: str, shapes: Sequence[str])
     return ""
 
 
-def _where(s: Summary, verdict: str) -> tuple[tuple[str, ...], int]:
-    """The label path that carries the verdict's time, and the cell line it starts at."""
+def _where(s: Summary, verdict: str, of_steps: bool) -> tuple[tuple[str, ...], int]:
+    """The label path that carries the verdict's time, and the cell line it starts at; a
+    verdict ``of_steps`` is about the loop that ran them."""
     rows = [r for r in s.labels if not r.thread and r.kind in ("label", "trace")]
     inputs = [r for r in rows if r.path[-1].startswith(INPUT_PREFIX)]
     pick: LabelRow | None = None
@@ -224,7 +308,7 @@ def _where(s: Summary, verdict: str) -> tuple[tuple[str, ...], int]:
         path = pick.path[:-1] or pick.path
         return path, line_of(s.cell, path)
     # A verdict on steps is about the loop that ran them, not the statements before it.
-    stepped = s.steps is not None and bool(s.steps.durations_s)
+    stepped = of_steps and s.steps is not None and bool(s.steps.durations_s)
     if verdict == "compile":
         sites = [site for site in s.compiles.sites if site.first_steps or not stepped]
         sites.sort(key=lambda site: -site.total_s)

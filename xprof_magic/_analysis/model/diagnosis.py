@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "APART_RATIO",
     "CHEAPEST_FIRST",
     "HIGHLY_INPUT",
     "HOST_OFFLOAD",
@@ -19,10 +20,14 @@ __all__ = [
     "MIXED_MARGIN",
     "MIXED_NAMED",
     "MODERATELY_INPUT",
+    "OUTSIDE_SHARE",
+    "STEPS_SHARE",
     "VERDICTS",
+    "Aside",
     "Breakdown",
     "Diagnosis",
     "Gain",
+    "ReadBack",
     "StepBreakdown",
 ]
 
@@ -45,6 +50,16 @@ MIXED_MARGIN = 0.10
 step's shares move by a few points between two runs of the same cell on a busy machine."""
 MIXED_NAMED = 0.15
 """The least share a category of a mixed step needs to be named as the one to remove."""
+APART_RATIO = 3.0
+"""A step this many times the median step (of those after the warm-up) is unlike the others:
+the verdict describes the steady steps and names it apart, when such steps are at most a
+quarter of them."""
+STEPS_SHARE = 0.5
+"""The least share of the cell's busy time its steps need for the verdict to be about them;
+below it the verdict is about the cell, whose time is mostly outside its loop."""
+OUTSIDE_SHARE = 0.2
+"""The share of the cell's time a statement outside the steps needs to be named beside a
+verdict about the steps."""
 CHEAPEST_FIRST = ("input", "sync", "transfer", "compile", "host", "collective", "device")
 """The categories by the kind of fix that removes them, cheapest first: a loader's option or
 a line the loop can drop or move (workers or prefetch for the input; a sync, a copy), then
@@ -52,6 +67,21 @@ how the step is compiled (fixed shapes, a sync per step), then the step's own co
 ops, a compiled step; fewer collectives), the device's own compute last (the model
 itself). Input first also keeps XProf's rule that a step waiting 20% for its input is
 input-bound."""
+
+
+@dataclass(frozen=True)
+class Aside:
+    """Time the verdict leaves out, named so the user knows where it went: a step unlike the
+    others (``step``: its position among the breakdown's steps) or a statement of the cell
+    outside its steps (``path``, ``line``), with its ``seconds``, the category that held
+    most of them and that category's ``held_s``."""
+
+    seconds: float
+    category: str
+    held_s: float
+    step: int = -1
+    path: tuple[str, ...] = ()
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,6 +121,7 @@ class Breakdown:
     on_device: tuple[float, ...] = ()
     offload_s: float = 0.0
     busy_s: float = 0.0
+    outside: tuple[Aside, ...] = ()
 
     def seconds(self, category: str, of_steps: bool = True) -> float:
         """A category's seconds over the steps (``of_steps``, when there are any) or the cell."""
@@ -138,6 +169,25 @@ class Gain:
 
 
 @dataclass(frozen=True)
+class ReadBack:
+    """The steps read a value back from the device (``float(loss)``, ``np.asarray(x)``):
+    ``steps`` of ``of`` steps did, ``reads`` times in all, at ``path`` (the loop) and
+    ``line`` (the statement that reads, 0: unknown); the host waits for the device in each
+    and launches nothing meanwhile, so the device idles between steps. ``step_s`` is their
+    mean step now, ``without_s`` with the host's work overlapping the device's as it would
+    without the reads."""
+
+    steps: int
+    of: int
+    reads: int
+    path: tuple[str, ...]
+    line: int
+    call: str
+    step_s: float
+    without_s: float
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """The summary's conclusion: what bounds the cell, where in its code, and what to do.
 
@@ -155,6 +205,12 @@ class Diagnosis:
     - ``shares``: every measured category's share of the same time, ``(category, share)`` in
       the breakdown's order (idle left out); empty when the cell was too short to diagnose;
     - ``warm_up``: how many first steps (that compiled) the shares leave out;
+    - ``apart``: the steps unlike the others that the shares also leave out, and the
+      statements outside the steps that hold much of the cell's time (:class:`Aside`);
+    - ``scope``: what the shares are of: ``steps`` (the steady steps), or ``cell`` when the
+      steps hold less than :data:`STEPS_SHARE` of the cell's busy time;
+    - ``read_back``: the steps read values back from the device each time (:class:`ReadBack`),
+      None when they don't;
     - ``busy``: the device's busy share of the same time: compute and the chip's own waits
       (collectives, infeed, outfeed, host-offload copies), not ``device`` alone;
     - ``where``: the label path that carries most of it, and ``line``, its line in the cell
@@ -209,16 +265,36 @@ class Diagnosis:
     gain: Gain | None = None
     changed: tuple[tuple[str, tuple[str, ...]], ...] = ()
     changed_in: str = ""
+    apart: tuple[Aside, ...] = ()
+    scope: str = "steps"
+    read_back: ReadBack | None = None
+
+    def apart_steps(self) -> frozenset[int]:
+        """The positions of the steps unlike the others (:attr:`apart`)."""
+        return frozenset(a.step for a in self.apart if a.step >= 0)
+
+    def steady(self) -> tuple[int, ...]:
+        """The positions of the steps the shares are of: after the warm-up, not apart; none
+        when the verdict is about the cell."""
+        if self.scope == "cell":
+            return ()
+        apart = self.apart_steps()
+        count = len(self.breakdown.steps)
+        return tuple(i for i in range(self.warm_up, count) if i not in apart)
 
     def share_of(self, category: str) -> float:
         """``category``'s share (of :attr:`shares`; 0 when not measured)."""
         return dict(self.shares).get(category, 0.0)
 
     def basis(self) -> Breakdown:
-        """The breakdown the shares are of: the steps after the :attr:`warm_up` ones."""
-        if not self.warm_up:
+        """The breakdown the shares are of: the :meth:`steady` steps (the cell, without
+        steps, when the verdict is about the cell)."""
+        if self.scope == "cell":
+            return replace(self.breakdown, steps=())
+        if not self.warm_up and not self.apart_steps():
             return self.breakdown
-        return replace(self.breakdown, steps=self.breakdown.steps[self.warm_up :])
+        steps = self.breakdown.steps
+        return replace(self.breakdown, steps=tuple(steps[i] for i in self.steady()))
 
     def advice_keys(self) -> tuple[str, ...]:
         """Where the fix is found in the vocabulary's advice, in order: the cause, the verdict

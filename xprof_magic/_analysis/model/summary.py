@@ -45,11 +45,14 @@ class Note:
 
 @dataclass(frozen=True)
 class DeviceBusy:
-    """How much of the capture window one accelerator spent running XLA programs."""
+    """How much of the capture window one accelerator was busy (its lines' union: a chip's
+    programs, a GPU's streams), and of that, ``copy_s``, copying between host and device
+    memory where its plane says so (a GPU's copies; None: not told apart)."""
 
     name: str
     busy_s: float
     share: float
+    copy_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -90,9 +93,11 @@ class HostRow:
 class DeviceInfo:
     """Which device ran the cell's work, said plainly, with its busy time.
 
-    ``busy_s``/``busy_share``: on a TPU, the mean over chips of the time an XLA program ran;
-    on the CPU, the time at least one XLA CPU client thread ran an execution (launch to
-    completion), else, in a timeline without such events, an XLA op.
+    ``busy_s``/``busy_share``: on an accelerator, the mean over its devices of the time one
+    was busy (a TPU's programs, a GPU's kernels, copies and memsets: the union of its
+    streams); on the CPU, the time at least one XLA CPU client thread ran an execution
+    (launch to completion), else, in a timeline without such events, an XLA op. ``name``:
+    the device as the runtime or the timeline names it (``NVIDIA H200``), "" unknown.
     """
 
     kind: str
@@ -103,6 +108,7 @@ class DeviceInfo:
     busy_share: float | None = None
     devices: tuple[DeviceBusy, ...] = ()
     threads: tuple[ThreadGroup, ...] = ()
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -294,19 +300,20 @@ class Summary:
 
     def verdict_window(self) -> tuple[float, float] | None:
         """The steps the verdict is about, as ``(start, end)`` seconds on the timeline (see
-        :attr:`StepStats.starts_s`): from the first step after the warm-up (the compiling
-        first steps that the diagnosis leaves out) to the end of the last step, as the
-        breakdown counts it (until the device has finished what the loop queued); None
-        without the steps' times."""
+        :attr:`StepStats.starts_s`): from the first steady step (after the compiling first
+        steps and those unlike the others that the diagnosis leaves out) to the end of the
+        last one, as the breakdown counts it (until the device has finished what it
+        launched); None without the steps' times, or for a verdict about the cell."""
         steps = self.steps
         if steps is None or not steps.starts_s or len(steps.starts_s) != len(steps.durations_s):
             return None
-        first = min(self.diagnosis.warm_up, len(steps.starts_s) - 1)
+        if self.diagnosis.scope == "cell":
+            return None
+        steady = self.diagnosis.steady() or tuple(range(len(steps.starts_s)))
+        first = min(steady[0], len(steps.starts_s) - 1)
+        last = min(steady[-1], len(steps.starts_s) - 1)
         start = steps.starts_s[first]
-        end = steps.starts_s[-1] + steps.durations_s[-1]
-        measured = self.diagnosis.breakdown.steps
-        if len(measured) == len(steps.starts_s):
-            end = max(end, start + sum(s.total_s for s in measured[first:]))
+        end = steps.starts_s[last] + steps.durations_s[last]
         return (start, end) if end > start else None
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:

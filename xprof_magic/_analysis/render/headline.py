@@ -67,7 +67,8 @@ _TITLE = {
 def worded(s: Summary, d: Diagnosis, words: Vocabulary) -> Diagnosis:
     """``d`` (the diagnosis of ``s``) with its words: evidence, fix and headline."""
     advice = fix(d, words)
-    return replace(d, evidence=evidence(d), fix=advice, headline=headline(s, d, advice))
+    read = words.advice.fixes.get("sync", "") if d.read_back is not None else ""
+    return replace(d, evidence=evidence(d), fix=advice, headline=headline(s, d, advice, read))
 
 
 def fix(d: Diagnosis, words: Vocabulary) -> str:
@@ -113,18 +114,22 @@ def _percent(value: float) -> str:
     return f"{value:.0%}" if value >= 0.01 or value == 0 else "<1%"
 
 
-def headline(s: Summary, d: Diagnosis, advice: str) -> str:
-    """The verdict in one paragraph, ending with ``advice`` (the fix); "" for ``unknown``."""
+def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
+    """The verdict in one paragraph, ending with ``advice`` (the fix), then what it leaves
+    out (:func:`asides`); a read-back each step is said before the advice, with
+    ``read_fix``; "" for ``unknown``."""
     if d.verdict not in _TITLE:
         return ""
-    each = "of each step" if d.breakdown.steps else "of the cell's time"
+    each = "of each step" if d.basis().steps else "of the cell's time"
     if d.warm_up:
         each += f" after the {'first' if d.warm_up == 1 else f'first {d.warm_up}'} (compiling)"
     where = f" (`{d.where[-1]}`, line {d.line})" if d.where and d.line else ""
     if d.where and not d.line:
         where = f" (`{d.where[-1]}`)"
-    if d.program:
+    if d.program and d.verdict == "device":
         where = _launched(d)
+    if d.cause == "eager shapes":
+        where = f" (`{d.where[-2]}`)" if len(d.where) > 1 else ""
     if d.mixed:
         text = f"No single bottleneck: {split(d)} {each}" + _cheapest(d, where)
     else:
@@ -147,7 +152,74 @@ def headline(s: Summary, d: Diagnosis, advice: str) -> str:
         text += f"; the device is busy {_percent(d.busy)}"
         if d.breakdown.on_device:
             text += f", computing {_percent(d.share_of('device'))}"
-    return " ".join(part for part in (f"{text}.", gained(d), advice) if part)
+    if d.verdict == "device" and d.read_back is not None:
+        # The cheaper fix first, and the model's own compute is not yet the limit.
+        parts: tuple[str, ...] = (f"{text}.", read_back(d), read_fix, asides(d))
+    else:
+        parts = (f"{text}.", gained(d), read_back(d), read_fix, advice, asides(d))
+    return " ".join(part for part in parts if part)
+
+
+_HELD = {
+    "input": "waiting for data",
+    "host": "on the host",
+    "compile": "compiling",
+    "transfer": "copying between host and device",
+    "sync": "waiting for the device",
+    "device": "on the device",
+    "collective": "in collectives",
+    "idle": "idle",
+}
+
+
+def asides(d: Diagnosis) -> str:
+    """What the verdict leaves out, named: the steps unlike the others (with what held
+    them), the statements outside the steps (or the loop, for a verdict on the cell)."""
+    out = []
+    slow = [a for a in d.apart if a.step >= 0]
+    if slow:
+        basis = d.basis().steps
+        median = sorted(st.total_s for st in basis)[len(basis) // 2] if basis else 0.0
+        named = []
+        for a in slow[:3]:
+            number = d.breakdown.steps[a.step].step
+            times = f", {a.seconds / median:.0f}× the median {seconds(median)}" if median else ""
+            held = f"{a.held_s / a.seconds:.0%} {_HELD[a.category]}" if a.seconds else ""
+            if a.step == d.warm_up and d.warm_up and a.category in ("device", "sync"):
+                held += ": the first run of what the warm-up compiled"
+            named.append(f"step {number} ({seconds(a.seconds)}{times}; {held})")
+        more = f" and {len(slow) - 3} more" if len(slow) > 3 else ""
+        out.append(f"Left out as unlike the others: {', '.join(named)}{more}.")
+    for a in (a for a in d.apart if a.step < 0):
+        at = f" (line {a.line})" if a.line else ""
+        share = a.seconds / d.breakdown.cell_s if d.breakdown.cell_s else 0.0
+        most = f", most of it {_HELD[a.category]} ({seconds(a.held_s)})" if a.held_s else ""
+        if d.scope == "cell":
+            out.append(
+                f"The loop's steps, `{a.path[-1]}`{at}, are {share:.0%} of the cell "
+                f"({seconds(a.seconds)}){most}."
+            )
+        else:
+            out.append(
+                f"Outside the steps, `{a.path[-1]}`{at} took {seconds(a.seconds)} "
+                f"({share:.0%} of the cell){most}."
+            )
+    return " ".join(out)
+
+
+def read_back(d: Diagnosis) -> str:
+    """The steps' read-back, with what dropping it would gain."""
+    r = d.read_back
+    if r is None:
+        return ""
+    where = f" (`{r.call}`, line {r.line})" if r.call else f" (line {r.line})" if r.line else ""
+    times = r.step_s / r.without_s if r.without_s > 0 else float("inf")
+    return (
+        f"{r.steps} of {r.of} steps read a value back from the device{where}: the host waits "
+        "there and launches nothing meanwhile, so the device idles between steps; without "
+        f"the reads those steps would take about {seconds(r.without_s)} instead of "
+        f"{seconds(r.step_s)} ({speedup(times)})."
+    )
 
 
 def split(d: Diagnosis) -> str:
@@ -170,7 +242,7 @@ def gained(d: Diagnosis) -> str:
     g = d.gain
     if g is None or g.step_s <= 0 or d.verdict not in _TITLE:
         return ""
-    unit = "a step" if d.breakdown.steps else "the cell"
+    unit = "a step" if d.basis().steps else "the cell"
     times = f"{seconds(g.without_s)} instead of {seconds(g.step_s)}"
     if g.category == "device":
         rest = 1 - g.without_s / g.step_s
@@ -210,6 +282,14 @@ def _compiled(s: Summary, d: Diagnosis) -> str:
         text += "; the loop never syncs, so its pending graph grows and compiles every step"
     elif d.cause in ("changing shapes", "changing values"):
         text += f"; {changes(d)}"
+    elif d.cause == "eager shapes":
+        at = f" (`{d.where[-1]}`, line {d.line})" if d.where and d.line else ""
+        n = next((count for name, count, _ in c.functions if name == d.program), 0)
+        again = f": {d.program} {n} times" if n else ""
+        text += (
+            f"; an op called outside the compiled step{at} compiles again for each new input "
+            f"shape{again}"
+        )
     elif d.cause == "warm-up":
         text += "; only the first steps compiled (warm-up)"
     elif d.cause == "first run":

@@ -217,12 +217,18 @@ def _device(s: Summary) -> list[str]:
     if d.devices:
         parts.append(
             table(
-                ["device", "busy", "share", "idle"],
+                ["device", "busy", "share", "idle", "copying"],
                 [
-                    [_e(x.name), seconds(x.busy_s), percent(x.share), percent(1 - x.share)]
+                    [
+                        _e(x.name),
+                        seconds(x.busy_s),
+                        percent(x.share),
+                        percent(1 - x.share),
+                        seconds(x.copy_s) if x.copy_s is not None else NONE,
+                    ]
                     for x in d.devices
                 ],
-                {1, 2, 3},
+                {1, 2, 3, 4},
             )
         )
     if d.threads:

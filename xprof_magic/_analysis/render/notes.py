@@ -38,7 +38,8 @@ def incomplete(s: Summary, words: Vocabulary) -> Iterator[Note]:
 
 
 def device(s: Summary, words: Vocabulary) -> Iterator[Note]:
-    level = "warning" if s.device.on_cpu or s.device.kind != "TPU" else "info"
+    known = s.device.kind not in ("CPU", "unknown") and "holds no" not in s.device.statement
+    level = "info" if known else "warning"
     yield Note(level, s.device.statement)
 
 

@@ -209,7 +209,8 @@ def _device_lines(s: Summary) -> list[str]:
             + ("" if d.on_cpu else f"; idle {percent(1 - (d.busy_share or 0))}")
         )
     for dev in d.devices[:8]:
-        out.append(f"  {dev.name}: busy {seconds(dev.busy_s)} ({percent(dev.share)})")
+        copying = f", {seconds(dev.copy_s)} of it copying" if dev.copy_s else ""
+        out.append(f"  {dev.name}: busy {seconds(dev.busy_s)} ({percent(dev.share)}){copying}")
     if d.threads:
         out.append("  host threads (busy thread time; share of the window, per thread):")
         for g in d.threads:

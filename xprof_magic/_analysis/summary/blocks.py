@@ -32,6 +32,7 @@ __all__ = [
     "labels_not_in_trace",
     "line_of",
     "main_line",
+    "step_stats",
     "steps_from_metadata",
     "steps_from_trace",
 ]
@@ -251,7 +252,7 @@ def labels_not_in_trace(meta: RunMetadata, facts: TraceFacts) -> list[str]:
     return [f"{len(lost)} label(s) measured by the magic are not on the timeline: {shown}"]
 
 
-def _step_stats(
+def step_stats(
     name: str,
     source: str,
     durations: list[float],
@@ -285,7 +286,7 @@ def steps_from_trace(facts: TraceFacts) -> StepStats | None:
         by_name.items(), key=lambda kv: (len(kv[1]), sum(b.end - b.start for b in kv[1]))
     )
     blocks.sort(key=lambda b: b.start)
-    return _step_stats(
+    return step_stats(
         name,
         "trace",
         [(b.end - b.start) / 1e9 for b in blocks],
@@ -296,7 +297,7 @@ def steps_from_trace(facts: TraceFacts) -> StepStats | None:
 
 def steps_from_metadata(meta: RunMetadata) -> StepStats | None:
     """The magic's step timer, when the cell had steps."""
-    return _step_stats("step", "metadata", list(meta.steps), ()) if meta.steps else None
+    return step_stats("step", "metadata", list(meta.steps), ()) if meta.steps else None
 
 
 def is_loop(statement: str) -> bool:

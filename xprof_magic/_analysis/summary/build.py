@@ -25,6 +25,7 @@ from xprof_magic._analysis.model.summary import (
 )
 from xprof_magic._analysis.summary import blocks
 from xprof_magic._analysis.summary.device import device_info, top_host_ops, top_ops
+from xprof_magic._analysis.summary.steps import steps_from_trace
 from xprof_magic._analysis.summary.where import own_steps
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._backends import Vocabulary
@@ -71,7 +72,7 @@ def build(
         complete=facts is not None and not missing_all,
         pending=pending,
         missing=tuple(missing_all),
-        device=device_info(meta.device, facts, words),
+        device=device_info(meta.device, facts, words, meta.device_name),
         labels=labels,
         label_source=label_source,
         steps=steps,
@@ -108,7 +109,8 @@ def _blocks(
             facts, meta.wall_s, own_steps(meta.step_rule), words.timeline.input_pipeline
         )
         label_source = "trace"
-        steps = blocks.steps_from_trace(facts) or blocks.steps_from_metadata(meta)
+        steps = steps_from_trace(facts, words.timeline.input_pipeline)
+        steps = steps or blocks.steps_from_metadata(meta)
     else:
         labels, label_source = blocks.labels_from_metadata(meta, meta.wall_s), "metadata"
         steps = blocks.steps_from_metadata(meta)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from xprof_magic._analysis.model.summary import DeviceBusy, DeviceInfo, OpRow, ThreadGroup
 from xprof_magic._analysis.summary.spans import busy_ns
+from xprof_magic._analysis.timeline.events import XLA_THREAD_ROLES
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._backends import NEUTRAL, Vocabulary
 
@@ -14,45 +15,68 @@ __all__ = ["TOP_OPS", "device_info", "top_host_ops", "top_ops"]
 TOP_OPS = 10
 
 
-def device_info(declared: str, facts: TraceFacts | None, words: Vocabulary = NEUTRAL) -> DeviceInfo:
-    """The device said plainly: ``declared`` by the capture, else as the timeline shows it."""
-    declared = declared.upper()
+KINDS = {"CUDA": "GPU", "ROCM": "GPU"}
+"""The runtime's words for a kind of device, as the summary says it (torch_xla's
+``PJRT_DEVICE=CUDA`` is a GPU)."""
+
+
+def device_info(
+    declared: str, facts: TraceFacts | None, words: Vocabulary = NEUTRAL, name: str = ""
+) -> DeviceInfo:
+    """The device said plainly: ``declared`` by the capture (``name``: as its runtime named
+    it), else as the timeline shows it (its device planes and the names they carry)."""
+    declared = KINDS.get(declared.upper(), declared.upper())
     device_planes = [n for n in facts.planes if n.startswith("/device:")] if facts else []
-    tpu_planes = [n for n in device_planes if n.startswith("/device:TPU")]
+    seen = {n.split(":")[1] for n in device_planes if n.count(":") >= 2}
     kind = declared or (
-        "TPU" if tpu_planes else "CPU" if facts is not None and facts.has_cpu_client else "unknown"
+        next(iter(sorted(seen)))
+        if seen
+        else "CPU"
+        if facts is not None and facts.has_cpu_client
+        else "unknown"
     )
+    mine = [n for n in device_planes if n.startswith(f"/device:{kind}")]
+    named = [facts.device_names[n] for n in mine if facts and n in facts.device_names]
+    name = name if name and name.upper() != kind else ""
+    name = name or (named[0] if named else "")
+    what = f"{kind} ({name})" if name else kind
     window_s = (facts.window[1] - facts.window[0]) / 1e9 if facts and facts.window else None
     on_cpu = kind == "CPU"
     if on_cpu:
         statement = words.advice.cpu_device
-    elif kind == "TPU" and facts is not None and not tpu_planes:
-        statement = (
-            "Ran on a TPU, but the timeline holds no TPU activity: nothing reached the device, "
-            "or device tracing was off."
-        )
-    elif kind == "TPU":
-        statement = f"Ran on TPU: {len(tpu_planes)} TPU device(s) in the timeline."
     elif kind == "unknown":
         statement = "The device is unknown: no metadata and no device activity in the timeline."
+    elif facts is not None and not mine:
+        statement = (
+            f"Ran on {what}, but the timeline holds no {kind} activity: nothing reached the "
+            "device, or device tracing was off."
+        )
+    elif facts is not None:
+        count = f"{len(mine)} {kind}s" if len(mine) > 1 else f"one {kind}"
+        statement = f"Ran on {what}: {count} in the timeline."
     else:
-        statement = f"Ran on {kind}."
+        statement = f"Ran on {what}."
     if facts is None:
-        return DeviceInfo(kind, on_cpu, statement, window_s)
-    roles = words.timeline.thread_roles
+        return DeviceInfo(kind, on_cpu, statement, window_s, name=name)
+    roles = {**XLA_THREAD_ROLES, **words.timeline.thread_roles}
     threads = tuple(
         ThreadGroup(
-            name=name,
-            role=roles.get(name, "other host threads"),
+            name=group,
+            role=roles.get(group, "other host threads"),
             threads=g.threads,
             busy_s=g.busy_ns / 1e9,
             share=g.busy_ns / 1e9 / window_s if window_s else 0.0,
         )
-        for name, g in sorted(facts.groups.items(), key=lambda kv: -kv[1].busy_ns)
+        for group, g in sorted(facts.groups.items(), key=lambda kv: -kv[1].busy_ns)
     )
     devices = tuple(
-        DeviceBusy(name, busy / 1e9, busy / 1e9 / window_s if window_s else 0.0)
-        for name, busy in facts.devices
+        DeviceBusy(
+            plane,
+            busy / 1e9,
+            busy / 1e9 / window_s if window_s else 0.0,
+            facts.device_copy_ns[plane] / 1e9 if plane in facts.device_copy_ns else None,
+        )
+        for plane, busy in facts.devices
     )
     busy_s: float | None = None
     if devices:
@@ -62,7 +86,7 @@ def device_info(declared: str, facts: TraceFacts | None, words: Vocabulary = NEU
         executions = busy_ns(facts)
         busy_s = (executions if executions is not None else facts.cpu_xla_busy_ns) / 1e9
     share = busy_s / window_s if busy_s is not None and window_s else None
-    return DeviceInfo(kind, on_cpu, statement, window_s, busy_s, share, devices, threads)
+    return DeviceInfo(kind, on_cpu, statement, window_s, busy_s, share, devices, threads, name)
 
 
 def top_ops(

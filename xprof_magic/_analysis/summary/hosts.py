@@ -56,7 +56,7 @@ def host_rows(
 
 def row(host: str, facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> HostRow:
     """One host's step time and busy time from its timeline."""
-    device = device_info(meta.device, facts, words)
+    device = device_info(meta.device, facts, words, meta.device_name)
     step_name, durations = _steps(facts)
     rest = durations[1:] or durations
     return HostRow(

@@ -20,7 +20,7 @@ from xprof_magic._labels import SHAPES_EVENT
 from xprof_magic._markers import find_markers, label_for
 from xprof_magic._steps import STEP_EVENT
 
-__all__ = ["INPUT_PREFIX", "call_line", "own_steps", "paths_at"]
+__all__ = ["INPUT_PREFIX", "call_line", "method_call_line", "own_steps", "paths_at"]
 
 INPUT_PREFIX = "next("
 """How the label of a loop's ``next()`` starts (:func:`xprof_magic._labels.inputs`)."""
@@ -100,6 +100,16 @@ def _path(
         path = tuple(reversed(names))
         known[at] = path[:-1] if len(path) > 1 and path[-1].startswith(INPUT_PREFIX) else path
     return known[at]
+
+
+def method_call_line(cell: str, name: str) -> tuple[int, str]:
+    """The first cell line that calls ``name`` as an attribute (``jnp.pad(…)``, a module's
+    function or a method), and its label; ``(0, "")`` if none does."""
+    calls = re.compile(rf"\.\s*{re.escape(name)}\s*\(")
+    for number, text in enumerate(cell.splitlines(), 1):
+        if calls.search(text) and not text.lstrip().startswith("#"):
+            return number, label_for(text)
+    return 0, ""
 
 
 def call_line(cell: str, line: int, name: str) -> tuple[int, str]:

@@ -1,74 +1,62 @@
-"""A device's plane in the timeline pass: its busy time, its XLA ops, and a chip's waits.
+"""A device's plane in the timeline pass, read by the module that knows its shape.
 
-On a TPU, each ``/device:TPU:N`` plane has ``XLA Modules`` and ``XLA Ops`` lines; each op's
-event metadata carries its ``hlo_category`` and ``shape_with_layout`` (verified on a JAX
-capture of 4 TPU v6e chips from XProf's test data). The chip's waits are XLA ops of their
-own: :func:`~xprof_magic._analysis.timeline.facts.device_side` names those the breakdown
-counts apart from compute. What is found is added to the :class:`~.reader.Reader`'s facts.
+Every accelerator XLA runs on writes one ``/device:<kind>:N`` plane per device, but each
+kind lays it out its own way: a TPU has ``XLA Modules`` and ``XLA Ops`` lines
+(:mod:`.device_tpu`), a GPU one line per CUDA stream of kernels, copies and memsets
+(:mod:`.device_gpu`). Each module turns its shape into the same facts: the device's busy
+time (the union over its lines, never a sum), and on the first device the breakdown's
+spans (``device``: computing; :data:`~.facts.DEVICE_SIDE`: waiting on input, copies or
+collectives), the device-op table and the programs that ran. A plane of a shape no module
+knows is read as busy wherever any of its lines has an event. A new accelerator is one
+module here and one line in :func:`read_device_plane`.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from xprof_magic._analysis.timeline import nesting
-from xprof_magic._analysis.timeline.facts import CATEGORIES, DEVICE_SIDE, XLA_OP, device_side
+from xprof_magic._analysis.timeline.device_gpu import is_gpu, read_gpu_plane
+from xprof_magic._analysis.timeline.device_tpu import is_tpu, read_tpu_plane
+from xprof_magic._analysis.timeline.intervals import merge
 from xprof_magic._analysis.timeline.lines import Line, Plane
-from xprof_magic._analysis.timeline.programs import program_time
 from xprof_magic._analysis.timeline.reader import Reader
 
-__all__ = ["read_device_plane"]
+__all__ = ["DEVICE_NAME_STATS", "read_device_plane"]
+
+DEVICE_NAME_STATS = ("gpu_device_name", "device_type_string")
+"""The plane stats that name its device: a GPU's (``NVIDIA H200``), a TPU's
+(``TPU v6 Lite``)."""
 
 
 def read_device_plane(reader: Reader, plane: Plane) -> None:
-    """A device's busy time; on the first device plane also the breakdown's spans: its
-    modules (``device``) and, within them, its waits (:data:`DEVICE_SIDE`)."""
-    lines = {line.name: line for line in plane.lines()}
-    busy_line = lines.get("XLA Modules") or lines.get("XLA Ops")
-    first = not reader.facts.devices
-    busy = 0.0
-    for name, line in lines.items():
-        reader.facts.events += len(line.start)
+    """One device plane into the reader's facts: its busy time and name, and on the first
+    device plane what the breakdown measures."""
+    facts = reader.facts
+    first = not facts.devices
+    lines: dict[str, Line] = {}
+    for line in plane.lines():
+        facts.events += len(line.start)
         reader.check()
-        if line is busy_line:
-            busy = nesting.union_ns(line.start, line.start + line.dur, reader.facts.window)
-            if first:
-                reader.add_spans("device", line.start, line.start + line.dur)
-            if name == "XLA Modules":
-                every = np.arange(len(line.start))
-                reader.add_programs(
-                    program_time(
-                        line.text or line.stat, every, line.name_id, line.dur, names=line.names
-                    )
-                )
-        if name == "XLA Ops":
-            _device_ops(reader, line, first)
-    reader.facts.devices.append((plane.name, busy))
+        lines.setdefault(line.name, line)
+    names = list(lines)
+    if is_tpu(names):
+        busy = read_tpu_plane(reader, lines, first)
+    elif is_gpu(names):
+        busy = read_gpu_plane(reader, plane.name, lines, first)
+    else:
+        busy = _any_event(reader, list(lines.values()), first)
+    facts.devices.append((plane.name, busy))
+    stats = dict(plane.stats)
+    named = next((stats[key] for key in DEVICE_NAME_STATS if stats.get(key)), "")
+    if named:
+        facts.device_names[plane.name] = named
 
 
-def _device_ops(reader: Reader, line: Line, waits: bool) -> None:
-    """Self time of a device's XLA ops (an op's nested ops are not its own time), and
-    with ``waits`` the spans of those :func:`device_side` names, at any depth (a loop's
-    body nests in its ``while``)."""
-    _, start, dur, name_id = nesting.time_order(line)
-    end = start + dur
-    pushed = dur > 0
-    nest = nesting.nest(start, end, pushed)
-    cat = np.where(pushed, CATEGORIES.index(XLA_OP), -1).astype(np.int8)
-    reader.tables(start, end, dur, name_id, line.names, nest, cat)
-    if not waits or not pushed.any():
-        return
-    categories = line.meta_stat("hlo_category") or [None] * len(line.names)
-    shapes = line.meta_stat("shape_with_layout") or [None] * len(line.names)
-    kinds = np.array(
-        [
-            device_side(c, f"{n} {s or ''}")
-            for n, c, s in zip(line.names, categories, shapes, strict=True)
-        ]
-        + [""]
-    )
-    kind = kinds[name_id]
-    for key in DEVICE_SIDE:
-        mask = pushed & (kind == key)
-        if mask.any():
-            reader.add_spans(key, start[mask], end[mask])
+def _any_event(reader: Reader, lines: list[Line], first: bool) -> float:
+    """A plane of unknown shape: busy wherever one of its lines has an event."""
+    spans = [(line.start, line.start + line.dur) for line in lines if len(line.start)]
+    if not spans:
+        return 0.0
+    lo, hi = merge(spans)
+    if first:
+        reader.add_spans("device", lo, hi)
+    return nesting.union_ns(lo, hi, reader.facts.window)

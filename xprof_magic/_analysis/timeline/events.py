@@ -19,7 +19,10 @@ __all__ = [
     "NO_RUNTIME",
     "XLA_CODEGEN",
     "XLA_CPU_CLIENT_GROUPS",
+    "XLA_RUNTIME_NAMES",
+    "XLA_RUNTIME_POOLS",
     "XLA_RUNTIME_PREFIXES",
+    "XLA_THREAD_ROLES",
     "Runtime",
     "blocks_host",
     "is_copy",
@@ -49,6 +52,32 @@ NO_RUNTIME = Runtime(frozenset(), ())
 
 XLA_RUNTIME_PREFIXES = ("Wait for ", "ThreadpoolListener", "end: ")
 """Host events of XLA's PjRt runtime and thread pools, under any backend built on it."""
+XLA_RUNTIME_NAMES = frozenset({"MemoryAllocation", "MemoryDeallocation", "<UNKNOWN>"})
+"""Host events of XLA's allocators and of the device tracer itself, on any thread."""
+XLA_RUNTIME_POOLS = (
+    "tf_",
+    "pjrt",
+    "py_xla_",
+    "tfrt-",
+    "switchto-",
+    "EventFDAsyncWorker",
+    "Host Threads",
+)
+"""Name prefixes of the runtime's own threads: TSL's pools (``tf_*``), PjRt's workers
+(``pjrt_async_work_runner/…`` stages host↔device copies on a GPU, ``pjrt-tpu-tasks/…`` on a
+TPU), JAX's execute and callback threads (``py_xla_execute/…``, ``py_xla_callback/…``), TFRT's
+queues and a TPU host's fibers (``switchto-…``, ``EventFDAsyncWorker/…``), and the GPU
+tracer's own threads (``Host Threads/…``). Seen on torch_xla and JAX CPU captures, a TPU v6e
+capture and H200 captures; every other thread is the user's (Python)."""
+XLA_THREAD_ROLES = {
+    "pjrt_async_work_runner": "PjRt workers: the host's side of host↔device copies",
+    "pjrt-tpu-tasks": "PjRt TPU tasks: the host's side of host↔device copies",
+    "py_xla_execute": "JAX's execute threads: launch programs on the devices",
+    "py_xla_callback": "JAX's callbacks: frees device buffers",
+    "Host Threads": "the device tracer's own threads",
+    "tf_pjrt_compile_thread_pool": "XLA's compiler threads: compilation",
+}
+"""What the runtime's own threads do, where every backend on XLA shares them."""
 XLA_CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
 """The threads of XLA's CPU client that run the compiled XLA ops."""
 XLA_CODEGEN = "tf_xla-cpu-codegen"
@@ -94,6 +123,7 @@ def name_flags(
         "blocks": np.array([blocks_host(n) or n in runtime.waits for n in names], bool),
         "copy": np.array([is_copy(n) for n in names], bool),
         "step_end": np.array([n in runtime.step_ends for n in names], bool),
+        "read": np.array([n in runtime.waits for n in names], bool),
         "launch": np.array(
             [bool(runtime.launches) and n.startswith(runtime.launches) for n in names], bool
         ),
@@ -112,12 +142,21 @@ def step_num(line: Line, event: int) -> int | None:
 
 
 def thread_group(line_name: str) -> str:
-    """The kind of thread a line is: ``python`` (not named ``tf_*``), else its pool's name."""
-    if not line_name.startswith("tf_"):
+    """The kind of thread a line is: its pool's name (the line's name up to ``/``) for the
+    runtime's own threads (:data:`XLA_RUNTIME_POOLS`), else ``python``: the user's."""
+    if not line_name.startswith(XLA_RUNTIME_POOLS):
         return "python"
     return line_name.split("/", 1)[0]
 
 
 def runtime_name(name: str) -> bool:
-    """A host event of XLA's runtime: C++-qualified, or one of :data:`XLA_RUNTIME_PREFIXES`."""
-    return "::" in name or name.startswith(XLA_RUNTIME_PREFIXES)
+    """A host event of XLA's runtime: C++-qualified, one of :data:`XLA_RUNTIME_PREFIXES` or
+    :data:`XLA_RUNTIME_NAMES`, or a host↔device copy of its own (``H2D``/``D2H`` in the
+    name: ``D2H Copy From Staging Buffer``, ``H2D Dispatch``)."""
+    return (
+        "::" in name
+        or name.startswith(XLA_RUNTIME_PREFIXES)
+        or name in XLA_RUNTIME_NAMES
+        or "H2D" in name
+        or "D2H" in name
+    )

@@ -23,6 +23,7 @@ __all__ = [
     "LABEL",
     "LAUNCH",
     "OFFLOAD",
+    "READ",
     "RUNTIME",
     "STEP",
     "STEP_END",
@@ -41,11 +42,15 @@ CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
 """What an event is, in this order: the reader keeps each event's category as its index."""
 OFFLOAD = "device:offload"
 """The span key of a chip's host-offload copies (arrays kept in host memory)."""
+READ = "read"
+"""The span key of the runtime's reads of a device value on the Python threads (the
+vocabulary's ``waits``: JAX's ``np.asarray(jax.Array)`` behind ``float(x)``)."""
 STEP_END = "step end"
 """The span key of the runtime's step ends on the Python threads (a sync, whole)."""
 LAUNCH = "launch:"
 """The span keys of program launches on the Python threads: this, then the program's name
-("" where the launch names none)."""
+("" where the launch names none). Each span runs from when the launch launched (after the
+waits and compilation inside its event) to the event's end."""
 DEVICE_SIDE = {
     "device:input": "input",
     "collective": "collective",
@@ -132,6 +137,14 @@ class TraceFacts:
     compile_ops: dict[str, list[float]] = field(default_factory=dict)
     groups: dict[str, GroupFacts] = field(default_factory=dict)
     devices: list[tuple[str, float]] = field(default_factory=list)
+    """Each device plane's name and busy time (ns): the union of its lines' events (a GPU's
+    streams, a TPU's modules), never their sum."""
+    device_names: dict[str, str] = field(default_factory=dict)
+    """Each device plane's device as the plane names it (``NVIDIA H200``, ``TPU v6 Lite``)."""
+    device_copy_ns: dict[str, float] = field(default_factory=dict)
+    """Each device plane's time copying between host and device memory (ns, the union of
+    its ``MemcpyH2D``/``MemcpyD2H``), where its plane says which events are copies (a GPU's
+    copy streams)."""
     cpu_xla_busy_ns: float = 0.0
     has_cpu_client: bool = False
     events: int = 0
@@ -142,11 +155,18 @@ class TraceFacts:
     ``compile``, ``transfer`` and ``sync`` on the Python threads, ``device`` (executions,
     launch to completion) on the XLA CPU client's threads or a chip's modules, and the keys
     of :data:`DEVICE_SIDE`, a chip's XLA ops that wait inside its modules; also, on the
-    Python threads, the step ends (:data:`STEP_END`) and each program's launches
-    (:data:`LAUNCH` + its name), which say whose the device's time is."""
+    Python threads, the step ends (:data:`STEP_END`), the reads of device values
+    (:data:`READ`) and each program's launches (:data:`LAUNCH` + its name), which say whose
+    the device's time is."""
     programs_ran: dict[str, float] = field(default_factory=dict)
     """The time (ns) of each program that ran, by XProf's name for it (``<module>(<id>)``):
     the XLA ops' on the CPU, the modules' on a chip."""
+    launch_ids: list[tuple[list[float], list[float]]] = field(default_factory=list)
+    """The host's launches of device work that name it: each one's ``correlation_id`` and
+    start (ns): a GPU's CUDA calls (``cuGraphLaunch``, a kernel launch, ``MemcpyH2D``)."""
+    device_ids: list[tuple[list[float], list[float]]] = field(default_factory=list)
+    """The first device's events that name their launch: each one's ``correlation_id`` and
+    end (ns); with :attr:`launch_ids`, which step's launch each piece of device work was."""
     programs: list[Program] = field(default_factory=list)
     """The compiled programs the timeline holds that can tell a compile's cause: those its
     compile events compiled (the newest, one per event) and, per module name, the one

@@ -40,6 +40,7 @@ StatLookup = Callable[[int, str], "str | None"]
 StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
 MetaStat = Callable[[str], "list[str | None]"]
 MetaLookup = Callable[[int, str], "str | None"]
+StatNumbers = Callable[[Ints, str], "Floats"]
 
 _EVENT_FIELDS = attrgetter("offset_ps", "duration_ps", "metadata_id")
 _STATS = attrgetter("stats")
@@ -67,6 +68,10 @@ class Line:
     """``meta_stat(key)``: for each of :attr:`names`, in order, the value of its event
     metadata's stat named ``key``, or None (object planes: the first such stat of an event
     of that name). The default knows none (an empty list)."""
+    numbers: StatNumbers = field(default=lambda index, key: np.full(len(index), np.nan))
+    """``numbers(events, key)``: each of those events' last stat named ``key`` as a number
+    (NaN where it has none, or not a number): a stat read per event, for the few events
+    whose every value matters (a GPU kernel's ``correlation_id``). The default knows none."""
 
 
 def _no_meta(metadata_id: int, key: str) -> str | None:
@@ -194,6 +199,18 @@ def _proto_line(
         ref = int(found.ref_value)
         return next((name for name, ids in stat_ids.items() if ref in ids), "")
 
+    def numbers(index: Ints, key: str) -> Floats:
+        wanted = stat_ids.get(key)
+        found = np.full(len(index), np.nan)
+        if not wanted:
+            return found
+        for j, i in enumerate(index.tolist()):
+            for data in events[i].stats:
+                s = xspace.parse_stat(data)
+                if s.metadata_id in wanted:
+                    found[j] = _number(xspace.stat_value(s))
+        return found
+
     def has(index: Ints, key: str) -> NDArray[np.bool_]:
         wanted = stat_ids.get(key)
         found = np.zeros(len(index), bool)
@@ -220,7 +237,15 @@ def _proto_line(
         has=has,
         text=text,
         meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
+        numbers=numbers,
     )
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text else np.nan
+    except ValueError:
+        return np.nan
 
 
 def _dense(ids: Ints) -> tuple[Ints, Ints]:
@@ -270,6 +295,9 @@ def _object_line(line: Any) -> Line:
                         break
         return [found.get(name) for name in seen]
 
+    def numbers(index: Ints, key: str) -> Floats:
+        return np.array([_number(stat(i, key)) for i in index.tolist()], np.float64)
+
     return Line(
         name=line.name,
         start=np.array([e.start_ns for e in events], np.float64),
@@ -279,4 +307,5 @@ def _object_line(line: Any) -> Line:
         stat=stat,
         has=has,
         meta_stat=meta_stat,
+        numbers=numbers,
     )

@@ -134,5 +134,6 @@ def absorb(reader: Reader, part: _Part) -> None:
     reader.add_programs(theirs.programs_ran)
     for key, spans in theirs.spans.items():
         facts.spans.setdefault(key, []).extend(spans)
+    facts.launch_ids.extend(theirs.launch_ids)
     reader.cpu_op_spans.extend(part.cpu_op_spans)
     reader.orphan_compiles.extend(part.orphan_compiles)

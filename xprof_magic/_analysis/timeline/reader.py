@@ -38,7 +38,6 @@ from xprof_magic._analysis.timeline.events import (
     XLA_CODEGEN,
     XLA_CPU_CLIENT_GROUPS,
     Runtime,
-    launched_program,
     name_flags,
     step_num,
     thread_group,
@@ -46,7 +45,7 @@ from xprof_magic._analysis.timeline.events import (
 from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
-    LAUNCH,
+    READ,
     STEP_END,
     XLA_OP,
     Block,
@@ -54,6 +53,7 @@ from xprof_magic._analysis.timeline.facts import (
     ReadAborted,
     TraceFacts,
 )
+from xprof_magic._analysis.timeline.launched import correlated, launch_spans
 from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
 from xprof_magic._analysis.timeline.programs import program_time
 
@@ -133,7 +133,16 @@ class Reader:
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
         self.add_programs(program_time(line.text or line.stat, order, name_id, dur, nest.parent))
         if group == "python" and self.runtime.launches:
-            self._launches(start, end, name_id, names, pushed & (cat == _RUNTIME), flag)
+            launch = pushed & (cat == _RUNTIME) & flag["launch"][name_id]
+            barrier = np.array(["barrier" in n.lower() for n in names], bool)[name_id]
+            before = (cat == _COMPILE) | (pushed & barrier)
+            for key, made, ends in launch_spans(
+                start, end, name_id, names, launch, before, nest, self.runtime.launches
+            ):
+                self.add_spans(key, made, ends)
+        found = correlated(line, order, start, name_id)
+        if found is not None:
+            self.facts.launch_ids.append(found)
         self.tables(start, end, dur, name_id, names, nest, cat)
 
     def _categories(
@@ -270,42 +279,31 @@ class Reader:
         flag: dict[str, NDArray[np.bool_]],
     ) -> None:
         """Keep the spans the step breakdown needs: on the XLA CPU client's threads each
-        top-level event is an execution (device) or a host-device copy (transfer); on the
-        Python threads, the runtime's copies (transfer), its waits (sync) and its step
-        ends."""
+        top-level event is an execution (device) or a host-device copy (transfer); on
+        PjRt's workers (:data:`~.events.XLA_RUNTIME_POOLS` but TSL's ``tf_*``) each
+        top-level copy (transfer: the host's staging); on the Python threads, the
+        runtime's copies (transfer), its waits (sync), its step ends and its reads of a
+        device value (the vocabulary's ``waits``: :data:`~.facts.READ`)."""
         copy = flag["copy"][name_id]
         if group in XLA_CPU_CLIENT_GROUPS:
             found = {"device": top & ~copy, "transfer": top & copy}
+        elif not group.startswith("tf_") and group != "python":
+            # PjRt's own workers stage the host's side of a copy (``H2D Dispatch``: the
+            # array laid out for the device, then its DMA), apart from the Python thread.
+            found = {"transfer": top & copy}
         elif group == "python":
             runtime = pushed & (cat == _RUNTIME)
             found = {
                 "transfer": runtime & copy,
                 "sync": runtime & flag["blocks"][name_id] & ~copy,
                 STEP_END: runtime & flag["step_end"][name_id],
+                READ: runtime & flag["read"][name_id],
             }
         else:
             return
         for key, mask in found.items():
             if mask.any():
                 self.add_spans(key, start[mask], end[mask])
-
-    def _launches(
-        self,
-        start: Floats,
-        end: Floats,
-        name_id: Ints,
-        names: list[str],
-        runtime: NDArray[np.bool_],
-        flag: dict[str, NDArray[np.bool_]],
-    ) -> None:
-        """Keep the spans of the runtime's program launches, by the program they name."""
-        at = np.flatnonzero(runtime & flag["launch"][name_id])
-        if not len(at):
-            return
-        at = at[np.argsort(name_id[at], kind="stable")]
-        for group in np.split(at, np.flatnonzero(np.diff(name_id[at])) + 1):
-            key = LAUNCH + launched_program(names[int(name_id[group[0]])], self.runtime.launches)
-            self.add_spans(key, start[group], end[group])
 
     def add_programs(self, time_ns: dict[str, float]) -> None:
         """Add the time of the programs that ran (:func:`.programs.program_time`)."""

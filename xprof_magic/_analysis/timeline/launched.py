@@ -1,0 +1,79 @@
+"""What the host launched on the device, read off one host line: the timeline pass's part
+that says whose the device's work is.
+
+Two kinds of events say it:
+
+* the runtime's program launches on the Python threads (the vocabulary's ``launches``:
+  JAX's ``PjitFunction(name)``, torch_xla's syncs), kept as spans by the program they name
+  (:data:`~.facts.LAUNCH`). A launch's event also holds what must come before the launch
+  itself (a barrier for the step before, a first call's compilation), so each span starts
+  where those end;
+* a GPU's CUDA calls (``cuGraphLaunch``, a kernel's launch, ``MemcpyH2D``), which carry the
+  ``correlation_id`` that the kernels and copies they launched carry on the device's plane
+  (:attr:`~.facts.TraceFacts.launch_ids`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xprof_magic._analysis.timeline import nesting
+from xprof_magic._analysis.timeline.events import launched_program
+from xprof_magic._analysis.timeline.facts import LAUNCH
+from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+
+__all__ = ["correlated", "launch_spans"]
+
+
+def launch_spans(
+    start: Floats,
+    end: Floats,
+    name_id: Ints,
+    names: list[str],
+    launch: NDArray[np.bool_],
+    before: NDArray[np.bool_],
+    nest: nesting.Nesting,
+    prefixes: tuple[str, ...],
+) -> list[tuple[str, Floats, Floats]]:
+    """The line's program launches (``launch``: those not inside another are kept) by the
+    span key of the program they name (``prefixes``: the vocabulary's ``launches``): each
+    from when it launched, after the events inside it that come first (``before``), to its
+    end. The line's events are in time order, with their nesting ``nest``."""
+    outer = np.flatnonzero(launch & ~((nest.parent >= 0) & launch[np.maximum(nest.parent, 0)]))
+    if not len(outer):
+        return []
+    owner = np.full(len(start), -1, np.int64)
+    owner[outer] = outer
+    for level in range(1, int(nest.depth.max(initial=0)) + 1):
+        here = np.flatnonzero((nest.depth == level) & (owner < 0) & (nest.parent >= 0))
+        owner[here] = owner[nest.parent[here]]
+    made = start.copy()
+    inside = np.flatnonzero(before & (owner >= 0))
+    np.maximum.at(made, owner[inside], end[inside])
+    at = outer[np.argsort(name_id[outer], kind="stable")]
+    found = []
+    for group in np.split(at, np.flatnonzero(np.diff(name_id[at])) + 1):
+        program = launched_program(names[int(name_id[group[0]])], prefixes)
+        found.append((LAUNCH + program, made[group], end[group]))
+    return found
+
+
+def correlated(
+    line: Line, order: Ints, start: Floats, name_id: Ints
+) -> tuple[list[float], list[float]] | None:
+    """The line's launches of device work that name it (a ``correlation_id`` stat): each
+    one's id and start (None: none). A stat read per distinct name first, then per event of
+    those names only. ``order``, ``start`` and ``name_id`` are the line's in time order."""
+    _, first = np.unique(name_id, return_index=True)
+    if not len(first):
+        return None
+    named = line.has(order[first], "correlation_id")
+    if not named.any():
+        return None
+    at = np.flatnonzero(np.isin(name_id, name_id[first[named]]))
+    ids = line.numbers(order[at], "correlation_id")
+    known = ~np.isnan(ids)
+    if not known.any():
+        return None
+    return ids[known].tolist(), start[at[known]].tolist()
