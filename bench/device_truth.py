@@ -110,6 +110,13 @@ def _platform(backend: str) -> tuple[str, str]:
     return kind.lower(), kind
 
 
+def _versions(backend: str) -> dict[str, str]:
+    import importlib
+
+    names = ("jax", "jaxlib") if backend == "jax" else ("torch", "torch_xla")
+    return {name: str(importlib.import_module(name).__version__) for name in names}
+
+
 def run_kind(kind: Kind, logdir: Path) -> dict[str, Any]:
     """Run ``kind`` here (a fresh interpreter: see :func:`measure`): setup, the oracle,
     the compare cell, the profiled cell; its figures and the verdict against the truth."""
@@ -160,6 +167,7 @@ def run_kind(kind: Kind, logdir: Path) -> dict[str, Any]:
         "platform": platform,
         "backend": kind.backend,
         "device_kind": device_kind,
+        "versions": _versions(kind.backend),
         "sizes": dict(sizes),
         "oracle": plain,
         "oracle_values": oracle,
@@ -215,6 +223,7 @@ def measure(kinds: list[str], logdir: Path, echo: bool = True) -> list[dict[str,
         out = logdir / f".{name}.json"
         out.unlink(missing_ok=True)
         started = time.perf_counter()
+        load = os.getloadavg()[0]
         if echo:
             print(f"device-truth: {name} ...", flush=True)
         child = ["-m", "bench.device_truth", "--child", name, "--logdir", str(logdir)]
@@ -233,14 +242,14 @@ def measure(kinds: list[str], logdir: Path, echo: bool = True) -> list[dict[str,
             failed, tail = True, f"timed out after {KIND_TIMEOUT_S} s"
         took = time.perf_counter() - started
         if failed or not out.exists():
-            does = KINDS[name].does
-            rows.append({"kind": name, "does": does, "error": tail, "match": False, "took_s": took})
+            row = {"kind": name, "does": KINDS[name].does, "error": tail, "match": False}
+            rows.append(row | {"took_s": took, "load": load})
             if echo:
                 print(f"device-truth: {name} failed ({took:.0f} s):\n{tail}", flush=True)
             continue
         row = json.loads(out.read_text())
         out.unlink()
-        row["took_s"] = took
+        row.update(took_s=took, load=load)
         rows.append(row)
         if echo:
             truth = " or ".join(row["truth_verdicts"])
@@ -304,28 +313,49 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _machine() -> str:
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{os.cpu_count()} cores ({model}), Python {sys.version.split()[0]}"
+
+
 def report(rows: Sequence[Mapping[str, Any]], command: str) -> str:
     """The section's body: where and how it ran, the table."""
     done = [row for row in rows if "error" not in row]
-    platform = done[0]["platform"] if done else "?"
-    device = done[0]["device_kind"] if done else "?"
+    platforms = sorted({f"{row['backend']} on {row['device_kind']}" for row in done})
+    versions = sorted({f"{name} {v}" for row in done for name, v in row["versions"].items()})
+    cpu = all(row["platform"] == "cpu" for row in done)
     where = (
-        "the CPU (JAX's CPU backend: XLA's programs run on host threads, so \"device busy\" is "
-        "the CPU client's busy time)"
-        if platform == "cpu"
-        else f"{platform.upper()} ({device})"
+        "the CPU (JAX's CPU backend and torch_xla's PJRT CPU client: XLA's programs run on host "
+        'threads, so "device busy" is the CPU client\'s busy time)'
+        if cpu
+        else ", ".join(platforms)
     )
+    loads = [row["load"] for row in rows if "load" in row]
+    load = f"load average {min(loads):.1f}–{max(loads):.1f} at the kinds' starts" if loads else ""
     total = sum(row.get("took_s", 0.0) for row in rows)
     return "\n".join(
         [
-            f"Measured {time.strftime('%Y-%m-%d %H:%M')} with `{command}` on {where}: "
-            f"{len(rows)} kinds in {total:.0f} s, each in a fresh interpreter. Each cell ran "
-            'once plain (its `oracle:` print is the "oracle" column, with the `compare` '
-            f'cell\'s where it has one), then under `{MAGIC}`; "verdict" is '
-            "`summary.diagnosis` (category, share of step time, cause, line in the cell), "
-            '"device busy" `summary.device.busy_share`. The truth is the kind\'s (see '
-            '`bench/device_truth.py`); "match" also checks what the truth names besides the '
-            "category (line, cause, fix, no alarm).",
+            f"Measured {time.strftime('%Y-%m-%d %H:%M')} with `{command}` on {where}; "
+            f"{_machine()}, {', '.join(versions)}; {load}. {len(rows)} kinds in {total:.0f} s, "
+            "each in a fresh interpreter.",
+            "",
+            'Each cell ran twice plain; the second run\'s `oracle:` print is the "oracle" '
+            "column (with the `compare` cell's, where the kind has one); then once under "
+            f'`{MAGIC} jax` (`torch_xla` for the `xla_` kinds), whose own print gives "under '
+            '`%%xprof`". "verdict" is `summary.diagnosis` (category, share of step time, '
+            'cause, line in the cell); "device busy" is `summary.device.busy_share`, of the '
+            "capture's window. The truth is the kind's (`bench/truth_kinds.py`, "
+            "`bench/truth_kinds_xla.py`), from the oracle's figures where it depends on them; "
+            '"match" also checks what the truth names besides the category (the line, the '
+            "cause, the fix, no alarm, the steps within the loop the cell timed). The timings "
+            "of a shared 2-core machine vary between runs (up to 2×, a read-back's cost among "
+            "them), so a truth that rests on a measured ratio can change from run to run; each "
+            "row gives the ratio it used.",
             "",
             table(rows),
         ]

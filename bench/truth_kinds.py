@@ -10,6 +10,7 @@ another way. See :class:`Kind` and :class:`Truth`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +19,12 @@ __all__ = [
     "JAX_KINDS",
     "NO_ALARM",
     "READ_BACK_COSTS",
+    "READ_BACK_NAMED",
     "STEPS_IN_LOOP",
     "Check",
     "Kind",
     "Truth",
+    "at_line",
 ]
 
 Check = tuple[str, Callable[[Mapping[str, Any]], bool]]
@@ -71,7 +74,8 @@ def _line_of(cell: str, text: str) -> int:
     raise ValueError(f"{text!r} is not in the cell")
 
 
-def _at_line(cell: str, text: str) -> Check:
+def at_line(cell: str, text: str) -> Check:
+    """The verdict is named at the line of ``cell`` that holds ``text``."""
     line = _line_of(cell, text)
     return (f"named at line {line}", lambda r: r["line"] == line)
 
@@ -105,6 +109,18 @@ def _steps_in_loop(r: Mapping[str, Any]) -> bool:
 
 
 STEPS_IN_LOOP = ("the steps fit in the loop", _steps_in_loop)
+
+
+def _read_back_named(r: Mapping[str, Any]) -> bool:
+    """A sync verdict, or a headline whose own words (not the cell's code it quotes between
+    backticks) name the read-back."""
+    if r["verdict"] == "sync":
+        return True
+    words = re.sub(r"`[^`]*`", "", r["headline"]).lower()
+    return any(name in words for name in ("read", ".item()", "float(", "np.asarray"))
+
+
+READ_BACK_NAMED = ("the read-back named", _read_back_named)
 
 
 # 1. device --------------------------------------------------------------------------------
@@ -206,7 +222,7 @@ def _input_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
         ("input",),
         "input: the host makes each batch (a decode-like loop over records, a sort) for much "
         "longer than the small jitted step runs",
-        (_at_line(_INPUT_CELL, "for x in batches"),),
+        (at_line(_INPUT_CELL, "for x in batches"),),
     )
 
 
@@ -470,14 +486,9 @@ print(f"oracle: the same steps without the read-back unsynced={time.perf_counter
 def _sync_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
     loop, unsynced = oracle.get("loop", 0.0), oracle.get("unsynced", 0.0)
     ratio = loop / unsynced if unsynced else 0.0
-    checks = [_at_line(_SYNC_CELL, "float(")]
+    checks = [at_line(_SYNC_CELL, "float(")]
     if ratio >= READ_BACK_COSTS:
-        checks.append(
-            (
-                "the read-back named",
-                lambda r: r["verdict"] == "sync" or "read" in r["headline"].lower(),
-            )
-        )
+        checks.append(READ_BACK_NAMED)
         text = (
             f"device-bound with the per-step read-back named, or sync-bound: the loop with the "
             f"read-back takes {ratio:.2f}× the loop without"
@@ -614,7 +625,7 @@ def _after_eval_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
         ("device",),
         "device, at the evaluation's line: the jitted evaluation after the loop is most of "
         "the cell; the loop's steps are tiny",
-        (_at_line(_AFTER_EVAL_CELL, "ev = evaluate"), STEPS_IN_LOOP),
+        (at_line(_AFTER_EVAL_CELL, "ev = evaluate"), STEPS_IN_LOOP),
     )
 
 
@@ -687,7 +698,7 @@ def _after_compile_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
         f"compile, at the wider batch's line: compiling `train_step` for the wider batch "
         f"after the loop is {share:.0%} of the cell (after − again); the loop's steps are "
         "tiny (the JAX quickstart's `# xprof: wider batch`)",
-        (_at_line(_AFTER_COMPILE_CELL, line), STEPS_IN_LOOP),
+        (at_line(_AFTER_COMPILE_CELL, line), STEPS_IN_LOOP),
     )
 
 

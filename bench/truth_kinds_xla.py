@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bench.truth_kinds import NO_ALARM, READ_BACK_COSTS, Check, Kind, Truth
+from bench.truth_kinds import (
+    NO_ALARM,
+    READ_BACK_COSTS,
+    READ_BACK_NAMED,
+    Check,
+    Kind,
+    Truth,
+    at_line,
+)
 
 __all__ = ["XLA_KINDS"]
 
@@ -130,12 +138,7 @@ def _xla_item_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
     checks: list[Check] = []
     if ratio >= READ_BACK_COSTS:
         verdicts = tuple(dict.fromkeys(("sync", *verdicts)))
-        checks.append(
-            (
-                "the read-back named",
-                lambda r: r["verdict"] == "sync" or ".item()" in r["headline"],
-            )
-        )
+        checks += [READ_BACK_NAMED, at_line(_XLA_ITEM_CELL, "loss.item()")]
         text += (
             f"; the loop with .item() takes {ratio:.2f}× the loop without: the read-back "
             "named, or sync-bound"
@@ -143,8 +146,7 @@ def _xla_item_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
     else:
         text += (
             f"; .item() costs little here (the loop with it takes {ratio:.2f}× the loop "
-            "without): on the CPU client the sync already ran the step; where it costs (an "
-            "accelerator), the read-back named, or sync-bound"
+            "without); where it costs, the read-back named, or sync-bound"
         )
     return Truth(verdicts, text, tuple(checks))
 
