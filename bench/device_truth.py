@@ -46,6 +46,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -56,7 +57,17 @@ from typing import Any
 from bench.truth_kinds import JAX_KINDS, Kind
 from bench.truth_kinds_xla import XLA_KINDS
 
-__all__ = ["KINDS", "main", "measure", "oracle_of", "report", "run_kind", "table", "write_section"]
+__all__ = [
+    "KINDS",
+    "main",
+    "measure",
+    "oracle_of",
+    "report",
+    "run_kind",
+    "steps_table",
+    "table",
+    "write_section",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGDIR = ROOT / "bench" / ".captures" / "device-truth"
@@ -190,8 +201,10 @@ def run_kind(kind: Kind, logdir: Path) -> dict[str, Any]:
         "steps": len(steps),
         "steps_sum_s": sum(steps),
         "steps_max_s": max(steps, default=0.0),
+        "steps_median_s": statistics.median(steps) if steps else 0.0,
         "breakdown_steps_sum_s": sum(charted),
         "breakdown_steps_max_s": max(charted, default=0.0),
+        "breakdown_steps_median_s": statistics.median(charted) if charted else 0.0,
         "summary_text": xprof_magic.summary_text(summary),
     }
     truth = kind.truth(platform, oracle)
@@ -313,6 +326,45 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def steps_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Each kind's steps: the loop the cell timed under the profiler, divided by its steps,
+    against the summary's step markers (``summary.steps``) and the diagnosis's breakdown
+    (``diagnosis.breakdown.steps``), median and longest; the two charts should agree."""
+    lines = [
+        "| kind | steps | the cell's loop ÷ steps | step markers: median, longest | "
+        "breakdown: median, longest |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        if "error" in row:
+            continue
+        loop, count = row["profiled_values"].get("loop"), row["sizes"].get("STEPS")
+        per_step = _ms(loop / count) if loop and count else "—"
+        lines.append(
+            f"| {row['kind']} | {row['steps']} | {per_step} "
+            f"| {_ms(row['steps_median_s'])}, {_ms(row['steps_max_s'])} "
+            f"| {_ms(row['breakdown_steps_median_s'])}, {_ms(row['breakdown_steps_max_s'])} |"
+        )
+    held = [
+        f"{row['kind']} ({_ms(row['breakdown_steps_max_s'])} of "
+        f"{_ms(row['breakdown_steps_sum_s'])})"
+        for row in rows
+        if "error" not in row
+        and row["steps"] >= 5
+        and row["breakdown_steps_max_s"] > 0.5 * row["breakdown_steps_sum_s"]
+    ]
+    if held:
+        lines += [
+            "",
+            "One step of the breakdown holds most of its steps' time in: " + ", ".join(held) + ".",
+        ]
+    return "\n".join(lines)
+
+
 def _machine() -> str:
     model = "unknown CPU"
     with contextlib.suppress(OSError):
@@ -358,6 +410,12 @@ def report(rows: Sequence[Mapping[str, Any]], command: str) -> str:
             "row gives the ratio it used.",
             "",
             table(rows),
+            "",
+            "The steps of the same runs: what the cell's own loop took under the profiler, per "
+            "step, against the two step charts of the summary (the step markers, "
+            "`summary.steps`; the breakdown behind the verdict, `diagnosis.breakdown.steps`):",
+            "",
+            steps_table(rows),
         ]
     )
 

@@ -64,6 +64,6 @@ def test_three_cheap_kinds_give_a_table_and_keep_their_runs(tmp_path: Path) -> N
     assert shapes["verdict"] == "compile" and shapes["cause"] == "changing shapes"
     assert shapes["oracle_values"]["again"] < shapes["oracle_values"]["loop"]
     body = device_truth.report(rows, "python -m bench device-truth --kinds eager,shapes,device")
-    assert body.count("\n| eager | ") == 1 and "\n| device | " in body
+    assert body.count("\n| eager | ") == 2 and "\n| device | " in body  # verdicts, steps
     matched = sum(row["match"] for row in rows)
     assert f"**{matched} of 3 match.**" in body
