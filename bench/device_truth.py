@@ -19,7 +19,9 @@ The truth is the kind's, stated for each device kind where they differ (the CPU 
 runs XLA's programs on host threads: a host-to-device copy there is a memcpy, or nothing),
 and the match checks the verdict and, where the kind says so, the cause, the line, the fix
 or the level. A mismatch is a finding, not a failure: the command returns 0 and prints how
-many kinds matched.
+many kinds matched. A second table sets each kind's loop, as the cell timed it per step,
+beside the summary's two step charts (the step markers and the breakdown behind the
+verdict), which should agree with it and with each other.
 
 Two kinds are torch_xla's (``xla_train``, ``xla_item``: ``--backend torch_xla``, on
 ``$PJRT_DEVICE``, CPU when unset: set ``PJRT_DEVICE=CUDA`` on a GPU); their cells time the
