@@ -7,6 +7,9 @@ paint of its timeline in JupyterLab and Chromium (see :mod:`bench.first_paint`).
 ``python -m bench load-ext`` and ``python -m bench host-steps``: the load time against
 TensorBoard's, and the step time of a slow host in an on-demand capture (see
 :mod:`bench.timings`).
+``python -m bench device-truth [--kinds a,b] [--logdir DIR] [--write]``: the summary's verdict
+against JAX loops whose bottleneck is known, each timed without the profiler (see
+:mod:`bench.device_truth`).
 
 Every number in one run, written to BENCHMARKS.md with the machine and the command:
 
@@ -18,7 +21,8 @@ Every number in one run, written to BENCHMARKS.md with the machine and the comma
 - the step time the summary gives each host of an on-demand capture of a fast and a slow
   worker;
 - summary cost against capture size (time and peak memory);
-- kernel memory growth over 100 captures.
+- kernel memory growth over 100 captures;
+- the verdicts against the truth of loops whose bottleneck is known (device-truth).
 """
 
 from __future__ import annotations
@@ -399,6 +403,11 @@ def write_report(results: dict[str, Any], command: str) -> str:
             + f"; threads at the end: {memory['threads']}, open files: {memory['fds']}.",
             "",
         ]
+    truth = results.get("device_truth")
+    if truth:
+        from bench import device_truth
+
+        lines += [device_truth.SECTION, "", device_truth.report(truth, command), ""]
     return "\n".join(lines)
 
 
@@ -411,6 +420,10 @@ def main() -> int:
         from bench import first_paint
 
         return first_paint.main(sys.argv[2:])
+    if sys.argv[1:2] == ["device-truth"]:
+        from bench import device_truth
+
+        return device_truth.main(sys.argv[2:])
     if sys.argv[1:2] in (["load-ext"], ["host-steps"]):
         from bench import timings
 
@@ -431,6 +444,7 @@ def main() -> int:
         "summary",
         "first_paint",
         "memory",
+        "device_truth",
     ]
     wanted = set(args.only or every)
     with tempfile.TemporaryDirectory(prefix="xprof-bench-") as tmp:
@@ -445,6 +459,7 @@ def main() -> int:
             "summary": lambda: bench_summary(quick=args.quick),
             "first_paint": lambda: bench_first_paint(quick=args.quick),
             "memory": lambda: bench_memory(25 if args.quick else 100, Path(tmp) / "memory"),
+            "device_truth": bench_device_truth,
         }
         try:
             for name, part in parts.items():
@@ -501,6 +516,13 @@ def bench_first_paint(quick: bool) -> dict[str, Any]:
     from bench import first_paint
 
     return first_paint.measure(1 if quick else 3)
+
+
+def bench_device_truth() -> list[dict[str, Any]]:
+    """Every loop kind of :mod:`bench.device_truth`: the verdict against the truth."""
+    from bench import device_truth
+
+    return device_truth.measure(list(device_truth.KINDS), device_truth.LOGDIR)
 
 
 if __name__ == "__main__":

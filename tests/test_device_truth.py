@@ -1,0 +1,69 @@
+"""The device-truth harness (``python -m bench device-truth``): its oracle parsing, its table
+and BENCHMARKS.md section, and three cheap kinds run through it on the CPU.
+
+Only verdicts the analysis already gets right on the CPU are asserted here (host for the
+eager loop, compile with its cause for the changing shapes): the harness measures the
+others, it does not judge them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import device_truth
+
+
+def test_the_oracle_line_is_read_with_its_figures() -> None:
+    printed = (
+        "something else\n"
+        "oracle: 30 steps loop=0.213 s, of it launch=0.005 s on the host\n"
+        "oracle: the same steps under jax.jit jitted=1.2e-03 s\n"
+    )
+    texts, values = device_truth.oracle_of(printed)
+    assert texts == [
+        "30 steps loop=0.213 s, of it launch=0.005 s on the host",
+        "the same steps under jax.jit jitted=1.2e-03 s",
+    ]
+    assert values == {"loop": 0.213, "launch": 0.005, "jitted": 0.0012}
+
+
+def test_the_section_is_added_once_then_replaced_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n\n## Before\n\nkept\n")
+    device_truth.write_section("first table", path)
+    device_truth.write_section("second table", path)
+    text = path.read_text()
+    assert text.count(device_truth.SECTION) == 1
+    assert "second table" in text and "first table" not in text
+    path.write_text(text + "\n## After\n\nkept too\n")
+    device_truth.write_section("third table", path)
+    text = path.read_text()
+    assert "## Before\n\nkept" in text and "## After\n\nkept too" in text
+    assert "third table" in text and "second table" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_three_cheap_kinds_give_a_table_and_keep_their_runs(tmp_path: Path) -> None:
+    rows = device_truth.measure(["eager", "shapes", "device"], tmp_path, echo=False)
+    assert [row["kind"] for row in rows] == ["eager", "shapes", "device"]
+    assert not [row["error"] for row in rows if "error" in row]
+    for row in rows:
+        assert row["platform"] == "cpu"
+        assert row["oracle"] and "loop" in row["oracle_values"]
+        run = Path(row["run"])
+        assert run.is_dir() and run.parent.parent.parent == tmp_path
+        assert json.loads((run / "xprof_magic.json").read_text())["backend"] == "jax"
+        assert row["device_busy"] is not None
+    by_kind = {row["kind"]: row for row in rows}
+    eager, shapes = by_kind["eager"], by_kind["shapes"]
+    assert eager["verdict"] == "host" and "jax.jit" in eager["fix"] and eager["match"]
+    assert shapes["verdict"] == "compile" and shapes["cause"] == "changing shapes"
+    assert shapes["oracle_values"]["again"] < shapes["oracle_values"]["loop"]
+    body = device_truth.report(rows, "python -m bench device-truth --kinds eager,shapes,device")
+    assert body.count("\n| eager | ") == 2 and "\n| device | " in body  # verdicts, steps
+    matched = sum(row["match"] for row in rows)
+    assert f"**{matched} of 3 match.**" in body
