@@ -193,6 +193,7 @@ def run_kind(kind: Kind, logdir: Path) -> dict[str, Any]:
         "cause": d.cause,
         "where": list(d.where),
         "line": d.line,
+        "read_line": d.read_back.line if d.read_back is not None else 0,
         "headline": d.headline,
         "fix": d.fix,
         "level": d.level,

@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import pytest
 
+import xprof_magic
 from tests.conftest import host_events, only_run, run, step_numbers
 from xprof_magic import _labels, _metadata, _store
 from xprof_magic._analysis import render_text, summarize
@@ -273,6 +274,21 @@ def test_jax_quickstart_notebook_executes(tmp_path: Path) -> None:
         for output in cell.get("outputs", [])
     )
     assert "Recompiled: jit(train_step)" in shown
+    # The verdict is the loop's steady steps', not the wider batch's compile after the loop:
+    # that one is named apart at its own line, and no step absorbs it.
+    s = xprof_magic.summarize(tmp_path / "plugins" / "profile" / "jax-train")
+    d = s.diagnosis
+    assert s.steps is not None and d.scope == "steps"
+    assert d.verdict != "compile" or d.cause != "warm-up", d.headline
+    assert [round(x.total_s, 9) for x in d.breakdown.steps] == [
+        round(x, 9) for x in s.steps.durations_s
+    ]
+    wider = next(a for a in d.apart if a.path == ("wider batch",))
+    assert wider.category == "compile" and wider.line == 4, d.apart
+    assert "Outside the steps, `wider batch` (line 4)" in d.headline
+    assert max(s.steps.durations_s[1:]) < wider.seconds / 10
+    window = s.verdict_window()
+    assert window is not None and window[1] <= s.steps.starts_s[-1] + s.steps.durations_s[-1]
 
 
 def test_a_marker_inside_a_jitted_function_labels_its_tracing_only(ip: Any, logdir: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+import xprof_magic
 from tests._kernel import Kernel, free_port, plain, text
 from xprof_magic import _store
 
@@ -155,6 +156,16 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     paths = {tuple(label["path"]) for label in train["labels"]}
     assert ("for inputs, targets in batches", "forward") in paths
     json.dumps(nb)  # outputs are plain JSON
+    # The verdict describes the steady steps: the first compiles and runs its new graph
+    # first (that execution is its own, launched by its sync), the others are the same
+    # short steps, mostly tracing on the host.
+    s = xprof_magic.summarize(tmp_path / "plugins" / "profile" / "quickstart-train")
+    d = s.diagnosis
+    assert s.steps is not None and d.warm_up == 1 and d.scope == "steps"
+    steady = [s.steps.durations_s[i] for i in d.steady()]
+    assert len(steady) >= 4 and max(steady) < s.steps.durations_s[0] / 20
+    assert d.verdict == "host", d.headline
+    assert d.headline.startswith("Host-bound: ") and "after the first (compiling)" in d.headline
 
 
 def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(

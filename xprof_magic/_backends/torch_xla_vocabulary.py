@@ -97,6 +97,9 @@ VOCABULARY = words.Vocabulary(
         runtime_names=RUNTIME_NAMES,
         thread_roles=THREAD_ROLES,
         step_ends=STEP_ENDS,
+        # .item(), float(t), print(t), .cpu(): a tensor's value copied back to the host,
+        # after the sync that computes it.
+        waits=frozenset({"PjRtComputationClient::TransferFromDevice"}),
         launches=tuple(sorted(STEP_ENDS)),
         # MpDeviceLoader's own xp.Trace names, on its loader threads.
         input_pipeline=frozenset(

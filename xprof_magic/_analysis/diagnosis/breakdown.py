@@ -176,8 +176,8 @@ def breakdown(
 
 
 HOST_SIDE = ("input", "compile", "sync")
-"""The span keys of what the cell's thread itself does: a step holds them only while the
-loop runs it, not while the device finishes the step's work after the loop moved on."""
+"""The span keys of what the cell's thread itself does: the steps hold them only while the
+loop runs, not while the device finishes the steps' work after the loop moved on."""
 
 
 def _in_the_loop(
@@ -186,18 +186,18 @@ def _in_the_loop(
     starts: NDArray[np.float64],
     ends: NDArray[np.float64],
 ) -> dict[str, Spans]:
-    """``cover`` with the cell's thread's own spans (:data:`HOST_SIDE`) kept only within
-    each step's host part: from its start to its block's end. After that a step lasts only
-    for the device's work it launched; what the thread does meanwhile (a statement after
-    the loop compiling, the next step) is not this step's."""
-    blocks = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
-    if len(blocks) != len(starts):
+    """``cover`` with the cell's thread's own spans (:data:`HOST_SIDE`) kept only while the
+    loop ran on it: from the first step's start to the last step's block's end. After that
+    the steps last only for the device's work they launched; what the thread does meanwhile
+    (a statement after the loop compiling) is not theirs."""
+    blocks = [b for b in mine if b.kind == STEP]
+    if not blocks or not len(starts):
         return cover
-    host = merge([(starts, np.minimum(ends, [b.end for b in blocks]))])
+    loop = (np.array([starts[0]]), np.array([max(b.end for b in blocks)]))
     kept = dict(cover)
     for key in HOST_SIDE:
         if key in cover:
-            kept[key] = subtract(cover[key], subtract(cover[key], host))
+            kept[key] = subtract(cover[key], subtract(cover[key], loop))
     return kept
 
 

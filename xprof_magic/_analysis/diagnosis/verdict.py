@@ -107,11 +107,15 @@ def diagnose(
     and reads (:func:`.launches.activity`)."""
     if not parts.categories or parts.total_s() <= 0:
         return Diagnosis(breakdown=parts, source=source)
-    if parts.total_s() < MIN_CELL_S:
-        share = {c: parts.share(c, bool(parts.steps)) for c in parts.categories}
-        return Diagnosis(breakdown=parts, source=source, gain=_largest_gain(parts, share))
-    warm_up = _warm_up(s, parts)
     in_scope = steady.scope(parts)
+    of_loop = bool(parts.steps) and in_scope == "steps"
+    if parts.total_s(of_loop) < MIN_CELL_S:
+        share = {c: parts.share(c, of_loop) for c in parts.categories}
+        basis = parts if of_loop else replace(parts, steps=())
+        return Diagnosis(
+            breakdown=parts, source=source, gain=_largest_gain(basis, share), scope=in_scope
+        )
+    warm_up = _warm_up(s, parts)
     frame = Diagnosis(
         breakdown=parts,
         warm_up=warm_up,

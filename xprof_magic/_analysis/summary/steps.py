@@ -24,8 +24,16 @@ from numpy.typing import NDArray
 from xprof_magic._analysis.model.summary import StepStats
 from xprof_magic._analysis.summary import blocks
 from xprof_magic._analysis.summary.where import INPUT_PREFIX
-from xprof_magic._analysis.timeline.facts import DEVICE_SIDE, LABEL, LAUNCH, STEP, Block, TraceFacts
-from xprof_magic._analysis.timeline.intervals import Spans, merge
+from xprof_magic._analysis.timeline.facts import (
+    DEVICE_SIDE,
+    DONE,
+    LABEL,
+    LAUNCH,
+    STEP,
+    Block,
+    TraceFacts,
+)
+from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, merge
 
 __all__ = ["STALE_NS", "fetch_spans", "in_order", "launched_work", "step_spans", "steps_from_trace"]
 
@@ -95,44 +103,61 @@ def _by_order(facts: TraceFacts) -> tuple[Floats, Floats]:
     keys = [key for key in facts.spans if key.startswith(LAUNCH)]
     if not pieces or not keys:
         return np.empty(0), np.empty(0)
-    lo, hi = merge(pieces)
     at = np.sort(
         np.concatenate([np.asarray(a, np.float64) for k in keys for a, _ in facts.spans[k]])
     )
-    return in_order(at, lo, hi)
+    waits = merge(facts.spans.get(DONE, []))
+    return in_order(at, merge(pieces), waits)
 
 
-def in_order(at: Floats, lo: Floats, hi: Floats) -> tuple[Floats, Floats]:
-    """The device's busy time ``[lo[k], hi[k])`` (disjoint, sorted) shared among the
-    launches made at ``at`` (sorted): for each launch that ran, when it was made and when
-    its work ended.
+def in_order(at: Floats, busy: Spans, waits: Spans = NO_SPANS) -> tuple[Floats, Floats]:
+    """The device's ``busy`` time shared among the launches made at ``at`` (sorted): for each
+    launch that ran, when it was made and when its work ended.
 
-    The device runs launches in order, so its busy time divides into runs: a run starts when
-    a launch finds the device idle and lasts while queued work remains, through the small
-    gaps between one op and the next; a gap in which a launch arrives is the device
-    waiting for the host, and ends a run. A run serves the launches made before it ended and
-    not served yet, each its equal share of the run in turn (a loop's launches run the same
-    program), none ending before it was made; but not those made :data:`STALE_NS` or more
-    before it began, while the device sat idle: they ran nothing the timeline shows (an op
-    the host ran itself, a sync with nothing to run)."""
+    The device runs launches in order. Where the host waited for it (``waits``: a barrier
+    before the next step, a value read back), every launch made before the wait began was
+    done when it ended; between two such waits the device's busy time is shared among the
+    launches made in between, in turn, each its equal part of the busy time (a loop's
+    launches run the same program; the busy time is the device's own, so its idle moments
+    are nobody's), and none ends before it was made. A launch made :data:`STALE_NS` or more
+    before the device next worked, while it sat idle, ran nothing the timeline shows (an
+    op the host ran itself, a sync with nothing to run) and is left out."""
+    lo, hi = busy
     if not len(lo) or not len(at):
         return np.empty(0), np.empty(0)
-    waited = np.searchsorted(at, lo[1:], side="right") > np.searchsorted(at, hi[:-1], side="left")
-    cut = np.concatenate(([0], np.flatnonzero(waited) + 1))
-    run_lo, run_hi = lo[cut], np.maximum.reduceat(hi, cut)
+    total = np.concatenate(([0.0], np.cumsum(hi - lo)))
+    working = np.searchsorted(lo, at, side="right") - 1
+    during = (working >= 0) & (at < hi[np.maximum(working, 0)])
+    after = np.minimum(np.searchsorted(lo, at, side="left"), len(lo) - 1)
+    waited = np.where(during, 0.0, lo[after] - at)
+    live = during | ((waited >= 0) & (waited < STALE_NS))
+    at = at[live]
     made: list[float] = []
     ended: list[float] = []
     served = 0
-    for start, end in zip(run_lo.tolist(), run_hi.tolist(), strict=True):
-        served = max(served, int(np.searchsorted(at, start - STALE_NS, side="left")))
-        last = int(np.searchsorted(at, end, side="left"))
-        if last > served:
-            share = (end - start) / (last - served)
-            for j, k in enumerate(range(served, last), 1):
-                made.append(float(at[k]))
-                ended.append(max(float(at[k]), start + j * share))
-            served = last
+    since = -np.inf
+    for start, end in [*zip(waits[0].tolist(), waits[1].tolist(), strict=True), (np.inf, np.inf)]:
+        upto = int(np.searchsorted(at, start, side="left"))
+        if upto <= served:
+            continue
+        first = covered(busy, np.array([max(since, float(at[served]))]))[0]
+        last = covered(busy, np.array([end]))[0] if np.isfinite(end) else total[-1]
+        share = max(0.0, last - first) / (upto - served)
+        for j, k in enumerate(range(served, upto), 1):
+            made.append(float(at[k]))
+            ended.append(max(float(at[k]), _when(busy, total, first + j * share)))
+        served, since = upto, end
     return np.asarray(made, np.float64), np.asarray(ended, np.float64)
+
+
+def _when(busy: Spans, total: Floats, amount: float) -> float:
+    """The time at which the device had been busy ``amount`` ns (``total``: the busy time
+    before each span, and in all): the end of its work then, not the start of the next."""
+    lo, hi = busy
+    at = max(0, int(np.searchsorted(total, amount, side="left")) - 1)
+    if at >= len(lo):
+        return float(hi[-1])
+    return float(min(hi[at], lo[at] + (amount - total[at])))
 
 
 def step_spans(

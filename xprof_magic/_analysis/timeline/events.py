@@ -124,6 +124,7 @@ def name_flags(
         "copy": np.array([is_copy(n) for n in names], bool),
         "step_end": np.array([n in runtime.step_ends for n in names], bool),
         "read": np.array([n in runtime.waits for n in names], bool),
+        "barrier": np.array(["barrier" in n.lower() for n in names], bool),
         "launch": np.array(
             [bool(runtime.launches) and n.startswith(runtime.launches) for n in names], bool
         ),

@@ -19,6 +19,7 @@ __all__ = [
     "COLLECTIVE",
     "COMPILE",
     "DEVICE_SIDE",
+    "DONE",
     "HOST_MEMORY_SPACE",
     "LABEL",
     "LAUNCH",
@@ -42,6 +43,10 @@ CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
 """What an event is, in this order: the reader keeps each event's category as its index."""
 OFFLOAD = "device:offload"
 """The span key of a chip's host-offload copies (arrays kept in host memory)."""
+DONE = "done"
+"""The span key of the host's waits on the Python threads after which everything launched
+before the wait began has run: a barrier before the next step (torch_xla's), a device
+value read back (:data:`READ`)."""
 READ = "read"
 """The span key of the runtime's reads of a device value on the Python threads (the
 vocabulary's ``waits``: JAX's ``np.asarray(jax.Array)`` behind ``float(x)``)."""

@@ -45,6 +45,7 @@ from xprof_magic._analysis.timeline.events import (
 from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
+    DONE,
     READ,
     STEP_END,
     XLA_OP,
@@ -134,8 +135,7 @@ class Reader:
         self.add_programs(program_time(line.text or line.stat, order, name_id, dur, nest.parent))
         if group == "python" and self.runtime.launches:
             launch = pushed & (cat == _RUNTIME) & flag["launch"][name_id]
-            barrier = np.array(["barrier" in n.lower() for n in names], bool)[name_id]
-            before = (cat == _COMPILE) | (pushed & barrier)
+            before = (cat == _COMPILE) | (pushed & flag["barrier"][name_id])
             for key, made, ends in launch_spans(
                 start, end, name_id, names, launch, before, nest, self.runtime.launches
             ):
@@ -298,6 +298,7 @@ class Reader:
                 "sync": runtime & flag["blocks"][name_id] & ~copy,
                 STEP_END: runtime & flag["step_end"][name_id],
                 READ: runtime & flag["read"][name_id],
+                DONE: runtime & (flag["read"][name_id] | flag["barrier"][name_id]),
             }
         else:
             return
