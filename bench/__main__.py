@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._kernel import Kernel
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "BENCHMARKS.md"

@@ -235,14 +235,14 @@ def _steps(frame: Any, opened: float) -> dict[str, float]:
 def _ready_at(lab: Any, run: str) -> float:
     """When the run's trace viewer caches were committed (``cache_version.txt`` written, by
     the preparer or by XProf), on the wall clock the browser's times share."""
-    from xprof_magic import _store
+    from xprof_magic._runs import store as _store
 
     run_dir = _store.run_path(lab.env["XPROF_MAGIC_LOGDIR"], run)
     return (run_dir / "cache_version.txt").stat().st_mtime
 
 
 def captures_bytes(lab: Any, run: str) -> int:
-    from xprof_magic import _store
+    from xprof_magic._runs import store as _store
 
     return _store.xplane_bytes(_store.run_path(lab.env["XPROF_MAGIC_LOGDIR"], run))
 

@@ -185,8 +185,8 @@ def _module_of(part: str) -> tuple[str, bool]:
     """A table path as a dotted module name, and whether it names a package (its modules)."""
     if part.endswith("/"):
         return "xprof_magic." + part.rstrip("/").replace("/", "."), True
-    stem = part[: -len(".py")].replace("/", ".")
-    return ("xprof_magic" if stem == "__init__" else f"xprof_magic.{stem}"), False
+    stem = part[: -len(".py")].replace("/", ".").removesuffix("__init__").rstrip(".")
+    return (f"xprof_magic.{stem}" if stem else "xprof_magic"), False
 
 
 def _names(part: str, module: str) -> bool:

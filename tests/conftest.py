@@ -162,7 +162,7 @@ def run(ip: Any, logdir: Path, body: str, options: str = "") -> Any:
 
 def only_run(logdir: Path) -> Any:
     """The one run in ``logdir``."""
-    from xprof_magic import _store
+    from xprof_magic._runs import store as _store
 
     (found,) = _store.runs(logdir)
     return found

@@ -20,10 +20,15 @@ from typing import Any
 
 import pytest
 
-from xprof_magic import _capture, _labels, _logdir, _ondemand, _registry, _store
 from xprof_magic._backends import Backend, MetricsSnapshot, ServerStatus, TraceAlreadyRunning
-from xprof_magic._plan import Plan
-from xprof_magic._step_window import parse_steps
+from xprof_magic._backends import registry as _registry
+from xprof_magic._capture import capture as _capture
+from xprof_magic._capture import ondemand as _ondemand
+from xprof_magic._capture.plan import Plan
+from xprof_magic._cell import labels as _labels
+from xprof_magic._cell.step_window import parse_steps
+from xprof_magic._runs import logdir as _logdir
+from xprof_magic._runs import store as _store
 
 HOST = "fake-host"
 

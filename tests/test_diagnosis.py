@@ -266,8 +266,8 @@ def test_each_next_of_the_cells_loops_is_timed_and_the_loop_behaves_the_same() -
     import ast
 
     from tests.conftest import FakeEvent
-    from xprof_magic import _labels
-    from xprof_magic._rewrite import rewrite
+    from xprof_magic._cell import labels as _labels
+    from xprof_magic._cell.rewrite import rewrite
 
     source = (
         "out = []\n"

@@ -14,7 +14,7 @@ import pytest
 
 import xprof_magic
 from tests.conftest import missing
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def test_run_names_from_users_never_escape_the_log_directory(ip: Any, tmp_path: 
 def test_huge_traces_are_explained_with_a_lowered_threshold(
     ip: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from xprof_magic import _result
+    from xprof_magic._capture import result as _result
 
     logdir = tmp_path / "logs"
     ip.run_cell(f"%%xprof --logdir {logdir} --no-display --name normal\nx = 1")

@@ -24,7 +24,9 @@ import pytest
 
 from tests._kernel import free_port
 from tests.conftest import missing, run
-from xprof_magic import _gcs, _metadata, _store
+from xprof_magic._runs import gcs as _gcs
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer.client import fetch_json
 from xprof_magic._viewer.manager import Launched, Reused, ensure_viewer
 
@@ -104,7 +106,7 @@ try:
     _ondemand.capture([sys.argv[2]], sys.argv[1], _ondemand.Options(duration_ms=100))
 except _ondemand.CaptureError:
     pass
-print(sorted(m for m in sys.modules if m.startswith(("xprof_magic._gcs", "google.cloud"))))
+print(sorted(m for m in sys.modules if m.startswith(("xprof_magic._runs.gcs", "google.cloud"))))
 """
 
 

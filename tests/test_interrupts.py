@@ -12,7 +12,7 @@ import pytest
 
 from tests._kernel import Kernel, text
 from tests.conftest import only_run, run
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 
 
 def test_keyboard_interrupt_is_the_cells_outcome(ip: Any, logdir: Path) -> None:
@@ -24,7 +24,7 @@ def test_keyboard_interrupt_is_the_cells_outcome(ip: Any, logdir: Path) -> None:
 def test_an_interrupt_while_stopping_still_stops_the_trace(
     ip: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from xprof_magic._registry import get_backend
+    from xprof_magic._backends.registry import get_backend
 
     backend = get_backend()
 

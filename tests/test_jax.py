@@ -12,12 +12,14 @@ import pytest
 
 import xprof_magic
 from tests.conftest import host_events, only_run, run, step_numbers
-from xprof_magic import _labels, _metadata, _store
 from xprof_magic._analysis import render_text, summarize
-from xprof_magic._detect import choose_backend
-from xprof_magic._markers import find_markers
-from xprof_magic._registry import get_backend, get_vocabulary
-from xprof_magic._rewrite import rewrite
+from xprof_magic._backends.detect import choose_backend
+from xprof_magic._backends.registry import get_backend, get_vocabulary
+from xprof_magic._cell import labels as _labels
+from xprof_magic._cell.markers import find_markers
+from xprof_magic._cell.rewrite import rewrite
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs import store as _store
 
 TRAIN = """
 import jax, jax.numpy as jnp

@@ -16,7 +16,7 @@ from nbclient.exceptions import CellExecutionError
 
 import xprof_magic
 from tests._kernel import Kernel, free_port, plain, text
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 
 pytestmark = pytest.mark.kernel
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"

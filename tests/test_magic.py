@@ -13,7 +13,7 @@ import pytest
 
 import xprof_magic
 from tests.conftest import only_run, run
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 
 from .conftest import event_names, trace_events
 

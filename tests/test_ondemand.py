@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 
 from tests._kernel import Kernel, free_port, text, with_server
-from xprof_magic import _analysis, _metadata, _ondemand, _store
+from xprof_magic import _analysis
+from xprof_magic._capture import ondemand as _ondemand
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer import client as _client
 from xprof_magic._viewer import guard as _guard
 from xprof_magic._viewer import launch as _launch

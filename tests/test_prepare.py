@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 
 from tests._browser import wait_until
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer import convert, prepare, preparing, preview
 from xprof_magic._viewer.client import Viewer, fetch_json, http_get
 from xprof_magic._viewer.manager import ensure_viewer, list_viewers, stop_viewer

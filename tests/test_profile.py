@@ -17,9 +17,9 @@ import torch_xla
 import xprof_magic
 from tests.conftest import event_names, only_run, step_numbers
 from tests.conftest import run as run_cell
-from xprof_magic import _metadata
 from xprof_magic._backends import TraceAlreadyRunning
-from xprof_magic._markers import find_markers
+from xprof_magic._cell.markers import find_markers
+from xprof_magic._runs import metadata as _metadata
 
 DEVICE = torch_xla.device()
 SCALE = 2.0

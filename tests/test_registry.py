@@ -3,7 +3,7 @@
 ``fakeprof`` is a profiler that does not exist: a module this test writes, whose backend
 traces through JAX's real profiler (so the run holds a real timeline) and counts its own
 "builds". Its backend is built on the shared skeleton (:mod:`xprof_magic._backends.base`);
-its words, detection rule and capabilities are one :class:`~xprof_magic._registry.Entry`.
+its words, detection rule and capabilities are one :class:`~xprof_magic._backends.registry.Entry`.
 Nothing else changes: not the plan, not the magic's options, not the capture, not the
 analysis. ``%%xprof --backend fake`` and ``--backend auto`` (by the entry's own rule) must
 then commit a run whose metadata names it and whose summary speaks its words.
@@ -21,7 +21,6 @@ import pytest
 
 import xprof_magic
 from tests.conftest import only_run, run
-from xprof_magic import _registry, _store
 from xprof_magic._backends import (
     Backend,
     CaptureWords,
@@ -30,8 +29,10 @@ from xprof_magic._backends import (
     MetricsSnapshot,
     Vocabulary,
 )
+from xprof_magic._backends import registry as _registry
 from xprof_magic._backends.base import ProfilerBackend
 from xprof_magic._backends.words import Advice
+from xprof_magic._runs import store as _store
 
 FAKEPROF = """
 builds = 0

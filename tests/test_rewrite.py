@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import FakeEvent
-from xprof_magic import _labels, _steps
-from xprof_magic._markers import find_markers, label_for
-from xprof_magic._rewrite import rewrite
+from xprof_magic._cell import labels as _labels
+from xprof_magic._cell import steps as _steps
+from xprof_magic._cell.markers import find_markers, label_for
+from xprof_magic._cell.rewrite import rewrite
 
 
 def run(

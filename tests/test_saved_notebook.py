@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer import manager
 
 pytestmark = pytest.mark.kernel

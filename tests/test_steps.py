@@ -18,9 +18,14 @@ import pytest
 
 import xprof_magic
 from tests.conftest import FakeEvent, host_events, only_run, run, step_numbers
-from xprof_magic import _labels, _metadata, _step_window, _steps, _store, _trace
-from xprof_magic._capture import parse_steps
-from xprof_magic._rewrite import rewrite
+from xprof_magic._capture import trace as _trace
+from xprof_magic._capture.capture import parse_steps
+from xprof_magic._cell import labels as _labels
+from xprof_magic._cell import step_window as _step_window
+from xprof_magic._cell import steps as _steps
+from xprof_magic._cell.rewrite import rewrite
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs import store as _store
 
 
 def recorded_steps() -> list[int]:
@@ -402,7 +407,7 @@ def test_only_the_cells_syncs_count_and_only_for_the_work_they_launch() -> None:
     import torch
     import torch_xla
 
-    from xprof_magic._registry import get_backend
+    from xprof_magic._backends.registry import get_backend
 
     dev = torch_xla.device()
     torch_xla.sync()
@@ -522,7 +527,7 @@ def test_the_script_api_takes_a_window(tmp_path: Path) -> None:
 def test_the_step_hooks_do_not_start_the_runtime() -> None:
     code = (
         "from torch_xla import _XLAC\n"
-        "from xprof_magic._registry import get_backend\n"
+        "from xprof_magic._backends.registry import get_backend\n"
         "backend = get_backend()\n"
         "seen = []\n"
         "with backend.step_hooks(seen.append, seen.append):\n"

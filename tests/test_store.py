@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 
 
 def stage_session(logdir: Path, host: str = "h") -> _store.Staging:

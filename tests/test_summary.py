@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 import xprof_magic
-from xprof_magic import _metadata
 from xprof_magic._analysis import (
     SUMMARY_FILE,
     LabelRow,
@@ -49,9 +48,10 @@ from xprof_magic._backends import (
     TimelineNames,
     Vocabulary,
 )
+from xprof_magic._backends.registry import BACKENDS, Entry, get_vocabulary
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
-from xprof_magic._metadata import MetricTotal, RunError, RunMetrics
-from xprof_magic._registry import BACKENDS, Entry, get_vocabulary
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs.metadata import MetricTotal, RunError, RunMetrics
 from xprof_magic._units import seconds
 
 from ._analysis_captures import make_run, shapes_cell, steps_cell
@@ -757,7 +757,7 @@ def test_reading_a_vocabulary_loads_no_profiler() -> None:
     code = (
         "import sys\n"
         "from xprof_magic import _analysis\n"
-        "from xprof_magic._registry import get_vocabulary\n"
+        "from xprof_magic._backends.registry import get_vocabulary\n"
         "assert get_vocabulary('torch_xla').backend == 'torch_xla'\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(_PROFILERS)!r})))\n"
     )

@@ -47,7 +47,7 @@ float(w.sum())
 
 
 def _meta(logdir: Path) -> Any:
-    from xprof_magic import _metadata
+    from xprof_magic._runs import metadata as _metadata
 
     meta = _metadata.read(only_run(logdir).path)
     assert meta is not None
@@ -152,7 +152,7 @@ def test_xprofs_overview_finds_the_steps(ip: Any, logdir: Path, tmp_path: Path) 
 
 
 def test_sync_without_a_device_adds_nothing(ip: Any, logdir: Path) -> None:
-    from xprof_magic._registry import get_vocabulary
+    from xprof_magic._backends.registry import get_vocabulary
 
     assert run(ip, logdir, "import torch\nq = torch.ones(2) + 1\n", "--sync").success
     names = {event.name for event in host_events(only_run(logdir).path)}
@@ -233,8 +233,8 @@ def test_a_recompile_note_reaches_the_summary(logdir: Path) -> None:
 
     import xprof_magic
     from xprof_magic._analysis import render_text, summarize
+    from xprof_magic._backends.registry import get_backend
     from xprof_magic._backends.torch_tpu import TorchTpuBackend
-    from xprof_magic._registry import get_backend
 
     backend = get_backend("torch_tpu")
     assert isinstance(backend, TorchTpuBackend)
@@ -265,7 +265,7 @@ def test_a_recompile_note_reaches_the_summary(logdir: Path) -> None:
 def test_auto_picks_torchtpu_for_its_imports_devices_and_plain_torch() -> None:
     import torch
 
-    from xprof_magic._detect import choose_backend
+    from xprof_magic._backends.detect import choose_backend
 
     for cell in (
         "import torch_tpu",
@@ -326,7 +326,7 @@ _FRESH = textwrap.dedent(
                                   python_tracer_level=0)
     raw = traced(lambda run: impl.start_trace(run, options), impl.stop_trace)
     from xprof_magic._backends.ports import listens_here
-    from xprof_magic._registry import get_backend
+    from xprof_magic._backends.registry import get_backend
     backend = get_backend("torch_tpu")
     ours = traced(backend.start_trace, backend.stop_trace)
     port = int(sys.argv[1])

@@ -29,7 +29,7 @@ import pytest
 
 from tests._kernel import free_port
 from tests.conftest import missing
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer import client as _client
 from xprof_magic._viewer import guard as _guard
 from xprof_magic._viewer import launch as _launch

@@ -14,10 +14,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import xprof_magic
-from xprof_magic import _analysis, _store, _viewer
+from xprof_magic import _analysis, _viewer
 from xprof_magic._notebook import context as _context
 from xprof_magic._notebook import frame as _frame
 from xprof_magic._notebook import widget as _widget
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer import survey as _survey
 from xprof_magic._viewer import tools as _tools
 
@@ -300,7 +301,8 @@ def test_the_wrapper_silences_xprofs_history_calls(viewer: _viewer.Viewer, logdi
 
 
 def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: Path) -> None:
-    from xprof_magic import _analysis, _store
+    from xprof_magic import _analysis
+    from xprof_magic._runs import store as _store
 
     older = _store.run_path(logdir, "older")
     _analysis.save_summary(_analysis.summarize(older, budget_s=None), older)

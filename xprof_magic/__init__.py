@@ -19,25 +19,25 @@ from xprof_magic._version import __version__
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
     from xprof_magic._analysis.model.diagnosis import Diagnosis
-    from xprof_magic._capture import Capture, CaptureResult, capture, last
-    from xprof_magic._labels import label, step
+    from xprof_magic._capture.capture import Capture, CaptureResult, capture, last
+    from xprof_magic._cell.labels import label, step
     from xprof_magic._marimo.profile import profile
     from xprof_magic._marimo.run import Run
-    from xprof_magic._store import RunInfo, runs
+    from xprof_magic._runs.store import RunInfo, runs
 
 # Each public name and the module that defines it.
 _LAZY = {
-    "Capture": "xprof_magic._capture",
+    "Capture": "xprof_magic._capture.capture",
     "Diagnosis": "xprof_magic._analysis.model.diagnosis",
-    "CaptureResult": "xprof_magic._capture",
-    "capture": "xprof_magic._capture",
-    "last": "xprof_magic._capture",
-    "label": "xprof_magic._labels",
+    "CaptureResult": "xprof_magic._capture.capture",
+    "capture": "xprof_magic._capture.capture",
+    "last": "xprof_magic._capture.capture",
+    "label": "xprof_magic._cell.labels",
     "profile": "xprof_magic._marimo.profile",
     "Run": "xprof_magic._marimo.run",
-    "step": "xprof_magic._labels",
-    "RunInfo": "xprof_magic._store",
-    "runs": "xprof_magic._store",
+    "step": "xprof_magic._cell.labels",
+    "RunInfo": "xprof_magic._runs.store",
+    "runs": "xprof_magic._runs.store",
 }
 
 __all__ = [
@@ -88,8 +88,9 @@ def summarize(
     """
     from pathlib import Path
 
-    from xprof_magic import _analysis, _store
-    from xprof_magic._capture import CaptureResult
+    from xprof_magic import _analysis
+    from xprof_magic._capture.capture import CaptureResult
+    from xprof_magic._runs import store as _store
 
     if isinstance(run, CaptureResult):
         folder = run.run_dir

@@ -17,9 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from xprof_magic import _store
 from xprof_magic._analysis.model.summary import Summary
-from xprof_magic._store import SUMMARY_FILE, write_json
+from xprof_magic._runs import store as _store
+from xprof_magic._runs.store import SUMMARY_FILE, write_json
 
 __all__ = [
     "READ_BYTES_PER_S",

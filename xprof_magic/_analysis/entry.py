@@ -14,7 +14,6 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from xprof_magic import _store
 from xprof_magic._analysis.cache import (
     estimate_read_s,
     load_summary,
@@ -23,7 +22,8 @@ from xprof_magic._analysis.cache import (
 )
 from xprof_magic._analysis.model.summary import Summary
 from xprof_magic._analysis.stages import summarize
-from xprof_magic._result import PROTOBUF_LIMIT_BYTES
+from xprof_magic._capture.result import PROTOBUF_LIMIT_BYTES
+from xprof_magic._runs import store as _store
 
 __all__ = ["FULL_SUMMARY_MAX_BYTES", "summary_of"]
 

@@ -1,6 +1,6 @@
 """A run folder through the analysis's stages, in order: :func:`summarize`.
 
-1. read: the run's metadata (:mod:`xprof_magic._metadata`) and, within the time budget, the
+1. read: the run's metadata (:mod:`xprof_magic._runs.metadata`) and, within the time budget, the
    timeline of the host it ran on (:mod:`.timeline`: ``<host>.xplane.pb`` -> plain facts),
    with the other hosts' for a multi-host run (:mod:`.summary.hosts`);
 2. build: metadata and facts -> the :class:`~.model.summary.Summary` (:mod:`.summary`);
@@ -21,7 +21,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from xprof_magic import _metadata
 from xprof_magic._analysis.cache import estimate_read_s
 from xprof_magic._analysis.diagnosis import breakdown, launches
 from xprof_magic._analysis.diagnosis.verdict import diagnose
@@ -35,9 +34,10 @@ from xprof_magic._analysis.summary.build import build
 from xprof_magic._analysis.timeline.facts import ReadAborted, TraceFacts
 from xprof_magic._analysis.timeline.trace import read_trace
 from xprof_magic._backends import TimelineNames, Vocabulary
-from xprof_magic._metadata import RunMetadata
-from xprof_magic._registry import BACKENDS, get_vocabulary
-from xprof_magic._store import METADATA_FILE
+from xprof_magic._backends.registry import BACKENDS, get_vocabulary
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs.metadata import RunMetadata
+from xprof_magic._runs.store import METADATA_FILE
 
 __all__ = ["DEFAULT_BUDGET_S", "summarize"]
 

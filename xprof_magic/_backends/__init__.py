@@ -2,7 +2,7 @@
 
 Everything that touches a profiler lives behind :class:`Backend`: torch_xla, JAX
 (``jax.profiler``) and TorchTPU (``torch-tpu``), one module each, built on the skeleton they
-share (:mod:`.base`). Each is one entry of :mod:`xprof_magic._registry`, which names its
+share (:mod:`.base`). Each is one entry of :mod:`xprof_magic._backends.registry`, which names its
 module's ``create() -> Backend``, its words (:mod:`.words`, in a light module of its own),
 how ``--backend auto`` recognises it and what its runtime does; another plugs in the same
 way, without touching the magic, the plan, the capture, the viewer or the analysis.

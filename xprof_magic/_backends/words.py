@@ -3,7 +3,7 @@
 The analysis reads runs long after they were made, often in a process that must not pay for
 importing a profiler, so a backend's words live apart from its code: a :class:`Vocabulary` in
 a light module of its own (``<backend>_vocabulary.py``), which its registry entry
-(:mod:`xprof_magic._registry`) names. Only words: what a backend's runtime does (a lazy
+(:mod:`xprof_magic._backends.registry`) names. Only words: what a backend's runtime does (a lazy
 graph, eager compiles) is a capability of its registry entry. Imports nothing of the package.
 """
 

@@ -3,7 +3,7 @@
 * ``function`` -- a function's body rewritten as ``%%xprof`` rewrites a cell (labels,
   ``# xprof:`` markers, ``next()`` timers, steps), read from its source;
 * ``profile`` -- the decorator and the ``with`` block, over the magic's own
-  :class:`~xprof_magic._capture.Capture`;
+  :class:`~xprof_magic._capture.capture.Capture`;
 * ``run`` -- the :class:`~xprof_magic._marimo.run.Run` a call or block leaves, which
   displays itself;
 * ``view`` -- that display in marimo: an anywidget (``view.js``, ``view.css``) with the

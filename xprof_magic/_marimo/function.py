@@ -3,7 +3,7 @@ and steps come from.
 
 ``@xprof_magic.profile`` cannot see inside a function while it runs, so it reads the
 function's source once (``inspect``: marimo, IPython and files all keep it), hands the body
-to :func:`xprof_magic._rewrite.rewrite` as if it were a cell, and compiles the result with
+to :func:`xprof_magic._cell.rewrite.rewrite` as if it were a cell, and compiles the result with
 the function's own file name and line numbers: tracebacks, the summary's "line N" and
 debuggers point at the user's lines. The new function shares the original's globals,
 defaults and closure cells, so it sees the same names, live. Pure AST work: no IPython.
@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xprof_magic import _markers, _rewrite
+from xprof_magic._cell import markers as _markers
+from xprof_magic._cell import rewrite as _rewrite
 
 __all__ = ["FunctionSource", "read_source", "rewritten"]
 

@@ -10,9 +10,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from xprof_magic import _detect, _logdir, _plan, _store
-from xprof_magic._registry import BACKENDS, DEFAULT_HEIGHT, DEFAULT_PORT
-from xprof_magic._step_window import StepWindow, parse_steps
+from xprof_magic._backends import detect as _detect
+from xprof_magic._backends.registry import BACKENDS, DEFAULT_HEIGHT, DEFAULT_PORT
+from xprof_magic._capture import plan as _plan
+from xprof_magic._cell.step_window import StepWindow, parse_steps
+from xprof_magic._runs import logdir as _logdir
+from xprof_magic._runs import store as _store
 
 if TYPE_CHECKING:
     from xprof_magic._viewer import ViewerStart

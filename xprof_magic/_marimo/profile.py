@@ -1,6 +1,6 @@
 """``xprof_magic.profile``: the ``%%xprof`` capture where no magic runs (marimo, scripts).
 
-Two shapes over the one :class:`~xprof_magic._capture.Capture` the magic uses:
+Two shapes over the one :class:`~xprof_magic._capture.capture.Capture` the magic uses:
 
 - ``@xprof_magic.profile(...)`` on a function: its body is rewritten as the magic rewrites a
   cell (:mod:`.function`), so labels, ``# xprof:`` markers, ``next()`` timers and steps are
@@ -28,12 +28,14 @@ from contextlib import ExitStack
 from datetime import datetime
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from xprof_magic import _capture, _labels, _store
 from xprof_magic._backends import TraceAlreadyRunning
+from xprof_magic._backends.registry import DEFAULT_HEIGHT, DEFAULT_PORT, get_vocabulary
+from xprof_magic._capture import capture as _capture
+from xprof_magic._cell import labels as _labels
 from xprof_magic._marimo.function import FunctionSource, read_source, rewritten
 from xprof_magic._marimo.options import Options
 from xprof_magic._marimo.run import Run, announce
-from xprof_magic._registry import DEFAULT_HEIGHT, DEFAULT_PORT, get_vocabulary
+from xprof_magic._runs import store as _store
 
 __all__ = ["Options", "Profiled", "Profiler", "profile"]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from xprof_magic import _plan
+from xprof_magic._capture import plan as _plan
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
+    from xprof_magic._capture.result import CaptureResult
     from xprof_magic._marimo.options import Options
-    from xprof_magic._result import CaptureResult
     from xprof_magic._viewer import ViewerStart
 
 __all__ = ["Run", "announce"]

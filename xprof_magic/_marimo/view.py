@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
-from xprof_magic import _store
-from xprof_magic._registry import DEFAULT_HEIGHT
+from xprof_magic._backends.registry import DEFAULT_HEIGHT
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer import manager
 from xprof_magic._viewer.client import (
     TRACE_VIEWER_TOOL,
@@ -54,8 +54,8 @@ from xprof_magic._viewer.tools import (
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
+    from xprof_magic._capture.result import CaptureResult
     from xprof_magic._marimo.options import Options
-    from xprof_magic._result import CaptureResult
     from xprof_magic._viewer import ViewerStart
 
 __all__ = ["SUMMARY_BUDGET_S", "RunView", "announce", "location", "view_of"]

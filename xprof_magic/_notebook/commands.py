@@ -15,8 +15,10 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.display import display
 
-from xprof_magic import _logdir, _ondemand, _store
-from xprof_magic._registry import BACKEND_CHOICES, DEFAULT_HEIGHT
+from xprof_magic._backends.registry import BACKEND_CHOICES, DEFAULT_HEIGHT
+from xprof_magic._capture import ondemand as _ondemand
+from xprof_magic._runs import logdir as _logdir
+from xprof_magic._runs import store as _store
 
 __all__ = ["SUBCOMMANDS", "Session", "run_command"]
 
@@ -82,7 +84,7 @@ def _sync(logdir: _logdir.Logdir) -> None:
     """Copy down the runs other hosts wrote to a ``gs://`` log directory, saying which."""
     if logdir.remote is None:
         return
-    from xprof_magic import _gcs
+    from xprof_magic._runs import gcs as _gcs
 
     try:
         synced = _gcs.sync(logdir.remote)
@@ -252,8 +254,8 @@ def _capture(session: Session, shell: Any, words: list[str]) -> None:
 
 def _addresses(args: Any, shell: Any) -> list[str]:
     """The addresses to capture: those given, else this kernel's own server's."""
-    from xprof_magic._detect import choose_backend
-    from xprof_magic._registry import DEFAULT_PORT
+    from xprof_magic._backends.detect import choose_backend
+    from xprof_magic._backends.registry import DEFAULT_PORT
 
     if args.addresses is not None:
         return _ondemand.parse_addresses(args.addresses)

@@ -20,8 +20,9 @@ from typing import Any
 
 from IPython.core.displayhook import DisplayHook
 
-from xprof_magic import _markers, _rewrite
-from xprof_magic._plan import Plan
+from xprof_magic._capture.plan import Plan
+from xprof_magic._cell import markers as _markers
+from xprof_magic._cell import rewrite as _rewrite
 
 __all__ = ["Cell", "compile_cell", "current_cell", "execute", "quiet", "read_cell", "trimmed"]
 

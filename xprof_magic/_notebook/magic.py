@@ -16,13 +16,14 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from xprof_magic._registry import BACKEND_CHOICES, BACKENDS, DEFAULT_HEIGHT, DEFAULT_PORT
+from xprof_magic._backends.registry import BACKEND_CHOICES, BACKENDS, DEFAULT_HEIGHT, DEFAULT_PORT
 from xprof_magic._units import wrapped
 
 # Loading the extension imports only what the options' help needs; the capture, the cell's
 # execution, the display and the line commands are imported when a cell first needs them.
 if TYPE_CHECKING:
-    from xprof_magic import _capture, _plan
+    from xprof_magic._capture import capture as _capture
+    from xprof_magic._capture import plan as _plan
     from xprof_magic._notebook import commands, execute
 
 __all__ = ["XprofMagics"]
@@ -148,7 +149,7 @@ class XprofMagics(Magics):
           kernel's own when no address is given) into one run; ``%xprof capture --help``.
         """
         __tracebackhide__ = True
-        from xprof_magic import _capture
+        from xprof_magic._capture import capture as _capture
         from xprof_magic._notebook import commands, execute
 
         if cell is None:
@@ -179,9 +180,9 @@ class XprofMagics(Magics):
     def _profile(self, capture: _capture.Capture, code: CodeType, args: Any, cell: str) -> Any:
         """Run the compiled cell inside the capture and show the run under it."""
         __tracebackhide__ = True
-        from xprof_magic import _store
         from xprof_magic._backends import TraceAlreadyRunning
         from xprof_magic._notebook import execute, show
+        from xprof_magic._runs import store as _store
 
         plan = capture.plan
         try:
@@ -225,8 +226,11 @@ class XprofMagics(Magics):
         return manager.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)
 
     def _plan(self, args: Any, cell: execute.Cell) -> _plan.Plan:
-        from xprof_magic import _detect, _logdir, _plan, _store
-        from xprof_magic._step_window import parse_steps
+        from xprof_magic._backends import detect as _detect
+        from xprof_magic._capture import plan as _plan
+        from xprof_magic._cell.step_window import parse_steps
+        from xprof_magic._runs import logdir as _logdir
+        from xprof_magic._runs import store as _store
 
         if not 0 < args.port < 65536:
             raise UsageError(f"--port {args.port} is not a port; use a number from 1 to 65535")
@@ -269,7 +273,7 @@ class XprofMagics(Magics):
 
 def _refusal(error: BaseException, backend: str) -> str:
     from xprof_magic._backends import TraceAlreadyRunning
-    from xprof_magic._registry import get_vocabulary
+    from xprof_magic._backends.registry import get_vocabulary
 
     if isinstance(error, TraceAlreadyRunning):
         stop = get_vocabulary(backend).capture.stop_trace

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from xprof_magic._analysis import Summary
+    from xprof_magic._capture.result import CaptureResult
     from xprof_magic._notebook.widget import ViewerWidget
-    from xprof_magic._result import CaptureResult
-    from xprof_magic._store import RunInfo
+    from xprof_magic._runs.store import RunInfo
     from xprof_magic._viewer.manager import ViewerStart
 
 __all__ = [
@@ -48,7 +48,8 @@ def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> thread
     """Read the whole timeline in a subprocess; call ``on_ready`` from a thread when done."""
 
     def work() -> None:
-        from xprof_magic import _analysis, _store
+        from xprof_magic import _analysis
+        from xprof_magic._runs import store as _store
 
         with _store.working(run_dir):
             summary, reason = _analysis.summarize_in_subprocess(run_dir)
@@ -192,9 +193,10 @@ def show_run(
     A client that stops listening when the cell ends gets the full summary now, read in a
     process of its own when it is big.
     """
-    from xprof_magic import _analysis, _store
+    from xprof_magic import _analysis
     from xprof_magic._notebook import widget
     from xprof_magic._notebook.context import detect
+    from xprof_magic._runs import store as _store
     from xprof_magic._viewer import manager
 
     apart = not waits_for_updates(shell)

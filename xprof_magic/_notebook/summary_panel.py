@@ -15,8 +15,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from xprof_magic import _store
 from xprof_magic._notebook import compat
+from xprof_magic._runs import store as _store
 
 __all__ = ["SummaryPanel", "Window"]
 

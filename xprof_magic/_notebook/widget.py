@@ -25,13 +25,13 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from xprof_magic import _store
+from xprof_magic._backends.registry import DEFAULT_HEIGHT
 from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._notebook.frame import Areas, Frame, Page
 from xprof_magic._notebook.summary_panel import SummaryPanel, Window
 from xprof_magic._notebook.tools import ToolAnswer, ToolQuestions
-from xprof_magic._registry import DEFAULT_HEIGHT
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer
 from xprof_magic._viewer.survey import Survey, survey_tools
 from xprof_magic._viewer.tools import (

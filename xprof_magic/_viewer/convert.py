@@ -13,7 +13,7 @@ priority, and exits. The parent then moves the caches into the run and writes
 ``cache_version.txt`` last (:func:`commit`), so a conversion killed at any point leaves
 either no cache XProf reads, or a whole one.
 
-Standard library (and :mod:`xprof_magic._store`) only at import; XProf is imported in
+Standard library (and :mod:`xprof_magic._runs.store`) only at import; XProf is imported in
 :func:`main`, in the child.
 """
 
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer import preview
 
 __all__ = [

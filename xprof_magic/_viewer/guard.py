@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer.graph import GRAPH_ROUTE, asset
 
 __all__ = [

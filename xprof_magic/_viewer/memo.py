@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
 from xprof_magic._viewer.replies import whole_reply
 

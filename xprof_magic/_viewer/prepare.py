@@ -10,9 +10,9 @@ converter in a child (:mod:`xprof_magic._viewer.convert`), writing XProf's own c
   the newest; a run asked for preempts the conversion of one nobody asked for;
 - one child at a time, at the lowest CPU priority (``SCHED_IDLE``, nice 19), stopped
   (``SIGSTOP``) while a capture into the log directory is in progress (its staging folder,
-  :func:`xprof_magic._store.capturing`), killed past a memory bound
+  :func:`xprof_magic._runs.store.capturing`), killed past a memory bound
   (:func:`~xprof_magic._viewer.convert.memory_bound`); when someone waits for the run and
-  other work (not a cell's capture or summary, :func:`xprof_magic._store.working`) keeps
+  other work (not a cell's capture or summary, :func:`xprof_magic._runs.store.working`) keeps
   the CPUs so busy that the child barely runs, it is raised to normal priority, as XProf's
   own conversion on that request would run (in place where allowed, else started again);
 - never twice: a run whose caches XProf would read is ready and left alone, and no
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 from xprof_magic._viewer import convert, preview
 
 __all__ = ["SCRATCH_DIR", "Preparer"]

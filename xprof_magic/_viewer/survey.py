@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xprof_magic._store import SUMMARY_FILE
+from xprof_magic._runs.store import SUMMARY_FILE
 from xprof_magic._viewer.client import Viewer, ViewerError, fetch_json, http_get
 from xprof_magic._viewer.preparing import BACKGROUND
 

@@ -5,7 +5,7 @@ chip's own waits, :data:`~xprof_magic._analysis.timeline.facts.DEVICE_SIDE`, com
 ``device``):
 
 - ``input``: the cell's loop waits in ``next()`` for its next item to be produced (the
-  rewriter times each one as a label ``next(…)``, :func:`xprof_magic._labels.inputs`), or
+  rewriter times each one as a label ``next(…)``, :func:`xprof_magic._cell.labels.inputs`), or
   a data loader's own traces on the cell's thread; on a TPU also the chip's ``infeed`` ops.
   The part of a ``next()`` that the device is busy, or that the runtime spends in its waits
   and step ends on the Python threads (:func:`waiting_for_data`), is not input: a loader
@@ -59,7 +59,7 @@ from xprof_magic._analysis.timeline.facts import (
     TraceFacts,
 )
 from xprof_magic._backends import Vocabulary
-from xprof_magic._metadata import RunMetadata
+from xprof_magic._runs.metadata import RunMetadata
 
 __all__ = [
     "BREAKDOWN_CATEGORIES",

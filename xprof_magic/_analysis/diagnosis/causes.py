@@ -2,7 +2,7 @@
 
 Two sources, in this order:
 
-- the loop's items (:func:`xprof_magic._labels.inputs` marks each change of their shapes,
+- the loop's items (:func:`xprof_magic._cell.labels.inputs` marks each change of their shapes,
   a dict batch's by key, a tuple's by position): each input that changed, once, with its
   shapes in order (``input_ids (8, 20) → (8, 36) → …``);
 - the compiled programs (:mod:`~xprof_magic._analysis.timeline.programs`), when the items
@@ -60,7 +60,7 @@ def changed_inputs(shapes: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], 
     """Each input of the loop's items whose shape changed, once: ``(name, its shapes in
     order)``; inputs whose shapes changed alike share one entry (``input_ids,
     attention_mask``). ``shapes`` are the items' shapes at each change, as
-    :func:`xprof_magic._labels.inputs` records them (``input_ids (8, 20), labels (8,)``)."""
+    :func:`xprof_magic._cell.labels.inputs` records them (``input_ids (8, 20), labels (8,)``)."""
     seen: dict[str, list[str]] = {}
     for text in shapes:
         parts = _PART.findall(text)

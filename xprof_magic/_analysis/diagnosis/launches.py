@@ -28,7 +28,7 @@ from xprof_magic._analysis.summary.steps import STALE_NS
 from xprof_magic._analysis.summary.where import call_line, own_steps, paths_at
 from xprof_magic._analysis.timeline.facts import LAUNCH, READ, TraceFacts
 from xprof_magic._backends import Vocabulary
-from xprof_magic._metadata import RunMetadata
+from xprof_magic._runs.metadata import RunMetadata
 
 __all__ = [
     "Launch",

@@ -80,7 +80,7 @@ from xprof_magic._analysis.summary.where import method_call_line
 from xprof_magic._analysis.timeline.facts import OFFLOAD, device_side
 from xprof_magic._analysis.timeline.programs import Program
 from xprof_magic._backends import Vocabulary
-from xprof_magic._registry import capabilities
+from xprof_magic._backends.registry import capabilities
 
 __all__ = ["diagnose"]
 

@@ -22,7 +22,7 @@ from xprof_magic._analysis.render.text import (
     steps_line,
     versions_line,
 )
-from xprof_magic._registry import get_vocabulary
+from xprof_magic._backends.registry import get_vocabulary
 from xprof_magic._units import NONE, percent, seconds
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from xprof_magic._analysis.model.diagnosis import HIGHLY_INPUT, MODERATELY_INPUT
 from xprof_magic._analysis.model.summary import CompileSite, Note, Summary
 from xprof_magic._backends import NEUTRAL, Vocabulary
-from xprof_magic._registry import capabilities
+from xprof_magic._backends.registry import capabilities
 from xprof_magic._units import seconds
 
 __all__ = ["RULES", "Rule", "notes_for"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xprof_magic._registry import get_vocabulary
+from xprof_magic._backends.registry import get_vocabulary
 from xprof_magic._units import NONE, data_size, percent, seconds
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ import statistics
 
 from xprof_magic._analysis.model.summary import LabelRow, StepStats
 from xprof_magic._analysis.timeline.facts import STEP, Block, TraceFacts
-from xprof_magic._labels import SHAPES_EVENT
-from xprof_magic._markers import find_markers, label_for
-from xprof_magic._metadata import RunMetadata
+from xprof_magic._cell.labels import SHAPES_EVENT
+from xprof_magic._cell.markers import find_markers, label_for
+from xprof_magic._runs.metadata import RunMetadata
 
 __all__ = [
     "INPUT",
@@ -322,7 +322,7 @@ def line_of(cell: str, path: tuple[str, ...]) -> int:
 
 def input_shapes(facts: TraceFacts) -> tuple[str, ...]:
     """The input shapes the cell's loop saw, in order, each change once (from the markers
-    :func:`xprof_magic._labels.inputs` leaves)."""
+    :func:`xprof_magic._cell.labels.inputs` leaves)."""
     seen: list[str] = []
     for b in sorted(facts.blocks, key=lambda b: b.start):
         if b.name.startswith(SHAPES_EVENT):

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from xprof_magic import _metadata
 from xprof_magic._analysis.model.summary import (
     Compiles,
     CompileSite,
@@ -29,7 +28,8 @@ from xprof_magic._analysis.summary.steps import steps_from_trace
 from xprof_magic._analysis.summary.where import own_steps
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._backends import Vocabulary
-from xprof_magic._metadata import MetricTotal, RunMetadata
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs.metadata import MetricTotal, RunMetadata
 
 __all__ = ["build"]
 

@@ -17,7 +17,7 @@ from xprof_magic._analysis.summary.device import device_info
 from xprof_magic._analysis.timeline.facts import LABEL, TRACE, TraceFacts
 from xprof_magic._analysis.timeline.trace import read_trace
 from xprof_magic._backends import TimelineNames, Vocabulary
-from xprof_magic._metadata import RunMetadata
+from xprof_magic._runs.metadata import RunMetadata
 
 __all__ = ["host_rows", "slowest"]
 

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from xprof_magic._analysis.timeline.facts import STEP, Block
-from xprof_magic._labels import SHAPES_EVENT
-from xprof_magic._markers import find_markers, label_for
-from xprof_magic._steps import STEP_EVENT
+from xprof_magic._cell.labels import SHAPES_EVENT
+from xprof_magic._cell.markers import find_markers, label_for
+from xprof_magic._cell.steps import STEP_EVENT
 
 __all__ = ["INPUT_PREFIX", "call_line", "method_call_line", "own_steps", "paths_at"]
 
 INPUT_PREFIX = "next("
-"""How the label of a loop's ``next()`` starts (:func:`xprof_magic._labels.inputs`)."""
+"""How the label of a loop's ``next()`` starts (:func:`xprof_magic._cell.labels.inputs`)."""
 
 
 def own_steps(step_rule: str | None) -> frozenset[str]:
@@ -115,7 +115,7 @@ def method_call_line(cell: str, name: str) -> tuple[int, str]:
 def call_line(cell: str, line: int, name: str) -> tuple[int, str]:
     """The first line of the block starting at cell line ``line`` (a statement and the
     lines indented under it, or a ``# xprof:`` marker's statements up to the next marker)
-    that calls ``name``, and its label (:func:`~xprof_magic._markers.label_for`);
+    that calls ``name``, and its label (:func:`~xprof_magic._cell.markers.label_for`);
     ``(0, "")`` if none does."""
     lines = cell.splitlines()
     if not name.isidentifier() or not 0 < line <= len(lines):

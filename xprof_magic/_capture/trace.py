@@ -1,7 +1,7 @@
 """The capture's one trace, the step window that switches it, and the workers' timelines.
 
 IPython-free, and free of any profiler: the trace asks its :class:`~xprof_magic._backends.
-Backend`. A :class:`~xprof_magic._capture.Capture` owns the trace and the step tracker; the
+Backend`. A :class:`~xprof_magic._capture.capture.Capture` owns the trace and the step tracker; the
 tracker asks its :class:`TraceWindow`, which starts and stops the trace mid-cell.
 """
 
@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from xprof_magic import _labels, _store
 from xprof_magic._backends import Backend
-from xprof_magic._step_window import StepWindow
+from xprof_magic._cell import labels as _labels
+from xprof_magic._cell.step_window import StepWindow
+from xprof_magic._runs import store as _store
 from xprof_magic._units import seconds
 
 __all__ = ["WORKERS", "Trace", "TraceSwitch", "TraceWindow", "collect_workers"]

@@ -1,10 +1,11 @@
 """The cell rewriter: a cell's AST in, the same code with labelled blocks out.
 
 Pure AST work, no IPython and no torch, so that it can be tested on its own and reused by
-any backend. The rewritten code calls back into :mod:`xprof_magic._labels` through
+any backend. The rewritten code calls back into :mod:`xprof_magic._cell.labels` through
 ``__import__`` rather than through a name in the user's namespace: nothing is left behind
 after the cell, and functions defined in the cell keep working when called later. What a
-block is called (a statement's label, a ``# xprof: NAME`` marker) is :mod:`xprof_magic._markers`'s.
+block is called (a statement's label, a ``# xprof: NAME`` marker) is
+:mod:`xprof_magic._cell.markers`'s.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xprof_magic._markers import Marker, label_for
+from xprof_magic._cell.markers import Marker, label_for
 
 __all__ = ["RewrittenCell", "rewrite"]
 
-_RUNTIME = "xprof_magic._labels"
+_RUNTIME = "xprof_magic._cell.labels"
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,9 @@ def rewrite(
     - With ``steps``, the cell's loops (``for`` and ``while`` outside functions and
       classes) report to the step tracker: the outermost ones where they start, the
       innermost ones each iteration. Whether iterations or syncs make the steps is decided
-      at run time (:class:`xprof_magic._steps.StepTracker`).
+      at run time (:class:`xprof_magic._cell.steps.StepTracker`).
     - The cell's ``for`` loops (outside functions and classes) time each ``next()`` of their
-      iterable as a label ``next(<iterable>)`` (:func:`xprof_magic._labels.inputs`): the
+      iterable as a label ``next(<iterable>)`` (:func:`xprof_magic._cell.labels.inputs`): the
       time spent waiting for input. ``range(...)`` has nothing to wait for and is left bare.
     - With ``keep_value``, a final expression's value is handed to the runtime, which is
       how the cell's result (Out[n]) survives the wrapping.
@@ -327,7 +328,7 @@ def _must_stay_bare(stmt: ast.stmt) -> bool:
 
 
 def _runtime_call(func: str, args: list[ast.expr]) -> ast.Call:
-    """``__import__('xprof_magic._labels', fromlist=['_']).<func>(*args)``."""
+    """``__import__('xprof_magic._cell.labels', fromlist=['_']).<func>(*args)``."""
     module = ast.Call(
         func=ast.Name(id="__import__", ctx=ast.Load()),
         args=[ast.Constant(_RUNTIME)],

@@ -1,8 +1,8 @@
 """What a stopped capture records about its run: the ``xprof_magic.json`` it stores.
 
-:class:`~xprof_magic._capture.Capture` hands over its plan, its backend and what its trace,
+:class:`~xprof_magic._capture.capture.Capture` hands over its plan, its backend and what its trace,
 step tracker and label recorder hold; this module turns them into the one
-:class:`~xprof_magic._metadata.RunMetadata`, with the cell's share of the backend's counters.
+:class:`~xprof_magic._runs.metadata.RunMetadata`, with the cell's share of the backend's counters.
 IPython-free, and free of any profiler.
 """
 
@@ -13,12 +13,13 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from xprof_magic import _labels, _metadata
 from xprof_magic._backends import Backend, MetricsSnapshot
-from xprof_magic._metadata import MetricTotal, RunMetrics
-from xprof_magic._plan import Plan
-from xprof_magic._steps import StepTracker
-from xprof_magic._trace import Trace
+from xprof_magic._capture.plan import Plan
+from xprof_magic._capture.trace import Trace
+from xprof_magic._cell import labels as _labels
+from xprof_magic._cell.steps import StepTracker
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs.metadata import MetricTotal, RunMetrics
 
 __all__ = ["Ended", "metrics_delta", "run_metadata"]
 

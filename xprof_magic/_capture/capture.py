@@ -7,7 +7,7 @@ result still stands and the problem is reported in one line.
 
 What a capture opens (staging folder, the backend's watch, the trace, the hooks around the
 cell) sits on one ``ExitStack``, so a failure anywhere closes just what was opened. The
-capture owns its trace (:mod:`xprof_magic._trace`), step tracker and label recorder; the
+capture owns its trace (:mod:`xprof_magic._capture.trace`), step tracker and label recorder; the
 tracker asks its step window, which switches the trace: nothing calls back into its owner.
 """
 
@@ -23,15 +23,17 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from xprof_magic import _labels, _logdir, _store
 from xprof_magic._backends import Backend, CaptureWords, MetricsSnapshot
-from xprof_magic._plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
-from xprof_magic._record import Ended, run_metadata
-from xprof_magic._registry import capabilities, get_backend, get_vocabulary
-from xprof_magic._result import CaptureResult, size_warning
-from xprof_magic._step_window import end_messages, parse_steps
-from xprof_magic._steps import StepTracker
-from xprof_magic._trace import Trace, TraceWindow, collect_workers
+from xprof_magic._backends.registry import capabilities, get_backend, get_vocabulary
+from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
+from xprof_magic._capture.record import Ended, run_metadata
+from xprof_magic._capture.result import CaptureResult, size_warning
+from xprof_magic._capture.trace import Trace, TraceWindow, collect_workers
+from xprof_magic._cell import labels as _labels
+from xprof_magic._cell.step_window import end_messages, parse_steps
+from xprof_magic._cell.steps import StepTracker
+from xprof_magic._runs import logdir as _logdir
+from xprof_magic._runs import store as _store
 from xprof_magic._units import wrapped
 
 __all__ = [
@@ -105,7 +107,7 @@ class Capture:
     def start(self) -> Capture:
         """Check the log directory, start the server and the trace (or arm the window).
 
-        Raises :class:`~xprof_magic._store.LogdirError` or
+        Raises :class:`~xprof_magic._runs.store.LogdirError` or
         :class:`~xprof_magic._backends.TraceAlreadyRunning` with nothing written.
         """
         plan = self.plan
@@ -347,7 +349,7 @@ def capture(
     with :func:`xprof_magic.label`; ``steps``/``sync`` mean what ``--steps``/``--sync`` do:
     ``steps=True`` marks steps, ``steps="100:103"`` traces only steps 100 to 102 (raises
     ``ValueError`` for a window that is not one, and
-    :class:`~xprof_magic._store.LogdirError` for a ``gs://`` location that is not one).
+    :class:`~xprof_magic._runs.store.LogdirError` for a ``gs://`` location that is not one).
     """
     marks, window = parse_steps(steps)
     plan = Plan(

@@ -2,7 +2,7 @@
 
 An entry is all that a backend adds outside its own modules: its name, its factory (the
 module's ``create() -> Backend``), its words, how ``--backend auto`` recognises its code
-(:class:`Detection`, read by :mod:`xprof_magic._detect`) and what its runtime does that the
+(:class:`Detection`, read by :mod:`xprof_magic._backends.detect`) and what its runtime does that the
 capture and the analysis adapt to (:class:`Capabilities`). The magic's ``--backend`` choices,
 the plan, the capture and the analysis all ask here, so registering an entry in
 :data:`BACKENDS` is what plugs a backend in.

@@ -1,7 +1,7 @@
 """Log directories on Google Cloud Storage: ``--logdir gs://bucket/prefix``.
 
 A capture never writes to the bucket directly. It stages and commits in the log directory's
-local mirror (:func:`xprof_magic._store.local_logdir`) exactly as in a local folder, so a run
+local mirror (:func:`xprof_magic._runs.store.local_logdir`) exactly as in a local folder, so a run
 is complete, named once and never overwritten there; then :func:`upload` copies the committed
 run to ``gs://bucket/prefix/plugins/profile/<run>/``. Objects are created with
 ``ifGenerationMatch=0``, so an object that exists is never replaced, and the timelines
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 from xprof_magic._units import data_size, seconds
 
 __all__ = [
@@ -123,7 +123,7 @@ class Synced:
 
 
 def parse(url: str) -> Remote:
-    """``gs://bucket[/prefix]`` as a :class:`Remote`; :class:`~xprof_magic._store.LogdirError`
+    """``gs://bucket[/prefix]`` as a :class:`Remote`; :class:`~xprof_magic._runs.store.LogdirError`
     when it is not one."""
     bucket, _, prefix = url.removeprefix(_store.GCS_SCHEME).partition("/")
     parts = [p for p in prefix.split("/") if p]
@@ -203,7 +203,7 @@ def _names(remote: Remote, retry: Any, timeout: Any) -> set[str]:
 
 
 def check(remote: Remote) -> set[str]:
-    """The run names taken in the bucket; :class:`~xprof_magic._store.LogdirError` (one line:
+    """The run names taken in the bucket; :class:`~xprof_magic._runs.store.LogdirError` (one line:
     credentials, bucket, permission, network) when the bucket cannot be listed.
 
     One request without retries, so that a cell with an unusable log directory is refused
@@ -339,7 +339,7 @@ def sync(remote: Remote) -> Synced:
     """Copy down the runs of the bucket that the mirror lacks (written by other hosts).
 
     Each run lands in the mirror in one rename, like a capture; a run still being uploaded
-    is left for a later sync. Raises :class:`~xprof_magic._store.LogdirError` when the bucket
+    is left for a later sync. Raises :class:`~xprof_magic._runs.store.LogdirError` when the bucket
     cannot be listed.
     """
     names = check(remote)

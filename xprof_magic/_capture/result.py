@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from xprof_magic import _labels, _metadata, _store
-from xprof_magic._step_window import steps_line
+from xprof_magic._cell import labels as _labels
+from xprof_magic._cell.step_window import steps_line
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs import store as _store
 from xprof_magic._units import seconds, wrapped
 
 __all__ = ["CaptureResult", "size_warning"]
@@ -48,7 +50,7 @@ class CaptureResult:
     """One finished capture: what ran, how it went, and where the run is stored.
 
     The viewer and the analysis attach to this object. The cell's value is not here:
-    :meth:`~xprof_magic._capture.Capture.run` returns it, stored or not.
+    :meth:`~xprof_magic._capture.capture.Capture.run` returns it, stored or not.
     """
 
     run: str

@@ -4,7 +4,7 @@ A :class:`Logdir` is parsed once, where the user gives it: its local folder, and
 ``gs://bucket/prefix`` it mirrors, if any. :func:`stage` opens a capture's staging folder
 (checking the bucket first); :func:`store` commits the run there and uploads it, for
 ``%%xprof``, :func:`xprof_magic.capture` and ``%xprof capture`` alike, with the same errors.
-:mod:`xprof_magic._gcs` (and google-cloud-storage) is imported only for a ``gs://`` log
+:mod:`xprof_magic._runs.gcs` (and google-cloud-storage) is imported only for a ``gs://`` log
 directory. IPython-free.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xprof_magic import _store
+from xprof_magic._runs import store as _store
 
 if TYPE_CHECKING:
-    from xprof_magic._gcs import Remote
+    from xprof_magic._runs.gcs import Remote
 
 __all__ = ["Logdir", "StoreError", "Stored", "stage", "store"]
 
@@ -40,11 +40,11 @@ class Logdir:
     def parse(cls, text: str | os.PathLike[str] | None = None) -> Logdir:
         """A folder or ``gs://bucket/prefix`` as given; None: the default
         (``$XPROF_MAGIC_LOGDIR``, else ``xprof_logs``). Raises
-        :class:`~xprof_magic._store.LogdirError` for a ``gs://`` text that names no bucket."""
+        :class:`~xprof_magic._runs.store.LogdirError` for a ``gs://`` text that names no bucket."""
         given = _store.default_logdir_text() if text is None else os.fspath(text)
         if not _store.is_remote(given):
             return cls(given, Path(given).expanduser())
-        from xprof_magic import _gcs
+        from xprof_magic._runs import gcs as _gcs
 
         remote = _gcs.parse(given)
         return cls(given, remote.mirror, remote)
@@ -81,11 +81,11 @@ class Stored:
 def stage(logdir: Logdir) -> _store.Staging:
     """Check that ``logdir`` (and its bucket) can hold a run and open a staging folder.
 
-    Raises :class:`~xprof_magic._store.LogdirError` before anything is written.
+    Raises :class:`~xprof_magic._runs.store.LogdirError` before anything is written.
     """
     taken: frozenset[str] = frozenset()
     if logdir.remote is not None:
-        from xprof_magic import _gcs
+        from xprof_magic._runs import gcs as _gcs
 
         taken = frozenset(_gcs.check(logdir.remote))
     staging = _store.begin(logdir.local)
@@ -93,7 +93,7 @@ def stage(logdir: Logdir) -> _store.Staging:
 
 
 def store(logdir: Logdir, staging: _store.Staging, name: str, metadata: dict[str, Any]) -> Stored:
-    """Commit a staged run into ``logdir`` (see :func:`xprof_magic._store.commit`), then
+    """Commit a staged run into ``logdir`` (see :func:`xprof_magic._runs.store.commit`), then
     upload it to the bucket it mirrors: the one way every capture is stored.
 
     Raises :class:`StoreError` when the run could not be committed (the staging folder is
@@ -102,7 +102,7 @@ def store(logdir: Logdir, staging: _store.Staging, name: str, metadata: dict[str
     try:
         taken = set(staging.taken)
         if logdir.remote is not None:
-            from xprof_magic import _gcs
+            from xprof_magic._runs import gcs as _gcs
 
             taken |= _gcs.taken(logdir.remote)  # best effort: never raises for the network
         run_dir = _store.commit(staging, name, metadata, taken)
@@ -111,7 +111,7 @@ def store(logdir: Logdir, staging: _store.Staging, name: str, metadata: dict[str
         raise StoreError.of(logdir, error) from error
     if logdir.remote is None:
         return Stored(run_dir)
-    from xprof_magic import _gcs
+    from xprof_magic._runs import gcs as _gcs
 
     try:
         uploaded = _gcs.upload(logdir.remote, run_dir)

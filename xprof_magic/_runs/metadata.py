@@ -4,7 +4,7 @@ The capture writes a :class:`RunMetadata`; the analysis, the widget and ``%xprof
 it back. A run folder may come from an older version, another tool or a damaged disk, so
 reading is lenient field by field: a malformed field becomes its default and is named in
 :attr:`RunMetadata.problems`, never an exception. Writing is atomic (see
-:func:`xprof_magic._store.write_json`).
+:func:`xprof_magic._runs.store.write_json`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from xprof_magic._labels import LabelStat as LabelTime
-from xprof_magic._store import METADATA_FILE, write_json
+from xprof_magic._cell.labels import LabelStat as LabelTime
+from xprof_magic._runs.store import METADATA_FILE, write_json
 
 __all__ = [
     "SCHEMA",

@@ -6,8 +6,8 @@ included, is then moved into place with one ``rename``. So a run appears only wh
 complete, two captures in the same second never collide, and no run is ever overwritten.
 
 A ``gs://bucket/prefix`` log directory is written through a local mirror folder
-(:func:`local_logdir`), where all of the above holds; :mod:`xprof_magic._logdir` commits
-there and hands the run to :mod:`xprof_magic._gcs` for upload. This module only knows where
+(:func:`local_logdir`), where all of the above holds; :mod:`xprof_magic._runs.logdir` commits
+there and hands the run to :mod:`xprof_magic._runs.gcs` for upload. This module only knows where
 the mirror is: no network here.
 """
 

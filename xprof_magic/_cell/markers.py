@@ -1,6 +1,6 @@
 """What a labelled block is called: a statement's label, and the cell's ``# xprof:`` markers.
 
-The rewriter names the blocks it wraps with these (:mod:`xprof_magic._rewrite`), and the
+The rewriter names the blocks it wraps with these (:mod:`xprof_magic._cell.rewrite`), and the
 analysis finds a label's line in the cell with the same rules, so both agree on every name.
 Pure text work (:mod:`tokenize`), no IPython and no torch.
 """

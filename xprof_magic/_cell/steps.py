@@ -1,11 +1,11 @@
 """Steps: where they begin and end in a cell, and how they are marked.
 
-IPython- and torch-free, like :mod:`xprof_magic._labels`, which feeds the tracker: the
+IPython- and torch-free, like :mod:`xprof_magic._cell.labels`, which feeds the tracker: the
 backend reports syncs and the user's own markers, the rewritten cell its loops. Ownership
 runs one way: the tracker splits the label blocks (:class:`LabelBlocks`) at step ends and
 asks its step :class:`Window`, if any, which steps are traced; the window starts and stops
 the capture's trace. Nothing here calls back into what owns it. The ``--steps`` option's
-window, and what the user is told about a run's steps, are :mod:`xprof_magic._step_window`'s.
+window, and what the user is told about a run's steps, are :mod:`xprof_magic._cell.step_window`'s.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ STEP_EVENT = "step"
 
 
 class Window(Protocol):
-    """A step window as the tracker asks it (:class:`xprof_magic._trace.TraceWindow`): it
+    """A step window as the tracker asks it (:class:`xprof_magic._capture.trace.TraceWindow`): it
     starts the trace at its first step and stops it after its last; ``str()`` is ``A:B``."""
 
     state: str

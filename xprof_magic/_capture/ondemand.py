@@ -8,7 +8,7 @@ processes never imports torch_xla into the kernel: that import alone costs about
 
 Each address is captured in a thread of its own, into a folder of its own: an address that
 does not answer costs its host only, and its line says which one and why. The run lands
-atomically through :mod:`xprof_magic._store`, with metadata naming addresses and options.
+atomically through :mod:`xprof_magic._runs.store`, with metadata naming addresses and options.
 IPython-free: :mod:`xprof_magic._notebook.commands` wraps it as ``%xprof capture``.
 """
 
@@ -25,7 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xprof_magic import _logdir, _metadata, _store
+from xprof_magic._runs import logdir as _logdir
+from xprof_magic._runs import metadata as _metadata
+from xprof_magic._runs import store as _store
 
 __all__ = [
     "DEFAULT_DURATION_MS",
@@ -150,7 +152,7 @@ def own_address(port: int, backend: str = "torch_xla") -> tuple[str, str]:
     ``port``.
     """
     from xprof_magic._backends.ports import listens_here
-    from xprof_magic._registry import get_backend
+    from xprof_magic._backends.registry import get_backend
 
     status = get_backend(backend).start_server(port)
     if status.started and status.port is not None:
@@ -172,7 +174,7 @@ def capture(
 
     A ``gs://`` log directory's run is written to its local mirror and uploaded once
     stored. Raises :class:`CaptureError` when no address gave a timeline (each one's line in
-    the message), and :class:`xprof_magic._store.LogdirError` when ``logdir`` (or the bucket)
+    the message), and :class:`xprof_magic._runs.store.LogdirError` when ``logdir`` (or the bucket)
     cannot hold a run, before anything is captured, or the run could not be stored.
     """
     options = options or Options()

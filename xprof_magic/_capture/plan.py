@@ -1,9 +1,9 @@
 """What a capture is asked to do, decided before any of it happens.
 
 The magic turns ``%%xprof`` options into a :class:`Plan`, the script API turns
-:func:`xprof_magic.capture`'s arguments into one; :class:`~xprof_magic._capture.Capture`
+:func:`xprof_magic.capture`'s arguments into one; :class:`~xprof_magic._capture.capture.Capture`
 carries it out. Which backend ``--backend auto`` means is decided before, by
-:mod:`xprof_magic._detect`. IPython-free.
+:mod:`xprof_magic._backends.detect`. IPython-free.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from xprof_magic import _logdir, _store
-from xprof_magic._registry import DEFAULT_PORT
-from xprof_magic._step_window import StepWindow
+from xprof_magic._backends.registry import DEFAULT_PORT
+from xprof_magic._cell.step_window import StepWindow
+from xprof_magic._runs import logdir as _logdir
+from xprof_magic._runs import store as _store
 
 __all__ = ["DEFAULT_PORT", "NO_SERVER_ENV", "Plan", "server_by_default"]
 
@@ -46,7 +47,7 @@ class Plan:
 
     def with_name(self) -> Plan:
         """The plan with its run name made safe, or a default one that sorts by time; a
-        :class:`~xprof_magic._capture.Capture` calls it once. Raises ``ValueError`` for a
+        :class:`~xprof_magic._capture.capture.Capture` calls it once. Raises ``ValueError`` for a
         name with no usable character."""
         if self.name is None:
             name = _store.default_run_name(datetime.now(), self.cell_number)

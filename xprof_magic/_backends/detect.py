@@ -1,6 +1,6 @@
 """``--backend auto``: which registered backend a cell's code uses.
 
-Every rule comes from the backends' registry entries (:class:`~xprof_magic._registry.
+Every rule comes from the backends' registry entries (:class:`~xprof_magic._backends.registry.
 Detection`), so this module names no backend. IPython-free, and it imports no framework: it
 reads the cell's syntax tree, the modules of the user's values and what is installed.
 """
@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from collections.abc import Mapping
 
-from xprof_magic._registry import BACKENDS, Detection
+from xprof_magic._backends.registry import BACKENDS, Detection
 
 __all__ = ["choose_backend"]
 

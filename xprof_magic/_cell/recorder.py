@@ -1,9 +1,9 @@
 """One capture's labels as they run: their host times, the blocks open now, the kept value.
 
-:mod:`xprof_magic._labels` (what the rewritten cell calls) reports each labelled block here
+:mod:`xprof_magic._cell.labels` (what the rewritten cell calls) reports each labelled block here
 as it opens and closes; the capture reads the totals when the cell has ended, and the step
 tracker splits and reopens the open blocks at a step's end (:class:`Recorder` is its
-:class:`~xprof_magic._steps.LabelBlocks`). Free of torch and IPython.
+:class:`~xprof_magic._cell.steps.LabelBlocks`). Free of torch and IPython.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from xprof_magic._steps import EventFactory
+from xprof_magic._cell.steps import EventFactory
 
 __all__ = ["LabelStat", "OpenBlock", "Recorder"]
 
 
 class OpenBlock(Protocol):
-    """A labelled block the recorder holds while it is open (:class:`xprof_magic._labels`'s)."""
+    """A labelled block the recorder holds while it is open
+    (:class:`xprof_magic._cell.labels`'s)."""
 
     number: int
     thread: int
