@@ -31,62 +31,12 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from bench import captures
+from bench.paint import DATA_TIMING, PROBE
 
 __all__ = ["main", "measure"]
 
 RUN = "30MB"
 TIMEOUT_S = 120.0
-
-# Runs in every frame the page opens; only XProf's trace viewer page records anything.
-_PROBE = """
-(() => {
-  if (!location.pathname.endsWith('trace_viewer_index.html')) return;
-  const now = () => performance.timeOrigin + performance.now();
-  const found = {page: performance.timeOrigin, tracks: null, paint: null};
-  window.__firstPaint = found;
-  const drawn = () => {
-    let canvas = null;
-    const all = document.getElementsByTagName('canvas');  // the page's NodeList polyfill
-    for (let i = 0; i < all.length; i++) {                 // is not iterable
-      const c = all[i];
-      if (!c.classList.contains('drawing-container-canvas')) continue;
-      if (!canvas || c.width * c.height > canvas.width * canvas.height) canvas = c;
-    }
-    if (!canvas || canvas.width < 2 || canvas.height < 100) return false;
-    const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
-    let coloured = 0;
-    for (let i = 0; i < pixels.length; i += 4) {
-      const r = pixels[i], g = pixels[i + 1], b = pixels[i + 2];
-      if (pixels[i + 3] > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 60) coloured++;
-      if (coloured >= 1000) return true;
-    }
-    found.coloured = coloured;
-    return false;
-  };
-  const frame = () => {
-    if (found.tracks === null && document.querySelector('span.process-track-name')) {
-      found.tracks = now();
-    }
-    try {
-      if (found.tracks !== null && drawn()) { found.paint = now(); return; }
-    } catch (error) {
-      found.error = String(error);
-    }
-    requestAnimationFrame(frame);
-  };
-  requestAnimationFrame(frame);
-})();
-"""
-
-_DATA_TIMING = """
-() => performance.getEntriesByType('resource')
-  .filter(e => e.name.includes('/data?') && e.name.includes('trace_viewer'))
-  .map(e => ({start: performance.timeOrigin + e.requestStart,
-              first_byte: performance.timeOrigin + e.responseStart,
-              end: performance.timeOrigin + e.responseEnd,
-              bytes: e.encodedBodySize, decoded: e.decodedBodySize,
-              transferred: e.transferSize, query: e.name.split('?')[1]}))
-"""
 
 
 def _copy_capture(logdir: Path, source: Path | None) -> Path:
@@ -136,7 +86,7 @@ def _one_view(page: Any, seen: set[Any], reps_label: str) -> dict[str, float]:
         return f"{reps_label}: no first paint of the timeline in {frame.url}; probe: {probe}"
 
     found = wait_until(painted, TIMEOUT_S, state, pause)
-    data = frame.evaluate(_DATA_TIMING)
+    data = frame.evaluate(DATA_TIMING)
     assert len(data) >= 1, f"{reps_label}: no trace_viewer@ data request in the page"
     first = data[0]
     return {
@@ -203,7 +153,7 @@ def measure(reps: int = 3, source: Path | None = None) -> dict[str, Any]:
                     env={**os.environ, "HOME": str(home / "chromium")},
                 )
                 context = browser.new_context(viewport={"width": 1400, "height": 1000})
-                context.add_init_script(_PROBE)
+                context.add_init_script(PROBE)
                 page = context.new_page()
                 page.goto(lab.notebook_url("paint.ipynb", workspace="paint"), timeout=90_000)
                 first = page.locator(".jp-NotebookPanel .jp-CodeCell").first

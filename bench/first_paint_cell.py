@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import captures
-from bench.first_paint import _DATA_TIMING, _PROBE
+from bench.paint import DATA_TIMING, PROBE
 
 __all__ = ["measure", "report"]
 
@@ -220,7 +220,7 @@ def _steps(frame: Any, opened: float) -> dict[str, float]:
     """Where the whole timeline's first paint after ``%xprof view`` went, from its key press:
     XProf's trace viewer page starting, its data request sent and answered, then drawn."""
     found = frame.evaluate("window.__firstPaint || null")
-    data = frame.evaluate(_DATA_TIMING)
+    data = frame.evaluate(DATA_TIMING)
     if not found or not data:
         return {}
     return {
@@ -324,7 +324,7 @@ def measure(sizes: list[str], reps: int, modes: list[str], next_reps: int) -> di
                         env={**os.environ, "HOME": str(Path(tmp) / "chromium")},
                     )
                     context = browser.new_context(viewport={"width": 1400, "height": 1000})
-                    context.add_init_script(_PROBE)
+                    context.add_init_script(PROBE)
                     for size in sizes:
                         rows = found["sizes"].setdefault(size, [])
                         for _ in range(reps):

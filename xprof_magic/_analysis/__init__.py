@@ -19,7 +19,9 @@ the stages, in the order data flows through them (:mod:`.stages` runs them):
   comparison (inline SVG, no JavaScript, so a saved notebook shows it without a kernel).
 
 :mod:`.model` holds the plain frozen dataclasses the stages hand on (and their JSON form);
-a :class:`Summary` and a :class:`Comparison` display themselves through :mod:`.render`.
+a :class:`Summary` and a :class:`Comparison` display themselves through :mod:`.render`,
+whose renderers this package registers for them when it is imported
+(:mod:`.render.shown`): the model never imports the render stage.
 :mod:`.cache` keeps a summary beside its capture and reads big ones in a process of its own
 (``python -m xprof_magic._analysis RUN_DIR``, :mod:`.__main__`); :func:`summary_of`
 (:mod:`.entry`) is what front ends call: it picks the saved summary, a quick one within a
@@ -61,6 +63,7 @@ from xprof_magic._analysis.model.summary import (
 )
 from xprof_magic._analysis.render.chart import chart_svg
 from xprof_magic._analysis.render.html import render_html
+from xprof_magic._analysis.render.shown import register as _register_renderers
 from xprof_magic._analysis.render.text import render_text
 from xprof_magic._analysis.stages import DEFAULT_BUDGET_S, summarize
 
@@ -95,3 +98,5 @@ __all__ = [
     "summarize_in_subprocess",
     "summary_of",
 ]
+
+_register_renderers()

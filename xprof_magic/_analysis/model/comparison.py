@@ -2,7 +2,8 @@
 
 :func:`~xprof_magic._analysis.diagnosis.compare.compare` fills a :class:`Comparison`; the
 render stage words it (:mod:`~xprof_magic._analysis.render.comparison`), and a comparison
-displays itself as that text and HTML.
+displays itself as that text and HTML, which the render stage registers for it
+(:mod:`~xprof_magic._analysis.model.shown`): the model imports no renderer.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from xprof_magic._analysis.model import shown
 from xprof_magic._analysis.model.diagnosis import Gain
 
 __all__ = ["CompareRow", "Comparison"]
@@ -68,21 +70,15 @@ class Comparison:
     @property
     def notes(self) -> tuple[str, ...]:
         """What differs in kind, in words: the diagnoses, the devices, incomplete runs."""
-        from xprof_magic._analysis.render.comparison import comparison_notes
-
-        return comparison_notes(self)
+        return shown.notes(self)
 
     def text(self) -> str:
         """The side-by-side table as plain text."""
-        from xprof_magic._analysis.render.comparison import comparison_text
-
-        return comparison_text(self)
+        return shown.text(self)
 
     def html(self) -> str:
         """The side-by-side table as static, self-contained HTML."""
-        from xprof_magic._analysis.render.comparison import comparison_html
-
-        return comparison_html(self)
+        return shown.html(self)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """``text/plain`` and static ``text/html``, for IPython's display of a cell's value."""

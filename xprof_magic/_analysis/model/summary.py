@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from xprof_magic._analysis.model import shown
 from xprof_magic._analysis.model.diagnosis import Diagnosis
 from xprof_magic._analysis.model.plain import from_plain, to_plain
 
@@ -246,7 +247,8 @@ class Summary:
     ``missing`` lists, as sentences, what could not be read and so is absent here.
 
     A summary displays itself (IPython's rich display: ``_repr_mimebundle_``), as the text
-    and static HTML renderers (:mod:`~xprof_magic._analysis.render`) show it.
+    and static HTML renderers (:mod:`~xprof_magic._analysis.render`) show it: they register
+    themselves for it (:mod:`~xprof_magic._analysis.model.shown`), the model imports none.
     """
 
     run: str
@@ -317,8 +319,6 @@ class Summary:
         return (start, end) if end > start else None
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        """``text/plain`` and static ``text/html``, for IPython's display of a cell's value."""
-        from xprof_magic._analysis.render.html import render_html
-        from xprof_magic._analysis.render.text import render_text
-
-        return {"text/plain": render_text(self), "text/html": render_html(self)}
+        """``text/plain`` and static ``text/html``, for IPython's display of a cell's value: the
+        render stage's (:mod:`~xprof_magic._analysis.model.shown`)."""
+        return shown.bundle(self)

@@ -3,6 +3,7 @@
 :mod:`.headline` words the verdict (headline, fix, evidence) and :mod:`.notes` the
 headlines, once, when the summary is built; :mod:`.text` and :mod:`.html` render a finished
 summary (:mod:`.chart`, :mod:`.breakdown_chart` its inline SVG), :mod:`.comparison` two
-runs side by side. These import the model only for its types, so a summary can display
-itself through them. Its modules import each other directly, never through this package.
+runs side by side; :mod:`.shown` registers them as how a summary and a comparison display
+themselves, so that the model imports no renderer. Its modules import each other directly,
+never through this package.
 """
