@@ -32,11 +32,11 @@ from tests.conftest import missing
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer import client as _client
 from xprof_magic._viewer import guard as _guard
+from xprof_magic._viewer import info as _viewer_info
 from xprof_magic._viewer import launch as _launch
 from xprof_magic._viewer import manager as _viewer
 from xprof_magic._viewer import memo as _memo
 from xprof_magic._viewer import replies as _replies
-from xprof_magic._viewer import server as _viewer_server
 from xprof_magic._viewer.client import Viewer, fetch_json
 from xprof_magic._viewer.launch import VIEWER_DIR_ENV
 from xprof_magic._viewer.manager import (
@@ -647,12 +647,12 @@ def test_logs_go_to_the_log_file(viewer: Viewer, capfd: pytest.CaptureFixture[st
 
 
 def test_info_file_is_private(viewer: Viewer, viewer_dir: Path) -> None:
-    info = Path(_viewer_server.info_path(str(viewer_dir), viewer.pid))
+    info = Path(_viewer_info.info_path(str(viewer_dir), viewer.pid))
     assert info.stat().st_mode & 0o777 == 0o600
     assert viewer_dir.stat().st_mode & 0o777 == 0o700
     record = json.loads(info.read_text())
     assert record["secret"] == viewer.secret
-    assert record["format"] == _viewer_server.INFO_FORMAT == 2
+    assert record["format"] == _viewer_info.INFO_FORMAT == 2
 
 
 def test_a_new_kernel_finds_and_reuses_the_viewer(viewer: Viewer, logdir: Path) -> None:
@@ -733,7 +733,7 @@ def test_launch_reuse_stop(viewer_dir: Path, fresh_logdir: Path) -> None:
     assert stop_viewer(first.viewer) is True
     assert _wait_gone(first.viewer.pid, 5)
     assert find_viewer(fresh_logdir) is None
-    assert not Path(_viewer_server.info_path(str(viewer_dir), first.viewer.pid)).exists()
+    assert not Path(_viewer_info.info_path(str(viewer_dir), first.viewer.pid)).exists()
     assert stop_viewer(first.viewer) is False
 
 
@@ -792,7 +792,7 @@ def test_port_taken_during_startup_fails_naming_the_port(
 def test_exits_after_idle_timeout(viewer_dir: Path, fresh_logdir: Path) -> None:
     viewer = _launched(ensure_viewer(fresh_logdir, idle_timeout=1.0))
     assert _wait_gone(viewer.pid, 10)
-    assert not Path(_viewer_server.info_path(str(viewer_dir), viewer.pid)).exists()
+    assert not Path(_viewer_info.info_path(str(viewer_dir), viewer.pid)).exists()
     assert "no request for 1 s" in Path(viewer.log_path).read_text()
 
 
@@ -877,7 +877,7 @@ def _old_record(
     viewer_dir: Path, pid: int, port: int, logdir: Path, secret: str, **extra: object
 ) -> Path:
     """An info file as the earlier layout wrote it: ``"version": 1``, no ``"format"``."""
-    path = Path(_viewer_server.info_path(str(viewer_dir), pid))
+    path = Path(_viewer_info.info_path(str(viewer_dir), pid))
     info = {
         "version": 1,
         "pid": pid,
@@ -944,7 +944,7 @@ def test_an_old_record_of_an_unrelated_process_never_signals_it(
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         record = _old_record(viewer_dir, other.pid, free_port(), fresh_logdir, "x" * 20)
-        stale = _viewer._read_info(record)
+        stale = _viewer_info.read_info(record)
         assert stale is not None and stale.pid == other.pid
         assert stop_viewer(stale) is False
         assert other.poll() is None
@@ -1011,7 +1011,7 @@ def test_the_viewer_exits_a_grace_period_after_its_last_kernel(
     first = _kernel(fresh_logdir, grace_s=3.0)
     pid, how = _viewer_of(first)
     assert how == "Launched"
-    clients = Path(_viewer_server.clients_path(str(viewer_dir), pid))
+    clients = Path(_viewer_info.clients_path(str(viewer_dir), pid))
     assert [p.name for p in clients.iterdir()] == [str(first.pid)]
     found = find_viewer(fresh_logdir)
     assert found is not None and found.pid == pid
@@ -1027,7 +1027,7 @@ def test_the_viewer_exits_a_grace_period_after_its_last_kernel(
         _end(second)
     assert _wait_gone(pid, 30)
     assert find_viewer(fresh_logdir) is None
-    assert not Path(_viewer_server.info_path(str(viewer_dir), pid)).exists()
+    assert not Path(_viewer_info.info_path(str(viewer_dir), pid)).exists()
     assert not clients.exists()
     log = Path(found.log_path).read_text()
     assert "no kernel using it, and no request, for 3 s; exiting" in log

@@ -5,7 +5,8 @@
 * ``launch`` -- starting a server process: the viewer folder, its log, why a start failed;
 * ``client`` -- a running viewer: the :class:`~xprof_magic._viewer.client.Viewer` record,
   its URLs, and JSON from its routes over loopback HTTP;
-* ``server`` -- the server process itself, run by file path in its own Python;
+* ``server`` -- the server process itself, run by file path in its own Python, and ``info``
+  -- what it shares with the kernels: its info file, its clients folder, its exit codes;
 * ``guard`` -- the server's gate: only under the secret path, never outside the log directory;
 * ``replies`` and ``graph`` -- what the server changes in XProf's replies, and the graph
   viewer's renderer it serves from this machine.

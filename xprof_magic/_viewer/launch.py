@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from xprof_magic._viewer.client import Viewer, ViewerError, answers, label
-from xprof_magic._viewer.server import (
+from xprof_magic._viewer.info import (
     DEFAULT_GRACE_S,
     EXIT_MISSING_DEPENDENCY,
     EXIT_PORT_IN_USE,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import subprocess
 import time
@@ -27,6 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xprof_magic._viewer.client import KINDS, Viewer, ViewerError, ViewerKind, answers, label
+from xprof_magic._viewer.info import (
+    DEFAULT_GRACE_S,
+    info_path,
+    read_info,
+    records,
+    register_client,
+)
 from xprof_magic._viewer.launch import (
     LaunchError,
     drop_record,
@@ -39,14 +45,6 @@ from xprof_magic._viewer.launch import (
     spawn,
     terminate,
     viewer_dir,
-)
-from xprof_magic._viewer.server import (
-    DEFAULT_GRACE_S,
-    INFO_FORMAT,
-    INFO_PREFIX,
-    INFO_SUFFIX,
-    info_path,
-    register_client,
 )
 
 __all__ = [
@@ -123,34 +121,6 @@ class Failed:
 ViewerOutcome = Reused | Launched | Restarted | Failed
 
 
-def _read_info(path: Path) -> Viewer | None:
-    """The viewer an info file records; None if unreadable or of a newer format."""
-    try:
-        info = json.loads(path.read_text())
-        if int(info.get("format", 1)) > INFO_FORMAT:
-            return None
-        return Viewer(
-            pid=int(info["pid"]),
-            port=int(info["port"]),
-            logdir=str(info["logdir"]),
-            secret=str(info["secret"]),
-            kind=info["kind"] if info["kind"] in KINDS else "xprof",
-            log_path=str(info["log_path"]),
-            started=float(info["started"]),
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def _records(directory: Path) -> list[tuple[Path, Viewer]]:
-    found = []
-    for path in directory.glob(f"{INFO_PREFIX}*{INFO_SUFFIX}"):
-        viewer = _read_info(path)
-        if viewer is not None:
-            found.append((path, viewer))
-    return found
-
-
 def _problem(viewer: Viewer) -> str | None:
     """None if the viewer is alive and answers, else what is wrong with it."""
     name = label(viewer.kind)
@@ -173,7 +143,7 @@ def _scan(directory: Path, logdir: str, kind: str) -> tuple[Viewer | None, str |
     """
     live: Viewer | None = None
     dropped: str | None = None
-    for path, viewer in _records(directory):
+    for path, viewer in records(directory):
         if viewer.logdir != logdir or viewer.kind != kind:
             continue
         problem = _problem(viewer)
@@ -202,7 +172,7 @@ def list_viewers(kind: ViewerKind | None = None) -> list[Viewer]:
     except ViewerError:
         return []
     live = []
-    for path, viewer in _records(directory):
+    for path, viewer in records(directory):
         if kind is not None and viewer.kind != kind:
             continue
         if _problem(viewer) is None:
@@ -278,7 +248,7 @@ class ViewerStart:
                 self._log_text_path(),
             )
             return self._outcome
-        viewer = _read_info(Path(info_path(str(directory), process.pid)))
+        viewer = read_info(Path(info_path(str(directory), process.pid)))
         if viewer is None or not answers(viewer, timeout=1.0):
             return None
         if self._restarted_because is not None:

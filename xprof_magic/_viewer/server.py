@@ -9,21 +9,21 @@ it survives kernel restarts (the next kernel reuses it) and keeps XProf's logs o
 notebook.
 
 The secret arrives on stdin (a command line is readable by every user) and is written only to
-a 0600 info file, with the pid, port and :data:`INFO_FORMAT`. Every request goes through
-:func:`xprof_magic._viewer.guard.guard`. No viewer outlives its use: the process exits
-:data:`DEFAULT_GRACE_S` after the last kernel that registered with it died (and no request
+a 0600 info file, with the pid, port and format (:mod:`~xprof_magic._viewer.info`, what the
+process and the kernels share: the kernel never imports this module). Every request goes
+through :func:`xprof_magic._viewer.guard.guard`. No viewer outlives its use: the process
+exits ``DEFAULT_GRACE_S`` after the last kernel that registered with it died (and no request
 came meanwhile), and after an idle timeout in any case.
 
-XProf and TensorBoard are imported in :func:`main` only (:mod:`~xprof_magic._viewer.apps`;
-the kernel imports this module for its names and must not pay); XProf's runs are converted
-ahead of the click (:mod:`~xprof_magic._viewer.preparing`), its replies kept (``memo``)."""
+XProf and TensorBoard are imported in :func:`main` only (:mod:`~xprof_magic._viewer.apps`);
+XProf's runs are converted ahead of the click (:mod:`~xprof_magic._viewer.preparing`), its
+replies kept (``memo``)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import errno
-import json
 import os
 import re
 import signal
@@ -36,6 +36,17 @@ from typing import TYPE_CHECKING, Any
 from xprof_magic._viewer.apps import tensorboard_app, xprof_app
 from xprof_magic._viewer.client import KINDS
 from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard, origin_form
+from xprof_magic._viewer.info import (
+    DEFAULT_GRACE_S,
+    EXIT_BAD_CONFIG,
+    EXIT_MISSING_DEPENDENCY,
+    EXIT_PORT_IN_USE,
+    INFO_FORMAT,
+    Clients,
+    clients_path,
+    info_path,
+    write_info,
+)
 from xprof_magic._viewer.memo import remembered
 from xprof_magic._viewer.preparing import ahead
 from xprof_magic._viewer.replies import xprof_replies
@@ -43,115 +54,9 @@ from xprof_magic._viewer.replies import xprof_replies
 if TYPE_CHECKING:
     from cheroot import wsgi
 
-__all__ = [
-    "DEFAULT_GRACE_S",
-    "EXIT_BAD_CONFIG",
-    "EXIT_MISSING_DEPENDENCY",
-    "EXIT_PORT_IN_USE",
-    "INFO_FORMAT",
-    "INFO_PREFIX",
-    "INFO_SUFFIX",
-    "SECRET_PATTERN",
-    "Activity",
-    "Clients",
-    "clients_path",
-    "info_path",
-    "main",
-    "register_client",
-]
+__all__ = ["SECRET_PATTERN", "Activity", "main"]
 
-INFO_PREFIX = "viewer-"
-INFO_SUFFIX = ".json"
-# 2: this layout. Info files without "format" were written by the earlier layout
-# (``_viewer_server.py``, ``"version": 1``) and hold the same fields.
-INFO_FORMAT = 2
 SECRET_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
-
-DEFAULT_GRACE_S = 120.0
-"""How long the server outlives the last kernel that used it, with no request meanwhile: long
-enough for a restarted kernel to reuse it, short enough that headless runs leave none behind."""
-
-EXIT_BAD_CONFIG = 2
-EXIT_PORT_IN_USE = 3
-EXIT_MISSING_DEPENDENCY = 4
-
-
-def info_path(info_dir: str, pid: int) -> str:
-    """Where the server with this pid records itself; one file per process, like TensorBoard."""
-    return os.path.join(info_dir, f"{INFO_PREFIX}{pid}{INFO_SUFFIX}")
-
-
-def clients_path(info_dir: str, pid: int) -> str:
-    """Where the kernels using server ``pid`` register, an empty file each named by pid."""
-    return os.path.join(info_dir, f"{INFO_PREFIX}{pid}.clients")
-
-
-def register_client(info_dir: str, server_pid: int, client_pid: int) -> None:
-    """Record ``client_pid`` as a user of the server; missing folder: the server is gone."""
-    _touch(os.path.join(clients_path(info_dir, server_pid), str(client_pid)))
-
-
-def _touch(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process runs; a zombie (a kernel dead but not yet reaped) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[:1] != ["Z"]
-    except OSError:
-        return True
-
-
-class Clients:
-    """The kernels that use this server, from its clients folder, and when one last lived."""
-
-    def __init__(self, folder: str, first: list[int]) -> None:
-        self.folder = folder
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        for pid in first:
-            _touch(os.path.join(folder, str(pid)))
-        self._last_alive = time.monotonic()
-        self._registered = bool(first)
-
-    def pids(self) -> list[int]:
-        try:
-            names = os.listdir(self.folder)
-        except OSError:
-            return []
-        return [int(name) for name in names if name.isdigit()]
-
-    def gone_for(self) -> float | None:
-        """Seconds since a registered kernel was last seen alive; None if none ever
-        registered (a server started by hand), 0 while one lives. Dead ones are dropped."""
-        pids = self.pids()
-        self._registered = self._registered or bool(pids)
-        if not self._registered:
-            return None
-        alive = False
-        for pid in pids:
-            if _alive(pid):
-                alive = True
-            else:
-                _remove(os.path.join(self.folder, str(pid)))
-        if alive:
-            self._last_alive = time.monotonic()
-            return 0.0
-        return time.monotonic() - self._last_alive
-
-    def remove(self) -> None:
-        for pid in self.pids():
-            _remove(os.path.join(self.folder, str(pid)))
-        with contextlib.suppress(OSError):
-            os.rmdir(self.folder)
 
 
 class Activity:
@@ -195,21 +100,6 @@ def _counted(app: WSGIApp, activity: Activity) -> WSGIApp:
             activity.end()
 
     return counted
-
-
-def _write_info(path: str, info: dict[str, Any]) -> None:
-    """Write atomically with mode 0600: the file holds the secret."""
-    tmp = f"{path}.tmp"
-    _remove(tmp)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    with os.fdopen(os.open(tmp, flags, 0o600), "w") as stream:
-        json.dump(info, stream)
-    os.replace(tmp, path)
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 def _log(message: str) -> None:
@@ -277,12 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     serving.start()
     record = info_path(args.info_dir, pid)
     clients = Clients(clients_path(args.info_dir, pid), args.client_pid)
-    _write_info(record, _info(args, pid, port, logdir, secret, started))
+    write_info(record, _info(args, pid, port, logdir, secret, started))
     _log(f"{args.kind} viewer pid {pid} serving {logdir} on 127.0.0.1:{port}")
     try:
         _serve_until_done(args, stop, serving, activity, clients)
     finally:
-        _remove(record)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(record)
         clients.remove()
         server.stop()
         stop_preparing()
