@@ -14,9 +14,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 # The graph viewer's renderer (graphviz in WebAssembly, svg-pan-zoom), from the npm registry,
-# so that the graph draws offline; redone when its pins in xprof_magic/_viewer/graph.py change.
+# so that the graph draws offline; redone when its pins in xprof_magic/_viewer/app/graph.py change.
 GRAPH_RENDERER := $(VENV)/share/xprof_magic/graph-viewer
-GRAPH_PINS := $(shell cat xprof_magic/_viewer/graph.py | md5sum | cut -c1-12)
+GRAPH_PINS := $(shell cat xprof_magic/_viewer/app/graph.py | md5sum | cut -c1-12)
 GRAPH_STAMP := $(GRAPH_RENDERER)/.installed-$(GRAPH_PINS)
 PJRT_DEVICE ?= $(shell ls /dev/accel* /dev/vfio/[0-9]* >/dev/null 2>&1 && echo TPU || echo CPU)
 export PJRT_DEVICE
@@ -55,7 +55,7 @@ install: $(STAMP) $(GRAPH_STAMP)
 
 graph-renderer: $(GRAPH_STAMP)
 
-$(GRAPH_STAMP): xprof_magic/_viewer/graph.py $(STAMP)
+$(GRAPH_STAMP): xprof_magic/_viewer/app/graph.py $(STAMP)
 	rm -f $(GRAPH_RENDERER)/.installed-*
 	$(BIN)/python -m xprof_magic graph-renderer $(GRAPH_RENDERER) || \
 	  $(BIN)/python -m xprof_magic graph-renderer $(GRAPH_RENDERER)
@@ -70,7 +70,7 @@ $(STAMP): pyproject.toml
 
 colab-env: $(COLAB_STAMP) $(COLAB_GRAPH_STAMP)
 
-$(COLAB_GRAPH_STAMP): xprof_magic/_viewer/graph.py $(COLAB_STAMP)
+$(COLAB_GRAPH_STAMP): xprof_magic/_viewer/app/graph.py $(COLAB_STAMP)
 	rm -f $(COLAB_GRAPH_RENDERER)/.installed-*
 	$(COLAB_BIN)/python -m xprof_magic graph-renderer $(COLAB_GRAPH_RENDERER) || \
 	  $(COLAB_BIN)/python -m xprof_magic graph-renderer $(COLAB_GRAPH_RENDERER)

@@ -469,7 +469,7 @@ def main() -> int:
                     results[name] = part()
                     print(f"bench: {name} took {time.perf_counter() - started:.0f} s", flush=True)
         finally:
-            from xprof_magic._viewer import manager as _viewer
+            from xprof_magic._viewer.process import manager as _viewer
 
             for viewer in _viewer.list_viewers():
                 _viewer.stop_viewer(viewer)

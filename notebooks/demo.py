@@ -18,7 +18,7 @@ import nbformat
 from nbclient import NotebookClient
 
 import xprof_magic
-from xprof_magic._viewer import manager as _viewer
+from xprof_magic._viewer.process import manager as _viewer
 
 
 def main(notebook: str) -> int:

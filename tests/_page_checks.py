@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from xprof_magic._viewer.inline import BUSY_SELECTOR
+from xprof_magic._viewer.app.inline import BUSY_SELECTOR
 
 __all__ = [
     "busy",

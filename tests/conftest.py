@@ -107,7 +107,7 @@ def private_viewers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # Kernels started by the tests keep their history out of the user's ~/.ipython.
     os.environ["IPYTHONDIR"] = str(tmp_path_factory.mktemp("ipython"))
     yield folder
-    from xprof_magic._viewer import manager as _viewer
+    from xprof_magic._viewer.process import manager as _viewer
 
     for viewer in _viewer.list_viewers():
         _viewer.stop_viewer(viewer)

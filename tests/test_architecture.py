@@ -136,7 +136,7 @@ def test_the_table_check_can_fail() -> None:
     """A forbidden import fails, at import time where only a lazy one is allowed too; an
     allowed one that the code stops using changes nothing."""
     rows = _table()
-    guard, model = "xprof_magic._viewer.guard", "xprof_magic._analysis.model.summary"
+    guard, model = "xprof_magic._viewer.app.guard", "xprof_magic._analysis.model.summary"
     logdir = "xprof_magic._runs.logdir"
     sources = {
         guard: "import numpy\nfrom xprof_magic import _analysis\ndef f():\n    import xprof\n",
@@ -218,7 +218,8 @@ def test_viewer_modules_never_import_through_the_viewer_package() -> None:
     which imports them: a module that did would see the package half-initialised."""
     package = "xprof_magic._viewer"
     inside = {name for name in MODULES if name.startswith(f"{package}.")}
-    assert {f"{package}.{m}" for m in ("client", "guard", "launch", "manager", "server")} <= inside
+    parts = ("process.client", "app.guard", "process.launch", "process.manager", "process.server")
+    assert {f"{package}.{m}" for m in parts} <= inside
     assert [name for name in sorted(inside) if package in _imports(name, MODULES[name])] == []
 
 

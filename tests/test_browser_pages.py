@@ -26,7 +26,8 @@ from tests._browser import launch_chromium, offline, wait_until
 from tests._kernel import free_port
 from tests._page_checks import busy, first_thread, nav_shown, visible_range
 from tests.conftest import ARTIFACTS
-from xprof_magic._viewer import client, inline, manager
+from xprof_magic._viewer.app import inline
+from xprof_magic._viewer.process import client, manager
 
 pytestmark = pytest.mark.browser
 

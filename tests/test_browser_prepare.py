@@ -29,7 +29,7 @@ from tests._browser import (
     start_jupyterlab,
     write_notebook,
 )
-from xprof_magic._viewer import convert, preview
+from xprof_magic._viewer.prepare import convert, preview
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -234,6 +234,6 @@ def preview_query() -> str:
     """How the preview's frame URL carries the preview's marker (inside ``trace_data_url``)."""
     from urllib.parse import quote
 
-    from xprof_magic._viewer.preparing import PREVIEW_QUERY
+    from xprof_magic._viewer.prepare.preparing import PREVIEW_QUERY
 
     return quote(PREVIEW_QUERY, safe="")

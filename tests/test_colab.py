@@ -148,7 +148,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]
     import torch_xla
 
     import xprof_magic
-    from xprof_magic._viewer import manager
+    from xprof_magic._viewer.process import manager
 
     root = tmp_path_factory.mktemp("colab")
     for name in ("older", "newer"):

@@ -27,8 +27,8 @@ from tests.conftest import missing, run
 from xprof_magic._runs import gcs as _gcs
 from xprof_magic._runs import metadata as _metadata
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer.client import fetch_json
-from xprof_magic._viewer.manager import Launched, Reused, ensure_viewer
+from xprof_magic._viewer.process.client import fetch_json
+from xprof_magic._viewer.process.manager import Launched, Reused, ensure_viewer
 
 BUCKET = "xprof-test"
 CELL = "import torch, torch_xla\nx = (torch.ones(8, 8, device=torch_xla.device()) * 2).sum().item()"

@@ -283,7 +283,7 @@ def test_summary_pending_then_replaced_and_summary_compare_commands(
 def test_a_restarted_kernel_reuses_the_live_viewer(tmp_path: Path) -> None:
     import os
 
-    from xprof_magic._viewer import manager as _viewer
+    from xprof_magic._viewer.process import manager as _viewer
 
     k = Kernel({**os.environ, "XPROF_MAGIC_NO_SERVER": "1"})
     try:

@@ -129,7 +129,7 @@ def test_a_marimo_kernels_thread_is_drawn_first_as_pythons_is() -> None:
     """In a marimo app the labels land on the kernel's main thread, named ``marimo``."""
     import json
 
-    from xprof_magic._viewer import replies
+    from xprof_magic._viewer.app import replies
 
     sent = (
         '{"traceEvents":[{"args":{"name":"tf_XLAEigen"},"name":"thread_name","ph":"M",'

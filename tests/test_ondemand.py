@@ -19,10 +19,10 @@ from xprof_magic import _analysis
 from xprof_magic._capture import ondemand as _ondemand
 from xprof_magic._runs import metadata as _metadata
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer import client as _client
-from xprof_magic._viewer import guard as _guard
-from xprof_magic._viewer import launch as _launch
-from xprof_magic._viewer.manager import Launched, ensure_viewer, stop_viewer
+from xprof_magic._viewer.app import guard as _guard
+from xprof_magic._viewer.process import client as _client
+from xprof_magic._viewer.process import launch as _launch
+from xprof_magic._viewer.process.manager import Launched, ensure_viewer, stop_viewer
 
 WORKER = Path(__file__).with_name("_worker.py")
 
@@ -327,7 +327,7 @@ def test_no_address_in_a_jax_kernel_uses_jaxs_server_without_torch_xla(tmp_path:
 def test_kernels_adding_capture_targets_at_once_lose_none(tmp_path: Path) -> None:
     script = (
         "import sys\n"
-        "from xprof_magic._viewer import guard\n"
+        "from xprof_magic._viewer.app import guard\n"
         "for i in range(25):\n"
         "    guard.allow_capture(sys.argv[1], [f'10.0.{sys.argv[2]}.{i}:9012'])\n"
     )

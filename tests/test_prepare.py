@@ -26,9 +26,10 @@ import pytest
 
 from tests._browser import wait_until
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer import convert, prepare, preparing, preview
-from xprof_magic._viewer.client import Viewer, fetch_json, http_get
-from xprof_magic._viewer.manager import ensure_viewer, list_viewers, stop_viewer
+from xprof_magic._viewer.prepare import convert, preparing, preview
+from xprof_magic._viewer.prepare import preparer as prepare
+from xprof_magic._viewer.process.client import Viewer, fetch_json, http_get
+from xprof_magic._viewer.process.manager import ensure_viewer, list_viewers, stop_viewer
 
 pytestmark = pytest.mark.slow
 
@@ -142,7 +143,7 @@ def converter_pids(logdir: Path) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"xprof_magic._viewer.convert" in cmdline and str(logdir).encode() in cmdline:
+        if b"xprof_magic._viewer.prepare.convert" in cmdline and str(logdir).encode() in cmdline:
             found.append(int(entry.name))
     return found
 

@@ -12,7 +12,7 @@ import pytest
 from nbclient import NotebookClient
 
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer import manager
+from xprof_magic._viewer.process import manager
 
 pytestmark = pytest.mark.kernel
 

@@ -282,8 +282,8 @@ def test_auto_picks_torchtpu_for_its_imports_devices_and_plain_torch() -> None:
 
 
 def test_the_run_is_served_by_the_real_viewer(ip: Any, logdir: Path) -> None:
-    from xprof_magic._viewer.client import fetch_json
-    from xprof_magic._viewer.manager import Launched, Reused, ensure_viewer, stop_viewer
+    from xprof_magic._viewer.process.client import fetch_json
+    from xprof_magic._viewer.process.manager import Launched, Reused, ensure_viewer, stop_viewer
 
     assert run(ip, logdir, TRAIN, "--steps --name served").success
     outcome = ensure_viewer(logdir, timeout=120)

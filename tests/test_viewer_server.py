@@ -30,16 +30,16 @@ import pytest
 from tests._kernel import free_port
 from tests.conftest import missing
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer import client as _client
-from xprof_magic._viewer import guard as _guard
-from xprof_magic._viewer import info as _viewer_info
-from xprof_magic._viewer import launch as _launch
-from xprof_magic._viewer import manager as _viewer
-from xprof_magic._viewer import memo as _memo
-from xprof_magic._viewer import replies as _replies
-from xprof_magic._viewer.client import Viewer, fetch_json
-from xprof_magic._viewer.launch import VIEWER_DIR_ENV
-from xprof_magic._viewer.manager import (
+from xprof_magic._viewer.app import guard as _guard
+from xprof_magic._viewer.app import memo as _memo
+from xprof_magic._viewer.app import replies as _replies
+from xprof_magic._viewer.process import client as _client
+from xprof_magic._viewer.process import info as _viewer_info
+from xprof_magic._viewer.process import launch as _launch
+from xprof_magic._viewer.process import manager as _viewer
+from xprof_magic._viewer.process.client import Viewer, fetch_json
+from xprof_magic._viewer.process.launch import VIEWER_DIR_ENV
+from xprof_magic._viewer.process.manager import (
     Failed,
     Launched,
     Restarted,
@@ -466,7 +466,7 @@ def test_the_embedded_pages_come_without_xprofs_menu(viewer: Viewer) -> None:
     """The pages the widget embeds (their URL says ``xprof_magic=inline``) get the style that
     hides XProf's toolbar and menu and the watch on its loading indicators; the same pages
     without it, as "open in new tab" asks, come as XProf sends them."""
-    from xprof_magic._viewer import inline
+    from xprof_magic._viewer.app import inline
 
     embedded = _get(viewer, viewer.embedded_path(RUN, "overview_page", "vm"))[1]
     full = _get(viewer, viewer.tool_path(RUN, "overview_page", "vm"))[1]
@@ -510,7 +510,7 @@ def test_the_graph_page_loads_its_renderer_from_this_viewer(viewer: Viewer) -> N
     """The graph draws offline: graphviz (WebAssembly) and svg-pan-zoom come from the
     viewer's own route, each the pinned file, at a URL relative to the page that stays right
     under the doubled slashes XProf's front end sends and under a proxy's prefix."""
-    from xprof_magic._viewer import graph
+    from xprof_magic._viewer.app import graph
 
     if graph.local_assets(graph.assets_dir()) is None:
         missing(f"the graph viewer's renderer is not in {graph.assets_dir()} (make install)")
@@ -540,7 +540,7 @@ def test_without_the_renderer_the_graph_page_keeps_xprofs_and_says_so(
 ) -> None:
     """A viewer whose renderer folder holds a wrong file: XProf's own internet copies stay, the
     file is not served, and the page says in one line why it is blank offline."""
-    from xprof_magic._viewer import graph
+    from xprof_magic._viewer.app import graph
 
     folder = tmp_path / "renderer"
     folder.mkdir()
@@ -567,7 +567,7 @@ def test_the_renderer_command_installs_the_pinned_files_or_says_why_not(
     import shutil
 
     from xprof_magic.__main__ import main
-    from xprof_magic._viewer import graph
+    from xprof_magic._viewer.app import graph
 
     if shutil.which("npm") is None:
         missing("npm is not on PATH (Debian's nodejs package has it)")
@@ -981,7 +981,7 @@ def _kernel(logdir: Path, grace_s: float) -> subprocess.Popen[str]:
     script = textwrap.dedent(
         f"""
         import sys
-        from xprof_magic._viewer import manager
+        from xprof_magic._viewer.process import manager
         outcome = manager.ensure_viewer({str(logdir)!r}, grace_s={grace_s!r})
         print(outcome.viewer.pid, type(outcome).__name__, flush=True)
         sys.stdin.read()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; 0 when done, 1 with a one-line reason when not."""
-    from xprof_magic._viewer.graph import assets_dir, install
+    from xprof_magic._viewer.app.graph import assets_dir, install
 
     parser = argparse.ArgumentParser(prog="python -m xprof_magic")
     commands = parser.add_subparsers(dest="command", required=True)

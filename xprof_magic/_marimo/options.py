@@ -19,7 +19,7 @@ from xprof_magic._runs import store as _store
 
 if TYPE_CHECKING:
     from xprof_magic._viewer import ViewerStart
-    from xprof_magic._viewer.client import ViewerKind
+    from xprof_magic._viewer.process.client import ViewerKind
 
 __all__ = ["VIEWERS", "Options", "in_marimo"]
 
@@ -120,7 +120,7 @@ class Options:
         starts no server it does not ask for."""
         if not in_marimo():
             return None
-        from xprof_magic._viewer import manager
+        from xprof_magic._viewer.process import manager
 
         return manager.begin_viewer(self.logdir.local, port=self.viewer_port, kind=self.viewer)
 

@@ -33,8 +33,8 @@ import traitlets
 
 from xprof_magic._backends.registry import DEFAULT_HEIGHT
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer import manager
-from xprof_magic._viewer.client import (
+from xprof_magic._viewer.process import manager
+from xprof_magic._viewer.process.client import (
     TRACE_VIEWER_TOOL,
     Viewer,
     ViewerError,

@@ -32,7 +32,7 @@ from xprof_magic._notebook.frame import (
     frame_name,
     notes,
 )
-from xprof_magic._viewer.inline import BUSY_MESSAGE
+from xprof_magic._viewer.app.inline import BUSY_MESSAGE
 
 __all__ = ["BLOCKED_HINT", "MIME", "PROBE_PATH", "ColabFrame", "script"]
 

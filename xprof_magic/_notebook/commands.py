@@ -126,7 +126,7 @@ def _run_name(session: Session, run: str | None) -> tuple[Path, str]:
 
 def _view(session: Session, shell: Any, run: str | None) -> None:
     from xprof_magic._notebook import show
-    from xprof_magic._viewer import manager
+    from xprof_magic._viewer.process import manager
 
     logdir, name = _run_name(session, run)
     start = manager.begin_viewer(logdir, port=session.viewer_port, kind=session.viewer_kind)
@@ -160,7 +160,7 @@ def _compare(session: Session, run_a: str, run_b: str) -> None:
 
 
 def _viewer_command(session: Session, stop: bool) -> None:
-    from xprof_magic._viewer import manager
+    from xprof_magic._viewer.process import manager
 
     logdir = session.current_logdir()
     kind = session.viewer_kind
@@ -270,7 +270,8 @@ def _addresses(args: Any, shell: Any) -> list[str]:
 
 def _tell_viewers(addresses: list[str]) -> None:
     """Let the viewers' capture button reach the addresses this kernel has captured."""
-    from xprof_magic._viewer import guard, launch
+    from xprof_magic._viewer.app import guard
+    from xprof_magic._viewer.process import launch
 
     try:
         guard.allow_capture(launch.viewer_dir(), addresses)

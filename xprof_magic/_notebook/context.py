@@ -23,11 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from xprof_magic._viewer import client
+from xprof_magic._viewer.process import client
 
 if TYPE_CHECKING:
     from xprof_magic._notebook.frame import Frame
-    from xprof_magic._viewer.client import Viewer
+    from xprof_magic._viewer.process.client import Viewer
 
 __all__ = ["PROXY_ENV", "Context", "ContextKind", "detect"]
 

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from xprof_magic._viewer.inline import BUSY_MESSAGE
+from xprof_magic._viewer.app.inline import BUSY_MESSAGE
 
 __all__ = [
     "BUSY_NOTE",
@@ -233,7 +233,7 @@ def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -
     the chart library cannot be fetched (instead of a spinner left without a reason), a
     link to Trace Viewer v2 in a new tab, shown for a big run where WebGPU works (v2 fails
     without an adapter), and :data:`BUSY_NOTE`, shown when the page has said (its
-    :data:`~xprof_magic._viewer.inline.WATCH_BUSY`) that a loading indicator shows, and it
+    :data:`~xprof_magic._viewer.app.inline.WATCH_BUSY`) that a loading indicator shows, and it
     still shows ``busy_s`` later. A page whose tool has nothing for the run is not loaded:
     :data:`EMPTY_NOTE` stands in its place.
     """

@@ -220,7 +220,7 @@ class XprofMagics(Magics):
 
     def _begin_viewer(self, logdir: Path, args: Any) -> Any:
         """Start (or find) the viewer now, so that it is ready when the cell ends."""
-        from xprof_magic._viewer import manager
+        from xprof_magic._viewer.process import manager
 
         self._session.viewer_kind, self._session.viewer_port = args.viewer, args.viewer_port
         return manager.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)

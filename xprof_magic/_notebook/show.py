@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from xprof_magic._capture.result import CaptureResult
     from xprof_magic._notebook.widget import ViewerWidget
     from xprof_magic._runs.store import RunInfo
-    from xprof_magic._viewer.manager import ViewerStart
+    from xprof_magic._viewer.process.manager import ViewerStart
 
 __all__ = [
     "SUMMARY_BUDGET_S",
@@ -197,7 +197,7 @@ def show_run(
     from xprof_magic._notebook import widget
     from xprof_magic._notebook.context import detect
     from xprof_magic._runs import store as _store
-    from xprof_magic._viewer import manager
+    from xprof_magic._viewer.process import manager
 
     apart = not waits_for_updates(shell)
     with _store.working(run_dir):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from xprof_magic._viewer.client import Viewer, ViewerError
+from xprof_magic._viewer.process.client import Viewer, ViewerError
 from xprof_magic._viewer.survey import Survey, survey_tools
 from xprof_magic._viewer.tools import ToolLister, ToolSurveyor, list_tools, order_tools
 

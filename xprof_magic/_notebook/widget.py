@@ -32,7 +32,7 @@ from xprof_magic._notebook.frame import Areas, Frame, Page
 from xprof_magic._notebook.summary_panel import SummaryPanel, Window
 from xprof_magic._notebook.tools import ToolAnswer, ToolQuestions
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer.client import TRACE_VIEWER_TOOL, Viewer
+from xprof_magic._viewer.process.client import TRACE_VIEWER_TOOL, Viewer
 from xprof_magic._viewer.survey import Survey, survey_tools
 from xprof_magic._viewer.tools import (
     ToolLister,

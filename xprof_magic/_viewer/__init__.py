@@ -1,15 +1,21 @@
 """The viewer: one loopback XProf (or TensorBoard) server per log directory, shown under cells.
 
-* ``manager`` -- which viewer serves a log directory: info files, reuse, launch, stop, and
-  the typed outcomes the notebook turns into messages;
-* ``launch`` -- starting a server process: the viewer folder, its log, why a start failed;
-* ``client`` -- a running viewer: the :class:`~xprof_magic._viewer.client.Viewer` record,
-  its URLs, and JSON from its routes over loopback HTTP;
-* ``server`` -- the server process itself, run by file path in its own Python, and ``info``
-  -- what it shares with the kernels: its info file, its clients folder, its exit codes;
-* ``guard`` -- the server's gate: only under the secret path, never outside the log directory;
-* ``replies`` and ``graph`` -- what the server changes in XProf's replies, and the graph
-  viewer's renderer it serves from this machine.
+Its parts, each a sub-package, in the order a request meets them:
+
+* :mod:`.process` -- the server process and its lifecycle: ``manager`` (which viewer serves
+  a log directory: reuse, launch, stop, the typed outcomes the fronts turn into messages),
+  ``launch`` (the OS process), ``client`` (a running viewer's record, URLs and JSON routes),
+  ``info`` (what the process and the kernels share) and ``server`` (the process itself, run
+  by file path in its own Python);
+* :mod:`.app` -- what that process serves: XProf's app behind the secret ``guard``, what it
+  changes in XProf's replies (``replies``, ``inline``, ``graph``) and the replies it keeps
+  (``memo``);
+* :mod:`.prepare` -- the background preparation of timelines: each run converted for the
+  trace viewer before it is looked at (``preparer``, ``convert``, ``preview``), and the page
+  said meanwhile (``preparing``).
+
+Beside them, what the fronts ask of a viewer about a run: ``tools`` (a run's tools in the
+fronts' order, names and pages) and ``survey`` (which of them have data, and why not).
 
 Nothing here imports IPython or ipywidgets; :mod:`xprof_magic._notebook` imports this
 subpackage, never the reverse. What the rest of xprof_magic uses is re-exported here
@@ -17,8 +23,8 @@ subpackage, never the reverse. What the rest of xprof_magic uses is re-exported 
 names, never through this package, so that no import goes round in a circle.
 """
 
-from xprof_magic._viewer.client import Viewer, ViewerError, ViewerKind, fetch_json
-from xprof_magic._viewer.manager import (
+from xprof_magic._viewer.process.client import Viewer, ViewerError, ViewerKind, fetch_json
+from xprof_magic._viewer.process.manager import (
     Failed,
     Launched,
     Restarted,

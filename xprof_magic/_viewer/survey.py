@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from xprof_magic._runs.store import SUMMARY_FILE
-from xprof_magic._viewer.client import Viewer, ViewerError, fetch_json, http_get
-from xprof_magic._viewer.preparing import BACKGROUND
+from xprof_magic._viewer.prepare.preparing import BACKGROUND
+from xprof_magic._viewer.process.client import Viewer, ViewerError, fetch_json, http_get
 
 __all__ = ["NO_DEVICE_OPS", "NO_PROGRAMS", "Survey", "survey_tools"]
 

@@ -4,7 +4,7 @@ XProf lists a run's tools by their internal names (``trace_viewer@``, ``overview
 the fronts under a cell (the Jupyter widget, the marimo view) offer them in one order, by
 the names XProf's own menu uses, and embed each in the page that shows it best: the
 timeline alone for the trace viewer, opened on the verdict's steps, and XProf's full page
-for the rest, in the form for under a cell (:mod:`xprof_magic._viewer.inline`).
+for the rest, in the form for under a cell (:mod:`xprof_magic._viewer.app.inline`).
 What is shared by both fronts lives here; nothing imports IPython.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from xprof_magic._viewer.client import NEW_NAV, TRACE_VIEWER_TOOL, Viewer, fetch_json
+from xprof_magic._viewer.process.client import NEW_NAV, TRACE_VIEWER_TOOL, Viewer, fetch_json
 from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey
 
 __all__ = [
@@ -95,7 +95,7 @@ def page_urls(
     window: tuple[float, float] | None = None,
 ) -> tuple[str, str]:
     """The embedded page's URL and the full UI's URL for one selection, as the browser sees
-    them; ``location`` is ``(origin, prefix)`` (:func:`~xprof_magic._viewer.client.locate`),
+    them; ``location`` is ``(origin, prefix)`` (:func:`~xprof_magic._viewer.process.client.locate`),
     ``survey`` what the run's tools hold (the program a per-program tool opens on),
     ``window`` the seconds on the timeline that the trace viewer opens on (the verdict's
     steps, :meth:`~xprof_magic._analysis.Summary.verdict_window`), with a margin each side."""

@@ -12,7 +12,7 @@ Two shapes of the same bytes:
 
 * :data:`XSpace` declares planes → lines → events → stats in full (as the ``.proto`` does).
 * :data:`RawXLine` declares a line's ``events`` as ``bytes``: the viewer's preview
-  (:mod:`xprof_magic._viewer.preview`) parses the few events its binary searches read
+  (:mod:`xprof_magic._viewer.prepare.preview`) parses the few events its binary searches read
   (:data:`LazyXEvent`) and cuts the rest unread.
 * :data:`LazyXSpace` declares a plane's ``lines`` as ``bytes`` (on the wire a sub-message
   and ``bytes`` are the same), so parsing the file keeps each line serialized;

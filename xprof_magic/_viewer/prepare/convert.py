@@ -6,7 +6,7 @@ the whole capture, whatever window or resolution was asked, into ``<host>.SSTABL
 writes ``cache_version.txt`` in the run, and uses the caches of a run only when that file
 holds a version at least its own; without it, it converts again and overwrites them.
 
-:mod:`xprof_magic._viewer.prepare` starts this module as a child of the viewer's process
+:mod:`xprof_magic._viewer.prepare.preparer` starts this module as a child of the viewer's process
 (:func:`command`), with a scratch folder that holds a hard link (or a copy) of each host's
 ``xplane.pb``; the child converts there, with XProf's own converter, at the lowest CPU
 priority, and exits. The parent then moves the caches into the run and writes
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer import preview
+from xprof_magic._viewer.prepare import preview
 
 __all__ = [
     "CACHE_SUFFIXES",
@@ -197,7 +197,7 @@ def command(root: str, scratch: Path, hosts: tuple[str, ...]) -> list[str]:
     first on ``sys.path``, :func:`main` over ``scratch`` and the hosts."""
     code = (
         "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-        "from xprof_magic._viewer.convert import main; sys.exit(main(sys.argv[1:]))"
+        "from xprof_magic._viewer.prepare.convert import main; sys.exit(main(sys.argv[1:]))"
     )
     return [sys.executable, "-c", code, root, str(scratch), *hosts]
 
@@ -265,9 +265,9 @@ def _to_trace_viewer(folder: Path, host: str) -> None:
 
 def _preview(scratch: Path, hosts: list[str], keep: int) -> None:
     """Each host's capture in ``scratch`` cut to its first ``keep`` events
-    (:func:`~xprof_magic._viewer.preview.cut`) into ``scratch/preview``, converted there,
+    (:func:`~xprof_magic._viewer.prepare.preview.cut`) into ``scratch/preview``, converted there,
     then its :data:`CACHE_VERSION_FILE` and, last, what it shows: until then the preparer
-    leaves it alone (:meth:`~xprof_magic._viewer.preview.Previews.take`)."""
+    leaves it alone (:meth:`~xprof_magic._viewer.prepare.preview.Previews.take`)."""
     folder = scratch / preview.FOLDER
     folder.mkdir()
     spans = [

@@ -3,14 +3,14 @@
 XProf converts a whole capture before its trace viewer draws anything: about 20 s for a
 100 MB capture on a 2-core machine, however little of it the first view shows. For a run
 over :data:`FROM_MB_ENV` (default :data:`FROM_MB`), the conversion's child
-(:mod:`xprof_magic._viewer.convert`) first cuts each host's XSpace at the time before which
+(:mod:`xprof_magic._viewer.prepare.convert`) first cuts each host's XSpace at the time before which
 :data:`EVENTS_ENV` of its events start (:func:`cut`), has XProf
 convert that small XSpace in ``<scratch>/preview``, and writes the preview's
 ``cache_version.txt`` and :data:`SPAN_FILE` last; then it converts the whole capture, as
-before. The viewer's :class:`~xprof_magic._viewer.prepare.Preparer` moves the finished
+before. The viewer's :class:`~xprof_magic._viewer.prepare.preparer.Preparer` moves the finished
 preview out of the scratch folder (:meth:`Previews.take`) and the page said while the run is
 prepared shows it, with "the first 2.1 s of 14.0 s" above it, until the whole timeline is
-ready (:mod:`xprof_magic._viewer.preparing`).
+ready (:mod:`xprof_magic._viewer.prepare.preparing`).
 
 The cut keeps every event that starts before the cut time and everything else the file
 holds (planes, lines, metadata, stats): the preview is the capture's real events, read and

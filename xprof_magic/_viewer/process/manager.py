@@ -2,12 +2,12 @@
 
 The magic begins starting a viewer while the user's cell runs (:func:`begin_viewer`) and waits
 for it afterwards (:meth:`ViewerStart.wait`). The server is a separate process (the file
-``_viewer/server.py``, started by :mod:`xprof_magic._viewer.launch`) that records itself in a
-0600 info file in a per-user folder, TensorBoard-style, so that a later kernel finds and
-reuses it (:func:`find_viewer`) and any kernel can stop it (:func:`stop_viewer`). Starting
-returns a typed outcome instead of raising, so that the front end can tell the user what
-happened and what to do next. Talking to a viewer (its URLs, its JSON) is
-:mod:`xprof_magic._viewer.client`. No IPython here.
+``_viewer/process/server.py``, started by :mod:`xprof_magic._viewer.process.launch`) that
+records itself in a 0600 info file in a per-user folder, TensorBoard-style, so that a later
+kernel finds and reuses it (:func:`find_viewer`) and any kernel can stop it
+(:func:`stop_viewer`). Starting returns a typed outcome instead of raising, so that the front
+end can tell the user what happened and what to do next. Talking to a viewer (its URLs, its
+JSON) is :mod:`xprof_magic._viewer.process.client`. No IPython here.
 
 Info files carry ``"format": 2``. A file without ``format`` was written by the earlier layout
 (``xprof_magic/_viewer_server.py``, ``"version": 1``, the same fields and the same routes): its
@@ -25,15 +25,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xprof_magic._viewer.client import KINDS, Viewer, ViewerError, ViewerKind, answers, label
-from xprof_magic._viewer.info import (
+from xprof_magic._viewer.process.client import (
+    KINDS,
+    Viewer,
+    ViewerError,
+    ViewerKind,
+    answers,
+    label,
+)
+from xprof_magic._viewer.process.info import (
     DEFAULT_GRACE_S,
     info_path,
     read_info,
     records,
     register_client,
 )
-from xprof_magic._viewer.launch import (
+from xprof_magic._viewer.process.launch import (
     LaunchError,
     drop_record,
     exit_message,

@@ -1,6 +1,6 @@
 """The page said while a run's timeline is prepared, and the requests that ask for a run.
 
-:func:`ahead` puts a started :class:`~xprof_magic._viewer.prepare.Preparer` in front of
+:func:`ahead` puts a started :class:`~xprof_magic._viewer.prepare.preparer.Preparer` in front of
 XProf's app (:func:`prepared`). Every request that names a run (``run=``: the widget showing
 it, its tools survey, ``%xprof view``, the runs dropdown) asks for it. The embedded trace
 viewer page of a run not yet ready is :data:`PREPARING_PAGE`, which asks for the run's state
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from xprof_magic._viewer import convert
-from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
-from xprof_magic._viewer.prepare import Preparer
+from xprof_magic._viewer.app.guard import PROFILE_ROUTE, StartResponse, WSGIApp
+from xprof_magic._viewer.prepare import convert
+from xprof_magic._viewer.prepare.preparer import Preparer
 
 __all__ = [
     "BACKGROUND",
@@ -58,7 +58,7 @@ BACKGROUND_NICE = 10
 """Not 19: the survey's questions still end within their 30 s on a busy machine."""
 PREVIEW_QUERY = "xprof_magic_preview=1"
 """Added to a trace viewer page's ``trace_data_url``: its data is the run's preview
-(:mod:`xprof_magic._viewer.preview`), while the whole run is prepared."""
+(:mod:`xprof_magic._viewer.prepare.preview`), while the whole run is prepared."""
 STATUS_QUERY = "xprof_magic_status=1"
 """Added to the page's own URL: the run's state as JSON, for :data:`PREPARING_PAGE`."""
 _TRACE_TAGS = frozenset({convert.TRACE_TOOL, "trace_viewer"})
@@ -246,6 +246,6 @@ def ahead(app: WSGIApp, logdir: str) -> tuple[WSGIApp, Callable[[], None]]:
     and what stops it; ``app`` as it is where :func:`enabled` says no."""
     if not enabled():
         return app, lambda: None
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     preparer = Preparer(logdir, root).start()
     return prepared(app, preparer), preparer.stop

@@ -1,8 +1,8 @@
 """The viewer's WSGI app: XProf's own, or TensorBoard's with every installed plugin.
 
-Built in the viewer's process only (:func:`xprof_magic._viewer.server.main`), which serves it
-on loopback behind :func:`xprof_magic._viewer.guard.guard`. XProf and TensorBoard are
-imported inside these functions, so that importing this module costs nothing.
+Built in the viewer's process only (:func:`xprof_magic._viewer.process.server.main`), which
+serves it on loopback behind :func:`xprof_magic._viewer.app.guard.guard`. XProf and
+TensorBoard are imported inside these functions, so that importing this module costs nothing.
 """
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ import functools
 import gzip
 from typing import Any
 
-from xprof_magic._viewer.guard import WSGIApp
+from xprof_magic._viewer.app.guard import WSGIApp
 
 __all__ = ["GZIP_LEVEL", "tensorboard_app", "xprof_app"]
 
 GZIP_LEVEL = 1
 """The level XProf's replies are gzipped at. XProf uses 9, the slowest: 0.17 s of the 0.25 s
 it takes to answer a 30 MB run's trace data (4.4 MB of JSON), for 25% fewer bytes than level 1
-over loopback; that reply is rewritten at level 1 anyway (:mod:`~xprof_magic._viewer.replies`)."""
+over loopback; that reply is rewritten at level 1 anyway
+(:mod:`~xprof_magic._viewer.app.replies`)."""
 
 
 class _Gzip:

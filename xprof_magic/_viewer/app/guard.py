@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer.graph import GRAPH_ROUTE, asset
+from xprof_magic._viewer.app.graph import GRAPH_ROUTE, asset
 
 __all__ = [
     "CAPTURE_ALLOWED_FILE",
@@ -233,7 +233,7 @@ def guard(
     ``info_dir`` they are refused.
 
     ``GRAPH_ROUTE`` below the prefix serves the graph viewer's renderer, when this machine
-    has it (:mod:`xprof_magic._viewer.graph`). ``HEALTH_ROUTE`` below the prefix answers
+    has it (:mod:`xprof_magic._viewer.app.graph`). ``HEALTH_ROUTE`` below the prefix answers
     ``health`` as JSON, so that a kernel can tell this exact server (pid, log directory)
     from whatever else now listens on the port.
     For ``kind="xprof"`` the prefix moves from ``PATH_INFO`` to ``SCRIPT_NAME`` (XProf routes

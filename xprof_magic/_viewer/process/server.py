@@ -1,22 +1,22 @@
 """The viewer's own process: XProf (or TensorBoard) serving one log directory on loopback.
 
-:mod:`xprof_magic._viewer.launch` starts it as
+:mod:`xprof_magic._viewer.process.launch` starts it as
 ``python -c "import runpy, sys; ..." <package root> <this file> --logdir ...``: the kernel's
 package root first on ``sys.path`` (the guard and store here are the kernel's copies, whatever
 is installed), this file run as ``__main__`` by path, so that it stays on the command line,
-which :func:`~xprof_magic._viewer.manager.stop_viewer` checks before it signals a pid. Apart,
-it survives kernel restarts (the next kernel reuses it) and keeps XProf's logs out of the
-notebook.
+which :func:`~xprof_magic._viewer.process.manager.stop_viewer` checks before it signals a pid.
+Apart, it survives kernel restarts (the next kernel reuses it) and keeps XProf's logs out of
+the notebook.
 
 The secret arrives on stdin (a command line is readable by every user) and is written only to
-a 0600 info file, with the pid, port and format (:mod:`~xprof_magic._viewer.info`, what the
+a 0600 info file, with the pid, port and format (:mod:`~xprof_magic._viewer.process.info`, what the
 process and the kernels share: the kernel never imports this module). Every request goes
-through :func:`xprof_magic._viewer.guard.guard`. No viewer outlives its use: the process
+through :func:`xprof_magic._viewer.app.guard.guard`. No viewer outlives its use: the process
 exits ``DEFAULT_GRACE_S`` after the last kernel that registered with it died (and no request
 came meanwhile), and after an idle timeout in any case.
 
-XProf and TensorBoard are imported in :func:`main` only (:mod:`~xprof_magic._viewer.apps`);
-XProf's runs are converted ahead of the click (:mod:`~xprof_magic._viewer.preparing`), its
+XProf and TensorBoard are imported in :func:`main` only (:mod:`~xprof_magic._viewer.app.apps`);
+XProf's runs are converted ahead of the click (:mod:`~xprof_magic._viewer.prepare.preparing`), its
 replies kept (``memo``)."""
 
 from __future__ import annotations
@@ -33,10 +33,13 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from xprof_magic._viewer.apps import tensorboard_app, xprof_app
-from xprof_magic._viewer.client import KINDS
-from xprof_magic._viewer.guard import StartResponse, WSGIApp, guard, origin_form
-from xprof_magic._viewer.info import (
+from xprof_magic._viewer.app.apps import tensorboard_app, xprof_app
+from xprof_magic._viewer.app.guard import StartResponse, WSGIApp, guard, origin_form
+from xprof_magic._viewer.app.memo import remembered
+from xprof_magic._viewer.app.replies import xprof_replies
+from xprof_magic._viewer.prepare.preparing import ahead
+from xprof_magic._viewer.process.client import KINDS
+from xprof_magic._viewer.process.info import (
     DEFAULT_GRACE_S,
     EXIT_BAD_CONFIG,
     EXIT_MISSING_DEPENDENCY,
@@ -47,9 +50,6 @@ from xprof_magic._viewer.info import (
     info_path,
     write_info,
 )
-from xprof_magic._viewer.memo import remembered
-from xprof_magic._viewer.preparing import ahead
-from xprof_magic._viewer.replies import xprof_replies
 
 if TYPE_CHECKING:
     from cheroot import wsgi
@@ -109,9 +109,9 @@ def _log(message: str) -> None:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="xprof_magic/_viewer/server.py",
+        prog="xprof_magic/_viewer/process/server.py",
         description="Serve a log directory with XProf on 127.0.0.1, the secret read from "
-        "stdin. Started by xprof_magic._viewer.manager, not by hand.",
+        "stdin. Started by xprof_magic._viewer.process.manager, not by hand.",
     )
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--kind", choices=KINDS, default="xprof")
@@ -129,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     secret = sys.stdin.readline().strip()
     if not SECRET_PATTERN.fullmatch(secret):
-        _log("no valid secret on stdin; this server is started by xprof_magic._viewer.manager")
+        _log(
+            "no valid secret on stdin; this server is started by "
+            "xprof_magic._viewer.process.manager"
+        )
         return EXIT_BAD_CONFIG
     logdir = os.path.realpath(args.logdir)
     if not os.path.isdir(logdir):
@@ -201,7 +204,7 @@ def _info(
 
 def _wsgi_server(port: int, app: WSGIApp) -> wsgi.Server:
     """A cheroot server on loopback that reads each request-target in origin form first
-    (:func:`~xprof_magic._viewer.guard.origin_form`): cheroot answers a path starting with
+    (:func:`~xprof_magic._viewer.app.guard.origin_form`): cheroot answers a path starting with
     ``//`` with 400 "Absolute URI not allowed" before any WSGI code sees it."""
     from cheroot import server as http
     from cheroot import wsgi

@@ -24,8 +24,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
-from xprof_magic._viewer.replies import whole_reply
+from xprof_magic._viewer.app.guard import PROFILE_ROUTE, StartResponse, WSGIApp
+from xprof_magic._viewer.app.replies import whole_reply
 
 __all__ = ["MAX_BYTES", "remembered"]
 

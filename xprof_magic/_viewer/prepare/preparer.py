@@ -2,7 +2,7 @@
 
 XProf converts a run for its trace viewer on its first ``trace_viewer@`` request (9 of the
 11 s to a 30 MB capture's first paint); the viewer does it ahead of the click, with XProf's
-converter in a child (:mod:`xprof_magic._viewer.convert`), writing XProf's own caches:
+converter in a child (:mod:`xprof_magic._viewer.prepare.convert`), writing XProf's own caches:
 
 - a run committed while the viewer runs (or in the two minutes before it started) is queued
   at once; any other run when a request first names it (``run=``: the widget showing it,
@@ -11,16 +11,16 @@ converter in a child (:mod:`xprof_magic._viewer.convert`), writing XProf's own c
 - one child at a time, at the lowest CPU priority (``SCHED_IDLE``, nice 19), stopped
   (``SIGSTOP``) while a capture into the log directory is in progress (its staging folder,
   :func:`xprof_magic._runs.store.capturing`), killed past a memory bound
-  (:func:`~xprof_magic._viewer.convert.memory_bound`); when someone waits for the run and
+  (:func:`~xprof_magic._viewer.prepare.convert.memory_bound`); when someone waits for the run and
   other work (not a cell's capture or summary, :func:`xprof_magic._runs.store.working`) keeps
   the CPUs so busy that the child barely runs, it is raised to normal priority, as XProf's
   own conversion on that request would run (in place where allowed, else started again);
 - never twice: a run whose caches XProf would read is ready and left alone, and no
   conversion of ours starts while XProf serves the run's trace data itself;
 - a large run's first events are converted first, to be looked at meanwhile
-  (:mod:`~xprof_magic._viewer.preview`).
+  (:mod:`~xprof_magic._viewer.prepare.preview`).
 
-:mod:`xprof_magic._viewer.preparing` is the WSGI side: the page said while a run is not
+:mod:`xprof_magic._viewer.prepare.preparing` is the WSGI side: the page said while a run is not
 ready, and the requests that ask for a run. Standard library only: the viewer's process.
 """
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer import convert, preview
+from xprof_magic._viewer.prepare import convert, preview
 
 __all__ = ["SCRATCH_DIR", "Preparer"]
 
@@ -158,7 +158,7 @@ class Preparer:
             }
 
     def preview(self, name: str) -> Path | None:
-        """The folder of run ``name``'s preview (:mod:`~xprof_magic._viewer.preview`)."""
+        """The folder of run ``name``'s preview (:mod:`~xprof_magic._viewer.prepare.preview`)."""
         with self._lock:
             return self.previews.folder(name)
 

@@ -1,6 +1,6 @@
 """Talking to a running viewer: the :class:`Viewer` record, its URLs, and its JSON routes.
 
-A viewer records itself in an info file (see :mod:`xprof_magic._viewer.manager`); the record
+A viewer records itself in an info file (see :mod:`xprof_magic._viewer.process.manager`); the record
 gives everything the kernel needs to build the browser's URLs (the full XProf UI, one tool of
 one run, the trace viewer alone for the view under a cell) and to ask the server for data over
 loopback HTTP. Nothing here starts, finds or stops a process, and nothing imports IPython.
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
-from xprof_magic._viewer.guard import HEALTH_ROUTE, PROFILE_ROUTE
-from xprof_magic._viewer.inline import INLINE_QUERY
+from xprof_magic._viewer.app.guard import HEALTH_ROUTE, PROFILE_ROUTE
+from xprof_magic._viewer.app.inline import INLINE_QUERY
 
 __all__ = [
     "KINDS",
@@ -118,7 +118,7 @@ class Viewer:
         view_end: float | None = None,
     ) -> str:
         """The timeline alone, without XProf's sidebar: the compact view under a cell, in
-        :mod:`~xprof_magic._viewer.inline`'s form.
+        :mod:`~xprof_magic._viewer.app.inline`'s form.
 
         The page fetches ``trace_data_url`` from ``location.origin`` + that value, so the value
         is an absolute path that must carry ``prefix`` too. ``view_start`` and ``view_end``
@@ -140,7 +140,7 @@ class Viewer:
     ) -> str:
         """One tool of XProf's full UI as the widget embeds it: its docked menu
         (``new_nav``: its classic one covers the tool below 960 px until clicked), then
-        :mod:`~xprof_magic._viewer.inline`'s form for under a cell (no toolbar, no menu: the
+        :mod:`~xprof_magic._viewer.app.inline`'s form for under a cell (no toolbar, no menu: the
         widget's dropdowns are the navigation), and ``params`` for the tool (such as the
         program the memory viewer opens on)."""
         extra = f"&{_query(**params)}" if params else ""

@@ -17,9 +17,9 @@ until "Switch to the old frontend" is found. XProf's page is served with
 adapter (:func:`forget_failed_v2`).
 
 The graph viewer's graph page is pointed at the renderer this machine has, and says when it
-has none (:func:`xprof_magic._viewer.graph.graph_page`). The pages the widget embeds (their
-URL says :data:`~xprof_magic._viewer.inline.INLINE_QUERY`) get the embedded form of
-:mod:`xprof_magic._viewer.inline`.
+has none (:func:`xprof_magic._viewer.app.graph.graph_page`). The pages the widget embeds (their
+URL says :data:`~xprof_magic._viewer.app.inline.INLINE_QUERY`) get the embedded form of
+:mod:`xprof_magic._viewer.app.inline`.
 
 XProf sends its front end's files (the trace viewer's 3 MB script among them) with no word on
 caching, so each frame under a cell fetched and compiled them again; they are sent with
@@ -35,9 +35,9 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from xprof_magic._viewer.graph import graph_page
-from xprof_magic._viewer.guard import PROFILE_ROUTE, StartResponse, WSGIApp
-from xprof_magic._viewer.inline import embedded, inline_page, inline_trace_viewer
+from xprof_magic._viewer.app.graph import graph_page
+from xprof_magic._viewer.app.guard import PROFILE_ROUTE, StartResponse, WSGIApp
+from xprof_magic._viewer.app.inline import embedded, inline_page, inline_trace_viewer
 
 __all__ = [
     "FORGET_FAILED_V2",

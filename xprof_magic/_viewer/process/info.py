@@ -8,10 +8,10 @@ the kernels using that server register, an empty file each named by pid
 :data:`DEFAULT_GRACE_S` after the last of them died. A server that cannot start says why by
 its exit code (``EXIT_*``).
 
-Imported by the kernel (:mod:`xprof_magic._viewer.manager`, :mod:`xprof_magic._viewer.launch`)
-and by the server's process (:mod:`xprof_magic._viewer.server`), which the kernel never
-imports. Standard library only, and the client's :class:`~xprof_magic._viewer.client.Viewer`
-record.
+Imported by the kernel (:mod:`xprof_magic._viewer.process.manager`,
+:mod:`xprof_magic._viewer.process.launch`) and by the server's process
+(:mod:`xprof_magic._viewer.process.server`), which the kernel never imports. Standard library
+only, and the client's :class:`~xprof_magic._viewer.process.client.Viewer` record.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xprof_magic._viewer.client import KINDS, Viewer
+from xprof_magic._viewer.process.client import KINDS, Viewer
 
 __all__ = [
     "DEFAULT_GRACE_S",

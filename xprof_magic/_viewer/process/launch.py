@@ -1,11 +1,12 @@
 """A viewer's server as an OS process: starting it, telling it from a recycled pid, ending it.
 
-The server is ``_viewer/server.py`` run by path in a fresh Python (see :data:`_BOOTSTRAP`), in
-its own session so that it outlives the kernel, with its secret written to its stdin and its
-output in a 0600 log file in the viewer folder (:func:`viewer_dir`), next to the info files.
+The server is ``_viewer/process/server.py`` run by path in a fresh Python (see
+:data:`_BOOTSTRAP`), in its own session so that it outlives the kernel, with its secret
+written to its stdin and its output in a 0600 log file in the viewer folder
+(:func:`viewer_dir`), next to the info files.
 Before a pid is signalled its command line must name a server script (:data:`SERVER_MARKERS`),
 so that a pid recycled by another program is never touched. Whether to start, reuse or stop a
-viewer is :mod:`xprof_magic._viewer.manager`'s decision. No IPython here.
+viewer is :mod:`xprof_magic._viewer.process.manager`'s decision. No IPython here.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from xprof_magic._viewer.client import Viewer, ViewerError, answers, label
-from xprof_magic._viewer.info import (
+from xprof_magic._viewer.process.client import Viewer, ViewerError, answers, label
+from xprof_magic._viewer.process.info import (
     DEFAULT_GRACE_S,
     EXIT_MISSING_DEPENDENCY,
     EXIT_PORT_IN_USE,
@@ -52,16 +53,17 @@ _LOG_RETENTION_S = 7 * 24 * 3600
 _SERVER_SCRIPT = str(Path(__file__).resolve().with_name("server.py"))
 # The folder holding this copy of xprof_magic: first on the server's sys.path, so that the
 # server imports the same guard and store as the kernel, installed or not.
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-# Run by path, not ``-m``: the command line then names ``_viewer/server.py``, which
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
+# Run by path, not ``-m``: the command line then names ``_viewer/process/server.py``, which
 # ``stop_viewer`` checks before it signals a pid, and a test can substitute a stub script.
 _BOOTSTRAP = (
     "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
     "runpy.run_path(sys.argv.pop(1), run_name='__main__')"
 )
-# What a viewer's command line holds: this layout's server script, and the earlier layout's
-# (``xprof_magic/_viewer_server.py``), so that viewers it started can still be stopped.
-SERVER_MARKERS = (b"_viewer/server.py", b"_viewer_server")
+# What a viewer's command line holds: this layout's server script, and the earlier layouts'
+# (``xprof_magic/_viewer/server.py``, ``xprof_magic/_viewer_server.py``), so that viewers
+# they started can still be stopped.
+SERVER_MARKERS = (b"_viewer/process/server.py", b"_viewer/server.py", b"_viewer_server")
 # Our own server processes, so that their exit is reaped and a zombie is not taken for alive.
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
