@@ -1,14 +1,17 @@
 """ARCHITECTURE.md's "may import" table, read as rules, and every import of the package's
 modules checked against them (for ``tests/test_architecture.py``).
 
-The table is the single source: each row names where (a module ``_plan.py``, a package
+The table is the single source: each row names where (a module ``_units.py``, a package
 ``_backends/``, a module of a package ``_backends/jax.py``; the most specific row wins) and
-what it may import, as clauses separated by ``;``: backticked parts (``_store.py``,
-``_analysis/model/``), the phrases "the core" (the row whose "what" begins "the core") and
-"every part above", and backticked third-party modules (``numpy``, ``google.protobuf``:
-the module and its submodules). A clause's parenthesis that begins "lazily" allows its
-imports only inside a function or for type checking, "types only" only for type checking;
-any other parenthesis is prose. Its own part and the standard library are always allowed.
+what it may import, as clauses separated by ``;``: backticked parts (``_runs/store.py``,
+``_analysis/model/``), the phrase "every part below" (every part a later row names), and
+backticked third-party modules (``numpy``, ``google.protobuf``: the module and its
+submodules). A clause's parenthesis that begins "lazily" allows its imports only inside a
+function or for type checking, "types only" only for type checking; any other parenthesis
+is prose. Its own part and the standard library are always allowed.
+
+The rows run from the top of the package down: a row may name only parts of the rows below
+it (:func:`upward`), but for types only, so that no allowed import runs back up.
 """
 
 from __future__ import annotations
@@ -20,10 +23,21 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ImportNode", "Row", "Use", "import_nodes", "module_imports", "read_table", "violations"]
+__all__ = [
+    "Clause",
+    "ImportNode",
+    "Row",
+    "Use",
+    "import_nodes",
+    "module_imports",
+    "read_table",
+    "upward",
+    "violations",
+]
 
 ImportNode = ast.Import | ast.ImportFrom
 LAZILY, TYPES_ONLY = "lazily", "types only"
+BELOW = "every part below"
 _STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
 
 
@@ -40,7 +54,7 @@ class Use:
 @dataclass(frozen=True)
 class Clause:
     parts: tuple[str, ...]
-    """Package parts as the table writes them (``_store.py``, ``_backends/``, ``*``: any)."""
+    """Package parts as the table writes them (``_runs/store.py``, ``_backends/``)."""
     libraries: tuple[str, ...]
     qualifier: str
 
@@ -137,10 +151,8 @@ def _clause(text: str) -> Clause:
                 qualifier = kind
     names = re.findall(r"`([^`]+)`", bare)
     parts = [n for n in names if n.endswith((".py", "/"))]
-    if "the core" in bare:
-        parts.append("the core")
-    if "every part above" in bare:
-        parts.append("*")
+    if "every part below" in bare:
+        parts.append(BELOW)
     libraries = [n for n in names if not n.endswith((".py", "/"))]
     return Clause(tuple(parts), tuple(libraries), qualifier)
 
@@ -158,8 +170,6 @@ def read_table(markdown: str) -> list[Row]:
         where, what, may = (cell.strip() for cell in line.strip().strip("|").split(" | "))
         clauses = tuple(_clause(text) for text in may.split(";") if text.strip())
         rows.append(Row(tuple(re.findall(r"`([^`]+)`", where)), what, clauses))
-    core = [row for row in rows if row.what.startswith("the core")]
-    assert len(core) == 1, "ARCHITECTURE.md: one row's 'what' begins 'the core'"
     return [
         Row(
             row.where,
@@ -169,7 +179,11 @@ def read_table(markdown: str) -> list[Row]:
                     tuple(
                         p
                         for part in c.parts
-                        for p in (core[0].where if part == "the core" else (part,))
+                        for p in (
+                            [w for later in rows[i + 1 :] for w in later.where]
+                            if part == BELOW
+                            else [part]
+                        )
                     ),
                     c.libraries,
                     c.qualifier,
@@ -177,7 +191,7 @@ def read_table(markdown: str) -> list[Row]:
                 for c in row.clauses
             ),
         )
-        for row in rows
+        for i, row in enumerate(rows)
     ]
 
 
@@ -190,8 +204,6 @@ def _module_of(part: str) -> tuple[str, bool]:
 
 
 def _names(part: str, module: str) -> bool:
-    if part == "*":
-        return True
     name, package = _module_of(part)
     return module == name or (package and module.startswith(name + "."))
 
@@ -226,11 +238,17 @@ def _allowed(use: Use, clause: Clause, is_package_module: bool) -> bool:
     return True
 
 
+def _index(row: Row, rows: list[Row]) -> int:
+    return next(k for k, other in enumerate(rows) if other is row)
+
+
 def violations(
     rows: list[Row], modules: Mapping[str, Path], sources: Mapping[str, str] | None = None
 ) -> list[str]:
     """Every import of the package's modules that the table does not allow, as
-    ``module:line imports target: why``; a module of ``sources`` is read from there."""
+    ``module:line imports target: why``; a module of ``sources`` is read from there. An
+    import of a module whose row is above the importer's runs back up: none is allowed but
+    for type checking."""
     sources = sources or {}
     found: list[str] = []
     for name, path in sorted(modules.items()):
@@ -245,7 +263,15 @@ def violations(
                 continue
             if not inside and use.target.split(".")[0] in _STDLIB:
                 continue
-            if inside and (target := row_of(use.target, rows)) is not None and target[0] is row:
+            target = row_of(use.target, rows) if inside else None
+            if target is not None and target[0] is row:
+                continue
+            above = target is not None and _index(target[0], rows) < _index(row, rows)
+            if target is not None and above and not use.typing_only:
+                found.append(
+                    f"{name}:{use.line} imports {use.target}: the row `{part}` is below "
+                    f"the row `{target[1]}`, and an import never runs back up"
+                )
                 continue
             if any(_allowed(use, clause, inside) for clause in row.clauses):
                 continue
@@ -257,4 +283,21 @@ def violations(
             found.append(
                 f"{name}:{use.line} imports {use.target}: the row `{part}` allows it {why}"
             )
+    return found
+
+
+def upward(rows: list[Row], modules: Mapping[str, Path]) -> list[str]:
+    """Every part a row allows (but for types only) that holds only modules of rows above
+    it: the table runs from the top of the package down, and an import never runs back up
+    (a part such as ``_backends/`` names, for a row inside it, its modules below that row)."""
+    found: list[str] = []
+    for i, row in enumerate(rows):
+        for clause in row.clauses:
+            if clause.qualifier == TYPES_ONLY:
+                continue
+            for part in clause.parts:
+                named = [row_of(m, rows) for m in modules if _names(part, m)]
+                places = [_index(r[0], rows) for r in named if r is not None]
+                if places and max(places) < i:
+                    found.append(f"the row `{row.where[0]}` allows `{part}`, which is above it")
     return found

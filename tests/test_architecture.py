@@ -1,7 +1,9 @@
-"""The package's shape, checked: ARCHITECTURE.md's "may import" table, where IPython may be
-imported, no import cycles, module size, Colab branches only in the notebook context and the
-Colab frame, no probing of a backend object, a ``%load_ext`` that imports nothing heavy, and a
-marimo front apart from the notebook's.
+"""The package's shape, checked: a root that holds the public face and one folder per stage,
+ARCHITECTURE.md's "may import" table (its rows from the top of the package down, no import
+running back up), where IPython may be imported, no import circles (in the package and in
+``bench/``), module size, Colab branches only in the notebook context and the Colab frame, no
+probing of a backend object, a ``%load_ext`` that imports nothing heavy, and a marimo front
+apart from the notebook's.
 
 ARCHITECTURE.md states these rules; these tests keep them true as the code grows. The static
 rules read the modules' syntax trees, not their text, and each has a test that it can fail.
@@ -12,14 +14,18 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import xprof_magic
-from tests._import_table import Row, module_imports, read_table, row_of, violations
+from tests._import_table import Clause, Row, module_imports, read_table, row_of, upward, violations
 
 PACKAGE = Path(xprof_magic.__file__).resolve().parent
+BENCH = PACKAGE.parent / "bench"
+# What the root holds besides the stages' folders: the public face, and two leaves.
+PUBLIC_FACE = ("__init__.py", "__main__.py", "_units.py", "_version.py")
 NOTEBOOK = "xprof_magic._notebook"
 MARIMO = "xprof_magic._marimo"
 # The marimo view is an anywidget, which brings ipywidgets, traitlets and IPython with it.
@@ -39,27 +45,43 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+# The benchmarks, for the circle check: they import the package and one another.
+BENCH_MODULES = {_module_name(p): p for p in sorted(BENCH.glob("*.py"))}
 ARCHITECTURE = Path(__file__).resolve().parent.parent / "ARCHITECTURE.md"
 
 
-def _imports(name: str, path: Path, typing_too: bool = True) -> set[str]:
-    """Every module of the package that ``name`` imports, at any depth of its code (with
-    ``typing_too`` False, leaving out imports only type checkers run)."""
+def _imports(
+    name: str,
+    path: Path,
+    typing_too: bool = True,
+    modules: dict[str, Path] = MODULES,
+    source: str | None = None,
+) -> set[str]:
+    """Every module of ``modules`` that ``name`` imports (its file ``path``, or ``source``),
+    at any depth of its code (with ``typing_too`` False, leaving out imports only type
+    checkers run)."""
     return {
         use.target
-        for use in module_imports(name, path, MODULES)
-        if use.target in MODULES and (typing_too or not use.typing_only)
+        for use in module_imports(name, path, modules, source)
+        if use.target in modules and (typing_too or not use.typing_only)
     }
 
 
 def test_every_module_is_found() -> None:
     assert {"xprof_magic", "xprof_magic._capture.capture", f"{NOTEBOOK}.magic"} <= set(MODULES)
+    assert {"bench.first_paint", "bench.first_paint_cell"} <= set(BENCH_MODULES)
 
 
-def test_no_import_cycles_even_inside_functions() -> None:
-    """Imports inside functions count; those only type checkers run (``if TYPE_CHECKING:``)
-    do not: a renderer names the model's types in its signatures."""
-    graph = {name: _imports(name, path, typing_too=False) for name, path in MODULES.items()}
+def _cycles(sources: dict[str, str] | None = None) -> list[list[str]]:
+    """The import circles among the package's and the benchmarks' modules (a module of
+    ``sources`` read from there), imports inside functions included, those only type
+    checkers run (``if TYPE_CHECKING:``) left out: a renderer names the model's types."""
+    modules = {**MODULES, **BENCH_MODULES}
+    sources = sources or {}
+    graph = {
+        name: _imports(name, path, False, modules, sources.get(name))
+        for name, path in modules.items()
+    }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -87,11 +109,18 @@ def test_no_import_cycles_even_inside_functions() -> None:
     for name in graph:
         if name not in index:
             visit(name)
-    assert cycles == []
+    return cycles
+
+
+def test_no_import_cycles_even_inside_functions() -> None:
+    """Not in the package, not in ``bench/``: a model never imports its renderer, not even
+    in a display method, and no benchmark imports one that imports it."""
+    assert _cycles() == []
 
 
 def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
-    """The import reader sees imports inside functions, so a hidden cycle would be caught."""
+    """The import reader sees imports inside functions, so a hidden cycle would be caught:
+    the model's display importing the render stage, as it once did, is one."""
     source = tmp_path / "m.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
@@ -103,6 +132,41 @@ def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
         "xprof_magic._runs.store",
         "xprof_magic._units",
     }
+    model = "xprof_magic._analysis.model.summary"
+    lazy = MODULES[model].read_text(encoding="utf-8") + (
+        "\ndef _shown():\n    from xprof_magic._analysis.render import shown\n"
+    )
+    assert any(model in cycle for cycle in _cycles({model: lazy}))
+    bench = "from bench import first_paint\n"
+    assert ["bench.first_paint", "bench.first_paint_cell"] in _cycles(
+        {"bench.first_paint_cell": bench}
+    )
+
+
+def test_the_root_holds_the_public_face_and_folders() -> None:
+    """One folder per stage; at the root, only the public face and two leaves."""
+    assert _strays(PACKAGE) == []
+
+
+def _strays(package: Path) -> list[str]:
+    """The modules at ``package``'s root that are not the public face."""
+    return sorted(p.name for p in package.glob("*.py") if p.name not in PUBLIC_FACE)
+
+
+def test_the_root_check_can_fail(tmp_path: Path) -> None:
+    for name in (*PUBLIC_FACE, "_plan.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "_capture").mkdir()
+    (tmp_path / "_capture" / "plan.py").write_text("")
+    assert _strays(tmp_path) == ["_plan.py"]
+
+
+@pytest.mark.parametrize("folder", sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py")))
+def test_every_folder_says_what_it_owns_and_may_import(folder: str) -> None:
+    """Its ``__init__``'s docstring: what the folder owns, and what it may import."""
+    source = (PACKAGE / folder / "__init__.py").read_text(encoding="utf-8")
+    doc = ast.get_docstring(ast.parse(source)) or ""
+    assert "may import" in doc.lower(), f"{folder}/__init__.py: say what it owns and may import"
 
 
 def _table() -> list[Row]:
@@ -122,10 +186,25 @@ def test_every_part_the_table_names_exists() -> None:
     """A path in the table that names no module is a typo, or a part that moved."""
     rows = _table()
     named = {p for row in rows for p in row.where} | {
-        p for row in rows for clause in row.clauses for p in clause.parts if p != "*"
+        p for row in rows for clause in row.clauses for p in clause.parts
     }
     missing = [p for p in sorted(named) if not any(row_of(m, [_only(p)]) for m in MODULES)]
     assert not missing, f"ARCHITECTURE.md's table names {missing}, which are not modules"
+
+
+def test_the_table_runs_from_the_top_of_the_package_down() -> None:
+    """No row allows a part above it (but for types only): a lower stage never imports a
+    higher one, and :func:`violations` refuses any import that runs back up."""
+    found = upward(_table(), MODULES)
+    assert not found, "\n".join([*found, "move the row, or the import"])
+
+
+def test_the_upward_check_can_fail() -> None:
+    rows = _table()
+    runs = next(i for i, row in enumerate(rows) if row.where == ("_runs/",))
+    notebook = Clause(("_notebook/",), (), "")
+    rows[runs] = replace(rows[runs], clauses=(*rows[runs].clauses, notebook))
+    assert upward(rows, MODULES) == ["the row `_runs/` allows `_notebook/`, which is above it"]
 
 
 def _only(part: str) -> Row:
@@ -133,26 +212,28 @@ def _only(part: str) -> Row:
 
 
 def test_the_table_check_can_fail() -> None:
-    """A forbidden import fails, at import time where only a lazy one is allowed too; an
-    allowed one that the code stops using changes nothing."""
+    """A forbidden import fails, at import time where only a lazy one is allowed too, and
+    always where it runs back up; an allowed one that the code stops using changes nothing."""
     rows = _table()
     guard, model = "xprof_magic._viewer.app.guard", "xprof_magic._analysis.model.summary"
-    logdir = "xprof_magic._runs.logdir"
+    logdir, store = "xprof_magic._runs.logdir", "xprof_magic._runs.store"
     sources = {
         guard: "import numpy\nfrom xprof_magic import _analysis\ndef f():\n    import xprof\n",
         model: "def f():\n    from xprof_magic._analysis.render import text\n",
         logdir: "from xprof_magic._runs import gcs\n",
+        store: "def f():\n    from xprof_magic._capture import capture\n",
         "xprof_magic._runs.gcs": "",
     }
     found = violations(rows, MODULES, sources)
     assert [f.split(": the row")[0] for f in found] == [
         f"{model}:2 imports xprof_magic._analysis.render.text",
         f"{logdir}:1 imports xprof_magic._runs.gcs",
+        f"{store}:2 imports xprof_magic._capture.capture",
         f"{guard}:1 imports numpy",
         f"{guard}:2 imports xprof_magic._analysis",
     ]
-    assert "not at all" in found[0] and "allows it only lazily" in found[1]
-    assert "not at all" in found[2]
+    whys = ["runs back up", "allows it only lazily", "runs back up", "not at all", "not at all"]
+    assert all(why in f for why, f in zip(whys, found, strict=True)), found
 
 
 CORE = sorted(

@@ -27,7 +27,10 @@ whose renderers this package registers for them when it is imported
 (:mod:`.entry`) is what front ends call: it picks the saved summary, a quick one within a
 time budget, or the whole one, here or in a process of its own.
 
-The backend's metric names, event names and advice come from its
+May import :mod:`xprof_magic._runs` (the run's metadata and folders),
+:mod:`xprof_magic._cell` (the names of markers, labels and steps),
+:mod:`xprof_magic._backends` and the capture's result (its size limit); never the viewer or a
+front. The backend's metric names, event names and advice come from its
 :class:`~xprof_magic._backends.Vocabulary`. :func:`summarize` and :func:`summary_of` never
 raise: a capture they cannot read gives a summary whose ``missing`` says what is absent
 and why. IPython-free; importing it loads numpy and protobuf, so the notebook imports it

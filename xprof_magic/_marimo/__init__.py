@@ -10,5 +10,7 @@
   summary, the runs, tools and hosts, and XProf's page; imported when a run is first shown.
 
 Nothing here imports IPython or marimo; ``view`` imports anywidget, which brings ipywidgets
-and IPython with it. Nothing here imports :mod:`xprof_magic._notebook`.
+and IPython with it. May import the stages below it (the cell, the capture, the runs, the
+backends, the analysis's package-level names, the viewer), never
+:mod:`xprof_magic._notebook`; nothing imports it but :mod:`xprof_magic`'s public names.
 """

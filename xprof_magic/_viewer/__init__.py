@@ -17,10 +17,12 @@ Its parts, each a sub-package, in the order a request meets them:
 Beside them, what the fronts ask of a viewer about a run: ``tools`` (a run's tools in the
 fronts' order, names and pages) and ``survey`` (which of them have data, and why not).
 
-Nothing here imports IPython or ipywidgets; :mod:`xprof_magic._notebook` imports this
-subpackage, never the reverse. What the rest of xprof_magic uses is re-exported here
-(``from xprof_magic import _viewer``); the modules inside import one another by their full
-names, never through this package, so that no import goes round in a circle.
+May import :mod:`xprof_magic._runs` (``store``) and, lazily in the conversion's child,
+the XSpace schema of :mod:`xprof_magic._analysis`. Nothing here imports IPython or
+ipywidgets; :mod:`xprof_magic._notebook` imports this subpackage, never the reverse. What the
+rest of xprof_magic uses is re-exported here (``from xprof_magic import _viewer``); the
+modules inside import one another by their full names, never through this package, so that
+no import goes round in a circle.
 """
 
 from xprof_magic._viewer.process.client import Viewer, ViewerError, ViewerKind, fetch_json
