@@ -201,7 +201,11 @@ def test_large_matmuls_are_device_bound_and_raise_no_alarm(
     assert d.verdict == "device", d.evidence
     assert d.level == "info" and headline(s).startswith("Device-bound: ")
     # the device is busy nearly all the time, measured from the executions, not the op events
-    assert s.device.busy_share is not None and s.device.busy_share > 0.5
+    # (but for a compile of the first step, which torch_xla sometimes makes again for the
+    # random tensors made before the loop)
+    busy, window = s.device.busy_s, s.device.window_s
+    assert busy is not None and window is not None
+    assert busy > 0.5 * (window - (s.compiles.trace_s or 0.0)), (busy, window)
     alarms = [n for n in s.notes if n.level != "info" and n.text != s.device.statement]
     assert alarms == []
 
