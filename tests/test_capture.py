@@ -114,6 +114,9 @@ class FakeBackend:
     def device_name(self) -> str:
         return ""
 
+    def memory(self) -> tuple[float, float, float] | None:
+        return None
+
     def versions(self) -> dict[str, str]:
         return {}
 

@@ -99,7 +99,7 @@ def test_urls_and_mirrors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 LOCAL_ONLY = """
 import sys, xprof_magic
-from xprof_magic import _ondemand
+from xprof_magic._capture import ondemand as _ondemand
 with xprof_magic.capture(logdir=sys.argv[1], name="local", server=False):
     pass
 try:

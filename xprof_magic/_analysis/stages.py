@@ -23,6 +23,7 @@ from pathlib import Path
 
 from xprof_magic._analysis.cache import estimate_read_s
 from xprof_magic._analysis.diagnosis import breakdown, launches
+from xprof_magic._analysis.diagnosis.oom import out_of_memory
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Diagnosis
 from xprof_magic._analysis.model.summary import HostRow, Note, Summary
@@ -105,6 +106,10 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
             others = ", ".join(p.name for p in xplanes if p != host_file)
             missing.append(f"only host {host_file.name} is summarized; also captured: {others}")
     summary = build(path, meta, words, facts, host_file, tuple(missing), pending)
+    if meta.status == "error" and meta.error is not None:
+        oom = out_of_memory(meta.error.message, meta.cell_file)
+        if oom is not None:
+            summary = replace(summary, memory=replace(summary.memory, oom=oom))
     summary = replace(summary, hosts=host_table, slowest_host=hosts.slowest(host_table))
     found = _diagnose(summary, meta, words, facts)
     if found is not None:

@@ -129,6 +129,11 @@ class Backend(Protocol):
         """The device's own name as the runtime reports it (``NVIDIA H200``,
         ``TPU v6 lite``); "" where unknown or not started. Must not start the runtime."""
 
+    def memory(self) -> tuple[float, float, float] | None:
+        """The first device's memory now, as its runtime counts it: bytes in use, the
+        process's peak, and the limit (0 where unknown); None where the runtime keeps no such
+        figures (the CPU client) or has not started. Cheap: no sync, no device work."""
+
     def versions(self) -> dict[str, str]:
         """Versions of the libraries that made the capture."""
 

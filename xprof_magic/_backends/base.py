@@ -121,6 +121,9 @@ class ProfilerBackend:
     def device_name(self) -> str:
         return ""
 
+    def memory(self) -> tuple[float, float, float] | None:
+        return None
+
     def versions(self) -> dict[str, str]:
         found = ((dist, installed_version(dist)) for dist in self.packages)
         return {dist: version for dist, version in found if version is not None}

@@ -256,6 +256,19 @@ class JaxBackend(ProfilerBackend):
         except Exception:
             return ""
 
+    def memory(self) -> tuple[float, float, float] | None:
+        """``Device.memory_stats()`` of the first device (None on the CPU backend)."""
+        if not self.runtime_started():
+            return None
+        try:
+            stats = jax.devices()[0].memory_stats()
+        except Exception:
+            return None
+        if not stats or "bytes_in_use" not in stats:
+            return None
+        used = float(stats["bytes_in_use"])
+        return used, float(stats.get("peak_bytes_in_use", used)), float(stats.get("bytes_limit", 0))
+
 
 # Where JAX logs its explanations of cache misses: the tracing cache (jax 0.8+ and 0.7), the
 # compiler and the persistent compilation cache.

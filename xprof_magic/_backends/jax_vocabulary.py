@@ -97,6 +97,10 @@ VOCABULARY = words.Vocabulary(
             "data handling) out of the loop.",
             "changing shapes": "Pad the inputs to a few fixed shapes (bucketing), so each "
             "jitted function compiles once per shape; JAX_EXPLAIN_CACHE_MISSES=1 says why.",
+            "memory": "Make the step fit the device: a smaller batch, bf16 instead of f32, "
+            "jax.checkpoint (remat) around the layers whose activations are largest, or "
+            "sharding the arrays across devices (jax.sharding); donate_argnums lets a step "
+            "reuse its inputs' buffers.",
             "eager shapes": "That jax.numpy call runs eagerly, outside jax.jit, so it compiles "
             "for every new shape it is given: do it in NumPy before the data reaches JAX "
             "(np.pad on the host), or inside the jitted step on inputs of fixed shape.",

@@ -175,6 +175,25 @@ class TorchXlaBackend(ProfilerBackend):
         except Exception:
             return ""
 
+    def memory(self) -> tuple[float, float, float] | None:
+        """``xm.get_memory_info`` of the default device: ``bytes_used``, ``peak_bytes_used``,
+        ``bytes_limit`` (the CPU client has none: UNIMPLEMENTED)."""
+        if not self.runtime_started():
+            return None
+        try:
+            info = xm.get_memory_info(torch_xla.device())
+        except Exception:
+            return None
+        if not isinstance(info, dict) or "bytes_used" not in info:
+            return None
+        figures: dict[str, Any] = dict(info)
+        used = float(figures["bytes_used"])
+        return (
+            used,
+            float(figures.get("peak_bytes_used", used)),
+            float(figures.get("bytes_limit", 0)),
+        )
+
 
 # The profiler's own calls, before any capture hooks them.
 _start_trace, _stop_trace = xp.start_trace, xp.stop_trace

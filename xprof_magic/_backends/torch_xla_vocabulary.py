@@ -73,6 +73,9 @@ FIXES = {
     "loop, or let MpDeviceLoader copy the next batch while the step runs.",
     "sync": "Keep .item(), print(t) and .cpu() out of the loop: read values once, after it, "
     "or every N steps.",
+    "memory": "Make the step fit the device: a smaller batch, bf16 (torch.autocast('xla')), "
+    "gradient checkpointing of the largest layers (torch_xla.utils.checkpoint), or SPMD "
+    "sharding of the model across devices.",
     "collective": "The chips wait on collectives (xm.all_reduce, the gradients' all-reduce in "
     "xm.optimizer_step): accumulate gradients over several steps before reducing, or shard "
     "with SPMD so that less crosses the chips.",

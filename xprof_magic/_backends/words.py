@@ -119,6 +119,9 @@ NEUTRAL_FIXES: Mapping[str, str] = {
     "eager shapes": "That call runs outside the compiled step, so it compiles for every new "
     "shape it is given: do it on the host before the data reaches the device, or inside the "
     "compiled step on inputs of fixed shape.",
+    "memory": "Make the step fit the device: a smaller batch, bf16 instead of f32, "
+    "recomputing the largest activations in the backward pass instead of keeping them, or "
+    "sharding the step across devices.",
     "growing graph": "End each step where it should: the graph grows while nothing ends it.",
     "warm-up": "Only the first steps compiled: later runs of the same shapes reuse them.",
     "first run": "Run the cell again to see it without compiling (compiled programs are reused "

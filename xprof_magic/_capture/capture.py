@@ -119,6 +119,7 @@ class Capture:
             before = backend.metrics()
             recorder = _labels.Recorder(backend.event)
             recorder.tracing = plan.step_window is None
+            recorder.sampler = backend.memory
             trace = Trace(backend, staging.path, recorder, self._messages)
             stack.callback(trace.abandon)
             if plan.step_window is None:
@@ -201,7 +202,9 @@ class Capture:
         """The cell's wall time starts now, and steps are counted from here."""
         self._start_ns = time.time_ns()
         self._t0 = time.perf_counter()
-        self._running().tracker.arm()
+        run = self._running()
+        run.recorder.sample(())
+        run.tracker.arm()
 
     def _user_trace(self, call: str) -> None:
         """The user's code starts its own trace: stop the capture's, keep what it holds.
@@ -260,6 +263,7 @@ class Capture:
             except BaseException as error:  # KeyboardInterrupt: stop the trace all the same
                 interrupt = error
         wall_s = time.perf_counter() - self._t0
+        run.recorder.sample(())
         run.cell.close()
         run.tracker.finish()
         self._messages.extend(end_messages(run.tracker, self.plan.steps, run.words.no_steps))

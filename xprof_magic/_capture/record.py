@@ -68,6 +68,11 @@ def run_metadata(
         backend=backend.name,
         device=backend.device(),
         device_name=backend.device_name(),
+        memory=tuple(
+            _metadata.MemoryFigure(t, path, used, peak, limit)
+            for t, path, used, peak, limit in recorder.samples
+        ),
+        cell_file=plan.cell_file,
         host=socket.gethostname(),
         pid=os.getpid(),
         versions={**backend.versions(), "xprof_magic": __version__},

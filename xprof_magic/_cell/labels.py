@@ -137,6 +137,7 @@ class _Block:
         elapsed = time.perf_counter_ns() - self._start
         if self._live and self._recorder.tracing:
             self._recorder.add(self._path, elapsed)
+            self._recorder.sample(self._path)
         if self._token is not None:
             with contextlib.suppress(ValueError, RuntimeError):
                 _path.reset(self._token)

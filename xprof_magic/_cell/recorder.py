@@ -9,12 +9,20 @@ tracker splits and reopens the open blocks at a step's end (:class:`Recorder` is
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from xprof_magic._cell.steps import EventFactory
 
-__all__ = ["LabelStat", "OpenBlock", "Recorder"]
+__all__ = ["MAX_MEMORY_SAMPLES", "LabelStat", "MemorySample", "OpenBlock", "Recorder"]
+
+MAX_MEMORY_SAMPLES = 20_000
+"""The most device-memory samples one capture keeps (a sample per labelled block's end)."""
+MemorySample = tuple[int, tuple[str, ...], float, float, float]
+"""When (wall-clock ns), at the end of which block (``()``: the cell's start or end), and the
+device's bytes in use, the process's peak and the limit then."""
 
 
 class OpenBlock(Protocol):
@@ -56,6 +64,25 @@ class Recorder:
         self._open: dict[int, OpenBlock] = {}
         self.value: Any = None
         self.has_value = False
+        self.sampler: Callable[[], tuple[float, float, float] | None] | None = None
+        """The backend's live device-memory figures, asked at each labelled block's end
+        (:meth:`sample`); dropped at the first answer of none (the CPU client keeps none)."""
+        self.samples: list[MemorySample] = []
+
+    def sample(self, path: tuple[str, ...]) -> None:
+        """The device's memory now, at the end of block ``path``, where the backend has it."""
+        sampler = self.sampler
+        if sampler is None or len(self.samples) >= MAX_MEMORY_SAMPLES:
+            return
+        try:
+            figures = sampler()
+        except Exception:
+            figures = None
+        if figures is None:
+            self.sampler = None
+            return
+        with self._lock:
+            self.samples.append((time.time_ns(), path, *figures))
 
     def add(self, path: tuple[str, ...], elapsed_ns: int) -> None:
         with self._lock:

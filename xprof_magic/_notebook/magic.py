@@ -6,6 +6,7 @@ Thin on purpose: :mod:`.execute` runs the cell as IPython would, :mod:`.commands
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from functools import cached_property
 from pathlib import Path
@@ -175,6 +176,7 @@ class XprofMagics(Magics):
             assert self.shell is not None
             self.shell.showsyntaxerror()
             raise UsageError("the cell was not run: fix the syntax error above") from None
+        capture.plan = dataclasses.replace(capture.plan, cell_file=code.co_filename)
         return self._profile(capture, code, args, cell)
 
     def _profile(self, capture: _capture.Capture, code: CodeType, args: Any, cell: str) -> Any:

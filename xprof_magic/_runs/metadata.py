@@ -21,6 +21,7 @@ from xprof_magic._runs.store import METADATA_FILE, write_json
 __all__ = [
     "SCHEMA",
     "LabelTime",
+    "MemoryFigure",
     "MetricTotal",
     "RunError",
     "RunMetadata",
@@ -38,6 +39,22 @@ class RunError:
 
     type: str
     message: str
+
+
+@dataclass(frozen=True)
+class MemoryFigure:
+    """The device's memory as its runtime counted it at one moment of the cell (the end of a
+    labelled block; ``path`` ``()``: the cell's start or end): bytes in use, the process's
+    peak so far, and the limit (0: unknown). ``t_ns`` is wall-clock time."""
+
+    t_ns: int
+    path: tuple[str, ...]
+    in_use: float
+    peak: float
+    limit: float
+
+    def to_json(self) -> list[Any]:
+        return [self.t_ns, list(self.path), self.in_use, self.peak, self.limit]
 
 
 @dataclass(frozen=True)
@@ -102,6 +119,11 @@ class RunMetadata:
     step_window: str | None = None
     steps_first: int | None = None
     messages: tuple[str, ...] = ()
+    memory: tuple[MemoryFigure, ...] = ()
+    """The backend's live device-memory figures during the cell, where it keeps them."""
+    cell_file: str = ""
+    """The file name the cell's code was compiled under (``/tmp/ipykernel_…/….py``), which
+    the runtime's messages (an out-of-memory error's ``source_file``) name the cell by."""
     schema: int = SCHEMA
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -141,6 +163,8 @@ class RunMetadata:
             "step_window": self.step_window,
             "steps_first": self.steps_first,
             "messages": list(self.messages),
+            "memory": [figure.to_json() for figure in self.memory],
+            "cell_file": self.cell_file,
         }
 
     @classmethod
@@ -175,6 +199,8 @@ class RunMetadata:
             step_window=reader.text("step_window") or None,
             steps_first=reader.integer("steps_first"),
             messages=reader.texts("messages"),
+            memory=reader.memory(),
+            cell_file=reader.text("cell_file"),
         )
         if reader.bad:
             fields = ", ".join(sorted(reader.bad))
@@ -259,6 +285,27 @@ class _Reader:
                 found.append(LabelTime(tuple(path), count, total))
             else:
                 self.bad.add("labels")
+        return tuple(found)
+
+    def memory(self) -> tuple[MemoryFigure, ...]:
+        value: Any = self.data.get("memory")
+        if not self._typed("memory", value, isinstance(value, list)):
+            return ()
+        found: list[MemoryFigure] = []
+        for item in value:
+            ok = isinstance(item, list) and len(item) == 5
+            t, path = (item[0], item[1]) if ok else (None, None)
+            numbers = [_number(x) for x in item[2:]] if ok else []
+            if (
+                isinstance(t, int)
+                and isinstance(path, list)
+                and all(isinstance(p, str) for p in path)
+                and all(n is not None for n in numbers)
+            ):
+                used, peak, limit = (float(n) for n in numbers if n is not None)
+                found.append(MemoryFigure(t, tuple(path), used, peak, limit))
+            else:
+                self.bad.add("memory")
         return tuple(found)
 
     def error(self) -> RunError | None:

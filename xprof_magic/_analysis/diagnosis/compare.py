@@ -28,6 +28,7 @@ def compare(a: Summary, b: Summary) -> Comparison:
         *_row("run", "device", a.device.kind, b.device.kind, "text"),
         *_row("run", "status", a.status, b.status, "text"),
         *_row("run", "wall time", a.wall_s, b.wall_s, "s"),
+        *_row("run", "device memory peak", _peak(a), _peak(b), "bytes"),
         *_step_rows(a, b),
         *_compile_rows(a, b),
         *_runtime_rows(a, b),
@@ -213,6 +214,11 @@ def _tree_order(keys: list[LabelKey]) -> list[LabelKey]:
     for thread in dict.fromkeys(k[0] for k in keys):
         walk((thread, ()))
     return ordered
+
+
+def _peak(s: Summary) -> float | None:
+    """The device memory's peak in the cell (None: no figures)."""
+    return s.memory.device.peak_bytes if s.memory.device is not None else None
 
 
 def _opt(value: int | None) -> float | None:

@@ -76,7 +76,7 @@ from xprof_magic._analysis.model.diagnosis import (
 )
 from xprof_magic._analysis.model.summary import LabelRow, Summary
 from xprof_magic._analysis.summary.blocks import is_loop, line_of
-from xprof_magic._analysis.summary.where import method_call_line
+from xprof_magic._analysis.summary.where import label_at, method_call_line
 from xprof_magic._analysis.timeline.facts import OFFLOAD, device_side
 from xprof_magic._analysis.timeline.programs import Program
 from xprof_magic._backends import Vocabulary
@@ -105,6 +105,8 @@ def diagnose(
     the block that launched most of the device's time (:mod:`.launches`), ``programs`` the
     compiled programs the timeline holds (:mod:`.causes`), ``activity`` each step's launches
     and reads (:func:`.launches.activity`)."""
+    if s.memory.oom is not None:
+        return _out_of_memory(s, parts, source)
     if not parts.categories or parts.total_s() <= 0:
         return Diagnosis(breakdown=parts, source=source)
     in_scope = steady.scope(parts)
@@ -241,6 +243,24 @@ def _host_cause(
     name = callable_name(activity.program)
     called = bool(name) and re.search(rf"(?<![\w.]){re.escape(name)}\s*\(", cell) is not None
     return "compiled step" if called else "eager"
+
+
+def _out_of_memory(s: Summary, parts: Breakdown, source: str) -> Diagnosis:
+    """The cell ran out of device memory: that is the verdict, whatever its time did;
+    where is the cell's line of XLA's largest allocation, when it is the cell's."""
+    oom = s.memory.oom
+    assert oom is not None
+    at = next((a.cell_line for a in oom.allocations if a.cell_line), 0)
+    statement = label_at(s.cell, at)
+    where = (statement,) if statement else ()
+    return Diagnosis(
+        verdict="memory",
+        where=where,
+        line=at if where else 0,
+        level="error",
+        breakdown=parts,
+        source=source,
+    )
 
 
 def mixed_step(share: dict[str, float], verdict: str) -> tuple[bool, str]:

@@ -19,7 +19,7 @@ __all__ = ["CompareRow", "Comparison"]
 
 @dataclass(frozen=True)
 class CompareRow:
-    """One quantity in two runs; ``unit`` is ``s``, ``count`` or ``text``.
+    """One quantity in two runs; ``unit`` is ``s``, ``bytes``, ``count`` or ``text``.
 
     Label rows carry their ``path``; ``name`` is its last element.
     """

@@ -31,8 +31,19 @@ __all__ = [
     "StepBreakdown",
 ]
 
-VERDICTS = ("input", "host", "compile", "transfer", "sync", "device", "collective", "unknown")
-"""Every verdict a diagnosis can reach, the bottleneck's category (``unknown``: none)."""
+VERDICTS = (
+    "input",
+    "host",
+    "compile",
+    "transfer",
+    "sync",
+    "device",
+    "collective",
+    "memory",
+    "unknown",
+)
+"""Every verdict a diagnosis can reach, the bottleneck's category (``unknown``: none;
+``memory``: the cell ran out of device memory)."""
 HIGHLY_INPUT = 0.20
 """Input's share that is XProf's "highly input-bound": the verdict, over every other."""
 MODERATELY_INPUT = 0.05

@@ -14,6 +14,7 @@ from typing import Any
 
 from xprof_magic._analysis.model import shown
 from xprof_magic._analysis.model.diagnosis import Diagnosis
+from xprof_magic._analysis.model.memory import Memory
 from xprof_magic._analysis.model.plain import from_plain, to_plain
 
 __all__ = [
@@ -134,6 +135,8 @@ class LabelRow:
     compiles: int | None = None
     compile_s: float | None = None
     compiled_runs: int | None = None
+    peak_bytes: float | None = None
+    """The device's memory in use at its highest during the block's runs (None: unknown)."""
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,7 @@ class Summary:
     read_s: float = 0.0
     hosts: tuple[HostRow, ...] = ()
     slowest_host: str = ""
+    memory: Memory = field(default_factory=Memory)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_json` gives back an equal summary."""

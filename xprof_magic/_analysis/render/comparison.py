@@ -13,7 +13,7 @@ from xprof_magic._analysis.render.chart import ORANGE
 from xprof_magic._analysis.render.chart import escape as _e
 from xprof_magic._analysis.render.headline import WITHOUT, speedup
 from xprof_magic._analysis.render.html import BOX, HEADING, table
-from xprof_magic._units import NONE, seconds
+from xprof_magic._units import NONE, data_size, seconds
 
 if TYPE_CHECKING:
     from xprof_magic._analysis.model.comparison import CompareRow, Comparison
@@ -76,6 +76,8 @@ def compare_cell(value: float | str | None, unit: str) -> str:
         return value
     if unit == "s":
         return seconds(value)
+    if unit == "bytes":
+        return data_size(value)
     return f"{value:g}"
 
 
@@ -90,9 +92,11 @@ def compare_delta(row: CompareRow) -> str:
     if diff == 0:
         return "="
     text = seconds(diff) if row.unit == "s" else f"{diff:+g}"
-    if row.unit == "s" and not text.startswith("-"):
+    if row.unit == "bytes":
+        text = ("-" if diff < 0 else "") + data_size(abs(diff))
+    if row.unit in ("s", "bytes") and not text.startswith("-"):
         text = "+" + text
-    if a > 0 and row.unit == "s":
+    if a > 0 and row.unit in ("s", "bytes"):
         text += f" ({b / a:.2g}×)"
     return text
 

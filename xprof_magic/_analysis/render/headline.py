@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from xprof_magic._analysis.model.diagnosis import MIN_CELL_S
+from xprof_magic._analysis.render.memory import oom_headline
 from xprof_magic._backends import Vocabulary
 from xprof_magic._units import seconds
 
@@ -67,6 +68,8 @@ _TITLE = {
 def worded(s: Summary, d: Diagnosis, words: Vocabulary) -> Diagnosis:
     """``d`` (the diagnosis of ``s``) with its words: evidence, fix and headline."""
     advice = fix(d, words)
+    if d.verdict == "memory":
+        return replace(d, evidence=evidence(d), fix=advice, headline=oom_headline(s, d, advice))
     read = words.advice.fixes.get("sync", "") if d.read_back is not None else ""
     return replace(d, evidence=evidence(d), fix=advice, headline=headline(s, d, advice, read))
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
 from xprof_magic._analysis.render.chart import BLUE, GREY, ORANGE, chart_svg
 from xprof_magic._analysis.render.chart import escape as _e
+from xprof_magic._analysis.render.memory import memory_lines, memory_svg
 from xprof_magic._analysis.render.text import (
     header,
     label_name,
@@ -23,7 +24,7 @@ from xprof_magic._analysis.render.text import (
     versions_line,
 )
 from xprof_magic._backends.registry import get_vocabulary
-from xprof_magic._units import NONE, percent, seconds
+from xprof_magic._units import NONE, data_size, percent, seconds
 
 if TYPE_CHECKING:
     from xprof_magic._analysis.model.summary import Summary
@@ -122,11 +123,15 @@ def render_html(summary: Summary) -> str:
     chart = chart_svg(s)
     if chart:
         parts.append(f'<div style="margin:6px 0">{chart}</div>')
+    memory_chart = memory_svg(s)
+    if memory_chart:
+        parts.append(f'<div style="margin:6px 0">{memory_chart}</div>')
     if s.steps:
         parts.append(f'<div style="{HEADING}">Steps</div><div>{_e(steps_line(s.steps))}</div>')
     parts += _labels(s)
     parts += _hosts(s)
     parts.append(section("Device and host threads", _device(s)))
+    parts.append(section("Device memory", _memory(s), opened=s.memory.oom is not None))
     runtime = [table(["", ""], [[_e(k), _e(v)] for k, v in runtime_parts(s)], set())]
     parts.append(section(words.headings.metrics, runtime + _compile_sites(s)))
     if s.fallbacks:
@@ -182,26 +187,26 @@ def _labels(s: Summary) -> list[str]:
     )
     parts = [f'<div style="{HEADING}">Labelled blocks — host time {_e(source)}</div>']
     rows = []
+    peaks = any(row.peak_bytes is not None for row in s.labels)
     for row in s.labels[:HTML_LABEL_ROWS]:
         pad = 14 * (len(row.path) - 1)
         name = f'<span style="padding-left:{pad}px">{_e(label_name(row))}</span>'
         compiles = "" if not row.compiles else f"{row.compiles} ({seconds(row.compile_s)})"
-        rows.append(
-            [
-                name,
-                seconds(row.total_s),
-                seconds(row.mean_s),
-                str(row.count),
-                _bar(row.share),
-                compiles,
-            ]
-        )
-    parts.append(
-        table(["block", "total", "mean", "runs", "share of cell", "compiles"], rows, {1, 2, 3})
-    )
+        cells = [name, seconds(row.total_s), seconds(row.mean_s), str(row.count)]
+        cells += [_bar(row.share), compiles]
+        if peaks:
+            cells.append(data_size(row.peak_bytes) if row.peak_bytes is not None else "")
+        rows.append(cells)
+    heads = ["block", "total", "mean", "runs", "share of cell", "compiles"]
+    parts.append(table([*heads, "peak memory"] if peaks else heads, rows, {1, 2, 3, 6}))
     if len(s.labels) > HTML_LABEL_ROWS:
         parts.append(f"<div>… {len(s.labels) - HTML_LABEL_ROWS} more blocks</div>")
     return parts
+
+
+def _memory(s: Summary) -> list[str]:
+    """The memory section: the same lines as the text's, one to a row."""
+    return [f"<div>{_e(line.strip())}</div>" for line in memory_lines(s)[2:]]
 
 
 def _device(s: Summary) -> list[str]:

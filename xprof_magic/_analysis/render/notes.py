@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from xprof_magic._analysis.model.diagnosis import HIGHLY_INPUT, MODERATELY_INPUT
 from xprof_magic._analysis.model.summary import CompileSite, Note, Summary
+from xprof_magic._analysis.render.memory import growth_note
 from xprof_magic._backends import NEUTRAL, Vocabulary
 from xprof_magic._backends.registry import capabilities
 from xprof_magic._units import seconds
@@ -179,11 +180,19 @@ def compile_heavy(s: Summary, words: Vocabulary) -> Iterator[Note]:
         )
 
 
+def memory(s: Summary, words: Vocabulary) -> Iterator[Note]:
+    """A loop whose device memory grows every step (a leak), said plainly."""
+    note = growth_note(s)
+    if note:
+        yield Note("warning", note)
+
+
 RULES: tuple[Rule, ...] = (
     cell_raised,
     incomplete,
     device,
     diagnosis,
+    memory,
     recompiled,
     recompiled_functions,
     compiled_somewhere,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xprof_magic._analysis.render.memory import memory_lines
 from xprof_magic._backends.registry import get_vocabulary
 from xprof_magic._units import NONE, data_size, percent, seconds
 
@@ -139,6 +140,7 @@ def render_text(summary: Summary) -> str:
     if s.steps:
         out += ["", f"Steps: {steps_line(s.steps)}"]
     out.extend(_device_lines(s))
+    out.extend(memory_lines(s))
     out += ["", f"{words.headings.metrics}:"]
     out.extend(f"  {name}: {value}" for name, value in runtime_parts(s))
     if s.compiles.sites:
@@ -184,13 +186,19 @@ def _labels_lines(s: Summary) -> list[str]:
     )
     cell = f"the {seconds(s.wall_s)} cell" if s.wall_s else "the capture"
     out = ["", f"Labels — host time from {source}; share of {cell}"]
-    out.append(f"  {'total':>9} {'mean':>9} {'runs':>6} {'share':>6} {'compiles':>8}  block")
+    peaks = any(row.peak_bytes is not None for row in s.labels)
+    memory = f" {'peak mem':>9}" if peaks else ""
+    out.append(
+        f"  {'total':>9} {'mean':>9} {'runs':>6} {'share':>6} {'compiles':>8}{memory}  block"
+    )
     for row in s.labels[:TEXT_LABEL_ROWS]:
         compiles = "" if row.compiles is None else str(row.compiles or "")
         indent = "  " * (len(row.path) - 1)
+        peak = f" {data_size(row.peak_bytes) if row.peak_bytes is not None else '':>9}"
         out.append(
             f"  {seconds(row.total_s):>9} {seconds(row.mean_s):>9} {row.count:>6} "
-            f"{percent(row.share):>6} {compiles:>8}  {indent}{label_name(row)}"
+            f"{percent(row.share):>6} {compiles:>8}{peak if peaks else ''}  "
+            f"{indent}{label_name(row)}"
         )
     if len(s.labels) > TEXT_LABEL_ROWS:
         out.append(f"  … {len(s.labels) - TEXT_LABEL_ROWS} more blocks")

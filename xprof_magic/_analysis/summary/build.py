@@ -24,6 +24,7 @@ from xprof_magic._analysis.model.summary import (
 )
 from xprof_magic._analysis.summary import blocks
 from xprof_magic._analysis.summary.device import device_info, top_host_ops, top_ops
+from xprof_magic._analysis.summary.memory import memory_of, with_peaks
 from xprof_magic._analysis.summary.steps import steps_from_trace
 from xprof_magic._analysis.summary.where import own_steps
 from xprof_magic._analysis.timeline.facts import TraceFacts
@@ -58,6 +59,8 @@ def build(
     missing_all = list(missing)
     if facts is not None:
         missing_all.extend(blocks.labels_not_in_trace(meta, facts))
+    memory, peaks = memory_of(meta, facts, steps, words.timeline.input_pipeline)
+    labels = with_peaks(labels, peaks)
     return Summary(
         run=meta.run or path.name,
         run_dir=str(path),
@@ -88,6 +91,7 @@ def build(
         compile_ops=top_ops(facts.compile_ops if facts else {}, "compile"),
         programs=_programs(facts),
         events=facts.events if facts else 0,
+        memory=memory,
     )
 
 

@@ -20,7 +20,7 @@ from xprof_magic._cell.labels import SHAPES_EVENT
 from xprof_magic._cell.markers import find_markers, label_for
 from xprof_magic._cell.steps import STEP_EVENT
 
-__all__ = ["INPUT_PREFIX", "call_line", "method_call_line", "own_steps", "paths_at"]
+__all__ = ["INPUT_PREFIX", "call_line", "label_at", "method_call_line", "own_steps", "paths_at"]
 
 INPUT_PREFIX = "next("
 """How the label of a loop's ``next()`` starts (:func:`xprof_magic._cell.labels.inputs`)."""
@@ -100,6 +100,12 @@ def _path(
         path = tuple(reversed(names))
         known[at] = path[:-1] if len(path) > 1 and path[-1].startswith(INPUT_PREFIX) else path
     return known[at]
+
+
+def label_at(cell: str, line: int) -> str:
+    """The label of the statement at cell line ``line`` (from 1); "" for none."""
+    lines = cell.splitlines()
+    return label_for(lines[line - 1]) if 0 < line <= len(lines) else ""
 
 
 def method_call_line(cell: str, name: str) -> tuple[int, str]:

@@ -166,6 +166,11 @@ class TraceFacts:
     programs_ran: dict[str, float] = field(default_factory=dict)
     """The time (ns) of each program that ran, by XProf's name for it (``<module>(<id>)``):
     the XLA ops' on the CPU, the modules' on a chip."""
+    memory: dict[str, list[tuple[list[float], list[float], list[float]]]] = field(
+        default_factory=dict
+    )
+    """By allocator (``GPU_0_bfc``, ``xla_gpu_host_bfc``): chunks of its events' times (ns),
+    the bytes in use after each and the bytes it could hold then (:mod:`.memory`)."""
     launch_ids: list[tuple[list[float], list[float]]] = field(default_factory=list)
     """The host's launches of device work that name it: each one's ``correlation_id`` and
     start (ns): a GPU's CUDA calls (``cuGraphLaunch``, a kernel launch, ``MemcpyH2D``)."""

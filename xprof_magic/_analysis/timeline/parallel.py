@@ -135,5 +135,7 @@ def absorb(reader: Reader, part: _Part) -> None:
     for key, spans in theirs.spans.items():
         facts.spans.setdefault(key, []).extend(spans)
     facts.launch_ids.extend(theirs.launch_ids)
+    for allocator, chunks in theirs.memory.items():
+        facts.memory.setdefault(allocator, []).extend(chunks)
     reader.cpu_op_spans.extend(part.cpu_op_spans)
     reader.orphan_compiles.extend(part.orphan_compiles)

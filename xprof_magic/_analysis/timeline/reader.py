@@ -56,6 +56,7 @@ from xprof_magic._analysis.timeline.facts import (
 )
 from xprof_magic._analysis.timeline.launched import correlated, launch_spans
 from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.memory import allocations
 from xprof_magic._analysis.timeline.programs import program_time
 
 __all__ = ["Reader"]
@@ -143,6 +144,8 @@ class Reader:
         found = correlated(line, order, start, name_id)
         if found is not None:
             self.facts.launch_ids.append(found)
+        for allocator, events in allocations(line, order, start, name_id).items():
+            self.facts.memory.setdefault(allocator, []).append(events)
         self.tables(start, end, dur, name_id, names, nest, cat)
 
     def _categories(
