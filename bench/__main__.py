@@ -420,6 +420,10 @@ def main() -> int:
         from bench import first_paint
 
         return first_paint.main(sys.argv[2:])
+    if sys.argv[1:2] == ["memory-sampling"]:
+        from bench import memory_sampling
+
+        return memory_sampling.main(sys.argv[2:])
     if sys.argv[1:2] == ["device-truth"]:
         from bench import device_truth
 

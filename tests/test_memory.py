@@ -324,3 +324,18 @@ def test_compare_shows_the_peak_beside_time(gpu: dict[str, tuple[Path, Summary]]
     text = str(c)
     assert "device memory peak" in text and "2.4 GB" in text and "1.1 GB" in text
     assert "-1.3 GB (0.45×)" in text
+
+
+def test_the_memory_chart_draws_the_curve_with_the_steps_and_the_peak(
+    gpu: dict[str, tuple[Path, Summary]],
+) -> None:
+    from xprof_magic._analysis.render.memory import memory_svg
+
+    _, s = gpu["gpu_sync"]
+    picture = memory_svg(s)
+    assert picture.count("<polyline") == 1 and picture.count("<circle") == 1
+    assert s.steps is not None
+    ticks = picture.count('stroke-opacity="0.5"')
+    assert 0 < ticks <= len(s.steps.starts_s)  # the steps, every n-th when many
+    assert "peak 2.4 GB in for i in range(60)" in picture
+    assert "device memory in use over" in picture and "capacity 112.6 GB" in picture
