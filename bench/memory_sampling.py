@@ -5,7 +5,7 @@ memory-sampling``.
 (:meth:`~xprof_magic._cell.recorder.Recorder.sample`), where the runtime keeps such
 figures (a TPU or a GPU); XLA's CPU client keeps none, so here the first answer, none, stops
 the asking. To measure what the asking costs where it goes on, the same training cell
-(:data:`bench.__main__.TRAIN`, two labelled blocks a step) runs under ``%%xprof`` in one
+(:data:`bench.cells.TRAIN`, two labelled blocks a step) runs under ``%%xprof`` in one
 real kernel, interleaved: as shipped (none on the CPU), and with the backend answering each
 time as a chip does (a dict built per call, as ``jax.Device.memory_stats()`` returns one).
 Prints the medians and their ratio, the target being at most 1.02.
@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.__main__ import SETUP, TRAIN
+from bench.cells import SETUP, TRAIN
 from tests._kernel import Kernel
 from xprof_magic._runs import store as _store
 
