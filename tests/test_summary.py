@@ -168,7 +168,8 @@ def test_step_times_match_xprofs_overview_page(steps: Summary, tmp_path: Path) -
     and shows the first, which compiles, apart. XProf times each step's marker; the summary
     tiles the loop (a step runs from the end of the one before, so the loop's own Python
     between two markers is the next step's) and ends a step no earlier than the device's
-    work it launched: each of its steps is XProf's and at most a small gap more.
+    work it launched (which may run on into the next step's marker): each of its steps is
+    XProf's, within a small gap either way.
     """
     from xprof.convert.raw_to_tool_data import xspace_to_tool_data
 
@@ -185,7 +186,7 @@ def test_step_times_match_xprofs_overview_page(steps: Summary, tmp_path: Path) -
     ours_ms = [d * 1e3 for d in steps.steps.durations_s]
     assert len(ours_ms[1:-1]) == len(xprof_ms)
     for ours, theirs in zip(ours_ms[1:-1], xprof_ms, strict=True):
-        assert theirs * (1 - 1e-3) <= ours <= theirs * 1.1 + 0.2, (ours_ms, xprof_ms)
+        assert abs(ours - theirs) <= theirs * 0.1 + 0.2, (ours_ms, xprof_ms)
 
 
 def test_the_steps_start_where_xprofs_trace_viewer_draws_them(

@@ -103,25 +103,46 @@ def _by_order(facts: TraceFacts) -> tuple[Floats, Floats]:
     keys = [key for key in facts.spans if key.startswith(LAUNCH)]
     if not pieces or not keys:
         return np.empty(0), np.empty(0)
-    at = np.sort(
-        np.concatenate([np.asarray(a, np.float64) for k in keys for a, _ in facts.spans[k]])
-    )
+    made = [np.asarray(a, np.float64) for k in keys for a, _ in facts.spans[k]]
+    weight = [
+        np.full(len(a), _cost(facts, k[len(LAUNCH) :])) for k in keys for a, _ in facts.spans[k]
+    ]
+    order = np.argsort(np.concatenate(made), kind="stable")
+    at, weights = np.concatenate(made)[order], np.concatenate(weight)[order]
     waits = merge(facts.spans.get(DONE, []))
-    return in_order(at, merge(pieces), waits)
+    return in_order(at, merge(pieces), waits, weights)
 
 
-def in_order(at: Floats, busy: Spans, waits: Spans = NO_SPANS) -> tuple[Floats, Floats]:
+def _cost(facts: TraceFacts, program: str) -> float:
+    """What one launch of ``program`` (``PjitFunction(evaluate)``) costs the device: its
+    compiled program's time (``jit_evaluate(16)``'s, :attr:`~.facts.TraceFacts.programs_ran`)
+    over its launches; NaN where the timeline does not tell."""
+    inner = program.partition("(")[2].rpartition(")")[0].rpartition(".")[2]
+    if not inner:
+        return np.nan
+    module = f"jit_{inner}"
+    spent = sum(ns for name, ns in facts.programs_ran.items() if name.partition("(")[0] == module)
+    launches = sum(len(a) for a, _ in facts.spans.get(LAUNCH + program, []))
+    return spent / launches if spent > 0 and launches else np.nan
+
+
+def in_order(
+    at: Floats, busy: Spans, waits: Spans = NO_SPANS, weights: Floats | None = None
+) -> tuple[Floats, Floats]:
     """The device's ``busy`` time shared among the launches made at ``at`` (sorted): for each
     launch that ran, when it was made and when its work ended.
 
     The device runs launches in order. Where the host waited for it (``waits``: a barrier
     before the next step, a value read back), every launch made before the wait began was
-    done when it ended; between two such waits the device's busy time is shared among the
-    launches made in between, in turn, each its equal part of the busy time (a loop's
-    launches run the same program; the busy time is the device's own, so its idle moments
-    are nobody's), and none ends before it was made. A launch made :data:`STALE_NS` or more
-    before the device next worked, while it sat idle, ran nothing the timeline shows (an
-    op the host ran itself, a sync with nothing to run) and is left out."""
+    done when it ended; so was every launch made before the device sat idle for
+    :data:`STALE_NS` or more waiting for a new one (the host compiling the next program).
+    Between two such points the device's busy time is shared among the launches made in
+    between, in turn, each its part: ``weights`` (what each launch's program costs, where
+    the timeline tells; NaN where not, then the others' median), else equal parts (a loop's
+    launches run the same program). The busy time is the device's own, so its idle moments
+    are nobody's, and no launch ends before it was made. A launch made :data:`STALE_NS` or
+    more before the device next worked, while it sat idle, ran nothing the timeline shows
+    (an op the host ran itself, a sync with nothing to run) and is left out."""
     lo, hi = busy
     if not len(lo) or not len(at):
         return np.empty(0), np.empty(0)
@@ -132,20 +153,32 @@ def in_order(at: Floats, busy: Spans, waits: Spans = NO_SPANS) -> tuple[Floats, 
     waited = np.where(during, 0.0, lo[after] - at)
     live = during | ((waited >= 0) & (waited < STALE_NS))
     at = at[live]
+    cost = np.ones(len(at)) if weights is None else np.asarray(weights, np.float64)[live]
+    known = cost[np.isfinite(cost) & (cost > 0)]
+    cost = np.where(np.isfinite(cost) & (cost > 0), cost, np.median(known) if len(known) else 1.0)
     made: list[float] = []
     ended: list[float] = []
     served = 0
     since = -np.inf
-    for start, end in [*zip(waits[0].tolist(), waits[1].tolist(), strict=True), (np.inf, np.inf)]:
+    idle = np.flatnonzero(lo[1:] - hi[:-1] >= STALE_NS)
+    came = np.searchsorted(at, hi[idle], side="right")
+    waited_for = [
+        (float(at[k]), float(hi[i]))
+        for i, k in zip(idle.tolist(), came.tolist(), strict=True)
+        if k < len(at) and at[k] < lo[i + 1]
+    ]
+    points = sorted([*zip(waits[0].tolist(), waits[1].tolist(), strict=True), *waited_for])
+    for start, end in [*points, (np.inf, np.inf)]:
         upto = int(np.searchsorted(at, start, side="left"))
         if upto <= served:
             continue
         first = covered(busy, np.array([max(since, float(at[served]))]))[0]
         last = covered(busy, np.array([end]))[0] if np.isfinite(end) else total[-1]
-        share = max(0.0, last - first) / (upto - served)
-        for j, k in enumerate(range(served, upto), 1):
+        parts = np.cumsum(cost[served:upto])
+        parts = parts / parts[-1] * max(0.0, last - first)
+        for k, part in zip(range(served, upto), parts.tolist(), strict=True):
             made.append(float(at[k]))
-            ended.append(max(float(at[k]), _when(busy, total, first + j * share)))
+            ended.append(max(float(at[k]), _when(busy, total, first + part)))
         served, since = upto, end
     return np.asarray(made, np.float64), np.asarray(ended, np.float64)
 
