@@ -29,6 +29,7 @@ from xprof_magic._analysis.timeline.facts import (
     DONE,
     LABEL,
     LAUNCH,
+    STAGING,
     STEP,
     Block,
     TraceFacts,
@@ -99,7 +100,7 @@ def launched_work(facts: TraceFacts) -> tuple[Floats, Floats]:
 
 
 def _by_order(facts: TraceFacts) -> tuple[Floats, Floats]:
-    pieces = [p for key in ("device", *DEVICE_SIDE) for p in facts.spans.get(key, [])]
+    pieces = [p for key in ("device", *DEVICE_SIDE, STAGING) for p in facts.spans.get(key, [])]
     keys = [key for key in facts.spans if key.startswith(LAUNCH)]
     if not pieces or not keys:
         return np.empty(0), np.empty(0)

@@ -26,6 +26,7 @@ __all__ = [
     "OFFLOAD",
     "READ",
     "RUNTIME",
+    "STAGING",
     "STEP",
     "STEP_END",
     "TRACE",
@@ -47,6 +48,11 @@ DONE = "done"
 """The span key of the host's waits on the Python threads after which everything launched
 before the wait began has run: a barrier before the next step (torch_xla's), a device
 value read back (:data:`READ`)."""
+STAGING = "staging"
+"""The span key of the host's side of copies off the Python thread (``H2D Dispatch`` on
+PjRt's workers, or on the CPU client's threads): also ``transfer``, and kept apart as work
+a launch set going, which the step that launched it waits for
+(:func:`~xprof_magic._analysis.summary.steps.launched_work`)."""
 READ = "read"
 """The span key of the runtime's reads of a device value on the Python threads (the
 vocabulary's ``waits``: JAX's ``np.asarray(jax.Array)`` behind ``float(x)``)."""

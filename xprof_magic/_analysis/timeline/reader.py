@@ -47,6 +47,7 @@ from xprof_magic._analysis.timeline.facts import (
     COMPILE,
     DONE,
     READ,
+    STAGING,
     STEP_END,
     XLA_OP,
     Block,
@@ -289,11 +290,11 @@ class Reader:
         device value (the vocabulary's ``waits``: :data:`~.facts.READ`)."""
         copy = flag["copy"][name_id]
         if group in XLA_CPU_CLIENT_GROUPS:
-            found = {"device": top & ~copy, "transfer": top & copy}
+            found = {"device": top & ~copy, "transfer": top & copy, STAGING: top & copy}
         elif not group.startswith("tf_") and group != "python":
             # PjRt's own workers stage the host's side of a copy (``H2D Dispatch``: the
             # array laid out for the device, then its DMA), apart from the Python thread.
-            found = {"transfer": top & copy}
+            found = {"transfer": top & copy, STAGING: top & copy}
         elif group == "python":
             runtime = pushed & (cat == _RUNTIME)
             found = {
