@@ -217,7 +217,7 @@ def _outside(
     stepped = merge([([a for _, a, _ in steps], [b for _, _, b in steps])])
     found: dict[str, NDArray[np.float64]] = {}
     for b in mine:
-        if b.parent >= 0 or b.name in aside:
+        if b.parent >= 0 or b.kind == STEP or b.name in aside:
             continue
         lo, hi = subtract((np.array([b.start]), np.array([b.end])), stepped)
         if not len(lo):

@@ -34,7 +34,7 @@ from xprof_magic._analysis.timeline.facts import (
     Block,
     TraceFacts,
 )
-from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, merge
+from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, merge
 
 __all__ = ["STALE_NS", "fetch_spans", "in_order", "launched_work", "step_spans", "steps_from_trace"]
 
@@ -173,8 +173,8 @@ def in_order(
         upto = int(np.searchsorted(at, start, side="left"))
         if upto <= served:
             continue
-        first = covered(busy, np.array([max(since, float(at[served]))]))[0]
-        last = covered(busy, np.array([end]))[0] if np.isfinite(end) else total[-1]
+        first = _busy_before(busy, total, max(since, float(at[served])))
+        last = _busy_before(busy, total, end) if np.isfinite(end) else total[-1]
         parts = np.cumsum(cost[served:upto])
         parts = parts / parts[-1] * max(0.0, last - first)
         for k, part in zip(range(served, upto), parts.tolist(), strict=True):
@@ -182,6 +182,14 @@ def in_order(
             ended.append(max(float(at[k]), _when(busy, total, first + part)))
         served, since = upto, end
     return np.asarray(made, np.float64), np.asarray(ended, np.float64)
+
+
+def _busy_before(busy: Spans, total: Floats, t: float) -> float:
+    """How long the device had been busy before ``t`` (``total``: the busy time before each
+    span, and in all)."""
+    lo, hi = busy
+    i = int(np.searchsorted(lo, t, side="right"))
+    return float(total[i] - (max(0.0, float(hi[i - 1]) - t) if i > 0 else 0.0))
 
 
 def _when(busy: Spans, total: Floats, amount: float) -> float:
