@@ -161,7 +161,7 @@ def _heading(s: Summary) -> list[str]:
     parts = [
         f'<div style="font-weight:600;margin-bottom:4px">xprof summary — {_e(header(s))}</div>'
     ]
-    badge_color = ORANGE if s.device.kind != "TPU" else "#2ca02c"
+    badge_color = ORANGE if s.device.kind in ("CPU", "unknown") else "#2ca02c"
     parts.append(
         f'<div style="margin:4px 0"><span style="background:{badge_color};color:#fff;'
         f'border-radius:4px;padding:1px 7px;font-weight:600">{_e(s.device.kind)}</span> '

@@ -147,13 +147,16 @@ def memory_svg(s: Summary, width: int = 640, height: int = 150) -> str:
         t0 = min(t0, s.steps.starts_s[0])
         t1 = max(t1, s.steps.starts_s[-1] + s.steps.durations_s[-1])
     span = (t1 - t0) or 1.0
-    ymax = max(b for _, b in d.curve) * 1.1 or 1.0
+    high, low = max(b for _, b in d.curve), min(b for _, b in d.curve)
+    # From zero where the cell's own use is most of it; else the band it moved in.
+    ymin = 0.0 if low < 0.5 * high else low - 0.15 * (high - low or high)
+    ymax = high + 0.15 * (high - ymin) or 1.0
 
     def x(t: float) -> float:
         return left + (t - t0) / span * plot_w
 
     def y(b: float) -> float:
-        return top + plot_h - b / ymax * plot_h
+        return top + plot_h - (b - ymin) / (ymax - ymin) * plot_h
 
     points = " ".join(f"{x(t):.1f},{y(b):.1f}" for t, b in d.curve)
     shapes = [
@@ -171,7 +174,7 @@ def memory_svg(s: Summary, width: int = 640, height: int = 150) -> str:
     shapes.append(f'<polyline points="{points}" fill="none" stroke="{BLUE}" stroke-width="1.5"/>')
     labels = [
         Text(left - 6, top + 9, data_size(ymax), "end"),
-        Text(left - 6, top + plot_h, "0", "end"),
+        Text(left - 6, top + plot_h, data_size(ymin) if ymin else "0", "end"),
     ]
     if d.peak_s is not None:
         px, py = x(d.peak_s), y(d.peak_bytes)
@@ -180,7 +183,10 @@ def memory_svg(s: Summary, width: int = 640, height: int = 150) -> str:
         label = f"peak {data_size(d.peak_bytes)}{where}"
         label = label if len(label) <= 48 else label[:47] + "…"
         anchor = "end" if px > left + plot_w / 2 else "start"
-        peak = Text(px - 5 if anchor == "end" else px + 5, max(py - 4, top + 9), label, anchor)
+        below = py < top + 14
+        peak = Text(
+            px - 5 if anchor == "end" else px + 5, py + 14 if below else py - 6, label, anchor
+        )
         if not any(overlaps(peak, other) for other in labels):
             labels.append(peak)
     caption = (
