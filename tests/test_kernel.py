@@ -168,6 +168,41 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     assert d.headline.startswith("Host-bound: ") and "after the first (compiling)" in d.headline
 
 
+def test_the_demo_stores_its_runs_where_the_notebook_opened_in_jupyterlab_does(
+    tmp_path: Path,
+) -> None:
+    """``make demo`` runs a notebook as JupyterLab does, in the notebook's folder, and stores
+    its runs in the log directory the notebook uses there (``xprof_logs`` beside it), so the
+    notebook opened after the demo lists the demo's runs."""
+    import os
+    import subprocess
+    import sys
+
+    folder, elsewhere = tmp_path / "notebooks", tmp_path / "repo"
+    folder.mkdir()
+    elsewhere.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext xprof_magic"),
+        nbformat.v4.new_code_cell("%%xprof --name demo-cell --backend jax --no-display\nx = 1"),
+    ]
+    nbformat.write(nb, folder / "tiny.ipynb")
+    env = {k: v for k, v in os.environ.items() if k != "XPROF_MAGIC_LOGDIR"}
+    done = subprocess.run(
+        [sys.executable, str(NOTEBOOKS / "demo.py"), str(folder / "tiny.ipynb")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=elsewhere,
+        env={**env, "XPROF_MAGIC_NO_SERVER": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert [r.name for r in _store.runs(folder / "xprof_logs")] == ["demo-cell"], done.stdout
+    assert f"1 run(s) in {folder / 'xprof_logs'}" in done.stdout, done.stdout
+    assert not (elsewhere / "xprof_logs").exists()
+
+
 def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(
     kernel: Kernel, tmp_path: Path
 ) -> None:
