@@ -35,7 +35,7 @@ sys.meta_path.insert(0, NoWidgets())
 
 TERMINAL = (
     BLOCK_IPYWIDGETS
-    + '''
+    + """
 from IPython.terminal.interactiveshell import TerminalInteractiveShell
 
 shell = TerminalInteractiveShell.instance()
@@ -43,7 +43,7 @@ for cell in CELLS:
     print(f"----- {cell.splitlines()[0]}", flush=True)
     shell.run_cell(cell, store_history=True)
 print("ipywidgets imported:", "ipywidgets" in sys.modules)
-'''
+"""
 )
 
 
