@@ -164,4 +164,5 @@ bench: install
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) $(COLAB_VENV) $(TORCHTPU_VENV) xprof_logs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(COLAB_VENV) $(TORCHTPU_VENV) xprof_logs notebooks/xprof_logs \
+	  .pytest_cache .mypy_cache .ruff_cache

@@ -1,8 +1,10 @@
 """``make demo``: run a quickstart notebook headless and print what it captured.
 
-A Jupyter notebook (``.ipynb``) runs in a kernel through nbclient; a marimo notebook
-(``.py``) runs as marimo runs it as a script (``app.run()``), and each run its cells end
-with is printed.
+A Jupyter notebook (``.ipynb``) runs in a kernel through nbclient, in the notebook's own
+folder as JupyterLab runs it; a marimo notebook (``.py``) runs as marimo runs it as a script
+(``app.run()``), and each run its cells end with is printed. The runs go where the
+notebooks write theirs when opened in JupyterLab: ``xprof_logs`` beside them
+(``$XPROF_MAGIC_LOGDIR`` if set), so their runs dropdown lists the demo's.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ from xprof_magic._viewer.process import manager as _viewer
 
 
 def main(notebook: str) -> int:
-    root = Path.cwd()
-    logdir = Path(os.environ.setdefault("XPROF_MAGIC_LOGDIR", str(root / "xprof_logs")))
+    folder = Path(notebook).resolve().parent
+    logdir = Path(os.environ.setdefault("XPROF_MAGIC_LOGDIR", str(folder / "xprof_logs")))
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     if notebook.endswith(".py"):
         run_marimo(notebook)
     else:
-        run_jupyter(notebook, root)
+        run_jupyter(notebook, folder)
     found = xprof_magic.runs(logdir)
     print(f"{len(found)} run(s) in {logdir}:")
     for run in found:
@@ -55,7 +57,8 @@ def run_marimo(notebook: str) -> None:
             print()
 
 
-def run_jupyter(notebook: str, root: Path) -> None:
+def run_jupyter(notebook: str, folder: Path) -> None:
+    """The notebook in a kernel whose working directory is ``folder``, the notebook's."""
     nb = nbformat.read(notebook, as_version=4)
     started = time.time()
     print(f"Running {notebook} on PJRT_DEVICE={os.environ['PJRT_DEVICE']} ...", flush=True)
@@ -64,7 +67,7 @@ def run_jupyter(notebook: str, root: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="xprof-demo-") as viewers:
         os.environ["XPROF_MAGIC_VIEWER_DIR"] = viewers
         try:
-            NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(root)}}).execute()
+            NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(folder)}}).execute()
         finally:
             for viewer in _viewer.list_viewers():
                 _viewer.stop_viewer(viewer)

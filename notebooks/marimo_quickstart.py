@@ -31,6 +31,8 @@ def _():
 
     has_tpu = bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
     os.environ.setdefault("PJRT_DEVICE", "TPU" if has_tpu else "CPU")
+    # The runs beside this notebook, where the Jupyter quickstarts and `make demo` put theirs.
+    os.environ.setdefault("XPROF_MAGIC_LOGDIR", str(mo.notebook_dir() / "xprof_logs"))
 
     import torch
     import torch_xla

@@ -329,6 +329,45 @@ class BrowserPage:
         print(f"screenshot {name} left out: {str(failed).splitlines()[0]}")
         return path
 
+    def xprof_frame(self, owner: Any) -> Any:
+        """The XProf page's frame that ``owner`` (a widget, or Colab's output box) holds,
+        from Playwright's frame tree, or None while there is none: the frame named after the
+        ``data-xprof-frame`` id that ``owner`` (or an element in it) carries."""
+        frame_id = owner.evaluate(
+            "e => (e.closest('[data-xprof-frame]') || e.querySelector('[data-xprof-frame]'))"
+            "?.dataset.xprofFrame ?? null"
+        )
+        name = frame_name(frame_id) if frame_id else None
+        found = [f for f in self.page.frames if f.name == name and not f.is_detached()]
+        return found[-1] if found else None
+
+    def wait_for_page(self, owner: Any, run: str, page: str, timeout: float) -> Any:
+        """``owner``'s XProf frame once it shows ``page`` (:func:`page_of`) of ``run``."""
+
+        def shown() -> Any:
+            frame = self.xprof_frame(owner)
+            ok = frame is not None and (page_of(frame.url), run_of(frame.url)) == (page, run)
+            return frame if ok else None
+
+        def state() -> str:
+            frame = self.xprof_frame(owner)
+            return f"{page} of {run} in the frame; it shows {frame.url if frame else None}"
+
+        return self.wait(shown, state, timeout)
+
+    def wait_for_data(
+        self, frame: Any, run: str, tag: str, timeout: float, label: str | None = None
+    ) -> Any:
+        """Until ``frame``, looked at (:func:`look_at`), has fetched ``run``'s data for
+        ``tag`` (with event ``label``)."""
+        wanted = f"{tag} data of run {run!r}" + (f" with an event {label!r}" if label else "")
+        look_at(frame)
+        return self.wait(
+            lambda: self.data.find(run, tag, frame, label),
+            lambda: f"the widget's page fetched no {wanted}\n{self.data.describe()}",
+            timeout,
+        )
+
 
 class NotebookPage(BrowserPage):
     """One notebook open in a browser page, in JupyterLab or classic Notebook 6 (``ui``):
@@ -420,45 +459,6 @@ class NotebookPage(BrowserPage):
     def widgets(self) -> Any:
         """The widgets' viewer boxes (a locator)."""
         return self.page.locator(self.ui.widgets)
-
-    def xprof_frame(self, owner: Any) -> Any:
-        """The XProf page's frame that ``owner`` (a widget, or Colab's output box) holds,
-        from Playwright's frame tree, or None while there is none: the frame named after the
-        ``data-xprof-frame`` id that ``owner`` (or an element in it) carries."""
-        frame_id = owner.evaluate(
-            "e => (e.closest('[data-xprof-frame]') || e.querySelector('[data-xprof-frame]'))"
-            "?.dataset.xprofFrame ?? null"
-        )
-        name = frame_name(frame_id) if frame_id else None
-        found = [f for f in self.page.frames if f.name == name and not f.is_detached()]
-        return found[-1] if found else None
-
-    def wait_for_page(self, owner: Any, run: str, page: str, timeout: float) -> Any:
-        """``owner``'s XProf frame once it shows ``page`` (:func:`page_of`) of ``run``."""
-
-        def shown() -> Any:
-            frame = self.xprof_frame(owner)
-            ok = frame is not None and (page_of(frame.url), run_of(frame.url)) == (page, run)
-            return frame if ok else None
-
-        def state() -> str:
-            frame = self.xprof_frame(owner)
-            return f"{page} of {run} in the widget's frame; it shows {frame.url if frame else None}"
-
-        return self.wait(shown, state, timeout)
-
-    def wait_for_data(
-        self, frame: Any, run: str, tag: str, timeout: float, label: str | None = None
-    ) -> Any:
-        """Until ``frame``, looked at (:func:`look_at`), has fetched ``run``'s data for
-        ``tag`` (with event ``label``)."""
-        wanted = f"{tag} data of run {run!r}" + (f" with an event {label!r}" if label else "")
-        look_at(frame)
-        return self.wait(
-            lambda: self.data.find(run, tag, frame, label),
-            lambda: f"the widget's page fetched no {wanted}\n{self.data.describe()}",
-            timeout,
-        )
 
     def report(self) -> None:
         """What a failure leaves to read: the server's log, the page's console and errors."""
@@ -856,6 +856,14 @@ class ToolView:
     reason: Callable[[], str]
     """The line the frame shows in place of a tool that has nothing for the run ("" while
     it shows none)."""
+    place: Any = None
+    """The element the page, or the line in its place, takes on the page: it shrinks to the
+    line (None: not checked)."""
+    charts_note: Callable[[], str] | None = None
+    """The line under a page that draws charts where the chart library cannot load ("" while
+    it shows none; None: not checked)."""
+    thread: str = "python"
+    """The name of the row that holds the labels in the trace viewer (marimo's: ``marimo``)."""
     timeout_s: float = 90.0
     idle_s: float = 30.0
     """How long after a tool is chosen its page may still show a loading indicator."""
@@ -870,12 +878,13 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
     ``idle_s`` after it was chosen. No profile request answers 4xx/5xx, XProf's toolbar and
     menu are not there (the dropdown is the navigation) and no backdrop covers the tool, and
     in the trace viewer the ``python`` row (``label``'s thread) is inside the frame without
-    scrolling. The options are read once the widget says they are final. Returns the tools
-    seen.
+    scrolling. The options are read once the widget says they are final. A reason's frame
+    shrinks to its line (:attr:`ToolView.place`), and the charts note shows under the pages
+    that draw charts, offline, and under no other. Returns the tools seen.
     """
     from tests._page_checks import nav_shown
     from xprof_magic._notebook.widget import SURVEYED
-    from xprof_magic._viewer.tools import TOOL_NAMES
+    from xprof_magic._viewer.tools import TOOL_NAMES, uses_charts
 
     # Until XProf has said which tools have data, the options (their order, their names)
     # and a per-program tool's page can still change.
@@ -902,6 +911,9 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
             assert len(why) > 8, text
             shown = _wait(view, functools.partial(_says, view, why), f"{value}: its reason")
             assert shown and not view.data.failed, (value, view.data.failed)
+            if view.place is not None:
+                height = _wait(view, functools.partial(_height, view.place, 0, 100), "a line")
+                assert height, f"{value}: its reason takes {_height(view.place)} px"
             view.screenshot(f"{name}-{value.rstrip('@')}")
             continue
         frame = view.frame(value)
@@ -909,9 +921,9 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
         if value.startswith("trace_viewer"):
             found = functools.partial(view.data.find, run, "trace_viewer", frame, label)
             _wait(view, found, f"{value} data of {run} with {label!r}")
-            row = frame.get_by_text("python", exact=True).filter(visible=True).first
+            row = frame.get_by_text(view.thread, exact=True).filter(visible=True).first
             row.wait_for(timeout=view.timeout_s * 1000)
-            _inside(row.bounding_box(), view.box.bounding_box(), "the python row")
+            _inside(row.bounding_box(), view.box.bounding_box(), f"the {view.thread} row")
         else:
             if value == "graph_viewer":
                 search = frame.get_by_role("button", name="Search Graph")
@@ -935,6 +947,15 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
         )
         assert idle and view.reason() == "", value
         assert nav_shown(frame) == [], f"{value}: XProf's menu is open: {nav_shown(frame)}"
+        if view.place is not None:
+            assert _height(view.place, 300), f"{value}: the page in {_height(view.place)} px"
+        if view.charts_note is not None:
+            if uses_charts(value):  # offline: Google's chart library cannot load
+                noted = functools.partial(_charts_noted, view.charts_note)
+                _wait(view, noted, f"{value}: the charts note")
+            else:
+                said = view.charts_note()
+                assert said == "", f"{value} draws no charts, yet the frame says: {said}"
         if not value.startswith("trace_viewer"):
             # A Trace Viewer v2 choice saved here (no WebGPU adapter headless) is dropped by
             # the next XProf page this origin loads.
@@ -948,6 +969,17 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
 
 def _says(view: ToolView, why: str) -> bool:
     return why in view.reason()
+
+
+def _charts_noted(note: Callable[[], str]) -> bool:
+    return "Google's charts" in note()
+
+
+def _height(place: Any, low: float = 0.0, high: float = float("inf")) -> float:
+    """``place``'s height on the page, when it is from ``low`` to ``high`` px (else 0)."""
+    box = place.bounding_box()
+    height = float(box["height"]) if box else 0.0
+    return height if low <= height <= high else 0.0
 
 
 def look_at(frame: Any) -> None:

@@ -9,6 +9,7 @@ beside the tool, a spinner that never stops.
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 from xprof_magic._viewer.app.inline import BUSY_SELECTOR
@@ -17,16 +18,22 @@ __all__ = [
     "busy",
     "chart_boxes",
     "clipped",
+    "controls",
     "first_thread",
+    "moved",
     "nav_shown",
+    "one_line",
     "overlapping",
     "visible_range",
 ]
 
 _CLIPPED = """(el) => {
   const out = [];
-  const stop = el.closest('.jp-OutputArea, .output_area, .output_subarea') || document.body;
-  for (let e = el; e && e !== stop.parentElement; e = e.parentElement) {
+  const stop = '.jp-OutputArea, .output_area, .output_subarea, .output-area';
+  // Up through shadow roots too: marimo draws a widget in one.
+  const up = (e) => e.parentElement ||
+    (e.getRootNode() instanceof ShadowRoot ? e.getRootNode().host : null);
+  for (let e = el; e && e !== document.documentElement; e = up(e)) {
     const s = getComputedStyle(e);
     for (const [axis, over, size, client] of [
         ['y', s.overflowY, e.scrollHeight, e.clientHeight],
@@ -36,15 +43,16 @@ _CLIPPED = """(el) => {
                  `${size} px in ${client}`);
       }
     }
+    if (e.matches(stop) || e === document.body) break;
   }
   return out;
 }"""
 
 
 def clipped(element: Any) -> list[str]:
-    """Every box from ``element`` up to its output area that hides part of its content
-    (overflow not visible, content larger than the box): empty when the user sees it
-    whole, without scrolling inside it."""
+    """Every box from ``element`` up to its output area (JupyterLab's, Notebook 6's,
+    marimo's) that hides part of its content (overflow not visible, content larger than the
+    box): empty when the user sees it whole, without scrolling inside it."""
     found: list[str] = element.evaluate(_CLIPPED)
     return found
 
@@ -151,6 +159,42 @@ def steps_missed(seen: dict[str, float] | None, summary: Any) -> str:
         if seen["min"] < middle:
             problems.append(f"it shows most of compiling step {first - 1} (from {seen['min']:.1f})")
     return "; ".join(problems)
+
+
+_CONTROLS = """(w) => {
+  const o = w.getBoundingClientRect();
+  const name = (e) => [...e.classList].find((c) => CONTROLS.includes(c));
+  return [...w.querySelectorAll(CONTROLS.map((c) => '.' + c).join(', '))]
+    .map((e) => [name(e), e.getBoundingClientRect()])
+    .filter(([, b]) => b.width > 0)
+    .map(([n, b]) => [n, Math.round(b.x - o.x), Math.round(b.y - o.y),
+                      Math.round(b.width), Math.round(b.height)]);
+}"""
+CONTROLS = ("xprof-runs", "xprof-tools", "xprof-hosts", "xprof-refresh", "xprof-open")
+
+
+def controls(widget: Any) -> list[tuple[str, int, int, int, int]]:
+    """Where the controls row of a widget (or marimo view) puts each of its controls:
+    ``(class, x, y, width, height)``, in px from the widget's corner, the hidden ones left
+    out."""
+    script = _CONTROLS.replace("CONTROLS", json.dumps(list(CONTROLS)))
+    return [tuple(c) for c in widget.evaluate(script)]
+
+
+def one_line(row: list[tuple[str, int, int, int, int]]) -> bool:
+    """Whether the controls of :func:`controls` sit side by side on one line."""
+    return bool(row) and max(y for _, _, y, _, _ in row) < min(y + h for _, _, y, _, h in row)
+
+
+def moved(before: list[Any], after: list[Any], slack: int = 2) -> list[str]:
+    """The controls whose place or width differs between two :func:`controls` looks."""
+    if [c[0] for c in before] != [c[0] for c in after]:
+        return [f"{[c[0] for c in before]} became {[c[0] for c in after]}"]
+    return [
+        f"{a[0]}: {a[1:]} became {b[1:]}"
+        for a, b in zip(before, after, strict=True)
+        if any(abs(x - y) > slack for x, y in zip(a[1:], b[1:], strict=True))
+    ]
 
 
 def check_summary(panel: Any) -> None:

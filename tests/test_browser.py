@@ -34,7 +34,15 @@ from tests._browser import (
     tool_page,
     write_notebook,
 )
-from tests._page_checks import check_summary, first_thread, steps_missed, visible_range
+from tests._page_checks import (
+    check_summary,
+    controls,
+    first_thread,
+    moved,
+    one_line,
+    steps_missed,
+    visible_range,
+)
 from tests.conftest import ARTIFACTS
 
 # A guard against a hang only: each wait below fails sooner, naming what it waited for. On
@@ -110,6 +118,8 @@ def every_tool(
         pause=notebook.pause,
         screenshot=lambda shot: notebook.screenshot(f"{name}-{shot}", outer),
         reason=lambda: shown_text(wrapped.locator(".xprof-empty")),
+        place=outer,
+        charts_note=lambda: shown_text(wrapped.locator(".xprof-charts-note")),
     )
     return check_every_tool(view, run, label, "tools")
 
@@ -274,10 +284,22 @@ STEADY = [
 OUTPUT_PX = 848
 
 
+SELECTED = "s => s.options[s.selectedIndex]?.textContent ?? ''"
+"""The text of a select's chosen option."""
+
+
+def rerun(notebook: NotebookPage, cell: int) -> None:
+    """Run code cell ``cell`` again, as a person does: in its editor, Ctrl+Enter."""
+    notebook.page.locator(".jp-CodeCell").nth(cell).locator(".jp-InputArea-editor").click()
+    notebook.page.keyboard.press("Control+Enter")
+
+
 def test_what_a_person_sees_under_the_cell(lab: JupyterLab, browser: Any) -> None:
     """At an 848 px output: the summary whole, its charts' labels apart, the trace viewer on
     steps 1 to 9 with the labelled row first, and every tool without XProf's menu, without a
-    loading indicator 30 s after it was chosen, or with its reason in place."""
+    loading indicator 30 s after it was chosen, or with its reason in place (the frame
+    shrunk to it); the charts note under the pages that draw charts only; the controls row
+    as it was, once the tools are known and after the cell runs again."""
     import xprof_magic
     from xprof_magic._analysis import render_html
 
@@ -292,6 +314,8 @@ def test_what_a_person_sees_under_the_cell(lab: JupyterLab, browser: Any) -> Non
         assert "Traceback" not in outputs and "xprof: run steady (ok)" in outputs, outputs
         widget = notebook.widgets.first
         fit(notebook, widget, OUTPUT_PX)
+        layout = controls(widget)
+        assert one_line(layout), f"the controls on two lines: {layout}"
         run_dir = Path(lab.env["XPROF_MAGIC_LOGDIR"]) / "plugins" / "profile" / "steady"
         summary = xprof_magic.summarize(run_dir)
         assert summary.diagnosis.warm_up == 1, summary.diagnosis  # the test's own premise
@@ -320,6 +344,26 @@ def test_what_a_person_sees_under_the_cell(lab: JupyterLab, browser: Any) -> Non
 
         tools = every_tool(notebook, widget, "steady", "forward", "steady", width=OUTPUT_PX)
         assert "hlo_stats" in tools and "memory_viewer" in tools, tools
+        assert moved(layout, controls(widget)) == [], "the tools' survey moved the controls"
+
+        # The cell again: a new widget, its controls where the first one's were, from the
+        # first look (its tools not surveyed yet) to the last.
+        rerun(notebook, 1)
+        again = notebook.widgets.first
+        notebook.wait(
+            lambda: "steady-2" in again.locator(".xprof-runs select").evaluate(SELECTED),
+            lambda: f"the widget of steady-2\n{notebook.outputs()[-2000:]}",
+            RUN_TIMEOUT_S,
+        )
+        first_look = controls(again)
+        notebook.wait(
+            lambda: again.locator(".xprof-tools.xprof-surveyed").count() == 1,
+            "the tools of steady-2 surveyed",
+            LOAD_TIMEOUT_S,
+        )
+        for look in (first_look, controls(again)):
+            assert moved(layout, look) == [], f"a re-run moved the controls: {moved(layout, look)}"
+        notebook.screenshot("steady-rerun-controls", again.locator(".widget-hbox").first)
 
         # The summary as a saved notebook shows it: static HTML, no script, whole too.
         page = render_html(summary)

@@ -212,6 +212,8 @@ def every_tool(notebook: NotebookPage, widget: Any, box: Any, run: str, label: s
         pause=notebook.pause,
         screenshot=lambda shot: notebook.screenshot(f"colab-{run}-{shot}", box),
         reason=lambda: shown_text(box.locator(".xprof-empty")),
+        place=box,
+        charts_note=lambda: shown_text(box.locator(".xprof-charts-note")),
     )
     return check_every_tool(view, run, label, "tools")
 

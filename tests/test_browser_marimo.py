@@ -1,10 +1,13 @@
 """Acceptance: ``xprof_magic.profile`` in a real marimo app, seen by a real Chromium.
 
 What only a browser can show: marimo draws the run's view (an anywidget; ipywidgets' own
-widgets do not render in marimo), the verdict and the per-step chart are in it, XProf's
-trace viewer loads inside it from the loopback viewer and fetches the function's own
-labels, for a torch_xla run and a JAX run, the link opens the full UI, and the runs
-dropdown switches the same frame to the other run in place. Two routes from the browser
+widgets do not render in marimo), the verdict and the per-step chart are in it, the summary
+whole (no box of its own that scrolls), XProf's trace viewer loads inside it from the
+loopback viewer and fetches the function's own labels, for a torch_xla run and a JAX run,
+the link opens the full UI, the runs dropdown switches the same frame to the other run in
+place, the controls row keeps its place throughout, and every tool shows as the Jupyter
+widget shows it (its page, idle, or its reason in one line, the charts note only where
+charts are drawn). Two routes from the browser
 to the loopback viewer: its own port, for ``marimo run`` on a loopback port with a fixed
 token (two origins), and jupyter-server-proxy's ``/proxy/<port>/``, for marimo served by
 JupyterLab's proxy as on JupyterHub (one origin: XProf's page must not rewrite marimo's
@@ -26,12 +29,16 @@ import pytest
 import xprof_magic
 from tests._browser import (
     BrowserPage,
+    ToolView,
+    check_every_tool,
     launch_chromium,
     leftover_processes,
     machine_environment,
     offline,
+    shown_text,
     shut_down,
     stop_viewers,
+    tool_page,
 )
 from tests._marimo import (
     start_marimo,
@@ -39,6 +46,7 @@ from tests._marimo import (
     view_frames,
     write_marimo_notebook,
 )
+from tests._page_checks import check_summary, controls, moved, one_line
 
 pytestmark = pytest.mark.browser
 
@@ -159,6 +167,26 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield launched
 
 
+def every_tool(watched: BrowserPage, view: Any, run: str, label: str, route: str) -> list[str]:
+    """:func:`check_every_tool` on one run view: its page, the line in its place, the
+    charts note; the labels on the ``marimo`` row (the kernel's thread)."""
+    outer = view.locator("iframe.xprof-outer")
+    outer.scroll_into_view_if_needed()
+    tool_view = ToolView(
+        widget=view,
+        box=outer,
+        frame=lambda tool: watched.wait_for_page(view, run, tool_page(tool), LOAD_TIMEOUT_S),
+        data=watched.data,
+        pause=watched.pause,
+        screenshot=lambda shot: watched.screenshot(f"{route}-{shot}", view),
+        reason=lambda: shown_text(view.locator(".xprof-empty")),
+        place=view.locator(".xprof-page-area"),
+        charts_note=lambda: shown_text(view.locator(".xprof-charts-note")),
+        thread="marimo",
+    )
+    return check_every_tool(tool_view, run, label, "tools")
+
+
 def check_route(app: App, frame_url: str) -> None:
     """The XProf page came from the route's way to the viewer: its port, or the proxy."""
     parts = urlsplit(frame_url)
@@ -201,6 +229,8 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
         start = page.url
         navigations.clear()
         assert "Jupyter widgets are not supported" not in page.inner_text("body")
+        layout = controls(views.first)
+        assert one_line(layout), f"the controls on two lines: {layout}"
 
         # 1. The torch_xla run: its verdict and per-step chart, its labels in the trace viewer.
         torch_view, torch_frame = view_frames(page, 0)
@@ -215,6 +245,8 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
         )
         assert "xprof summary — run marimo-torch" in shown.inner_text()
         assert shown.locator("svg").count() >= 1, "no per-step chart"
+        check_summary(torch_view.locator(".xprof-summary-panel"))  # whole, labels apart
+        watched.screenshot(f"{app.route}-summary", torch_view.locator(".xprof-summary-panel"))
         torch_view.locator("iframe.xprof-outer").scroll_into_view_if_needed()
         first = watched.wait(
             lambda: fetched("marimo-torch", "forward"),
@@ -256,7 +288,7 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
 
         # 3. The first view lists the JAX run, stored after it was shown, and switches to it
         # in place: the same frames, a new page in the inner one.
-        runs = torch_view.locator("select.xprof-runs")
+        runs = torch_view.locator(".xprof-runs select")
         watched.wait(
             lambda: "marimo-jax" in runs.evaluate("s => [...s.options].map(o => o.value)"),
             "the torch_xla view to list the JAX run",
@@ -289,6 +321,17 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
         # 4. The app's page never left its address.
         assert navigations == [] and page.url == start
         assert not data.failed, data.failed
+
+        # 5. The controls where they were, in both views, the tools known and a run switched.
+        for view in (torch_view, jax_view):
+            view.locator(".xprof-tools.xprof-surveyed").wait_for(timeout=LOAD_TIMEOUT_S * 1000)
+            assert moved(layout, controls(view)) == [], moved(layout, controls(view))
+
+        # 6. Every tool of the JAX run, as in Jupyter (one route: the tools are the same).
+        if app.route == "direct":
+            tools = every_tool(watched, jax_view, "marimo-jax", "update", app.route)
+            assert "graph_viewer" in tools and "op_profile" in tools, tools
+            assert moved(layout, controls(jax_view)) == []
     except BaseException:
         with contextlib.suppress(Exception):
             watched.screenshot(f"{app.route}-failure")

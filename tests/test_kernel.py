@@ -113,31 +113,101 @@ def test_run_all_stops_at_a_failing_profiled_cell(tmp_path: Path) -> None:
     assert len(_store.runs(tmp_path)) == 1
 
 
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports that nothing listens on now."""
+    from xprof_magic._backends.ports import port_is_free
+
+    for _ in range(50):
+        port = free_port()
+        if port + count < 65536 and all(port_is_free(port + i) for i in range(count)):
+            return port
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
 def test_profiler_server_starts_once_and_a_busy_port_is_said_once(tmp_path: Path) -> None:
+    """A port another process holds: the server starts on the next free one, said once; a
+    later ``--port`` is told once that the process's server runs already."""
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "XPROF_MAGIC_NO_SERVER"}
     with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as busy:
-        busy.bind(("::", 0))
+        busy_port = free_ports(2)
+        busy.bind(("::", busy_port))
         busy.listen()
-        busy_port = busy.getsockname()[1]
         k = Kernel(env)
         try:
             k.run("%load_ext xprof_magic")
             cell = f"%%xprof --logdir {tmp_path} --port {busy_port}\nran = 1"
             first = text(k.run(cell)[1])
             second = text(k.run(cell)[1])
-            assert f"port {busy_port} is busy" in first and "--no-server" in first
-            assert "is busy" not in second
+            assert f"port {busy_port} is busy" in first, first
+            assert f"listens on port {busy_port + 1}" in first and "--no-server" not in first
+            assert "is busy" not in second and "listens on" not in second, second
             assert k.run("ran")[1][-1]["data"]["text/plain"] == "1"
-            port = free_port()
-            content, outputs = k.run(f"%%xprof --logdir {tmp_path} --port {port}\nx = 1")
+            with socket.create_connection(("127.0.0.1", busy_port + 1), timeout=5):
+                pass  # torch_xla's profiler server answers on the port it took
+            content, outputs = k.run(f"%%xprof --logdir {tmp_path} --port {free_port()}\nx = 1")
             assert content["status"] == "ok", text(outputs)
-            with socket.create_connection(("127.0.0.1", port), timeout=5):
-                pass  # torch_xla's profiler server answers on the port
+            assert f"already runs on port {busy_port + 1}" in text(outputs)
         finally:
             k.close()
     assert len(_store.runs(tmp_path)) == 3
+
+
+SPINNING = """
+import threading, torch, torch_xla
+stop = threading.Event()
+
+def spin():
+    w = torch.randn(16, 16, device=torch_xla.device())
+    while not stop.is_set():
+        w = (w @ w).tanh()
+        torch_xla.sync()
+
+spinner = threading.Thread(target=spin, daemon=True)
+spinner.start()
+"""
+"""Work in a thread of the kernel, for an on-demand capture of it to hold."""
+
+
+def test_a_second_kernel_starts_its_server_on_the_next_free_port_and_says_which(
+    tmp_path: Path,
+) -> None:
+    """Two notebooks open at once: the first kernel's profiler server holds the port, so the
+    second kernel's first ``%%xprof`` starts its own on the next one and says so, once, with
+    no flag to pass; ``%xprof capture`` of its own server reaches it there."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "XPROF_MAGIC_NO_SERVER"}
+    port = free_ports(2)
+    first, second = Kernel(env), Kernel(env)
+    try:
+        first.ok("%load_ext xprof_magic")
+        said = first.ok(f"%%xprof --logdir {tmp_path} --port {port} --no-display\nx = 1")
+        assert "is busy" not in said and "listens on" not in said, said
+        second.ok("%load_ext xprof_magic")
+        said = second.ok(f"%%xprof --logdir {tmp_path} --port {port} --no-display\nx = 1")
+        assert said.count(f"port {port} is busy") == 1, said
+        assert f"listens on port {port + 1}" in said, said
+        assert "--port" not in said and "--no-server" not in said, said
+        again = second.ok(f"%%xprof --logdir {tmp_path} --port {port} --no-display\nx = 2")
+        assert "is busy" not in again and "listens on" not in again, again
+        for each in (port, port + 1):
+            with socket.create_connection(("127.0.0.1", each), timeout=5):
+                pass
+        second.ok(SPINNING)
+        captured = second.ok(
+            f"%xprof capture --logdir {tmp_path} --port {port} --duration-ms 1000 "
+            "--name second-own --no-display"
+        )
+        second.ok("stop.set()\nspinner.join()")
+        assert f"localhost:{port + 1}" in captured, captured
+    finally:
+        first.close()
+        second.close()
+    assert _store.hosts(tmp_path / "plugins" / "profile" / "second-own") == (
+        f"localhost_{port + 1}",
+    )
 
 
 def test_quickstart_notebook_executes(tmp_path: Path) -> None:
@@ -166,6 +236,41 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     assert len(steady) >= 4 and max(steady) < s.steps.durations_s[0] / 20
     assert d.verdict == "host", d.headline
     assert d.headline.startswith("Host-bound: ") and "after the first (compiling)" in d.headline
+
+
+def test_the_demo_stores_its_runs_where_the_notebook_opened_in_jupyterlab_does(
+    tmp_path: Path,
+) -> None:
+    """``make demo`` runs a notebook as JupyterLab does, in the notebook's folder, and stores
+    its runs in the log directory the notebook uses there (``xprof_logs`` beside it), so the
+    notebook opened after the demo lists the demo's runs."""
+    import os
+    import subprocess
+    import sys
+
+    folder, elsewhere = tmp_path / "notebooks", tmp_path / "repo"
+    folder.mkdir()
+    elsewhere.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext xprof_magic"),
+        nbformat.v4.new_code_cell("%%xprof --name demo-cell --backend jax --no-display\nx = 1"),
+    ]
+    nbformat.write(nb, folder / "tiny.ipynb")
+    env = {k: v for k, v in os.environ.items() if k != "XPROF_MAGIC_LOGDIR"}
+    done = subprocess.run(
+        [sys.executable, str(NOTEBOOKS / "demo.py"), str(folder / "tiny.ipynb")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=elsewhere,
+        env={**env, "XPROF_MAGIC_NO_SERVER": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert [r.name for r in _store.runs(folder / "xprof_logs")] == ["demo-cell"], done.stdout
+    assert f"1 run(s) in {folder / 'xprof_logs'}" in done.stdout, done.stdout
+    assert not (elsewhere / "xprof_logs").exists()
 
 
 def test_the_viewer_shows_under_the_cell_restarts_when_killed_and_stops(

@@ -330,3 +330,52 @@ def test_xprofs_step_tools_detect_the_steps_of_steps_option(
     # XProf leaves the first and the last step out of its table
     assert len(steps["rows"]) >= 4
     assert all(row["c"][0]["v"] for row in steps["rows"])
+
+
+BLOCKS = """
+for i in range(6):
+    # xprof: forward
+    y = (w @ w).relu()
+    # xprof: correct
+    c = (y > 0).sum()
+    torch_xla.sync()
+loss = y.sum().item()
+"""
+PRINTED_BLOCK = re.compile(r"^ {4}\s*(\d[\d.]* [µmn]?s) {2}\s*(\S.*?)(?: {2}×\d+)?$", re.M)
+
+
+def test_the_text_under_the_cell_gives_each_block_the_summarys_number(
+    ip: Any, logdir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Each labelled block has one number under the cell: the text printed first carries
+    the summary's, read from the timeline (the magic's own timers, which ``--no-display``
+    prints, leave out the label's own events and the step ends inside the block)."""
+    from xprof_magic._units import seconds
+
+    ip.run_cell("import torch, torch_xla\nw = torch.randn(64, 64, device=torch_xla.device())")
+    capfd.readouterr()
+    result = ip.run_cell(f"%%xprof --logdir {logdir} --name blocks --steps\n{BLOCKS}")
+    assert result.success, result.error_in_exec
+    out = capfd.readouterr().out
+    text = out.split("xprof summary — ", 1)[0]
+    assert "labelled blocks, host time, largest first:" in text, out
+    printed = {name: time for time, name in PRINTED_BLOCK.findall(text)}
+    summary = xprof_magic.summarize(logdir / "plugins" / "profile" / "blocks")
+    assert summary.label_source == "trace"
+    shown = {row.path[-1]: seconds(row.total_s) for row in summary.labels if not row.thread}
+    assert printed == shown, out
+
+
+def test_the_text_says_whose_numbers_it_has_while_the_summary_is_pending(
+    ip: Any, logdir: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A summary too big for the cell's budget is shown from the metadata first and the
+    timeline's replaces it later: the text, printed once, says its numbers are the magic's."""
+    from xprof_magic._notebook import show
+
+    monkeypatch.setattr(show, "SUMMARY_BUDGET_S", 0.0)
+    ip.run_cell("import torch, torch_xla\nw = torch.randn(64, 64, device=torch_xla.device())")
+    capfd.readouterr()
+    assert ip.run_cell(f"%%xprof --logdir {logdir} --name pending\n{BLOCKS}").success
+    text = capfd.readouterr().out.split("xprof summary — ", 1)[0]
+    assert "host time by the magic's timers (the summary's are read from the" in text, text

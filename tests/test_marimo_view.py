@@ -87,6 +87,31 @@ def test_a_new_run_in_the_log_directory_joins_the_views_shown_there(
     assert view.run == "newer" and len(view.runs) == 3
 
 
+def test_the_view_says_what_the_jupyter_widget_says_in_its_words(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    """A tool with nothing for the run is one line in place of its page, the line for a
+    page still loading names the tool, the charts note is for pages that draw charts; the
+    Tool choice says when XProf has told which tools have data."""
+    from xprof_magic._viewer import tools as _tools
+
+    view = _view.RunView(viewer, logdir, "older")
+    assert view.empty == "" and view.charts is False  # the trace viewer
+    assert view.notes["busy_ms"] == int(_tools.BUSY_S * 1000)
+    assert view.notes["charts_url"] == _tools.CHARTS_URL
+    assert view.wait_for_tools() and view.surveyed
+    view.tool = "op_profile"
+    assert view.empty == (
+        "xprof: Op profile has nothing to show for this run: no device ops in a CPU capture. "
+        "Pick another tool, or open it in a new tab."
+    )
+    view.tool = "overview_page"
+    assert view.empty == "" and view.charts is True
+    assert view.busy.startswith("xprof: Overview is still loading after 45 s")
+    view.tool = "graph_viewer"
+    assert view.empty == "" and view.charts is False
+
+
 def test_without_a_viewer_the_view_shows_the_summary_and_says_why() -> None:
     logdir = Path("/nonexistent/logs")
     view = _view.RunView(None, logdir, None, status="xprof: no viewer: port 1 is in use")

@@ -85,17 +85,20 @@ def test_a_profiled_cell_leaves_the_runtime_to_spawn_later_and_inside(tmp_path: 
 def test_a_busy_port_tells_the_users_own_server_from_a_foreign_one(
     kernel: Kernel, tmp_path: Path
 ) -> None:
-    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as busy:
-        busy.bind(("::", 0))
-        busy.listen()
-        foreign = busy.getsockname()[1]
-        shown = kernel.ok(f"%%xprof --logdir {tmp_path} --port {foreign} --no-display\nx = 1")
-    assert f"port {foreign} is busy" in shown and "--port N" in shown
+    """The user's own server on the port: the magic starts none, and says where to capture;
+    another process's: the magic's starts on the next free port, named."""
     own = free_port()
     kernel.ok(f"import torch_xla.debug.profiler as xp\nmy_server = xp.start_server({own})")
     shown = kernel.ok(f"%%xprof --logdir {tmp_path} --port {own} --no-display\nx = 2")
     assert f"this process already serves on-demand capture on port {own}" in shown, shown
     assert "is busy" not in shown
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as busy:
+        busy.bind(("::", 0))
+        busy.listen()
+        foreign = busy.getsockname()[1]
+        shown = kernel.ok(f"%%xprof --logdir {tmp_path} --port {foreign} --no-display\nx = 1")
+    assert f"port {foreign} is busy" in shown and "listens on port" in shown, shown
+    assert "--port" not in shown and "--no-server" not in shown
 
 
 def test_sync_is_a_block_of_the_cell(kernel: Kernel, tmp_path: Path) -> None:

@@ -132,6 +132,21 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
     assert "xprof-charts-note" in wrapper(view) and "gstatic.com/charts/loader.js" in wrapper(view)
 
 
+def test_the_charts_note_is_for_the_pages_that_draw_charts(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    """Google's charts are loaded by the tools that draw with them only (XProf's front end):
+    the graph viewer draws fine without them, so its page carries no charts note."""
+    assert _tools.uses_charts("overview_page") and _tools.uses_charts("memory_viewer")
+    assert not any(map(_tools.uses_charts, ("trace_viewer@", "op_profile", "graph_viewer")))
+    view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="newer")
+    assert view.wait_for_tools()
+    view.tools.value = "graph_viewer"
+    assert shown(view)["charts"] is False and shown(view)["name"] == "Graph viewer"
+    view.tools.value = "memory_viewer"
+    assert shown(view)["charts"] is True
+
+
 def test_a_new_selection_updates_the_frame_in_place(viewer: _viewer.Viewer, logdir: Path) -> None:
     """The wrapper iframe is written once: a new run or tool changes only the page state it
     follows, so the frontend never rebuilds the frame (no reload flash, no lost scroll)."""

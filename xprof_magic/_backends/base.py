@@ -16,7 +16,7 @@ from importlib import metadata
 from typing import Any
 
 from xprof_magic._backends import ServerStatus, TraceAlreadyRunning
-from xprof_magic._backends.ports import port_refusal
+from xprof_magic._backends.ports import server_port
 
 __all__ = [
     "OnUserTrace",
@@ -61,14 +61,17 @@ class ProfilerBackend:
         ``_profile_state``."""
         self._profiler = profiler
         self._server_status: ServerStatus | None = None
+        self._asked_port: int | None = None
         self._told_port = False
 
     def start_server(self, port: int) -> ServerStatus:
         """Once per process: the port is checked first (the servers bind every interface and
-        serve nothing on a busy port); a later ``--port`` is told once that it cannot apply."""
+        serve nothing on a busy port), and a port another process holds gives way to the
+        next free one, named (:func:`~xprof_magic._backends.ports.server_port`); a later
+        ``--port`` is told once that it cannot apply."""
         running = self._server_status
         if running is not None and running.started:
-            if running.port != port and not self._told_port:
+            if port not in (running.port, self._asked_port) and not self._told_port:
                 self._told_port = True
                 return ServerStatus(
                     running.port,
@@ -77,17 +80,17 @@ class ProfilerBackend:
                     "process, so --port applies to the first capture only",
                 )
             return running
-        refused = port_refusal(port, self.server, self._own_server(port))
-        if refused is not None:
-            return refused
+        chosen, said = server_port(port, self.server, self._own_server(port))
+        if chosen is None:
+            return ServerStatus(port, False, said)
         try:
-            self._serve(port)
+            self._serve(chosen)
         except self.server_refusals as error:
             return ServerStatus(
-                port, False, f"{self.server} did not start ({error}); use --no-server"
+                chosen, False, f"{self.server} did not start ({error}); use --no-server"
             )
-        self._server_status = ServerStatus(port, True)
-        return self._server_status
+        self._server_status, self._asked_port = ServerStatus(chosen, True), port
+        return ServerStatus(chosen, True, said)
 
     def _serve(self, port: int) -> None:
         """Start the profiler's server on ``port`` (free, checked)."""

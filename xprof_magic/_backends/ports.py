@@ -1,5 +1,6 @@
-"""The profiler servers' port checks, shared by the backends: whether a port is free, why a
-server must not start on it, whether this very process listens there."""
+"""The profiler servers' port checks, shared by the backends: whether a port is free, which
+port a server starts on (the next free one when another kernel holds the asked one), why
+none, whether this very process listens there."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import errno
 import os
 import socket
 
-from xprof_magic._backends import ServerStatus
+__all__ = ["PORT_TRIES", "listens_here", "port_is_free", "server_port"]
 
-__all__ = ["listens_here", "port_is_free", "port_refusal"]
+PORT_TRIES = 16
+"""How many ports, from the one asked for, a profiler server tries in turn: each kernel on
+the machine (a second notebook, a restarted one) holds one while it lives."""
 
 
 def port_is_free(port: int) -> bool:
@@ -34,28 +37,35 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def port_refusal(port: int, server: str, own: str = "") -> ServerStatus | None:
-    """Why the profiler server called ``server`` ("JAX's profiler server") must not start on
-    ``port``, or None when the port is free. ``own``: what to say instead when this very
-    process already listens there (the user's own server); "" says it as any busy port."""
+def server_port(
+    port: int, server: str, own: str = "", tries: int = PORT_TRIES
+) -> tuple[int | None, str]:
+    """The port ``server`` ("JAX's profiler server") starts on, and what to say about it,
+    once: ``port`` when it is free (nothing to say); when another process holds it (a second
+    notebook's kernel finds the first's server there), the next free one of the ``tries``
+    from it, named; or None and, in one line, why none. ``own``: what to say when this very
+    process already listens on ``port`` (the user's own server); "" takes it as any busy
+    port."""
     try:
-        free = port_is_free(port)
+        if port_is_free(port):
+            return port, ""
     except OSError as error:
-        return ServerStatus(
-            port,
-            False,
+        return None, (
             f"cannot use port {port} for {server} ({error.strerror or error}); "
-            "use --port N for another port or --no-server to skip it",
+            "use --port N for another port or --no-server to skip it"
         )
-    if free:
-        return None
     if own and listens_here(port):
-        return ServerStatus(port, False, own)
-    return ServerStatus(
-        port,
-        False,
-        f"port {port} is busy, so {server} (on-demand capture) was not started; "
-        "use --port N for another port or --no-server to skip it",
+        return None, own
+    for other in range(port + 1, min(port + tries, 65536)):
+        with contextlib.suppress(OSError):
+            if port_is_free(other):
+                return other, (
+                    f"port {port} is busy (another kernel's server?), so {server} "
+                    f"(on-demand capture) listens on port {other}"
+                )
+    return None, (
+        f"ports {port} to {port + tries - 1} are all busy, so {server} (on-demand capture) "
+        "was not started; %%xprof does not need it"
     )
 
 

@@ -45,6 +45,7 @@ class TorchXlaBackend(ProfilerBackend):
     """torch_xla's profiler, server, metrics and device."""
 
     name = "torch_xla"
+    server = "torch_xla's profiler server"
     packages = ("torch", "torch_xla", "xprof", "ipython", "xprof_magic")
 
     def __init__(self) -> None:

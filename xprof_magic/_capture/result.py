@@ -96,9 +96,14 @@ class CaptureResult:
     def hosts(self) -> tuple[str, ...]:
         return _store.hosts(self.run_dir)
 
-    def text(self) -> str:
+    def text(
+        self,
+        labels: list[_labels.LabelStat] | None = None,
+        heading: str = "labelled blocks, host time, largest first:",
+    ) -> str:
         """The short plain-text summary printed under a cell, its long lines broken between
-        words (:func:`~xprof_magic._units.wrapped`)."""
+        words (:func:`~xprof_magic._units.wrapped`); ``labels``: the blocks' times to show
+        (default: the magic's timers), under ``heading``."""
         outcome = "ok" if self.error is None else f"failed: {self.error['type']}"
         lines = [
             f"xprof: run {self.run} ({outcome}) — {seconds(self.wall_s)} on {self.device}",
@@ -108,9 +113,9 @@ class CaptureResult:
         steps = steps_line(len(self.steps), meta.step_rule, meta.step_window, meta.steps_first)
         if steps:
             lines.append(f"  {steps}")
-        rows = _label_rows(self.labels)
+        rows = _label_rows(self.labels if labels is None else labels)
         if rows:
-            lines.append("  labelled blocks, host time, largest first:")
+            lines.append(f"  {heading}")
             for depth, stat in rows[:_TEXT_LABEL_LINES]:
                 count = f"  ×{stat.count}" if stat.count > 1 else ""
                 lines.append(

@@ -5,9 +5,14 @@ gets "Jupyter widgets are not supported in marimo" (checked with marimo 0.25). S
 is an :class:`anywidget.AnyWidget` with a few synced traits, drawn by ``view.js``: the runs
 of the log directory (newest first), the run's tools (trace viewer first, those without
 data named with the reason, as in Jupyter) and hosts, the summary's static HTML, and the
-two URLs of the selection (the embedded page, the full UI for a new tab). A choice in the
-browser changes a trait; Python answers with the new URLs, and the page changes its inner
-frame's address in place.
+two URLs of the selection (the embedded page, the full UI for a new tab), the trace viewer
+opened on the steps the verdict is about. A choice in the browser changes a trait; Python
+answers with the new URLs, and the page changes its inner frame's address in place.
+
+It says what the Jupyter widget says, in the same words (:mod:`xprof_magic._viewer.tools`):
+a tool with nothing for the run is one line in place of its page, a page whose loading
+indicator has not gone after a while gets one line under it, and so does a page that draws
+Google's charts where the browser cannot load them.
 
 The page is XProf's own, served by the loopback viewer under its secret path
 (:mod:`xprof_magic._viewer`), at ``http://127.0.0.1:<port>`` or through a proxy route
@@ -33,6 +38,7 @@ import traitlets
 
 from xprof_magic._backends.registry import DEFAULT_HEIGHT
 from xprof_magic._runs import store as _store
+from xprof_magic._viewer.app.inline import BUSY_MESSAGE
 from xprof_magic._viewer.process import manager
 from xprof_magic._viewer.process.client import (
     TRACE_VIEWER_TOOL,
@@ -44,12 +50,17 @@ from xprof_magic._viewer.process.client import (
 )
 from xprof_magic._viewer.survey import Survey, survey_tools
 from xprof_magic._viewer.tools import (
+    BUSY_S,
+    CHARTS_NOTE,
+    CHARTS_URL,
     ToolLister,
     ToolSurveyor,
     list_tools,
+    notes,
     order_tools,
     page_urls,
     tool_label,
+    uses_charts,
 )
 
 if TYPE_CHECKING:
@@ -59,6 +70,9 @@ if TYPE_CHECKING:
     from xprof_magic._viewer import ViewerStart
 
 __all__ = ["SUMMARY_BUDGET_S", "RunView", "announce", "location", "view_of"]
+
+Window = tuple[float, float]
+"""Seconds on a run's timeline, from and to."""
 
 SUMMARY_BUDGET_S = 1.0
 """The summary shown at once is read within this budget (the magic's); a bigger one is
@@ -110,6 +124,15 @@ class RunView(anywidget.AnyWidget):
     status = traitlets.Unicode("").tag(sync=True)
     height = traitlets.Int(DEFAULT_HEIGHT).tag(sync=True)
     refreshed = traitlets.Int(0).tag(sync=True)
+    empty = traitlets.Unicode("").tag(sync=True)
+    """The line in place of a tool that has nothing for the run ("": the page shows)."""
+    busy = traitlets.Unicode("").tag(sync=True)
+    """The line under a page still loading after ``notes["busy_ms"]``."""
+    charts = traitlets.Bool(False).tag(sync=True)
+    """The page draws with Google's charts (the note under it if they cannot load)."""
+    surveyed = traitlets.Bool(False).tag(sync=True)
+    """The selected run's tools are final: XProf has said which have data."""
+    notes = traitlets.Dict().tag(sync=True)
 
     def __init__(
         self,
@@ -121,13 +144,24 @@ class RunView(anywidget.AnyWidget):
         summary_html: str | None = None,
         status: str = "",
         where: tuple[str, str] | None = None,
+        window: Window | None = None,
         list_tools: ToolLister = list_tools,
         survey: ToolSurveyor = survey_tools,
     ) -> None:
         """``viewer``: the one serving ``logdir`` (None: summaries only, ``status`` says
         why); ``where``: its ``(origin, prefix)`` for the browser (default: :func:`location`);
-        ``summary_html``: ``run``'s, when the caller has rendered it."""
-        super().__init__(height=height, status=status)
+        ``summary_html``: ``run``'s, when the caller has rendered it, and ``window`` the
+        seconds on its timeline that its verdict is about, where the trace viewer opens."""
+        super().__init__(
+            height=height,
+            status=status,
+            notes={
+                "charts_note": CHARTS_NOTE,
+                "charts_url": CHARTS_URL,
+                "busy_type": BUSY_MESSAGE,
+                "busy_ms": int(BUSY_S * 1000),
+            },
+        )
         self.viewer = viewer
         self.logdir = Path(logdir)
         self.logdir_key = str(self.logdir.resolve())
@@ -136,6 +170,7 @@ class RunView(anywidget.AnyWidget):
         self._tools: dict[str, list[str]] = {}
         self._surveys: dict[str, Survey] = {}
         self._summaries = {run: summary_html} if run and summary_html else {}
+        self._windows: dict[str, Window | None] = {run: window} if run and window else {}
         self._lock = threading.RLock()
         self._quiet = False
         self._asked = 0
@@ -191,6 +226,7 @@ class RunView(anywidget.AnyWidget):
         empty = self._surveys.get(self.run, Survey()).empty
         self.tools = [[t, tool_label(t, empty.get(t))] for t in tools]
         self.tool = self.tool if self.tool in tools else (tools[0] if tools else "")
+        self.surveyed = self.run in self._surveys
 
     def _on_view(self, change: Any = None) -> None:
         if not self._quiet:
@@ -200,11 +236,19 @@ class RunView(anywidget.AnyWidget):
     def _point(self) -> None:
         """The URLs of the selection: the page the view embeds and the one a new tab opens."""
         if self.viewer is None or not self.run:
-            self.src = self.full = ""
+            self.src = self.full = self.empty = ""
+            self.charts = False
             return
         survey = self._surveys.get(self.run)
-        tool, host = self.tool or None, self.host or None
-        self.src, self.full = page_urls(self.viewer, self.run, tool, host, self.where, survey)
+        tool, host = self.tool or TRACE_VIEWER_TOOL, self.host or None
+        window = self._windows.get(self.run)
+        self.src, self.full = page_urls(
+            self.viewer, self.run, tool, host, self.where, survey, window
+        )
+        name, reason = tool_label(tool), (survey or Survey()).empty.get(tool, "")
+        said = {k: v.replace("{name}", name) for k, v in notes(bool(self.full)).items()}
+        self.empty = said["empty"].replace("{reason}", reason) if reason else ""
+        self.busy, self.charts = said["busy"], uses_charts(tool)
 
     def _ask_tools(self, run: str) -> None:
         """Ask the viewer for the run's tools in a thread (seconds on a big run): the trace
@@ -255,6 +299,7 @@ class RunView(anywidget.AnyWidget):
         page = render_html(summary)
         with self._lock:
             self._summaries[summary.run] = page
+            self._windows[summary.run] = summary.verdict_window()
             if summary.run == self.run:
                 self.summary = page
 
@@ -271,6 +316,7 @@ class RunView(anywidget.AnyWidget):
                 name = html.escape(run)
                 return f"<i>No summary of {name} yet: xprof_magic.summarize({name!r})</i>"
             page = self._summaries[run] = _analysis.render_html(saved)
+            self._windows[run] = saved.verdict_window()
         return page
 
 
@@ -305,6 +351,7 @@ def view_of(result: CaptureResult, options: Options, start: ViewerStart | None) 
         height=options.height,
         summary_html=_analysis.render_html(summary),
         status=status,
+        window=summary.verdict_window(),
     )
     if summary.pending:
         _finish_apart(result.run_dir, view)

@@ -2,7 +2,8 @@
 
 * ``magic`` -- the magics' options (``magic_arguments``) into a plan; ``execute`` -- a cell
   read once and compiled as IPython runs it; ``commands`` -- the line magic's commands;
-* ``show`` -- a finished capture under its cell: the summary, once, and the widget;
+* ``show`` -- a finished capture under its cell: the summary, once, and the widget (only
+  a widget shown imports ipywidgets: a terminal gets the text and the viewer's URL);
 * ``widget``, ``summary_panel``, ``tools`` -- the viewer under the cell, the summary above
   it, the tools a run has and which have data, asked in the background;
 * ``frame``, ``context``, ``colab`` -- where the page shows, which frontend this is, and

@@ -73,7 +73,7 @@ def run_command(session: Session, shell: Any, line: str) -> None:
     if command == "capture":
         return _capture(session, shell, rest)
     if command == "runs" and len(rest) <= 1:
-        return _runs(rest[0] if rest else None)
+        return _runs(rest[0] if rest else None, session)
     raise UsageError(
         f"%xprof {command}: unknown subcommand or arguments; subcommands: {SUBCOMMANDS}. "
         "See %xprof?"
@@ -97,11 +97,15 @@ def _sync(logdir: _logdir.Logdir) -> None:
         print(f"xprof: {failure}")
 
 
-def _runs(text: str | None) -> None:
-    try:
-        logdir = _logdir.Logdir.parse(text)
-    except _store.LogdirError as error:
-        raise UsageError(str(error)) from None
+def _runs(text: str | None, session: Session) -> None:
+    """The runs of ``text``, else of the log directory the last profiled cell used."""
+    if text is None:
+        logdir = session.current()
+    else:
+        try:
+            logdir = _logdir.Logdir.parse(text)
+        except _store.LogdirError as error:
+            raise UsageError(str(error)) from None
     _sync(logdir)
     found = _store.runs(logdir.local)
     if not found:

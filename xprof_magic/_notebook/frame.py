@@ -12,7 +12,9 @@ go blank, reload XProf from scratch and, while the output's height collapses, mo
 notebook's scroll. Instead the wrapper follows a small hidden element of the widget
 (:func:`page_state_html`) and, when that changes, navigates its inner frame to the new page
 (``location.replace``: no browser history entry) and shows or hides its notes. An update
-that changes nothing (the tools survey reordering the dropdown) touches no frame at all.
+that changes nothing (the tools survey reordering the dropdown) touches no frame at all. A
+tool with nothing for the run shrinks the frame to its one line. The lines themselves are
+both fronts' (:mod:`xprof_magic._viewer.tools`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from xprof_magic._viewer.app.inline import BUSY_MESSAGE
+from xprof_magic._viewer.tools import (
+    BUSY_NOTE,
+    BUSY_S,
+    CHARTS_NOTE,
+    CHARTS_URL,
+    EMPTY_NOTE,
+    NEW_TAB,
+    notes,
+)
 
 __all__ = [
     "BUSY_NOTE",
@@ -31,6 +42,7 @@ __all__ = [
     "CHARTS_NOTE",
     "CHARTS_URL",
     "EMPTY_NOTE",
+    "NEW_TAB",
     "Areas",
     "Frame",
     "IframeFrame",
@@ -41,12 +53,6 @@ __all__ = [
     "notes",
     "page_state_html",
 ]
-
-CHARTS_URL = "https://www.gstatic.com/charts/loader.js"
-CHARTS_NOTE = (
-    "xprof: Google's charts (www.gstatic.com) do not load here: charts and some tables stay "
-    "blank; get internet, or use the trace viewer."
-)
 
 
 def charts_probe_js(note: str) -> str:
@@ -77,31 +83,6 @@ class Page:
     v2: str | None = None
     name: str = ""
     empty: str = ""
-
-
-BUSY_S = 45.0
-"""How long one of XProf's loading indicators may show before the frame says, in one line
-under the page, that it has not finished (:data:`BUSY_NOTE`). XProf reads a 100 MB capture
-for a tool's first page in about 15 s on two cores; a page still loading after three times
-that has nothing to show, or is stuck."""
-EMPTY_NOTE = "xprof: {name} has nothing to show for this run: {reason}. Pick another tool{tab}."
-"""The line in place of a tool that has nothing for the run, whose page would only spin."""
-BUSY_NOTE = (
-    "xprof: {name} is still loading after {seconds} s: XProf may have nothing to show for "
-    "this run, or is still reading a big capture. Pick another tool{tab}."
-)
-"""The line under a page whose loading indicator has shown :data:`BUSY_S`."""
-NEW_TAB = ", or open it in a new tab"
-
-
-def notes(new_tab: bool, busy_s: float = BUSY_S) -> dict[str, str]:
-    """:data:`EMPTY_NOTE` and :data:`BUSY_NOTE` for one frame (``new_tab``: it has the link),
-    ``{name}`` and ``{reason}`` left for the page's."""
-    tab = NEW_TAB if new_tab else ""
-    return {
-        "empty": EMPTY_NOTE.replace("{tab}", tab),
-        "busy": BUSY_NOTE.replace("{tab}", tab).replace("{seconds}", f"{busy_s:g}"),
-    }
 
 
 @dataclass(frozen=True)
@@ -169,6 +150,7 @@ _WRAPPER_JS = """(function () {
     timer = null;
     slow.hidden = true;
   }
+  var holder = window.frameElement, tall = holder ? holder.style.height : '';
   function marks() {
     note.hidden = !(page.charts && !page.empty && charts === 'blocked');
     if (page.v2) v2.href = page.v2;
@@ -176,6 +158,9 @@ _WRAPPER_JS = """(function () {
     inner.hidden = !!page.empty;
     empty.hidden = !page.empty;
     empty.textContent = page.empty ? fill(said.empty) : '';
+    // A tool with nothing to show: the frame shrinks to its line, and grows back after.
+    var line = Math.max(32, empty.offsetHeight + 4) + 'px';
+    if (holder) holder.style.height = page.empty ? line : tall;
   }
   addEventListener('message', function (e) {
     var m = e.data;
@@ -208,7 +193,7 @@ _WRAPPER_JS = """(function () {
     marks();
   }
   apply(page);
-  var host = window.frameElement, box = host && host.closest('.xprof-viewer');
+  var box = holder && holder.closest('.xprof-viewer');
   if (!box) return;
   function follow() {
     var state = box.querySelector('.xprof-page[data-xprof-frame="' + id + '"]');

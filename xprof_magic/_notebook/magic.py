@@ -51,8 +51,8 @@ class XprofMagics(Magics):
         type=int,
         default=DEFAULT_PORT,
         help="Port of the backend's profiler server (torch_xla's, TorchTPU's or JAX's), for "
-        "on-demand capture (default 9012). That server listens on ALL interfaces (none of "
-        "them offers a choice).",
+        "on-demand capture (default 9012; when another kernel holds it, the next free one, "
+        "said once). That server listens on ALL interfaces (none of them offers a choice).",
     )
     @argument(
         "--no-server",

@@ -4,14 +4,20 @@ Each display is one MIME bundle: the widget where widgets render, static HTML of
 where they do not (a saved notebook, nbconvert, GitHub), and text/plain for terminals. A
 summary too big for the cell's time budget is finished in a process of its own, and the
 display is updated in place when it is ready.
+
+Only a widget shown imports ipywidgets (:mod:`.widget`): a terminal gets the text and the
+viewer's URL, ``--no-display`` and the line commands need no widget library, and a notebook
+without ipywidgets gets the static summary and one line saying how to have the viewer.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from IPython.display import DisplayHandle, display
@@ -23,8 +29,11 @@ if TYPE_CHECKING:
 
     from xprof_magic._analysis import Summary
     from xprof_magic._capture.result import CaptureResult
+    from xprof_magic._cell.recorder import LabelStat
+    from xprof_magic._notebook.context import Context
     from xprof_magic._notebook.widget import ViewerWidget
     from xprof_magic._runs.store import RunInfo
+    from xprof_magic._viewer.process.client import Viewer
     from xprof_magic._viewer.process.manager import ViewerStart
 
 __all__ = [
@@ -35,6 +44,9 @@ __all__ = [
     "report",
     "show_run",
     "summary_bundle",
+    "summary_now",
+    "timeline_labels",
+    "viewer_line",
     "waits_for_updates",
 ]
 
@@ -104,18 +116,24 @@ class CellDisplay:
     """
 
     def __init__(
-        self, rendered: Rendered, view: ViewerWidget | None = None, widgets: bool = False
+        self,
+        rendered: Rendered,
+        view: ViewerWidget | None = None,
+        widgets: bool = False,
+        where: str = "",
     ) -> None:
+        """``where``: where the viewer is, in words, for a display without a widget (None
+        shown: ``view.text()``)."""
         self.rendered = rendered
         self.view = view
         self.widgets = widgets and view is not None
+        self.where = where or (view.text() if view is not None else "")
         self.handle: DisplayHandle | None = None
 
     def bundle(self) -> dict[str, Any]:
         """The summary's bundle; without widgets, it also says where the viewer is."""
         if self.view is None or not self.widgets:
-            extra_text = f"\n{self.view.text()}" if self.view is not None else ""
-            return self.rendered.bundle(extra_text)
+            return self.rendered.bundle(f"\n{self.where}" if self.where else "")
         summary = self.rendered.summary
         self.view.show_summary(summary.run, self.rendered.page, summary.verdict_window())
         data = self.rendered.bundle()
@@ -155,6 +173,39 @@ def waits_for_updates(shell: InteractiveShell | None) -> bool:
 
 
 VIEWER_WAIT_S = 60.0
+WIDGET_MODULE = "xprof_magic._notebook.widget"
+NO_WIDGETS = (
+    "xprof: the viewer is not shown under the cell without ipywidgets (pip install "
+    "ipywidgets); XProf serves this log directory on 127.0.0.1:{port}"
+)
+"""Said once per kernel where widgets would render but ipywidgets cannot be imported."""
+_said_no_widgets: list[bool] = []
+
+
+def _widgets() -> ModuleType | None:
+    """The widget module (it imports ipywidgets), or None where ipywidgets is missing."""
+    try:
+        from xprof_magic._notebook import widget
+    except ImportError:
+        return None
+    return widget
+
+
+def viewer_line(
+    viewer: Viewer, context: Context, run_dir: Path, window: tuple[float, float] | None = None
+) -> str:
+    """Where to look where no widget renders (a terminal): the run's trace viewer, at the
+    URL the browser reaches, opened on the steps its verdict is about (``window``). The URL
+    carries the viewer's secret, so it is said only there, never in a notebook's outputs."""
+    from xprof_magic._runs import store as _store
+    from xprof_magic._viewer.tools import page_urls
+
+    hosts = _store.hosts(run_dir)
+    location = context.locate(viewer.port)
+    src, _ = page_urls(
+        viewer, run_dir.name, None, hosts[0] if hosts else None, location, window=window
+    )
+    return f"XProf: {src}"
 
 
 def report(
@@ -164,18 +215,77 @@ def report(
     logdir: Path,
     height: int,
 ) -> None:
-    """The text summary, then the summary and viewer display; never fails the cell."""
+    """The text summary, then the summary and viewer display; never fails the cell.
+
+    Where the summary is shown, the text's labelled blocks carry the summary's numbers,
+    which the timeline gives (:func:`timeline_labels`), so each block has one number under
+    the cell; where the summary has only the magic's timers yet (a big run's, pending), the
+    text says whose its numbers are.
+    """
     if result is None:
         return
+    summary = None
     try:
-        print(result.text())
-        from xprof_magic._notebook import widget
-
-        found = widget.announce(logdir)
         if start is not None:
-            show_run(shell, start, logdir, result.run_dir, height, found=found)
+            summary = summary_now(shell, result.run_dir)
+    except Exception as error:
+        print(wrapped(f"xprof: the summary of {result.run} failed: {error!r}"))
+    try:
+        if summary is None:
+            print(result.text())
+        else:
+            timed = timeline_labels(summary, result.labels)
+            heading = LABELS_HEADING if timed is not None else TIMERS_HEADING
+            print(result.text(labels=timed, heading=heading))
+        widget = sys.modules.get(WIDGET_MODULE)  # imported once a widget was shown
+        found = widget.announce(logdir) if widget is not None else None
+        if start is not None:
+            show_run(shell, start, logdir, result.run_dir, height, found=found, summary=summary)
     except Exception as error:
         print(wrapped(f"xprof: the run was stored, but showing it failed: {error!r}"))
+
+
+LABELS_HEADING = "labelled blocks, host time, largest first:"
+TIMERS_HEADING = (
+    "labelled blocks, host time by the magic's timers (the summary's are read from the "
+    "timeline), largest first:"
+)
+
+
+def summary_now(shell: InteractiveShell | None, run_dir: Path) -> Summary:
+    """The summary shown under the cell: read within :data:`SUMMARY_BUDGET_S` (a bigger
+    one from the metadata, finished later), or whole at once for a client that stops
+    listening when the cell ends."""
+    from xprof_magic import _analysis
+    from xprof_magic._runs import store as _store
+
+    with _store.working(run_dir):
+        return _analysis.summary_of(
+            run_dir, budget_s=SUMMARY_BUDGET_S, apart=not waits_for_updates(shell)
+        )
+
+
+def timeline_labels(summary: Summary, labels: Sequence[LabelStat]) -> list[LabelStat] | None:
+    """``labels`` (the magic's timers) with the summary's times: its rows of the cell's own
+    thread, each under the path of its labels alone (a user's ``xp.Trace`` or step marker
+    between them left out); None when the summary did not read them from the timeline or
+    lacks one of them, and the magic's own numbers stand."""
+    from xprof_magic._cell.recorder import LabelStat
+
+    if summary.label_source != "trace":
+        return None
+    rows = {row.path: row for row in summary.labels if not row.thread}
+    times: dict[tuple[str, ...], tuple[float, int]] = {}
+    for path, row in rows.items():
+        if row.kind != "label":
+            continue
+        ancestors = (rows.get(path[: i + 1]) for i in range(len(path)))
+        own = tuple(a.path[-1] for a in ancestors if a is not None and a.kind == "label")
+        total, count = times.get(own, (0.0, 0))
+        times[own] = (total + row.total_s, count + row.count)
+    if not labels or any(stat.path not in times for stat in labels):
+        return None
+    return [LabelStat(s.path, times[s.path][1], times[s.path][0]) for s in labels]
 
 
 def show_run(
@@ -186,42 +296,43 @@ def show_run(
     height: int,
     *,
     found: Sequence[RunInfo] | None = None,
+    summary: Summary | None = None,
 ) -> None:
-    """The summary of ``run_dir`` and the viewer of ``logdir`` (whose runs are ``found``,
-    when the caller has listed them) under the cell; a pending summary updates in place.
-
-    A client that stops listening when the cell ends gets the full summary now, read in a
-    process of its own when it is big.
-    """
-    from xprof_magic import _analysis
-    from xprof_magic._notebook import widget
+    """The summary of ``run_dir`` (``summary``, else read now: :func:`summary_now`) and the
+    viewer of ``logdir`` (whose runs are ``found``, when the caller has listed them) under
+    the cell; a pending summary updates in place."""
     from xprof_magic._notebook.context import detect
-    from xprof_magic._runs import store as _store
     from xprof_magic._viewer.process import manager
 
-    apart = not waits_for_updates(shell)
-    with _store.working(run_dir):
-        summary = _analysis.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=apart)
-    rendered = Rendered.of(summary)
+    rendered = Rendered.of(summary or summary_now(shell, run_dir))
     outcome = start.wait(timeout=VIEWER_WAIT_S)
-    view = None
+    view, where = None, ""
     context = detect(shell)
+    widget = _widgets() if context.has_widgets else None
     if isinstance(outcome, manager.Failed):
         print(wrapped(f"xprof: no viewer: {outcome.message}"))
     else:
         if isinstance(outcome, manager.Restarted | manager.Launched):
             print(wrapped(f"xprof: {outcome.message} Stop it with %xprof viewer stop."))
-        view = widget.ViewerWidget(
-            outcome.viewer,
-            context,
-            logdir,
-            run=run_dir.name,
-            height=height,
-            frame=context.frame(outcome.viewer, height),
-            found=found,
-            window=rendered.summary.verdict_window(),
-        )
-    shown = CellDisplay(rendered, view, widgets=context.has_widgets)
+        window = rendered.summary.verdict_window()
+        if widget is not None:
+            view = widget.ViewerWidget(
+                outcome.viewer,
+                context,
+                logdir,
+                run=run_dir.name,
+                height=height,
+                frame=context.frame(outcome.viewer, height),
+                found=found,
+                window=window,
+            )
+        elif context.has_widgets:
+            if not _said_no_widgets:
+                _said_no_widgets.append(True)
+                print(wrapped(NO_WIDGETS.format(port=outcome.viewer.port)))
+        else:
+            where = viewer_line(outcome.viewer, context, run_dir, window)
+    shown = CellDisplay(rendered, view, widgets=view is not None, where=where)
     shown.show()
-    if rendered.summary.pending and context.has_widgets:
+    if rendered.summary.pending and view is not None:
         finish_summary(run_dir, shown.update)

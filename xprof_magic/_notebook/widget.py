@@ -41,6 +41,7 @@ from xprof_magic._viewer.tools import (
     order_tools,
     page_urls,
     tool_label,
+    uses_charts,
 )
 
 __all__ = ["BIG_RUN_BYTES", "SURVEYED", "ViewerWidget", "announce"]
@@ -49,6 +50,8 @@ V2 = "use_trace_viewer_v2=true"
 SURVEYED = "xprof-surveyed"
 """The Tool dropdown's class once the selected run's tools are final (XProf has said which
 have data): from then on its options, and the page of the tool chosen, stay as they are."""
+CHOICE_WIDTH = "270px"
+"""Each dropdown's width: two, Refresh and the link fit an 848 px output on one line."""
 BIG_RUN_BYTES = 30 * 2**20
 """About a million events: where XProf starts thinning the classic trace viewer's events."""
 
@@ -126,11 +129,24 @@ class ViewerWidget:
     def _build(self) -> None:
         """The dropdowns and the areas they fill: the viewer box, displayed apart from the
         summary panel (replacing a pending summary then re-renders the panel only)."""
-        self.runs = widgets.Dropdown(description="Run", layout=widgets.Layout(width="auto"))
-        self.tools = widgets.Dropdown(description="Tool", layout=widgets.Layout(width="auto"))
-        self.hosts = widgets.Dropdown(description="Host", layout=widgets.Layout(width="auto"))
+        # Fixed widths: a select as wide as its longest option would grow when the tools'
+        # reasons or a new run come, and push the row onto two lines (a long option is cut
+        # in the closed select, whole in its list).
+        label = {"description_width": "initial"}
+        self.runs = widgets.Dropdown(
+            description="Run", layout=widgets.Layout(width=CHOICE_WIDTH), style=label
+        )
+        self.tools = widgets.Dropdown(
+            description="Tool", layout=widgets.Layout(width=CHOICE_WIDTH), style=label
+        )
+        self.hosts = widgets.Dropdown(
+            description="Host", layout=widgets.Layout(width=CHOICE_WIDTH), style=label
+        )
         self.refresh = widgets.Button(
-            description="Refresh", icon="refresh", tooltip="Look for runs written elsewhere"
+            description="Refresh",
+            icon="refresh",
+            tooltip="Look for runs written elsewhere",
+            layout=widgets.Layout(width="auto"),
         )
         self.link = widgets.HTML()
         self.frame = widgets.HTML()
@@ -277,8 +293,8 @@ class ViewerWidget:
         src, full = self.urls()
         if src is None or full is None:
             return None
-        charts = "/trace_viewer_index.html?" not in src
         tool = self.tools.value or TRACE_VIEWER_TOOL
+        charts = uses_charts(tool)
         empty = self._surveys.get(self.runs.value or "", Survey()).empty.get(tool, "")
         return Page(src, full, charts, self.v2_url(), tool_label(tool), empty)
 

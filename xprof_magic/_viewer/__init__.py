@@ -15,7 +15,8 @@ Its parts, each a sub-package, in the order a request meets them:
   said meanwhile (``preparing``).
 
 Beside them, what the fronts ask of a viewer about a run: ``tools`` (a run's tools in the
-fronts' order, names and pages) and ``survey`` (which of them have data, and why not).
+fronts' order, names and pages, and the lines both fronts say about a page) and ``survey``
+(which of them have data, and why not).
 
 May import :mod:`xprof_magic._runs` (``store``) and, lazily in the conversion's child,
 the XSpace schema of :mod:`xprof_magic._analysis`. Nothing here imports IPython or

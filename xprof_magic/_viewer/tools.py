@@ -4,7 +4,9 @@ XProf lists a run's tools by their internal names (``trace_viewer@``, ``overview
 the fronts under a cell (the Jupyter widget, the marimo view) offer them in one order, by
 the names XProf's own menu uses, and embed each in the page that shows it best: the
 timeline alone for the trace viewer, opened on the verdict's steps, and XProf's full page
-for the rest, in the form for under a cell (:mod:`xprof_magic._viewer.app.inline`).
+for the rest, in the form for under a cell (:mod:`xprof_magic._viewer.app.inline`), and
+say the same lines about it: a tool's reason in place of its page, a page still loading,
+a page whose charts cannot load (only the tools that draw them: :data:`CHARTS_TOOLS`).
 What is shared by both fronts lives here; nothing imports IPython.
 """
 
@@ -17,14 +19,22 @@ from xprof_magic._viewer.process.client import NEW_NAV, TRACE_VIEWER_TOOL, Viewe
 from xprof_magic._viewer.survey import PROGRAM_TOOLS, Survey
 
 __all__ = [
+    "BUSY_NOTE",
+    "BUSY_S",
+    "CHARTS_NOTE",
+    "CHARTS_TOOLS",
+    "CHARTS_URL",
+    "EMPTY_NOTE",
     "NEW_NAV",
     "TOOL_NAMES",
     "TOOL_ORDER",
     "ToolLister",
     "ToolSurveyor",
     "list_tools",
+    "notes",
     "order_tools",
     "page_urls",
+    "uses_charts",
     "view_range",
 ]
 
@@ -56,6 +66,62 @@ TOOL_NAMES = {
     "megascale_stats": "Megascale stats",
     "inference_profile": "Inference profile",
 }
+
+CHARTS_TOOLS = frozenset(
+    {
+        "overview_page",
+        "input_pipeline_analyzer",
+        "memory_profile",
+        "memory_viewer",
+        "framework_op_stats",
+        "hlo_stats",
+        "roofline_model",
+        "pod_viewer",
+        "megascale_stats",
+        "inference_profile",
+        "kernel_stats",
+        "utilization_viewer",
+        "perf_counters",
+    }
+)
+"""The tools whose pages draw with Google's chart library, loaded at run time from
+:data:`CHARTS_URL` (XProf's front end: the components that call ``google.visualization``);
+the trace viewer, the op profile and the graph viewer draw without it."""
+CHARTS_URL = "https://www.gstatic.com/charts/loader.js"
+CHARTS_NOTE = (
+    "xprof: Google's charts (www.gstatic.com) do not load here: charts and some tables stay "
+    "blank; get internet, or use the trace viewer."
+)
+"""The line under a page of :data:`CHARTS_TOOLS` where the browser cannot fetch the charts."""
+BUSY_S = 45.0
+"""How long one of XProf's loading indicators may show before the front says, in one line
+under the page, that it has not finished (:data:`BUSY_NOTE`). XProf reads a 100 MB capture
+for a tool's first page in about 15 s on two cores; a page still loading after three times
+that has nothing to show, or is stuck."""
+EMPTY_NOTE = "xprof: {name} has nothing to show for this run: {reason}. Pick another tool{tab}."
+"""The line in place of a tool that has nothing for the run, whose page would only spin."""
+BUSY_NOTE = (
+    "xprof: {name} is still loading after {seconds} s: XProf may have nothing to show for "
+    "this run, or is still reading a big capture. Pick another tool{tab}."
+)
+"""The line under a page whose loading indicator has shown :data:`BUSY_S`."""
+NEW_TAB = ", or open it in a new tab"
+
+
+def uses_charts(tool: str | None) -> bool:
+    """Whether ``tool``'s page draws with Google's charts (:data:`CHARTS_TOOLS`)."""
+    return tool in CHARTS_TOOLS
+
+
+def notes(new_tab: bool, busy_s: float = BUSY_S) -> dict[str, str]:
+    """:data:`EMPTY_NOTE` and :data:`BUSY_NOTE` for one front's frame (``new_tab``: it has
+    the link), ``{name}`` and ``{reason}`` left for the page's."""
+    tab = NEW_TAB if new_tab else ""
+    return {
+        "empty": EMPTY_NOTE.replace("{tab}", tab),
+        "busy": BUSY_NOTE.replace("{tab}", tab).replace("{seconds}", f"{busy_s:g}"),
+    }
+
 
 ToolLister = Callable[[Viewer, str], list[str]]
 """How a front asks the viewer for a run's tools (:func:`list_tools`; tests pass their own)."""

@@ -15,6 +15,7 @@ from xprof_magic._analysis.render.chart import BLUE, GREY, ORANGE, chart_svg
 from xprof_magic._analysis.render.chart import escape as _e
 from xprof_magic._analysis.render.memory import memory_lines, memory_svg
 from xprof_magic._analysis.render.text import (
+    CODE,
     header,
     label_name,
     op_sections,
@@ -29,7 +30,7 @@ from xprof_magic._units import NONE, data_size, percent, seconds
 if TYPE_CHECKING:
     from xprof_magic._analysis.model.summary import Summary
 
-__all__ = ["BOX", "HEADING", "chart_svg", "render_html", "section", "table"]
+__all__ = ["BOX", "HEADING", "chart_svg", "prose", "render_html", "section", "table"]
 
 HTML_LABEL_ROWS = 60
 _LEVEL_COLOR = {"error": "#d62728", "warning": ORANGE, "info": BLUE}
@@ -47,6 +48,11 @@ _NUM = (
 )
 HEADING = "margin:10px 0 2px 0;font-size:13px;font-weight:600;"
 """A section's heading."""
+
+
+def prose(text: str) -> str:
+    """A note's prose as HTML: escaped, the code it quotes between backticks as code."""
+    return CODE.sub(r"<code>\1</code>", _e(text))
 
 
 def table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int]) -> str:
@@ -173,7 +179,7 @@ def _heading(s: Summary) -> list[str]:
         color = _LEVEL_COLOR.get(note.level, BLUE)
         parts.append(
             f'<div style="border-left:4px solid {color};padding:2px 8px;margin:3px 0">'
-            f"<b>{_e(note.level)}</b> {_e(note.text)}</div>"
+            f"<b>{_e(note.level)}</b> {prose(note.text)}</div>"
         )
     return parts
 

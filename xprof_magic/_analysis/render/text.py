@@ -7,6 +7,7 @@ the runtime figures) live here too, so the HTML says the same words.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from xprof_magic._analysis.render.memory import memory_lines
@@ -28,6 +29,7 @@ __all__ = [
     "label_name",
     "op_sections",
     "per_thread",
+    "plain",
     "render_text",
     "runtime_parts",
     "steps_line",
@@ -38,6 +40,13 @@ TEXT_LABEL_ROWS = 25
 TEXT_OPS = 6
 _LEVEL_MARK = {"error": "✖", "warning": "!", "info": "·"}
 _KIND_TAG = {"trace": " [xp.Trace]", "step": " [step]", "label": ""}
+CODE = re.compile(r"`([^`\n]+)`")
+"""Code that a note's prose quotes, between backticks (the cell's line, a program)."""
+
+
+def plain(prose: str) -> str:
+    """A note's prose as text: the code it quotes, without the backticks that mark it."""
+    return CODE.sub(r"\1", prose)
 
 
 def _timed(t: Timed | None) -> str:
@@ -134,7 +143,7 @@ def render_text(summary: Summary) -> str:
     s = summary
     words = get_vocabulary(s.backend)
     out = [f"xprof summary — {header(s)}"]
-    out.extend(f"  {_LEVEL_MARK.get(n.level, '·')} {n.text}" for n in s.notes)
+    out.extend(f"  {_LEVEL_MARK.get(n.level, '·')} {plain(n.text)}" for n in s.notes)
     out.extend(hosts_lines(s))
     out.extend(_labels_lines(s))
     if s.steps:
