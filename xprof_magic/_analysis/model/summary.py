@@ -306,20 +306,19 @@ class Summary:
 
     def verdict_window(self) -> tuple[float, float] | None:
         """The steps the verdict is about, as ``(start, end)`` seconds on the timeline (see
-        :attr:`StepStats.starts_s`): from the first steady step (after the compiling first
-        steps and those unlike the others that the diagnosis leaves out) to the end of the
-        last one, as the breakdown counts it (until the device has finished what it
-        launched); None without the steps' times, or for a verdict about the cell."""
+        :attr:`StepStats.starts_s`): from the first step after the warm-up (the compiling
+        first steps that the diagnosis leaves out) to the end of the last step, as the
+        breakdown counts it (until the device has finished what it launched); a step unlike
+        the others stays in view, named apart in the headline. None without the steps'
+        times, or for a verdict about the cell."""
         steps = self.steps
         if steps is None or not steps.starts_s or len(steps.starts_s) != len(steps.durations_s):
             return None
         if self.diagnosis.scope == "cell":
             return None
-        steady = self.diagnosis.steady() or tuple(range(len(steps.starts_s)))
-        first = min(steady[0], len(steps.starts_s) - 1)
-        last = min(steady[-1], len(steps.starts_s) - 1)
+        first = min(self.diagnosis.warm_up, len(steps.starts_s) - 1)
         start = steps.starts_s[first]
-        end = steps.starts_s[last] + steps.durations_s[last]
+        end = steps.starts_s[-1] + steps.durations_s[-1]
         return (start, end) if end > start else None
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:

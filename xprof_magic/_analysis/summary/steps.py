@@ -133,8 +133,8 @@ def in_order(
     """The device's ``busy`` time shared among the launches made at ``at`` (sorted): for each
     launch that ran, when it was made and when its work ended.
 
-    The device runs launches in order. Where the host waited for it (``waits``: a barrier
-    before the next step, a value read back), every launch made before the wait began was
+    The device runs launches in order. Where the host waited for it (``waits``: a value read
+    back), every launch made before the wait began was
     done when it ended; so was every launch made before the device sat idle for
     :data:`STALE_NS` or more waiting for a new one (the host compiling the next program).
     Between two such points the device's busy time is shared among the launches made in

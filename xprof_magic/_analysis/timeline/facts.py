@@ -46,8 +46,9 @@ OFFLOAD = "device:offload"
 """The span key of a chip's host-offload copies (arrays kept in host memory)."""
 DONE = "done"
 """The span key of the host's waits on the Python threads after which everything launched
-before the wait began has run: a barrier before the next step (torch_xla's), a device
-value read back (:data:`READ`)."""
+before the wait began has run: a device value read back (:data:`READ`). Not torch_xla's
+``TensorCollectionBarrier``: its device runs on for tens of ms after it (seen on the CPU
+client)."""
 STAGING = "staging"
 """The span key of the host's side of copies off the Python thread (``H2D Dispatch`` on
 PjRt's workers, or on the CPU client's threads): also ``transfer``, and kept apart as work

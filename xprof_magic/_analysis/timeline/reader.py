@@ -302,7 +302,7 @@ class Reader:
                 "sync": runtime & flag["blocks"][name_id] & ~copy,
                 STEP_END: runtime & flag["step_end"][name_id],
                 READ: runtime & flag["read"][name_id],
-                DONE: runtime & (flag["read"][name_id] | flag["barrier"][name_id]),
+                DONE: runtime & flag["read"][name_id],
             }
         else:
             return
