@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,12 @@ import pytest
 import xprof_magic
 from tests.conftest import only_run, run
 from tests.test_gpu_capture import RUNS, _unpack
-from tests.test_registry import ENTRY, FAKEPROF, FakeBackend
+from tests.test_registry import ENTRY, FakeBackend, install
 from xprof_magic._analysis import render_html, render_text
 from xprof_magic._analysis.diagnosis.oom import out_of_memory, size_bytes
 from xprof_magic._analysis.model.summary import Summary
 from xprof_magic._analysis.render.memory import NO_FIGURES
 from xprof_magic._backends import Backend
-from xprof_magic._backends import registry as _registry
 
 GIB = 2**30
 
@@ -132,17 +130,10 @@ class ChipMemory(FakeBackend):
 
 @pytest.fixture
 def chip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = tmp_path / "site"
-    folder.mkdir()
-    (folder / "fakeprof.py").write_text(FAKEPROF)
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.delitem(sys.modules, "fakeprof", raising=False)
-
     def create() -> Backend:
         return ChipMemory()
 
-    monkeypatch.setitem(_registry.BACKENDS, "fake", dataclasses.replace(ENTRY, create=create))
-    monkeypatch.setattr(_registry, "_loaded", dict(_registry._loaded))
+    install(tmp_path, monkeypatch, dataclasses.replace(ENTRY, create=create))
 
 
 def test_live_figures_at_block_ends_give_the_peak_and_a_leak(

@@ -125,16 +125,21 @@ ENTRY = _registry.Entry(
 CELL = "import fakeprof\nfor i in range(3):\n    fakeprof.build()\n"
 
 
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``fakeprof`` installed and its backend registered, for this test only."""
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: _registry.Entry) -> None:
+    """``fakeprof`` installed and ``entry`` registered as its backend, for this test only."""
     folder = tmp_path / "site"
     folder.mkdir()
     (folder / "fakeprof.py").write_text(FAKEPROF)
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.delitem(sys.modules, "fakeprof", raising=False)
-    monkeypatch.setitem(_registry.BACKENDS, "fake", ENTRY)
+    monkeypatch.setitem(_registry.BACKENDS, "fake", entry)
     monkeypatch.setattr(_registry, "_loaded", dict(_registry._loaded))
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fakeprof`` installed and its backend registered, for this test only."""
+    install(tmp_path, monkeypatch, ENTRY)
 
 
 def _check_run(logdir: Path) -> None:

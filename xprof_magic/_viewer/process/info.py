@@ -34,6 +34,7 @@ __all__ = [
     "INFO_PREFIX",
     "INFO_SUFFIX",
     "Clients",
+    "alive",
     "clients_path",
     "info_path",
     "read_info",
@@ -77,7 +78,7 @@ def _touch(path: str) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether a process runs; a zombie (a kernel dead but not yet reaped) does not."""
     try:
         os.kill(pid, 0)
@@ -117,13 +118,13 @@ class Clients:
         self._registered = self._registered or bool(pids)
         if not self._registered:
             return None
-        alive = False
+        living = False
         for pid in pids:
-            if _alive(pid):
-                alive = True
+            if alive(pid):
+                living = True
             else:
                 _remove(os.path.join(self.folder, str(pid)))
-        if alive:
+        if living:
             self._last_alive = time.monotonic()
             return 0.0
         return time.monotonic() - self._last_alive

@@ -29,6 +29,7 @@ from xprof_magic._viewer.process.info import (
     EXIT_PORT_IN_USE,
     INFO_PREFIX,
     INFO_SUFFIX,
+    alive,
     clients_path,
 )
 
@@ -216,17 +217,7 @@ def pid_alive(pid: int) -> bool:
     child = _children.get(pid)
     if child is not None:
         return child.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+    return alive(pid)
 
 
 def is_viewer_process(viewer: Viewer) -> bool:
