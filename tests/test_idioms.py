@@ -32,9 +32,9 @@ from tests.conftest import run
 from xprof_magic._analysis import Summary, summarize
 from xprof_magic._analysis.diagnosis.breakdown import breakdown
 from xprof_magic._analysis.diagnosis.launches import callable_name, launcher
-from xprof_magic._analysis.summary.spans import subtract
 from xprof_magic._analysis.summary.where import call_line
 from xprof_magic._analysis.timeline.facts import LABEL, LAUNCH, STEP, STEP_END, Block, TraceFacts
+from xprof_magic._analysis.timeline.intervals import subtract
 
 TORCH = """
 import itertools, time

@@ -46,7 +46,6 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis.model.diagnosis import Aside, Breakdown, StepBreakdown
 from xprof_magic._analysis.summary.blocks import main_line
-from xprof_magic._analysis.summary.spans import NO_SPANS, Spans, measure, merge, subtract
 from xprof_magic._analysis.summary.steps import fetch_spans, launched_work, step_spans
 from xprof_magic._analysis.summary.where import INPUT_PREFIX
 from xprof_magic._analysis.timeline.facts import (
@@ -58,6 +57,7 @@ from xprof_magic._analysis.timeline.facts import (
     Block,
     TraceFacts,
 )
+from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, measure, merge, subtract
 from xprof_magic._backends import Vocabulary
 from xprof_magic._runs.metadata import RunMetadata
 

@@ -23,10 +23,10 @@ import numpy as np
 
 from xprof_magic._analysis.model.summary import StepStats
 from xprof_magic._analysis.summary.blocks import line_of, main_line
-from xprof_magic._analysis.summary.spans import merge
 from xprof_magic._analysis.summary.steps import STALE_NS
 from xprof_magic._analysis.summary.where import call_line, own_steps, paths_at
 from xprof_magic._analysis.timeline.facts import LAUNCH, READ, TraceFacts
+from xprof_magic._analysis.timeline.intervals import merge
 from xprof_magic._backends import Vocabulary
 from xprof_magic._runs.metadata import RunMetadata
 

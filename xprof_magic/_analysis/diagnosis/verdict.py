@@ -118,15 +118,13 @@ def diagnose(
             breakdown=parts, source=source, gain=_largest_gain(basis, share), scope=in_scope
         )
     warm_up = _warm_up(s, parts)
-    frame = Diagnosis(
-        breakdown=parts,
-        warm_up=warm_up,
-        apart=steady.unlike(parts, warm_up, s.steps.compiling if s.steps else ())
+    unlike = (
+        steady.unlike(parts, warm_up, s.steps.compiling if s.steps else ())
         if in_scope == "steps"
-        else (),
-        scope=in_scope,
+        else ()
     )
-    frame = replace(frame, apart=(*frame.apart, *steady.outside(s, parts, in_scope)))
+    apart = (*unlike, *steady.outside(s, parts, in_scope))
+    frame = Diagnosis(breakdown=parts, warm_up=warm_up, apart=apart, scope=in_scope)
     basis = frame.basis()
     of_steps = bool(basis.steps)
     read_back = steady.read_back(s, parts, frame.steady(), activity) if of_steps else None

@@ -1,21 +1,14 @@
-"""The device's busy time from the timeline's spans, and the interval arithmetic the later
-stages measure spans with (:mod:`~xprof_magic._analysis.timeline.intervals`)."""
+"""The device's busy time from the timeline's spans (measured with
+:mod:`~xprof_magic._analysis.timeline.intervals`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from xprof_magic._analysis.timeline.facts import TraceFacts
-from xprof_magic._analysis.timeline.intervals import (
-    NO_SPANS,
-    Spans,
-    covered,
-    measure,
-    merge,
-    subtract,
-)
+from xprof_magic._analysis.timeline.intervals import measure, merge
 
-__all__ = ["NO_SPANS", "Spans", "busy_ns", "covered", "measure", "merge", "subtract"]
+__all__ = ["busy_ns"]
 
 
 def busy_ns(facts: TraceFacts) -> float | None:

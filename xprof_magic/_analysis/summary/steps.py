@@ -26,15 +26,15 @@ from xprof_magic._analysis.summary import blocks
 from xprof_magic._analysis.summary.where import INPUT_PREFIX
 from xprof_magic._analysis.timeline.facts import (
     DEVICE_SIDE,
-    DONE,
     LABEL,
     LAUNCH,
+    READ,
     STAGING,
     STEP,
     Block,
     TraceFacts,
 )
-from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, merge
+from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, merge
 
 __all__ = ["STALE_NS", "fetch_spans", "in_order", "launched_work", "step_spans", "steps_from_trace"]
 
@@ -110,7 +110,7 @@ def _by_order(facts: TraceFacts) -> tuple[Floats, Floats]:
     ]
     order = np.argsort(np.concatenate(made), kind="stable")
     at, weights = np.concatenate(made)[order], np.concatenate(weight)[order]
-    waits = merge(facts.spans.get(DONE, []))
+    waits = merge(facts.spans.get(READ, []))
     return in_order(at, merge(pieces), waits, weights)
 
 
@@ -160,7 +160,6 @@ def in_order(
     made: list[float] = []
     ended: list[float] = []
     served = 0
-    since = -np.inf
     idle = np.flatnonzero(lo[1:] - hi[:-1] >= STALE_NS)
     came = np.searchsorted(at, hi[idle], side="right")
     waited_for = [
@@ -169,27 +168,24 @@ def in_order(
         if k < len(at) and at[k] < lo[i + 1]
     ]
     points = sorted([*zip(waits[0].tolist(), waits[1].tolist(), strict=True), *waited_for])
-    for start, end in [*points, (np.inf, np.inf)]:
+    # How long the device had been busy at each launch and at each point's end, and in all
+    # after the last point (covered grows with time: at the later of two times, the larger).
+    busy_at_launch = covered(busy, at).tolist()
+    ends = np.asarray([end for _, end in points], np.float64)
+    busy_at_end = [*covered(busy, ends).tolist(), float(total[-1])]
+    since = 0.0
+    for start, last in zip([*(s for s, _ in points), np.inf], busy_at_end, strict=True):
         upto = int(np.searchsorted(at, start, side="left"))
         if upto <= served:
             continue
-        first = _busy_before(busy, total, max(since, float(at[served])))
-        last = _busy_before(busy, total, end) if np.isfinite(end) else total[-1]
+        first = max(since, busy_at_launch[served])
         parts = np.cumsum(cost[served:upto])
         parts = parts / parts[-1] * max(0.0, last - first)
         for k, part in zip(range(served, upto), parts.tolist(), strict=True):
             made.append(float(at[k]))
             ended.append(max(float(at[k]), _when(busy, total, first + part)))
-        served, since = upto, end
+        served, since = upto, last
     return np.asarray(made, np.float64), np.asarray(ended, np.float64)
-
-
-def _busy_before(busy: Spans, total: Floats, t: float) -> float:
-    """How long the device had been busy before ``t`` (``total``: the busy time before each
-    span, and in all)."""
-    lo, hi = busy
-    i = int(np.searchsorted(lo, t, side="right"))
-    return float(total[i] - (max(0.0, float(hi[i - 1]) - t) if i > 0 else 0.0))
 
 
 def _when(busy: Spans, total: Floats, amount: float) -> float:

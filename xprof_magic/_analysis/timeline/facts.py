@@ -19,7 +19,6 @@ __all__ = [
     "COLLECTIVE",
     "COMPILE",
     "DEVICE_SIDE",
-    "DONE",
     "HOST_MEMORY_SPACE",
     "LABEL",
     "LAUNCH",
@@ -44,11 +43,6 @@ CATEGORIES = (LABEL, TRACE, STEP, RUNTIME, COMPILE, XLA_OP)
 """What an event is, in this order: the reader keeps each event's category as its index."""
 OFFLOAD = "device:offload"
 """The span key of a chip's host-offload copies (arrays kept in host memory)."""
-DONE = "done"
-"""The span key of the host's waits on the Python threads after which everything launched
-before the wait began has run: a device value read back (:data:`READ`). Not torch_xla's
-``TensorCollectionBarrier``: its device runs on for tens of ms after it (seen on the CPU
-client)."""
 STAGING = "staging"
 """The span key of the host's side of copies off the Python thread (``H2D Dispatch`` on
 PjRt's workers, or on the CPU client's threads): also ``transfer``, and kept apart as work
@@ -56,7 +50,9 @@ a launch set going, which the step that launched it waits for
 (:func:`~xprof_magic._analysis.summary.steps.launched_work`)."""
 READ = "read"
 """The span key of the runtime's reads of a device value on the Python threads (the
-vocabulary's ``waits``: JAX's ``np.asarray(jax.Array)`` behind ``float(x)``)."""
+vocabulary's ``waits``: JAX's ``np.asarray(jax.Array)`` behind ``float(x)``): after one,
+everything launched before it began has run. Not torch_xla's ``TensorCollectionBarrier``:
+its device runs on for tens of ms after it (seen on the CPU client)."""
 STEP_END = "step end"
 """The span key of the runtime's step ends on the Python threads (a sync, whole)."""
 LAUNCH = "launch:"

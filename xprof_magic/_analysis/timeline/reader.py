@@ -45,7 +45,6 @@ from xprof_magic._analysis.timeline.events import (
 from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
-    DONE,
     READ,
     STAGING,
     STEP_END,
@@ -302,7 +301,6 @@ class Reader:
                 "sync": runtime & flag["blocks"][name_id] & ~copy,
                 STEP_END: runtime & flag["step_end"][name_id],
                 READ: runtime & flag["read"][name_id],
-                DONE: runtime & flag["read"][name_id],
             }
         else:
             return
