@@ -36,7 +36,15 @@ from xprof_magic._analysis.timeline.facts import (
 )
 from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, merge
 
-__all__ = ["STALE_NS", "fetch_spans", "in_order", "launched_work", "step_spans", "steps_from_trace"]
+__all__ = [
+    "STALE_NS",
+    "device_work",
+    "fetch_spans",
+    "in_order",
+    "launched_work",
+    "step_spans",
+    "steps_from_trace",
+]
 
 Floats = NDArray[np.float64]
 FETCH_GAP_NS = 5e6
@@ -55,7 +63,9 @@ def steps_from_trace(facts: TraceFacts, input_pipeline: frozenset[str]) -> StepS
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
     if not marked:
         return blocks.steps_from_trace(facts)
-    spans = step_spans(mine, fetch_spans(mine, input_pipeline), launched_work(facts))
+    spans = step_spans(
+        mine, fetch_spans(mine, input_pipeline), launched_work(facts), device_work(facts)
+    )
     names = [b.name for b in marked]
     return blocks.step_stats(
         max(set(names), key=names.count),
@@ -99,10 +109,16 @@ def launched_work(facts: TraceFacts) -> tuple[Floats, Floats]:
     return launched[order], done[order]
 
 
+def device_work(facts: TraceFacts) -> Spans:
+    """When the first device worked for the host's launches: its own busy time, its waits
+    and copies (:data:`~.facts.DEVICE_SIDE`) and the host's staging of copies."""
+    return merge(p for key in ("device", *DEVICE_SIDE, STAGING) for p in facts.spans.get(key, []))
+
+
 def _by_order(facts: TraceFacts) -> tuple[Floats, Floats]:
-    pieces = [p for key in ("device", *DEVICE_SIDE, STAGING) for p in facts.spans.get(key, [])]
+    busy = device_work(facts)
     keys = [key for key in facts.spans if key.startswith(LAUNCH)]
-    if not pieces or not keys:
+    if not len(busy[0]) or not keys:
         return np.empty(0), np.empty(0)
     made = [np.asarray(a, np.float64) for k in keys for a, _ in facts.spans[k]]
     weight = [
@@ -111,7 +127,7 @@ def _by_order(facts: TraceFacts) -> tuple[Floats, Floats]:
     order = np.argsort(np.concatenate(made), kind="stable")
     at, weights = np.concatenate(made)[order], np.concatenate(weight)[order]
     waits = merge(facts.spans.get(READ, []))
-    return in_order(at, merge(pieces), waits, weights)
+    return in_order(at, busy, waits, weights)
 
 
 def _cost(facts: TraceFacts, program: str) -> float:
@@ -199,11 +215,15 @@ def _when(busy: Spans, total: Floats, amount: float) -> float:
 
 
 def step_spans(
-    mine: list[Block], fetches: Spans, work: tuple[Floats, Floats]
+    mine: list[Block], fetches: Spans, work: tuple[Floats, Floats], busy: Spans
 ) -> list[tuple[int, float, float]]:
     """Each step of the cell's thread (``mine``: its blocks) as its number, start and end
     (ns): tiling the loop, each ending where its host block or the device's work it
-    launched (``work``: :func:`launched_work`) ends, whichever is later."""
+    launched (``work``: :func:`launched_work`) ends, whichever is later. After its host
+    block, a step lasts only while the device works (``busy``: :func:`device_work`): where
+    the device sat idle before it ran the step's work (a CPU client's thread not yet
+    scheduled) while the host went on with the next steps, that wait is nobody's, not the
+    step's with the next steps' host time in it."""
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
     launched, done = work
     out: list[tuple[int, float, float]] = []
@@ -221,6 +241,9 @@ def step_spans(
         # after the step before it ended, so the step's own span starts no earlier.
         lo, hi = np.searchsorted(launched, [start, b.end], side="left")
         finished = float(done[lo:hi].max()) if hi > lo else b.end
+        if finished > b.end:
+            worked = covered(busy, np.array([b.end, finished]))
+            finished = b.end + float(worked[1] - worked[0])
         if ended is not None:
             start = max(start, ended)
         end = max(b.end, start, finished)
