@@ -30,6 +30,7 @@ __all__ = [
     "Line",
     "Plane",
     "SerializedLines",
+    "as_number",
     "object_planes",
     "xspace_planes",
 ]
@@ -40,7 +41,7 @@ StatLookup = Callable[[int, str], "str | None"]
 StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
 MetaStat = Callable[[str], "list[str | None]"]
 MetaLookup = Callable[[int, str], "str | None"]
-StatNumbers = Callable[[Ints, str], "Floats"]
+StatValues = Callable[[Ints, tuple[str, ...]], "dict[str, list[str | None]]"]
 
 _EVENT_FIELDS = attrgetter("offset_ps", "duration_ps", "metadata_id")
 _STATS = attrgetter("stats")
@@ -68,14 +69,24 @@ class Line:
     """``meta_stat(key)``: for each of :attr:`names`, in order, the value of its event
     metadata's stat named ``key``, or None (object planes: the first such stat of an event
     of that name). The default knows none (an empty list)."""
-    numbers: StatNumbers = field(default=lambda index, key: np.full(len(index), np.nan))
-    """``numbers(events, key)``: each of those events' last stat named ``key`` as a number
-    (NaN where it has none, or not a number): a stat read per event, for the few events
-    whose every value matters (a GPU kernel's ``correlation_id``). The default knows none."""
+    values: StatValues = field(default=lambda index, keys: _no_values(index, keys), repr=False)
+    """``values(events, keys)``: by key, each of those events' last stat named so, as
+    :attr:`text` gives it (None: none), every stat of an event read once: for the few
+    events whose every value matters (a GPU kernel's ``correlation_id``, an allocator's
+    figures). The default knows none."""
+
+    def numbers(self, index: Ints, key: str) -> Floats:
+        """Each of those events' last stat named ``key`` as a number (NaN where it has
+        none, or not a number)."""
+        return np.array([as_number(v) for v in self.values(index, (key,))[key]], np.float64)
 
 
 def _no_meta(metadata_id: int, key: str) -> str | None:
     return None
+
+
+def _no_values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
+    return {key: [None] * len(index) for key in keys}
 
 
 @dataclass
@@ -192,24 +203,33 @@ def _proto_line(
         found = last(index, key)
         return None if found is None else xspace.stat_value(found)
 
+    refs: dict[int, str] = {}
+
+    def as_text(found: Any) -> str:
+        if found.WhichOneof("value") != "ref_value":
+            return xspace.stat_value(found)
+        if not refs:
+            for name, ids in stat_ids.items():
+                for i in ids:
+                    refs.setdefault(i, name)
+        return refs.get(int(found.ref_value), "")
+
     def text(index: int, key: str) -> str | None:
         found = last(index, key)
-        if found is None or found.WhichOneof("value") != "ref_value":
-            return None if found is None else xspace.stat_value(found)
-        ref = int(found.ref_value)
-        return next((name for name, ids in stat_ids.items() if ref in ids), "")
+        return None if found is None else as_text(found)
 
-    def numbers(index: Ints, key: str) -> Floats:
-        wanted = stat_ids.get(key)
-        found = np.full(len(index), np.nan)
+    def values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
+        out: dict[str, list[str | None]] = {key: [None] * len(index) for key in keys}
+        wanted = {i: key for key in keys for i in stat_ids.get(key, ())}
         if not wanted:
-            return found
+            return out
         for j, i in enumerate(index.tolist()):
             for data in events[i].stats:
                 s = xspace.parse_stat(data)
-                if s.metadata_id in wanted:
-                    found[j] = _number(xspace.stat_value(s))
-        return found
+                key = wanted.get(s.metadata_id)
+                if key is not None:
+                    out[key][j] = as_text(s)
+        return out
 
     def has(index: Ints, key: str) -> NDArray[np.bool_]:
         wanted = stat_ids.get(key)
@@ -237,11 +257,12 @@ def _proto_line(
         has=has,
         text=text,
         meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
-        numbers=numbers,
+        values=values,
     )
 
 
-def _number(text: str | None) -> float:
+def as_number(text: str | None) -> float:
+    """A stat's text as a number (NaN: none, or not a number)."""
     try:
         return float(text) if text else np.nan
     except ValueError:
@@ -295,8 +316,8 @@ def _object_line(line: Any) -> Line:
                         break
         return [found.get(name) for name in seen]
 
-    def numbers(index: Ints, key: str) -> Floats:
-        return np.array([_number(stat(i, key)) for i in index.tolist()], np.float64)
+    def values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
+        return {key: [stat(i, key) for i in index.tolist()] for key in keys}
 
     return Line(
         name=line.name,
@@ -307,5 +328,5 @@ def _object_line(line: Any) -> Line:
         stat=stat,
         has=has,
         meta_stat=meta_stat,
-        numbers=numbers,
+        values=values,
     )

@@ -6,14 +6,14 @@ JAX 0.11 captures of an H200; a TPU host records deallocations the same way). Th
 name the allocator (``allocator_name``: ``GPU_0_bfc`` for a GPU's memory, ``xla_gpu_host_bfc``
 for pinned host memory), the bytes in use after the event (``bytes_allocated``), the bytes it
 could still give (``bytes_available``) and the process's peak so far (``peak_bytes_in_use``,
-carried over from earlier cells). A stat read per such event: they are few beside the rest.
+carried over from earlier cells). Each such event's stats are read once, for all three.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.lines import Floats, Ints, Line, as_number
 
 __all__ = ["ALLOCATOR_EVENTS", "Allocations", "allocations"]
 
@@ -32,16 +32,15 @@ def allocations(line: Line, order: Ints, start: Floats, name_id: Ints) -> Alloca
         return {}
     at = np.flatnonzero(np.isin(name_id, wanted))
     events = order[at]
-    in_use = line.numbers(events, "bytes_allocated")
-    available = line.numbers(events, "bytes_available")
-    text = line.text or line.stat
+    stats = line.values(events, ("bytes_allocated", "bytes_available", "allocator_name"))
+    in_use = [as_number(v) for v in stats["bytes_allocated"]]
+    available = [as_number(v) for v in stats["bytes_available"]]
     found: Allocations = {}
-    for k, event in enumerate(events.tolist()):
+    for k, name in enumerate(stats["allocator_name"]):
         if np.isnan(in_use[k]):
             continue
-        name = text(int(event), "allocator_name") or ""
-        times, used, limit = found.setdefault(name, ([], [], []))
+        times, used, limit = found.setdefault(name or "", ([], [], []))
         times.append(float(start[at[k]]))
-        used.append(float(in_use[k]))
-        limit.append(0.0 if np.isnan(available[k]) else float(in_use[k] + available[k]))
+        used.append(in_use[k])
+        limit.append(0.0 if np.isnan(available[k]) else in_use[k] + available[k])
     return found
