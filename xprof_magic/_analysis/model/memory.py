@@ -17,9 +17,8 @@ __all__ = ["Allocation", "Memory", "MemoryUse", "OutOfMemory"]
 class MemoryUse:
     """One memory's use over the cell: bytes in use at its start and end, the peak, when
     (seconds on the timeline) and in which labelled block and cell line it was reached;
-    ``capacity_bytes``, what the allocator may hold (None: unknown); ``lifetime_peak_bytes``,
-    the process's peak so far as the runtime counts it, earlier cells included (None:
-    unknown); ``curve``, the bytes in use over the cell's time, thinned for a chart."""
+    ``capacity_bytes``, what the allocator may hold (None: unknown); ``curve``, the bytes in
+    use over the cell's time, thinned for a chart."""
 
     allocator: str
     start_bytes: float
@@ -29,7 +28,6 @@ class MemoryUse:
     peak_path: tuple[str, ...] = ()
     peak_line: int = 0
     capacity_bytes: float | None = None
-    lifetime_peak_bytes: float | None = None
     curve: tuple[tuple[float, float], ...] = ()
 
 

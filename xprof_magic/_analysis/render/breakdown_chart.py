@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from xprof_magic._analysis.render.svg import (
     CATEGORY_COLOURS,
-    GREY,
     Text,
+    axes,
     escape,
     step_ticks,
     svg,
@@ -91,10 +91,7 @@ def breakdown_svg(d: Diagnosis, width: int = 640) -> str:
     what = f"{parts.step_count} steps" if parts.steps else "the cell"
     labels.append(Text(_LEFT, below, f"where the time of {what} went (verdict: {d.verdict})"))
     legend, rows = _legend(parts, below + _ROW, width - _RIGHT)
-    axis = (
-        f'<line x1="{_LEFT}" x2="{_LEFT}" y1="{_TOP}" y2="{axis_y}" stroke="{GREY}"/>'
-        f'<line x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{axis_y}" y2="{axis_y}" stroke="{GREY}"/>'
-    )
+    axis = axes(_LEFT, _TOP, _LEFT + plot_w, axis_y)
     body = axis + "".join(shapes) + "".join(t.svg() for t in labels) + legend
     height = below + _ROW * rows + 6
     return svg(width, height, "step-time breakdown", body, "xprof-magic-breakdown")

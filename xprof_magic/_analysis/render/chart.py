@@ -17,6 +17,7 @@ from xprof_magic._analysis.render.svg import (
     GREY,
     ORANGE,
     Text,
+    axes,
     escape,
     overlaps,
     step_ticks,
@@ -94,10 +95,7 @@ def _steps_svg(steps: StepStats, width: int, height: int) -> str:
             "the rest)",
         )
     )
-    axis = (
-        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{axis_y}" stroke="{GREY}"/>'
-        f'<line x1="{left}" x2="{left + plot_w}" y1="{axis_y}" y2="{axis_y}" stroke="{GREY}"/>'
-    )
+    axis = axes(left, top, left + plot_w, axis_y)
     body = axis + "".join(shapes) + "".join(t.svg() for t in labels)
     return svg(width, height, "step times", body)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.render.svg import BLUE, GREY, ORANGE, Text, overlaps, svg
+from xprof_magic._analysis.render.svg import BLUE, ORANGE, Text, axes, overlaps, svg
 from xprof_magic._units import data_size, percent, seconds
 
 if TYPE_CHECKING:
@@ -159,11 +159,7 @@ def memory_svg(s: Summary, width: int = 640, height: int = 150) -> str:
         return top + plot_h - (b - ymin) / (ymax - ymin) * plot_h
 
     points = " ".join(f"{x(t):.1f},{y(b):.1f}" for t, b in d.curve)
-    shapes = [
-        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}" stroke="{GREY}"/>',
-        f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}" '
-        f'stroke="{GREY}"/>',
-    ]
+    shapes = [axes(left, top, left + plot_w, top + plot_h)]
     if s.steps and s.steps.starts_s:
         every = max(1, len(s.steps.starts_s) // 60)
         for start in s.steps.starts_s[::every]:

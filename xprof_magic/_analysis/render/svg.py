@@ -22,6 +22,7 @@ __all__ = [
     "GREY",
     "ORANGE",
     "Text",
+    "axes",
     "escape",
     "overlaps",
     "step_ticks",
@@ -110,6 +111,15 @@ def step_ticks(
         if shown < after:
             ticks.append(Text(left + (i + 0.5) * bar_w, y, str(shown), "middle"))
     return ticks
+
+
+def axes(left: float, top: float, right: float, bottom: float) -> str:
+    """A chart's two axes: up its left side from ``bottom`` to ``top``, and along its
+    bottom from ``left`` to ``right``."""
+    return (
+        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{bottom}" stroke="{GREY}"/>'
+        f'<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="{GREY}"/>'
+    )
 
 
 def svg(width: int, height: int, label: str, body: str, css_class: str = "") -> str:

@@ -181,6 +181,8 @@ def _from_runtime(
             peaks[f.path[:k]] = max(peaks.get(f.path[:k], 0.0), f.in_use)
     top = max(figures, key=lambda f: f.in_use)
     limits = [f.limit for f in figures if f.limit > 0]
+    t = np.array([f.t_ns - origin for f in figures], np.float64)
+    used = np.array([f.in_use for f in figures], np.float64)
     use = MemoryUse(
         allocator="runtime",
         start_bytes=figures[0].in_use,
@@ -190,9 +192,7 @@ def _from_runtime(
         peak_path=top.path,
         peak_line=line_of(meta.cell or "", top.path) if top.path else 0,
         capacity_bytes=max(limits) if limits else None,
-        lifetime_peak_bytes=max(f.peak for f in figures),
-        curve=tuple(((f.t_ns - origin) / 1e9, f.in_use) for f in figures[:CURVE_POINTS]),
+        curve=_curve(t, used),
     )
-    t = np.array([f.t_ns - origin for f in figures], np.float64)
-    growth = _growth(t, np.array([f.in_use for f in figures]), steps)
+    growth = _growth(t, used, steps)
     return Memory(use, None, "runtime", *growth), peaks
