@@ -55,6 +55,7 @@ from xprof_magic._viewer.tools import (
     CHARTS_URL,
     ToolLister,
     ToolSurveyor,
+    Window,
     list_tools,
     notes,
     order_tools,
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SUMMARY_BUDGET_S", "RunView", "announce", "location", "view_of"]
 
-Window = tuple[float, float]
 """Seconds on a run's timeline, from and to."""
 
 SUMMARY_BUDGET_S = 1.0

@@ -27,22 +27,16 @@ from typing import Protocol
 
 from xprof_magic._viewer.app.inline import BUSY_MESSAGE
 from xprof_magic._viewer.tools import (
-    BUSY_NOTE,
     BUSY_S,
     CHARTS_NOTE,
     CHARTS_URL,
-    EMPTY_NOTE,
-    NEW_TAB,
     notes,
 )
 
 __all__ = [
-    "BUSY_NOTE",
     "BUSY_S",
     "CHARTS_NOTE",
     "CHARTS_URL",
-    "EMPTY_NOTE",
-    "NEW_TAB",
     "Areas",
     "Frame",
     "IframeFrame",
@@ -73,8 +67,8 @@ class Page:
     under it, when the browser cannot load that (:data:`CHARTS_NOTE`). ``v2``: Trace Viewer
     v2's URL for a big run, offered in a new tab where the browser has WebGPU. ``name``: the
     tool as the dropdown names it. ``empty``: why the tool has nothing for this run (the
-    survey's reason); the frame then shows :data:`EMPTY_NOTE` in place of XProf's page, which
-    would only spin.
+    survey's reason); the frame then shows :data:`~xprof_magic._viewer.tools.EMPTY_NOTE` in
+    place of XProf's page, which would only spin.
     """
 
     src: str
@@ -217,10 +211,11 @@ def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -
     Under the page it has one line, :data:`CHARTS_NOTE`, shown when the page draws charts and
     the chart library cannot be fetched (instead of a spinner left without a reason), a
     link to Trace Viewer v2 in a new tab, shown for a big run where WebGPU works (v2 fails
-    without an adapter), and :data:`BUSY_NOTE`, shown when the page has said (its
-    :data:`~xprof_magic._viewer.app.inline.WATCH_BUSY`) that a loading indicator shows, and it
-    still shows ``busy_s`` later. A page whose tool has nothing for the run is not loaded:
-    :data:`EMPTY_NOTE` stands in its place.
+    without an adapter), and :data:`~xprof_magic._viewer.tools.BUSY_NOTE`, shown when the
+    page has said (its :data:`~xprof_magic._viewer.app.inline.WATCH_BUSY`) that a loading
+    indicator shows, and it still shows ``busy_s`` later. A page whose tool has nothing for
+    the run is not loaded: :data:`~xprof_magic._viewer.tools.EMPTY_NOTE` stands in its
+    place.
     """
     script = _WRAPPER_JS.replace("__CHARTS_URL__", json.dumps(CHARTS_URL)).replace(
         "__BUSY__", json.dumps(BUSY_MESSAGE)

@@ -122,12 +122,11 @@ class CellDisplay:
         widgets: bool = False,
         where: str = "",
     ) -> None:
-        """``where``: where the viewer is, in words, for a display without a widget (None
-        shown: ``view.text()``)."""
+        """``where``: where the viewer is, in words, for a display without a widget."""
         self.rendered = rendered
         self.view = view
         self.widgets = widgets and view is not None
-        self.where = where or (view.text() if view is not None else "")
+        self.where = where
         self.handle: DisplayHandle | None = None
 
     def bundle(self) -> dict[str, Any]:
@@ -235,8 +234,10 @@ def report(
             print(result.text())
         else:
             timed = timeline_labels(summary, result.labels)
-            heading = LABELS_HEADING if timed is not None else TIMERS_HEADING
-            print(result.text(labels=timed, heading=heading))
+            if timed is not None:
+                print(result.text(labels=timed))
+            else:
+                print(result.text(heading=TIMERS_HEADING))
         widget = sys.modules.get(WIDGET_MODULE)  # imported once a widget was shown
         found = widget.announce(logdir) if widget is not None else None
         if start is not None:
@@ -245,7 +246,6 @@ def report(
         print(wrapped(f"xprof: the run was stored, but showing it failed: {error!r}"))
 
 
-LABELS_HEADING = "labelled blocks, host time, largest first:"
 TIMERS_HEADING = (
     "labelled blocks, host time by the magic's timers (the summary's are read from the "
     "timeline), largest first:"

@@ -17,11 +17,9 @@ import ipywidgets as widgets
 
 from xprof_magic._notebook import compat
 from xprof_magic._runs import store as _store
+from xprof_magic._viewer.tools import Window
 
-__all__ = ["SummaryPanel", "Window"]
-
-Window = tuple[float, float]
-"""Seconds on a run's timeline, from and to."""
+__all__ = ["SummaryPanel"]
 
 
 class SummaryPanel:

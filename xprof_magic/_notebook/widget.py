@@ -29,7 +29,7 @@ from xprof_magic._backends.registry import DEFAULT_HEIGHT
 from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._notebook.frame import Areas, Frame, Page
-from xprof_magic._notebook.summary_panel import SummaryPanel, Window
+from xprof_magic._notebook.summary_panel import SummaryPanel
 from xprof_magic._notebook.tools import ToolAnswer, ToolQuestions
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer.process.client import TRACE_VIEWER_TOOL, Viewer
@@ -37,6 +37,7 @@ from xprof_magic._viewer.survey import Survey, survey_tools
 from xprof_magic._viewer.tools import (
     ToolLister,
     ToolSurveyor,
+    Window,
     list_tools,
     order_tools,
     page_urls,

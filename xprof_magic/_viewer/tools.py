@@ -30,6 +30,7 @@ __all__ = [
     "TOOL_ORDER",
     "ToolLister",
     "ToolSurveyor",
+    "Window",
     "list_tools",
     "notes",
     "order_tools",
@@ -107,6 +108,9 @@ BUSY_NOTE = (
 """The line under a page whose loading indicator has shown :data:`BUSY_S`."""
 NEW_TAB = ", or open it in a new tab"
 
+Window = tuple[float, float]
+"""Seconds on a run's timeline, from and to: where the trace viewer opens."""
+
 
 def uses_charts(tool: str | None) -> bool:
     """Whether ``tool``'s page draws with Google's charts (:data:`CHARTS_TOOLS`)."""
@@ -158,7 +162,7 @@ def page_urls(
     host: str | None,
     location: tuple[str, str],
     survey: Survey | None = None,
-    window: tuple[float, float] | None = None,
+    window: Window | None = None,
 ) -> tuple[str, str]:
     """The embedded page's URL and the full UI's URL for one selection, as the browser sees
     them; ``location`` is ``(origin, prefix)`` (:func:`~xprof_magic._viewer.process.client.locate`),
