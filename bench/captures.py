@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SIZES", "build_capture", "measure", "step_window", "trace_viewer_costs"]
+__all__ = ["SIZES", "build_capture", "child_env", "measure", "step_window", "trace_viewer_costs"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".captures"
@@ -115,13 +115,15 @@ def ensure_captures(names: list[str]) -> dict[str, Path]:
                 [sys.executable, "-m", "bench.captures", "--build", name],
                 check=True,
                 cwd=ROOT,
-                env=_env(),
+                env=child_env(),
             )
         found[name] = run_dir
     return found
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """The environment of a bench's child interpreter: this project importable, torch_xla
+    on the CPU unless told otherwise, XLA's logs quiet."""
     env = dict(os.environ)
     env.setdefault("PJRT_DEVICE", "CPU")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -181,7 +183,7 @@ def _run_child(code: str, *args: str) -> Any:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env=_env(),
+        env=child_env(),
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 

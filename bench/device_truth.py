@@ -56,6 +56,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.captures import child_env
 from bench.truth_kinds import JAX_KINDS, Kind
 from bench.truth_kinds_xla import XLA_KINDS
 
@@ -230,11 +231,7 @@ def measure(kinds: list[str], logdir: Path, echo: bool = True) -> list[dict[str,
     """Each of ``kinds`` in a fresh interpreter (``python -m bench.device_truth --child``);
     their figures, in order. A kind whose interpreter fails is a row with its error."""
     rows = []
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env.setdefault("PJRT_DEVICE", "CPU")  # torch_xla's kinds
-    env["XPROF_MAGIC_NO_SERVER"] = "1"
+    env = {**child_env(), "XPROF_MAGIC_NO_SERVER": "1"}
     for name in kinds:
         out = logdir / f".{name}.json"
         out.unlink(missing_ok=True)

@@ -14,7 +14,6 @@ Prints the medians and their ratio, the target being at most 1.02.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -62,8 +61,7 @@ def main(argv: list[str]) -> int:
                 times[name].append(kernel.timed(cell)[2])
     finally:
         kernel.close()
-    newest = max(_store.runs(logdir), key=lambda run: run.path.stat().st_mtime)
-    meta = json.loads((newest.path / _store.METADATA_FILE).read_text())
+    meta = _store.runs(logdir)[0].metadata or {}
     samples = len(meta.get("memory", []))
     shipped, answering = (statistics.median(times[k]) for k in ("shipped", "answering"))
     print(f"training cell, {args.steps} steps, {args.reps} runs each, interleaved, medians:")

@@ -82,6 +82,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
+GPU_DATA = Path(__file__).resolve().parent / "data" / "gpu-h200"
+GPU_RUNS = sorted(p.name for p in GPU_DATA.iterdir() if p.is_dir())
+"""The runs stored from real JAX loops on an H200 (``data/gpu-h200``, ``data/NOTICE.md``)."""
+
+
+@pytest.fixture(scope="session")
+def gpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]]:
+    """Each stored GPU run unpacked as the magic stores a run, and its summary, once for
+    every test that reads them."""
+    import shutil
+
+    import xprof_magic
+
+    into = tmp_path_factory.mktemp("gpu")
+    found = {}
+    for name in GPU_RUNS:
+        folder = into / "plugins" / "profile" / name
+        folder.mkdir(parents=True)
+        shutil.copy(GPU_DATA / name / "xprof_magic.json", folder)
+        packed = (GPU_DATA / name / "vm.xplane.pb.gz").read_bytes()
+        (folder / "vm.xplane.pb").write_bytes(gzip.decompress(packed))
+        found[name] = (folder, xprof_magic.summarize(folder))
+    return found
+
+
 class FakeEvent:
     """A profiler event that logs when it opens and closes, to check nesting and what was
     recorded (closing records it) without a profiler. Reset ``FakeEvent.log`` before use."""

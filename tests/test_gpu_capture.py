@@ -9,38 +9,26 @@ this test measures through XProf's own reader (``ProfileData``), not the one und
 
 from __future__ import annotations
 
-import gzip
-import shutil
 import statistics
 from pathlib import Path
 
 import pytest
 
-import xprof_magic
+from tests._oracle_trace import _union_ns
+from tests.conftest import GPU_RUNS
 from xprof_magic._analysis.model.summary import Summary
 
-DATA = Path(__file__).resolve().parent / "data" / "gpu-h200"
-RUNS = sorted(p.name for p in DATA.iterdir() if p.is_dir())
-
-
-def _unpack(run: str, into: Path) -> Path:
-    folder = into / "plugins" / "profile" / run
-    folder.mkdir(parents=True)
-    shutil.copy(DATA / run / "xprof_magic.json", folder)
-    packed = (DATA / run / "vm.xplane.pb.gz").read_bytes()
-    (folder / "vm.xplane.pb").write_bytes(gzip.decompress(packed))
-    return folder
+RUNS = GPU_RUNS
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    into = tmp_path_factory.mktemp("gpu")
-    return {run: _unpack(run, into) for run in RUNS}
+def runs(gpu_runs: dict[str, tuple[Path, Summary]]) -> dict[str, Path]:
+    return {run: folder for run, (folder, _) in gpu_runs.items()}
 
 
 @pytest.fixture(scope="module")
-def summaries(runs: dict[str, Path]) -> dict[str, Summary]:
-    return {run: xprof_magic.summarize(folder) for run, folder in runs.items()}
+def summaries(gpu_runs: dict[str, tuple[Path, Summary]]) -> dict[str, Summary]:
+    return {run: summary for run, (_, summary) in gpu_runs.items()}
 
 
 def _plane_union_s(folder: Path) -> float:
@@ -48,22 +36,14 @@ def _plane_union_s(folder: Path) -> float:
     from xprof.profile_data import ProfileData
 
     profile = ProfileData.from_file(str(folder / "vm.xplane.pb"))
-    spans = sorted(
+    spans = [
         (e.start_ns, e.start_ns + e.duration_ns)
         for plane in profile.planes
         if plane.name == "/device:GPU:0"
         for line in plane.lines
         for e in line.events
-    )
-    total, reach = 0.0, float("-inf")
-    for lo, hi in spans:
-        if lo > reach:
-            total += hi - lo
-            reach = hi
-        elif hi > reach:
-            total += hi - reach
-            reach = hi
-    return total / 1e9
+    ]
+    return _union_ns(spans, None) / 1e9
 
 
 def test_the_data_holds_every_kind_of_the_readme() -> None:
