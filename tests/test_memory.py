@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 import xprof_magic
-from tests.conftest import only_run, run
-from tests.test_gpu_capture import RUNS, _unpack
+from tests.conftest import GPU_RUNS, only_run, run
 from tests.test_registry import ENTRY, FakeBackend, install
 from xprof_magic._analysis import render_html, render_text
 from xprof_magic._analysis.diagnosis.oom import out_of_memory, size_bytes
@@ -28,16 +27,6 @@ from xprof_magic._analysis.render.memory import NO_FIGURES
 from xprof_magic._backends import Backend
 
 GIB = 2**30
-
-
-@pytest.fixture(scope="module")
-def gpu(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Summary]]:
-    into = tmp_path_factory.mktemp("gpu-memory")
-    found = {}
-    for name in RUNS:
-        folder = _unpack(name, into)
-        found[name] = (folder, xprof_magic.summarize(folder))
-    return found
 
 
 def _allocator_events(folder: Path) -> list[tuple[float, float]]:
@@ -67,11 +56,11 @@ def _allocator_events(folder: Path) -> list[tuple[float, float]]:
     return max(by_allocator.values(), key=lambda events: max(b for _, b in events))
 
 
-@pytest.mark.parametrize("name", [r for r in RUNS if r != "gpu_transfer_fixed"])
+@pytest.mark.parametrize("name", [r for r in GPU_RUNS if r != "gpu_transfer_fixed"])
 def test_the_peak_is_the_largest_in_use_the_device_allocator_reports_in_the_cell(
-    name: str, gpu: dict[str, tuple[Path, Summary]]
+    name: str, gpu_runs: dict[str, tuple[Path, Summary]]
 ) -> None:
-    folder, s = gpu[name]
+    folder, s = gpu_runs[name]
     events = _allocator_events(folder)
     m = s.memory
     assert m.source == "timeline" and m.device is not None
@@ -86,9 +75,9 @@ def test_the_peak_is_the_largest_in_use_the_device_allocator_reports_in_the_cell
 
 
 def test_the_read_back_loop_peaks_in_its_loop_and_says_pinned_memory_apart(
-    gpu: dict[str, tuple[Path, Summary]],
+    gpu_runs: dict[str, tuple[Path, Summary]],
 ) -> None:
-    _, s = gpu["gpu_sync"]
+    _, s = gpu_runs["gpu_sync"]
     m = s.memory
     assert m.device is not None and m.host is not None
     assert m.device.peak_path == ("for i in range(60)",) and m.device.peak_line == 3
@@ -176,6 +165,27 @@ def test_the_figures_cost_nothing_where_the_runtime_keeps_none() -> None:
     for _ in range(100):
         recorder.sample(("block",))
     assert asked == [1] and recorder.samples == [] and recorder.sampler is None
+
+
+def test_a_runtime_not_started_yet_is_asked_again() -> None:
+    """A first cell starts the runtime inside it: at the cell's start the backend has no
+    figures yet (LookupError), at its blocks' ends it has them."""
+    from xprof_magic._cell.recorder import Recorder
+
+    recorder = Recorder(lambda name, **stats: None)  # type: ignore[arg-type,return-value]
+    started: list[bool] = []
+
+    def figures() -> tuple[float, float, float]:
+        if not started:
+            started.append(True)
+            raise LookupError("not started")
+        return 1e9, 2e9, 16e9
+
+    recorder.sampler = figures
+    recorder.sample(())
+    recorder.sample(("block",))
+    assert [s[1:] for s in recorder.samples] == [(("block",), 1e9, 2e9, 16e9)]
+    assert recorder.sampler is not None
 
 
 # XLA's messages, in the forms it prints them (numbers and names of our own).
@@ -301,10 +311,10 @@ def test_a_cell_that_runs_out_of_memory_fails_once_and_is_explained(
     assert "out of memory (compile): asked 22.3 GB, 16.6 GB available" in render_text(s)
 
 
-def test_compare_shows_the_peak_beside_time(gpu: dict[str, tuple[Path, Summary]]) -> None:
+def test_compare_shows_the_peak_beside_time(gpu_runs: dict[str, tuple[Path, Summary]]) -> None:
     from xprof_magic._analysis.diagnosis.compare import compare
 
-    (_, a), (_, b) = gpu["gpu_sync"], gpu["gpu_device"]
+    (_, a), (_, b) = gpu_runs["gpu_sync"], gpu_runs["gpu_device"]
     c = compare(a, b)
     (row,) = [r for r in c.rows if r.name == "device memory peak"]
     assert (row.a, row.b, row.unit) == (
@@ -318,11 +328,11 @@ def test_compare_shows_the_peak_beside_time(gpu: dict[str, tuple[Path, Summary]]
 
 
 def test_the_memory_chart_draws_the_curve_with_the_steps_and_the_peak(
-    gpu: dict[str, tuple[Path, Summary]],
+    gpu_runs: dict[str, tuple[Path, Summary]],
 ) -> None:
     from xprof_magic._analysis.render.memory import memory_svg
 
-    _, s = gpu["gpu_sync"]
+    _, s = gpu_runs["gpu_sync"]
     picture = memory_svg(s)
     assert picture.count("<polyline") == 1 and picture.count("<circle") == 1
     assert s.steps is not None

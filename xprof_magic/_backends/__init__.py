@@ -132,7 +132,8 @@ class Backend(Protocol):
     def memory(self) -> tuple[float, float, float] | None:
         """The first device's memory now, as its runtime counts it: bytes in use, the
         process's peak, and the limit (0 where unknown); None where the runtime keeps no such
-        figures (the CPU client) or has not started. Cheap: no sync, no device work."""
+        figures (the CPU client). Raises ``LookupError`` while the runtime has not started
+        (a first cell's start): it may have them later. Cheap: no sync, no device work."""
 
     def versions(self) -> dict[str, str]:
         """Versions of the libraries that made the capture."""

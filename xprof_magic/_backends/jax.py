@@ -259,7 +259,7 @@ class JaxBackend(ProfilerBackend):
     def memory(self) -> tuple[float, float, float] | None:
         """``Device.memory_stats()`` of the first device (None on the CPU backend)."""
         if not self.runtime_started():
-            return None
+            raise LookupError("the runtime has not started: no memory figures yet")
         try:
             stats = jax.devices()[0].memory_stats()
         except Exception:

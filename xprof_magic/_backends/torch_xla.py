@@ -180,7 +180,7 @@ class TorchXlaBackend(ProfilerBackend):
         """``xm.get_memory_info`` of the default device: ``bytes_used``, ``peak_bytes_used``,
         ``bytes_limit`` (the CPU client has none: UNIMPLEMENTED)."""
         if not self.runtime_started():
-            return None
+            raise LookupError("the runtime has not started: no memory figures yet")
         try:
             info = xm.get_memory_info(torch_xla.device())
         except Exception:

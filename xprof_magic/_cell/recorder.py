@@ -66,7 +66,9 @@ class Recorder:
         self.has_value = False
         self.sampler: Callable[[], tuple[float, float, float] | None] | None = None
         """The backend's live device-memory figures, asked at each labelled block's end
-        (:meth:`sample`); dropped at the first answer of none (the CPU client keeps none)."""
+        (:meth:`sample`); dropped at the first answer of none (the CPU client keeps none),
+        asked again at the next block's end where it raises ``LookupError`` (no figures yet:
+        the runtime has not started)."""
         self.samples: list[MemorySample] = []
 
     def sample(self, path: tuple[str, ...]) -> None:
@@ -76,6 +78,8 @@ class Recorder:
             return
         try:
             figures = sampler()
+        except LookupError:
+            return
         except Exception:
             figures = None
         if figures is None:
