@@ -100,6 +100,7 @@ class DeviceInfo:
     streams); on the CPU, the time at least one XLA CPU client thread ran an execution
     (launch to completion), else, in a timeline without such events, an XLA op. ``name``:
     the device as the runtime or the timeline names it (``NVIDIA H200``), "" unknown.
+    ``silent``: the timeline was read and holds none of that device's activity.
     """
 
     kind: str
@@ -111,6 +112,7 @@ class DeviceInfo:
     devices: tuple[DeviceBusy, ...] = ()
     threads: tuple[ThreadGroup, ...] = ()
     name: str = ""
+    silent: bool = False
 
 
 @dataclass(frozen=True)

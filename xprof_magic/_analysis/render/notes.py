@@ -39,7 +39,7 @@ def incomplete(s: Summary, words: Vocabulary) -> Iterator[Note]:
 
 
 def device(s: Summary, words: Vocabulary) -> Iterator[Note]:
-    known = s.device.kind not in ("CPU", "unknown") and "holds no" not in s.device.statement
+    known = s.device.kind not in ("CPU", "unknown") and not s.device.silent
     level = "info" if known else "warning"
     yield Note(level, s.device.statement)
 

@@ -86,7 +86,10 @@ def device_info(
         executions = busy_ns(facts)
         busy_s = (executions if executions is not None else facts.cpu_xla_busy_ns) / 1e9
     share = busy_s / window_s if busy_s is not None and window_s else None
-    return DeviceInfo(kind, on_cpu, statement, window_s, busy_s, share, devices, threads, name)
+    silent = not on_cpu and kind != "unknown" and not mine
+    return DeviceInfo(
+        kind, on_cpu, statement, window_s, busy_s, share, devices, threads, name, silent
+    )
 
 
 def top_ops(
