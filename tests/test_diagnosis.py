@@ -60,10 +60,10 @@ def test_a_loop_waiting_for_its_batches_is_input_bound(
     s = diagnosed(ip, logdir, "input", body)
     d = s.diagnosis
     assert d.verdict == "input" and d.share is not None and d.share > 0.8
-    assert d.where == ("for x in decoded(6)",) and d.line == 1
+    assert d.where == ("for x in decoded(6)",) and d.line == 2
     assert headline(s) == d.headline
     assert d.headline.startswith("Input-bound (highly, XProf's ≥ 20%): ")
-    assert "of each step waits for the next batch (`for x in decoded(6)`, line 1)" in d.headline
+    assert "of each step waits for the next batch (`for x in decoded(6)`, line 2)" in d.headline
     assert "MpDeviceLoader" in d.fix and d.level == "warning"
     # the same words in the terminal, the static HTML and the saved summary
     assert plain(d.headline) in render_text(s)
@@ -124,7 +124,7 @@ def test_many_tiny_ops_in_a_synced_loop_are_host_bound_one_step_per_sync(
     d = s.diagnosis
     assert d.verdict == "host", d.evidence
     assert headline(s).startswith("Host-bound: ")
-    assert "Python and graph building on the host (`for i in range(8)`, line 2)" in d.headline
+    assert "Python and graph building on the host (`for i in range(8)`, line 3)" in d.headline
 
 
 def test_a_loop_that_never_syncs_grows_its_graph_and_compiles_every_step(
@@ -239,7 +239,7 @@ def test_jax_loops_get_input_and_host_verdicts(ip: Any, logdir: Path) -> None:
     s = xprof_magic.summarize(logdir / "plugins" / "profile" / "jinput")
     assert s.diagnosis.verdict == "input", s.diagnosis.evidence
     assert headline(s).startswith("Input-bound (highly, XProf's ≥ 20%): ")
-    assert "(`for b in batches(6)`, line 10)" in s.diagnosis.headline
+    assert "(`for b in batches(6)`, line 11)" in s.diagnosis.headline
     assert ip.run_cell(JAX_HOST).success
     assert run(ip, logdir, JAX_HOST, "--steps --backend jax --name jhost").success
     s = xprof_magic.summarize(logdir / "plugins" / "profile" / "jhost")
@@ -425,7 +425,7 @@ def test_jax_shapes_made_in_the_loop_and_static_numbers_are_compile_causes(
     assert run(ip, logdir, body, "--steps --backend jax --name jstatic").success
     d = xprof_magic.summarize(logdir / "plugins" / "profile" / "jstatic").diagnosis
     assert d.verdict == "compile" and d.cause == "changing values", d.evidence
-    assert (d.where, d.line) == (("for i in range(5)",), 2), d.where
+    assert (d.where, d.line) == (("for i in range(5)",), 3), d.where
     assert d.changed == (("", ("0.5", "0.7", "0.9", "1.1", "1.3")),), d.changed
     assert "static_argnums" in d.fix
 

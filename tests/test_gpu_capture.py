@@ -82,13 +82,13 @@ def test_a_jitted_chain_of_matmuls_is_device_bound_at_the_gpus_pace(
     # Each step is its launch's kernels (~13 ms on the GPU), not the host's 0.2 ms dispatch.
     assert s.steps is not None
     assert 12e-3 < statistics.median(s.steps.durations_s) < 15e-3
-    assert d.program == "PjitFunction(heavy)" and d.line == 7
+    assert d.program == "PjitFunction(heavy)" and d.line == 8
 
 
 def test_eager_ops_are_host_bound_and_told_to_jit(summaries: dict[str, Summary]) -> None:
     d = summaries["gpu_eager"].diagnosis
     assert (d.verdict, d.cause) == ("host", "eager"), d.headline
-    assert d.line == 3 and "jax.jit" in d.fix
+    assert d.line == 4 and "jax.jit" in d.fix
     assert d.gain is not None and d.gain.speedup > 5
 
 
@@ -102,7 +102,7 @@ def test_a_new_shape_each_step_is_compile_bound(summaries: dict[str, Summary]) -
 def test_padding_eagerly_is_compile_bound_at_the_pad(summaries: dict[str, Summary]) -> None:
     d = summaries["gpu_shapes_fixed"].diagnosis
     assert (d.verdict, d.cause, d.program) == ("compile", "eager shapes", "jit(_pad)")
-    assert d.line == 2 and "jnp.pad" in d.where[-1]
+    assert d.line == 3 and "jnp.pad" in d.where[-1]
     assert "Pad the inputs" not in d.headline and "np.pad" in d.fix
 
 
@@ -113,7 +113,7 @@ def test_a_read_back_each_step_is_named_at_its_line(summaries: dict[str, Summary
     # The GPU's real busy share, not 0: 88 of the steps' 128 ms.
     assert d.share is not None and 0.55 < d.share < 0.8
     r = d.read_back
-    assert r is not None and (r.steps, r.line) == (60, 4), r
+    assert r is not None and (r.steps, r.line) == (60, 5), r
     assert r.call.startswith("l = float(mid(")
     # Without the read, the host launches while the GPU works: about twice as fast.
     assert 1.5 < r.step_s / r.without_s < 2.5

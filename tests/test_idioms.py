@@ -195,7 +195,7 @@ def test_mpdeviceloader_waits_for_the_device_not_for_data(
     s = diagnosed(ip, logdir, "mp", body)
     no_input_alarm(s)
     d = s.diagnosis
-    assert d.where == ("for x, y in pl.MpDeviceLoader(ready, dev)",) and d.line == 1
+    assert d.where == ("for x, y in pl.MpDeviceLoader(ready, dev)",) and d.line == 2
     # the loader's next() is still most of the loop's host time: its sync waits there
     rows = {r.path[-1]: r.total_s for r in s.labels if not r.thread}
     assert rows["next(pl.MpDeviceLoader(ready, dev))"] > 0.5 * rows[d.where[0]]
@@ -254,7 +254,7 @@ def test_a_dataloader_without_workers_still_makes_the_step_wait(
     )
     d = diagnosed(ip, logdir, "inline", body).diagnosis
     assert d.verdict == "input" and d.share is not None and d.share > 0.5, d.evidence
-    assert d.where == ("for x, y in itertools.islice(inline, 6)",) and d.line == 1
+    assert d.where == ("for x, y in itertools.islice(inline, 6)",) and d.line == 2
     assert "num_workers > 0" in d.fix and d.level == "warning"
 
 
@@ -272,7 +272,7 @@ def test_the_decoder_examples_loop_in_the_cell_is_device_bound(
     s = diagnosed(ip, logdir, "decoder", body)
     no_input_alarm(s)
     assert s.diagnosis.where == ("for step, (data, target) in enumerate(loader)",)
-    assert s.diagnosis.line == 2
+    assert s.diagnosis.line == 3
     assert [step for step, _ in ip.user_ns["logged"]] == [0, 2, 4] * 2, "closures ran"
 
 
@@ -282,7 +282,7 @@ def test_the_decoder_examples_class_called_from_the_cell_is_device_bound(
     s = diagnosed(ip, logdir, "decoder-class", "trainer.start_training()\n")
     assert s.steps is not None and s.steps.count >= 6, "a step ends at each sync"
     no_input_alarm(s)
-    assert s.diagnosis.where == ("trainer.start_training()",) and s.diagnosis.line == 1
+    assert s.diagnosis.where == ("trainer.start_training()",) and s.diagnosis.line == 2
 
 
 def test_the_resnet_examples_loop_in_the_cell_is_device_bound(
@@ -369,7 +369,7 @@ def test_jax_async_steps_then_block_until_ready_are_the_loops(
     # the wait holds nearly all the host's time, yet only waited
     rows = {r.path[-1]: r.total_s for r in s.labels}
     assert rows["jax.block_until_ready(W)"] > rows["for i in range(20)"]
-    launched_by(s, "W = train(W, x)", 2, "PjitFunction(train)")
+    launched_by(s, "W = train(W, x)", 3, "PjitFunction(train)")
     assert s.diagnosis.where == ("for i in range(20)", "W = train(W, x)")
 
 
@@ -381,7 +381,7 @@ def test_jax_float_loss_each_step_is_the_steps(ip: Any, logdir: Path, jax_ready:
         "    losses.append(float(loss))\n"
     )
     s = diagnosed(ip, logdir, "jfloat", body, "--backend jax")
-    launched_by(s, "W, loss = train_step(W, x)", 3, "PjitFunction(train_step)")
+    launched_by(s, "W, loss = train_step(W, x)", 4, "PjitFunction(train_step)")
 
 
 def test_jax_loaders_that_wait_for_the_device_or_prefetch_are_not_input(
@@ -390,11 +390,11 @@ def test_jax_loaders_that_wait_for_the_device_or_prefetch_are_not_input(
     body = "for b in made_on_the_device(8):\n    W = train(W, b)\n    W.sum().item()\n"
     s = diagnosed(ip, logdir, "jiter", body, "--backend jax")
     no_input_alarm(s)
-    launched_by(s, "W = train(W, b)", 2, "PjitFunction(train)")
+    launched_by(s, "W = train(W, b)", 3, "PjitFunction(train)")
     body = "for b in prefetched(host_batches):\n    W = train(W, b)\njax.block_until_ready(W)\n"
     s = diagnosed(ip, logdir, "jprefetch", body, "--backend jax")
     no_input_alarm(s)
-    launched_by(s, "W = train(W, b)", 2, "PjitFunction(train)")
+    launched_by(s, "W = train(W, b)", 3, "PjitFunction(train)")
 
 
 def _facts(blocks: list[Block], spans: dict[str, list[tuple[float, float]]]) -> TraceFacts:

@@ -288,7 +288,7 @@ def test_jax_quickstart_notebook_executes(tmp_path: Path) -> None:
     wider = next(a for a in d.breakdown.outside if a.path == ("wider batch",))
     assert wider.category == "compile", d.breakdown.outside
     if wider.seconds >= 0.2 * d.breakdown.total_s(of_steps=False):
-        assert "Outside the steps, `wider batch` (line 4)" in d.headline, d.headline
+        assert "Outside the steps, `wider batch` (line 5)" in d.headline, d.headline
     assert max(s.steps.durations_s[1:]) < wider.seconds / 10
     window = s.verdict_window()
     assert window is not None and window[1] <= s.steps.starts_s[-1] + s.steps.durations_s[-1]

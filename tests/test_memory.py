@@ -80,12 +80,12 @@ def test_the_read_back_loop_peaks_in_its_loop_and_says_pinned_memory_apart(
     _, s = gpu_runs["gpu_sync"]
     m = s.memory
     assert m.device is not None and m.host is not None
-    assert m.device.peak_path == ("for i in range(60)",) and m.device.peak_line == 3
+    assert m.device.peak_path == ("for i in range(60)",) and m.device.peak_line == 4
     assert 2.3e9 < m.device.peak_bytes < 2.4e9  # not the process's 6.8 GB
     assert m.host.allocator == "xla_gpu_host_bfc" and m.host.peak_bytes < 1e6
     assert m.growth_per_step is None
     text = render_text(s)
-    assert "peak 2.4 GB (2.1% of 112.6 GB) in `for i in range(60)`, line 3" in text
+    assert "peak 2.4 GB (2.1% of 112.6 GB) in `for i in range(60)`, line 4" in text
     assert "pinned host memory (xla_gpu_host_bfc)" in text
     assert " peak mem " in text  # the labels' column
     html = render_html(s)
@@ -255,7 +255,7 @@ def test_xlas_messages_say_what_was_asked_and_what_there_was() -> None:
     assert (small.shape, small.operator, small.cell_line) == (
         "f32[32768,65536]",
         "jit(step)/jit(main)/dot_general",
-        4,
+        5,
     )
     gpu = out_of_memory(GPU_RUN)
     assert gpu is not None and (gpu.at, gpu.asked_bytes, gpu.available_bytes) == (
@@ -297,7 +297,7 @@ def test_a_cell_that_runs_out_of_memory_fails_once_and_is_explained(
     s = xprof_magic.summarize(info.path)
     d = s.diagnosis
     assert s.status == "error" and d.verdict == "memory" and d.level == "error"
-    assert (d.where, d.line) == (("y = x @ x",), 4)
+    assert (d.where, d.line) == (("y = x @ x",), 5)
     assert d.headline.startswith(
         "Out of memory while compiling the program: it needed 22.3 GB of HBM, 16.6 GB fit "
         "(over by 5.6 GB)"
@@ -305,7 +305,7 @@ def test_a_cell_that_runs_out_of_memory_fails_once_and_is_explained(
     assert (
         "Largest allocations: 12.9 GB f32[49152,65536] (`tanh`, model.py:77); 8.6 GB " in d.headline
     )
-    assert "(`dot_general`, line 4)" in d.headline and "jax.checkpoint" in d.fix
+    assert "(`dot_general`, line 5)" in d.headline and "jax.checkpoint" in d.fix
     texts = [n.text for n in s.notes]
     assert texts.index(d.headline) == texts.index(s.device.statement) + 1
     assert "out of memory (compile): asked 22.3 GB, 16.6 GB available" in render_text(s)

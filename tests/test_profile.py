@@ -17,6 +17,7 @@ import torch_xla
 import xprof_magic
 from tests.conftest import event_names, only_run, step_numbers
 from tests.conftest import run as run_cell
+from xprof_magic._analysis.summary.blocks import line_of
 from xprof_magic._backends import TraceAlreadyRunning
 from xprof_magic._cell.markers import find_markers
 from xprof_magic._runs import metadata as _metadata
@@ -91,8 +92,11 @@ def test_an_exception_reaches_the_caller_once_from_the_users_line_and_the_run_is
         fails()
     frames = traceback.extract_tb(raised.value.__traceback__)
     assert frames[-1].line == "return x / 0" and frames[-1].name == "fails"
-    # Of the capture's own frames, only the call's re-raise is left.
-    assert [f.name for f in frames if "xprof_magic" in f.filename] == ["__call__"]
+    # Of the capture's own frames (the package's files, wherever the clone is), only the
+    # call's re-raise is left.
+    package = str(Path(xprof_magic.__file__).resolve().parent)
+    own = [f.name for f in frames if str(Path(f.filename).resolve()).startswith(package + "/")]
+    assert own == ["__call__"]
     meta = only_run(logdir).metadata or {}
     assert meta["status"] == "error"
     assert meta["error"] == {"type": "ZeroDivisionError", "message": "float division by zero"}
@@ -127,14 +131,16 @@ def test_the_summary_reads_the_function_at_its_own_lines_and_shows_as_static_htm
     train(3)
     run = train.run
     assert run is not None and run.result is not None
-    # The run's source keeps the file's line numbers, so the summary's "line N" is the
+    # The run keeps the function's first line in its file, so the summary's "line N" is the
     # line the user sees: here, the marker's.
-    cell = run.result.metadata.cell or ""
-    (marker,) = find_markers(cell)
+    meta = run.result.metadata
+    assert meta.cell_first_line == square_sum.__code__.co_firstlineno
+    (marker,) = find_markers(meta.numbered_cell)
     lines = Path(__file__).read_text().splitlines()
     assert marker.name == "matmul" and lines[marker.line - 1].strip() == "# xprof: matmul"
     summary = run.summary
     assert summary is not None and summary.run == "summary" and summary.steps.count == 3
+    assert line_of(summary.cell, ("matmul",)) == marker.line
     page = run._repr_html_()
     assert "xprof summary — run summary" in page
 

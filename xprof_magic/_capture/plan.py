@@ -43,6 +43,9 @@ class Plan:
     backend: str = "torch_xla"
     cell: str | None = None
     cell_number: int | None = None
+    cell_first_line: int = 1
+    """The editor's number of ``cell``'s first line (see
+    :attr:`~xprof_magic._runs.metadata.RunMetadata.cell_first_line`)."""
     cell_file: str = ""
     """The file name the cell's code is compiled under, once it is (see
     :attr:`~xprof_magic._runs.metadata.RunMetadata.cell_file`)."""

@@ -55,6 +55,7 @@ def run_metadata(
         run=plan.name or "",
         cell=plan.cell,
         cell_number=plan.cell_number,
+        cell_first_line=plan.cell_first_line if plan.cell else None,
         labels=tuple(recorder.labels()),
         steps=steps,
         options=plan.options,

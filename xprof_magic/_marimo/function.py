@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import sys
 import textwrap
 import types
 from collections.abc import Callable
@@ -35,12 +36,15 @@ class FunctionSource:
     first_line: int
     """The line of ``text``'s first line (a decorator's, or the ``def``) in ``filename``."""
     filename: str
+    shown_line: int = 0
+    """That line as the user's editor numbers it, for the summary's "line N": in a marimo
+    notebook the line in its cell (``marimo run`` compiles a cell at its file's lines, the
+    editor counts from the cell's top); elsewhere the file's, ``first_line``. 0: the same."""
 
     @property
-    def numbered(self) -> str:
-        """The source with its lines where they are in the file, for the run's metadata:
-        the summary's "line N" is then the line the user sees."""
-        return "\n" * (self.first_line - 1) + self.text
+    def editor_line(self) -> int:
+        """The editor's number of ``text``'s first line (see :attr:`shown_line`)."""
+        return self.shown_line or self.first_line
 
 
 def _name(fn: Callable[..., Any]) -> str:
@@ -79,7 +83,27 @@ def read_source(fn: Callable[..., Any]) -> FunctionSource:
             f"xprof_magic.profile: {name} has no def of its own (a lambda?); write it as a "
             "def to profile it"
         )
-    return FunctionSource(text, first, fn.__code__.co_filename)
+    return FunctionSource(text, first, fn.__code__.co_filename, _line_in_cell(text, first))
+
+
+def _line_in_cell(text: str, first: int) -> int:
+    """In a marimo notebook, the line where ``text`` starts in the cell running now (the
+    one whose decorator this is), as marimo's editor numbers it; elsewhere, or when the
+    text is not in that cell, ``first``. Asks marimo through ``sys.modules`` only."""
+    marimo, context = sys.modules.get("marimo"), sys.modules.get("marimo._runtime.context")
+    try:
+        if marimo is None or context is None or not marimo.running_in_notebook():
+            return first
+        now = context.get_context()
+        code = str(now.graph.cells[now.execution_context.cell_id].code)
+    except Exception:
+        return first
+    cell = [line.strip() for line in code.splitlines()]
+    want = [line.strip() for line in text.splitlines()]
+    for at in range(len(cell) - len(want) + 1):
+        if want and cell[at : at + len(want)] == want:
+            return at + 1
+    return first
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)

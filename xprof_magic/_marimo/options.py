@@ -94,8 +94,11 @@ class Options:
             given={k: v for k, v in given.items() if v not in (None, False)},
         )
 
-    def plan(self, name: str | None, source: str, cell: str | None, namespace: Any) -> _plan.Plan:
-        """The capture's plan; ``source`` and ``namespace`` choose the backend for ``auto``."""
+    def plan(
+        self, name: str | None, source: str, cell: str | None, namespace: Any, first_line: int = 1
+    ) -> _plan.Plan:
+        """The capture's plan; ``source`` and ``namespace`` choose the backend for ``auto``;
+        ``first_line`` is the editor's number of ``cell``'s first line."""
         backend = self.backend
         if backend == "auto":
             backend, message = _detect.choose_backend(source, namespace)
@@ -112,6 +115,7 @@ class Options:
             port=self.port,
             backend=backend,
             cell=cell,
+            cell_first_line=first_line,
             options={"api": "profile", **{k: _plain(v) for k, v in self.given.items()}},
         )
 

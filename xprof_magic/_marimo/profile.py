@@ -135,7 +135,8 @@ class Profiled(Generic[P, R]):
         options = self.options
         name = options.name or f"{datetime.now():%Y%m%d-%H%M%S}-{self.function.__name__}"
         namespace = self._namespace()
-        plan = options.plan(name, self.source.text, self.source.numbered, namespace)
+        source = self.source
+        plan = options.plan(name, source.text, source.text, namespace, source.editor_line)
         capture = _capture.Capture(plan, namespace=namespace)
         try:
             capture.start()

@@ -269,6 +269,7 @@ class XprofMagics(Magics):
             backend=backend,
             cell=cell.text,
             cell_number=cell.number,
+            cell_first_line=2,
             options={"line": cell.line, **options},
         )
 

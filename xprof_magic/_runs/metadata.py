@@ -98,6 +98,10 @@ class RunMetadata:
     run: str = ""
     cell: str | None = None
     cell_number: int | None = None
+    cell_first_line: int | None = None
+    """The editor's number of ``cell``'s first line: 2 under ``%%xprof`` (the magic is line
+    1, as in IPython's traceback), a profiled function's first line as marimo's cell or its
+    file numbers it. None in a run from before it was kept (see :attr:`first_line`)."""
     labels: tuple[LabelTime, ...] = ()
     steps: tuple[float, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
@@ -128,6 +132,20 @@ class RunMetadata:
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     @property
+    def first_line(self) -> int:
+        """:attr:`cell_first_line`, or for an older run what it was: 2 for the magic's (its
+        options hold the magic's ``line``), else 1 (a function's text came numbered)."""
+        if self.cell_first_line is not None and self.cell_first_line > 0:
+            return self.cell_first_line
+        return 2 if "line" in self.options else 1
+
+    @property
+    def numbered_cell(self) -> str:
+        """The cell's text with its lines where the editor numbers them (blank lines before
+        it), so that every "line N" the summary names is the line the user sees."""
+        return "\n" * (self.first_line - 1) + self.cell if self.cell else ""
+
+    @property
     def cell_ns(self) -> tuple[int, int] | None:
         """The cell's span in wall-clock nanoseconds, when known and sane."""
         if self.start_ns is not None and self.end_ns is not None and self.end_ns > self.start_ns:
@@ -140,6 +158,7 @@ class RunMetadata:
             "run": self.run,
             "cell": self.cell,
             "cell_number": self.cell_number,
+            "cell_first_line": self.cell_first_line,
             "labels": [label.to_json() for label in self.labels],
             "steps": list(self.steps),
             "options": self.options,
@@ -178,6 +197,7 @@ class RunMetadata:
             run=reader.text("run"),
             cell=reader.text("cell") or None,
             cell_number=reader.integer("cell_number"),
+            cell_first_line=reader.integer("cell_first_line"),
             labels=reader.labels(),
             steps=reader.floats("steps"),
             options=reader.mapping("options"),

@@ -13,8 +13,8 @@ XLA says it in a few forms, which :func:`out_of_memory` reads:
   1.92G free`` / ``Attempting to allocate 8.00G. That was not possible. There are 3.94G free``.
 
 XLA's sizes are binary (``G`` is 2³⁰ bytes, as ``GiB``). A source line is the cell's when its
-file is the one the cell was compiled under (the run's ``cell_file``): the cell's line is
-one less, since the compiled source's first line is the ``%%xprof`` line.
+file is the one the cell was compiled under (the run's ``cell_file``): its line is the
+editor's, since the compiled source's first line is the ``%%xprof`` line, as in the cell.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _allocations(message: str, cell_file: str, most: int) -> tuple[Allocation, .
                 operator=op.group(1) if op else "",
                 source_file=source,
                 source_line=line,
-                cell_line=line - 1 if cell_file and source == cell_file and line > 1 else 0,
+                cell_line=line if cell_file and source == cell_file else 0,
             )
         )
     found.sort(key=lambda a: -a.size_bytes)

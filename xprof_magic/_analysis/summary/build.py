@@ -67,7 +67,7 @@ def build(
         host=host_file.name[: -len(".xplane.pb")] if host_file else "",
         status=meta.status,
         error=_error_text(meta.error),
-        cell=meta.cell or "",
+        cell=meta.numbered_cell,
         start=meta.start,
         wall_s=meta.wall_s,
         backend=meta.backend,

@@ -130,7 +130,7 @@ def _use(
         peak_bytes=float(ui[at]),
         peak_s=float(ti[at]) / 1e9,
         peak_path=path,
-        peak_line=line_of(meta.cell or "", path) if path else 0,
+        peak_line=line_of(meta.numbered_cell, path) if path else 0,
         capacity_bytes=capacity,
         curve=_curve(ti, ui),
     )
@@ -190,7 +190,7 @@ def _from_runtime(
         peak_bytes=top.in_use,
         peak_s=(top.t_ns - origin) / 1e9,
         peak_path=top.path,
-        peak_line=line_of(meta.cell or "", top.path) if top.path else 0,
+        peak_line=line_of(meta.numbered_cell, top.path) if top.path else 0,
         capacity_bytes=max(limits) if limits else None,
         curve=_curve(t, used),
     )
