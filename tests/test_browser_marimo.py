@@ -47,6 +47,7 @@ from tests._marimo import (
     write_marimo_notebook,
 )
 from tests._page_checks import check_summary, controls, moved, one_line
+from xprof_magic._analysis.summary.blocks import line_of
 
 pytestmark = pytest.mark.browser
 
@@ -237,6 +238,11 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
         summary = xprof_magic.summarize("marimo-torch", app.logdir)
         headline = summary.diagnosis.headline
         assert headline, f"no verdict for the torch_xla run: {summary.notes}"
+        # Lines as marimo's editor numbers them, from the cell's top (`marimo run` compiles
+        # the cell at the file's lines).
+        cell = CELLS[1].strip("\n").splitlines()
+        marker = cell.index("        # xprof: forward") + 1
+        assert line_of(summary.cell, ("for inputs, targets in batches", "forward")) == marker
         shown = torch_view.locator(".xprof-summary")
         watched.wait(
             lambda: headline.split(":")[0] in shown.inner_text(),

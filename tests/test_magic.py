@@ -13,6 +13,7 @@ import pytest
 
 import xprof_magic
 from tests.conftest import only_run, run
+from xprof_magic._analysis.summary.blocks import line_of
 from xprof_magic._runs import store as _store
 
 from .conftest import event_names, trace_events
@@ -118,9 +119,13 @@ def test_an_exception_fails_the_cell_once_and_the_capture_is_kept(
     assert out.count("Traceback (most recent call last)") == 1
     assert out.count("ZeroDivisionError: division by zero") == 1
     assert "----> 5 f()" in out and "----> 4     return 1 / 0" in out
-    meta = only_run(logdir).metadata or {}
+    info = only_run(logdir)
+    meta = info.metadata or {}
     assert meta["status"] == "error"
     assert meta["error"] == {"type": "ZeroDivisionError", "message": "division by zero"}
+    # The summary numbers the cell's lines as the traceback does: the magic is line 1.
+    s = xprof_magic.summarize(info.path)
+    assert line_of(s.cell, ("f()",)) == 5 and line_of(s.cell, ("a = 1",)) == 2
 
 
 def test_a_syntax_error_runs_nothing_and_writes_nothing(
@@ -139,7 +144,8 @@ def test_a_syntax_error_runs_nothing_and_writes_nothing(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ("--bogus", "unrecognized arguments: --bogus"),
+        ("--bogus", "unrecognized arguments: --bogus; %%xprof? lists the options"),
+        ("--port x", "%%xprof? lists the options"),
         ("--port 70000", "--port 70000 is not a port"),
         ("--port x", "invalid int value"),
         ("--name ..", "no usable characters"),

@@ -42,6 +42,11 @@ def data_size(value: float | None) -> str:
     return f"{value:.0f} B"
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``1 step``, ``3 steps``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def percent(share: float | None) -> str:
     """A share of a whole (0.25) as a percentage (``25%``), one decimal below 10%."""
     if share is None:

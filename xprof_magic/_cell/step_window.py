@@ -80,7 +80,8 @@ def steps_line(count: int, rule: str | None, window: str | None, first: int | No
     how = STEP_RULES.get(rule or "", "")
     if window is None or first is None:
         span = "" if not how else f" ({how})"
-        return f"{count} steps{span}"
+        noun = "step" if count == 1 else "steps"
+        return f"{count} {noun}{span}"
     noun = "step" if count == 1 else "steps"
     which = f"{first}" if count == 1 else f"{first} to {first + count - 1}"
     how = f"; {how}" if how else ""

@@ -161,6 +161,8 @@ class XprofMagics(Magics):
             args = parse_argstring(self.xprof, re.sub(r"(--steps)\s+(-\d)", r"\1=\2", line))
         except ValueError as error:  # shlex: an unclosed quote
             raise UsageError(f"%%xprof {line}: {error}; check the quotes") from None
+        except UsageError as error:  # argparse: an unknown option, a missing value
+            raise UsageError(f"%%xprof: {error}; %%xprof? lists the options") from None
         read = execute.read_cell(self.shell, line, cell)
         plan = self._plan(args, read)
         namespace = getattr(self.shell, "user_ns", None)

@@ -47,6 +47,7 @@ from numpy.typing import NDArray
 from xprof_magic._analysis.model.diagnosis import Aside, Breakdown, StepBreakdown
 from xprof_magic._analysis.summary.blocks import main_line
 from xprof_magic._analysis.summary.steps import (
+    StepSpan,
     device_work,
     fetch_spans,
     launched_work,
@@ -154,7 +155,7 @@ def breakdown(
     waits = any(cover.get(key) is not None and len(cover[key][0]) for key in DEVICE_SIDE)
     steps = step_spans(mine, fetches, launched_work(facts), device_work(facts))
     outside = _outside(cover, mine, steps, input_names, hi - lo)
-    starts, ends = np.array([a for _, a, _ in steps]), np.array([b for _, _, b in steps])
+    starts, ends = np.array([s.start for s in steps]), np.array([s.end for s in steps])
     table, _ = _split(_in_the_loop(cover, mine, starts, ends), starts, ends, None)
     split = [_as_tuple(row) for row in table]
     device_busy = _device_busy(cover)
@@ -165,7 +166,7 @@ def breakdown(
         split = [_moved(parts, untimed_copy_s, host_s) for parts in split]
     rows = tuple(
         StepBreakdown(number, round((b - a) / 1e9, 9), parts, round(float(busy), 9))
-        for (number, a, b), parts, busy in zip(steps[:MAX_STEPS], split, step_busy, strict=False)
+        for (number, a, b, _), parts, busy in zip(steps[:MAX_STEPS], split, step_busy, strict=False)
     )
     return Breakdown(
         categories=BREAKDOWN_CATEGORIES,
@@ -213,17 +214,22 @@ OUTSIDE_KEPT = 0.05
 def _outside(
     cover: dict[str, Spans],
     mine: list[Block],
-    steps: list[tuple[int, float, float]],
+    steps: list[StepSpan],
     aside: frozenset[str],
     cell_ns: float,
 ) -> tuple[Aside, ...]:
-    """The cell's statements (outermost blocks of its thread) by their time outside every
-    step, split by category; those holding at least :data:`OUTSIDE_KEPT` of the cell."""
-    stepped = merge([([a for _, a, _ in steps], [b for _, _, b in steps])])
+    """The cell's statements (outermost blocks of its thread) by their time outside the
+    steps they hold, split by category; those holding at least :data:`OUTSIDE_KEPT` of the
+    cell. A statement's time is its block's, as the labels table has it, less only the steps
+    it runs itself (a loop's): the device finishing the steps before it, while it runs, is
+    not taken from it (one block, one time)."""
+    marked = sorted(b.start for b in mine if b.kind == STEP)
     found: dict[str, NDArray[np.float64]] = {}
     for b in mine:
         if b.parent >= 0 or b.kind == STEP or b.name in aside:
             continue
+        own = [s for s, at in zip(steps, marked, strict=False) if b.start <= at < b.end]
+        stepped = merge([([s.start for s in own], [s.end for s in own])])
         lo, hi = subtract((np.array([b.start]), np.array([b.end])), stepped)
         if not len(lo):
             continue

@@ -149,7 +149,10 @@ class StepStats:
     ``compiling`` lists the steps whose span held a compilation (unknown: empty).
     ``starts_s``: where each of those steps starts on the timeline, in seconds from its
     origin, which is XProf's trace viewer's 0 ms (empty: unknown, as for the magic's step
-    timer and summaries saved before this field).
+    timer and summaries saved before this field). ``estimated``: the steps (indices) whose
+    end is an estimate: the device was still running their work when their host part ended,
+    and the timeline tells neither which launch each piece of its work was nor each
+    execution whole, so the device's busy time is shared out among the launches it ran.
     """
 
     name: str
@@ -162,6 +165,7 @@ class StepStats:
     rest_max_s: float | None
     compiling: tuple[int, ...] = ()
     starts_s: tuple[float, ...] = ()
+    estimated: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,11 @@ from xprof_magic._analysis.render.svg import (
     step_ticks,
     svg,
 )
-from xprof_magic._units import seconds
+from xprof_magic._units import counted, seconds
 
 if TYPE_CHECKING:
     from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis
+    from xprof_magic._analysis.model.summary import StepStats
 
 __all__ = ["COLOURS", "breakdown_svg"]
 
@@ -38,8 +39,10 @@ Bar = tuple[str, int, tuple[float, ...]]
 category."""
 
 
-def breakdown_svg(d: Diagnosis, width: int = 640) -> str:
-    """Per-step stacked bars of ``d.breakdown``; "" when there is nothing to draw."""
+def breakdown_svg(d: Diagnosis, steps: StepStats | None = None, width: int = 640) -> str:
+    """Per-step stacked bars of ``d.breakdown``; "" when there is nothing to draw. With the
+    summary's ``steps`` (whose times the bars are), also their median after the first, a
+    dashed line, and which of them are estimates."""
     parts = d.breakdown
     if not parts.categories:
         return ""
@@ -80,6 +83,16 @@ def breakdown_svg(d: Diagnosis, width: int = 640) -> str:
         if clipped and totals[n] > ymax:
             labels.append(Text(x, _TOP - 5, f"↑ {name}: {seconds(totals[n])}, cut"))
             shapes.append(_cut_mark(x, max(bar_w - gap, 0.6)))
+    median = steps.rest_median_s if steps is not None and parts.steps else None
+    if median is not None and ymax > 0 and len(bars) > 1:
+        y = axis_y - min(median, ymax) / ymax * _PLOT_H
+        shapes.append(
+            f'<line x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
+            'stroke="currentColor" stroke-dasharray="4 3" stroke-opacity="0.6">'
+            f"<title>median of the steps after the first: {seconds(median)}</title></line>"
+        )
+    else:
+        median = None
     below = axis_y + _ROW
     if parts.steps:
         labels.append(Text(_LEFT - 8, axis_y + 13, "step", "end"))
@@ -88,13 +101,25 @@ def breakdown_svg(d: Diagnosis, width: int = 640) -> str:
         end = parts.steps[-1].step + 1
         labels += step_ticks(numbers, bar_w, _LEFT, axis_y + 13, per_bar, end)
         below += 13
-    what = f"{parts.step_count} steps" if parts.steps else "the cell"
-    labels.append(Text(_LEFT, below, f"where the time of {what} went (verdict: {d.verdict})"))
+    what = counted(parts.step_count, "step") if parts.steps else "the cell"
+    dashed = f"; dashed: median of the rest, {seconds(median)}" if median is not None else ""
+    caption = f"where the time of {what} went (verdict: {d.verdict}{dashed})"
+    labels.append(Text(_LEFT, below, caption))
+    if steps is not None and steps.estimated and parts.steps:
+        below += _ROW
+        labels.append(Text(_LEFT, below, _estimated(steps)))
     legend, rows = _legend(parts, below + _ROW, width - _RIGHT)
     axis = axes(_LEFT, _TOP, _LEFT + plot_w, axis_y)
     body = axis + "".join(shapes) + "".join(t.svg() for t in labels) + legend
     height = below + _ROW * rows + 6
     return svg(width, height, "step-time breakdown", body, "xprof-magic-breakdown")
+
+
+def _estimated(steps: StepStats) -> str:
+    """The chart's line on the steps whose times are estimates."""
+    first, count = steps.estimated[0], len(steps.estimated)
+    which = f"step {first}" if count == 1 else f"{count} steps from step {first}"
+    return f"{which}: estimated (the device's busy time shared out among its launches)"
 
 
 def _legend(parts: Breakdown, y: float, right: float) -> tuple[str, int]:

@@ -23,7 +23,7 @@ from xprof_magic._analysis.render.svg import (
     step_ticks,
     svg,
 )
-from xprof_magic._units import seconds
+from xprof_magic._units import counted, seconds
 
 if TYPE_CHECKING:
     from xprof_magic._analysis.model.summary import LabelRow, StepStats, Summary
@@ -91,8 +91,8 @@ def _steps_svg(steps: StepStats, width: int, height: int) -> str:
         Text(
             left,
             height - 4,
-            f"{steps.name} times, {steps.count} steps (yellow: compiled; dashed: median of "
-            "the rest)",
+            f"{steps.name} times, {counted(steps.count, 'step')} (yellow: compiled; dashed: "
+            "median of the rest)",
         )
     )
     axis = axes(left, top, left + plot_w, axis_y)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from xprof_magic._analysis.model.diagnosis import MIN_CELL_S
 from xprof_magic._analysis.render.memory import oom_headline
 from xprof_magic._backends import Vocabulary
-from xprof_magic._units import seconds
+from xprof_magic._units import counted, seconds
 
 if TYPE_CHECKING:
     from xprof_magic._analysis.model.diagnosis import Diagnosis
@@ -94,7 +94,7 @@ def evidence(d: Diagnosis) -> tuple[tuple[str, str], ...]:
         return (short, *source)
     basis = d.basis()
     of_steps = bool(basis.steps)
-    what = f"{basis.step_count} steps" if of_steps else "the cell"
+    what = counted(basis.step_count, "step") if of_steps else "the cell"
     out = [("time", f"{seconds(basis.total_s(of_steps))} of {what}")]
     out += [
         (c, f"{d.share_of(c):.0%} ({seconds(basis.seconds(c, of_steps))})")

@@ -123,10 +123,11 @@ def render_html(summary: Summary) -> str:
     words = get_vocabulary(s.backend)
     parts = [f'<div class="xprof-magic-summary" style="{BOX}">']
     parts += _heading(s)
-    picture = breakdown_svg(s.diagnosis)
+    picture = breakdown_svg(s.diagnosis, s.steps)
     if picture:
         parts.append(f'<div style="margin:6px 0">{picture}</div>')
-    chart = chart_svg(s)
+    # The breakdown's bars are the steps' times (the same spans): one chart carries both.
+    chart = "" if picture and s.diagnosis.breakdown.steps else chart_svg(s)
     if chart:
         parts.append(f'<div style="margin:6px 0">{chart}</div>')
     memory_chart = memory_svg(s)

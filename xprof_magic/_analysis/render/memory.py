@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xprof_magic._analysis.render.svg import BLUE, ORANGE, Text, axes, overlaps, svg
-from xprof_magic._units import data_size, percent, seconds
+from xprof_magic._units import counted, data_size, percent, seconds
 
 if TYPE_CHECKING:
     from xprof_magic._analysis.model.diagnosis import Diagnosis
@@ -104,7 +104,7 @@ def growth_note(s: Summary) -> str:
         return ""
     return (
         f"Device memory grows every step: +{data_size(m.growth_per_step)} a step over "
-        f"{m.growth_steps} steps ({data_size(m.device.start_bytes)} → "
+        f"{counted(m.growth_steps, 'step')} ({data_size(m.device.start_bytes)} → "
         f"{data_size(m.device.end_bytes)}): something the loop keeps holds on to device "
         "arrays (a list of losses or outputs, a growing graph)."
     )

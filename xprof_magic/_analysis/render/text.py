@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "estimated_steps",
     "header",
     "label_name",
     "op_sections",
@@ -72,7 +73,24 @@ def steps_line(steps: StepStats) -> str:
     if later:
         shown = ", ".join(str(i) for i in later[:6]) + (", …" if len(later) > 6 else "")
         text += f"; {'step' if len(later) == 1 else f'{len(later)} later steps'} {shown} compiled"
+    if steps.estimated:
+        text += f"; {estimated_steps(steps)}"
     return text
+
+
+ESTIMATE = (
+    "the device's busy time shared out among the launches it ran, since the timeline shows "
+    "neither whose work each piece was nor each execution whole"
+)
+"""From what an estimated step's end comes (:attr:`StepStats.estimated`)."""
+
+
+def estimated_steps(steps: StepStats) -> str:
+    """Which steps' times are estimates, and from what."""
+    shown = steps.estimated[:6]
+    which = ", ".join(str(i) for i in shown) + (", …" if len(steps.estimated) > 6 else "")
+    noun = "step" if len(steps.estimated) == 1 else "steps"
+    return f"{noun} {which} estimated: {ESTIMATE}"
 
 
 def runtime_parts(s: Summary) -> list[tuple[str, str]]:

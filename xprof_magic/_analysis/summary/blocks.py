@@ -258,6 +258,7 @@ def step_stats(
     durations: list[float],
     compiling: tuple[int, ...],
     starts: list[float] | None = None,
+    estimated: tuple[int, ...] = (),
 ) -> StepStats:
     rest = durations[1:]
     return StepStats(
@@ -271,6 +272,7 @@ def step_stats(
         rest_max_s=max(rest) if rest else None,
         compiling=compiling,
         starts_s=tuple(starts[:MAX_STEP_DURATIONS]) if starts else (),
+        estimated=tuple(i for i in estimated if i < MAX_STEP_DURATIONS),
     )
 
 

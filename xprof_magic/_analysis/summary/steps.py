@@ -18,6 +18,8 @@ their spans from :func:`step_spans`, so the two step charts agree on every step.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -26,6 +28,8 @@ from xprof_magic._analysis.summary import blocks
 from xprof_magic._analysis.summary.where import INPUT_PREFIX
 from xprof_magic._analysis.timeline.facts import (
     DEVICE_SIDE,
+    EXECUTION,
+    INLINE,
     LABEL,
     LAUNCH,
     READ,
@@ -34,10 +38,13 @@ from xprof_magic._analysis.timeline.facts import (
     Block,
     TraceFacts,
 )
-from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, merge
+from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, measure, merge
 
 __all__ = [
     "STALE_NS",
+    "StepSpan",
+    "Work",
+    "by_execution",
     "device_work",
     "fetch_spans",
     "in_order",
@@ -47,6 +54,7 @@ __all__ = [
 ]
 
 Floats = NDArray[np.float64]
+Bools = NDArray[np.bool_]
 FETCH_GAP_NS = 5e6
 """A step's batch is the fetch that ended less than this before the step began."""
 STALE_NS = 10e6
@@ -70,9 +78,10 @@ def steps_from_trace(facts: TraceFacts, input_pipeline: frozenset[str]) -> StepS
     return blocks.step_stats(
         max(set(names), key=names.count),
         "trace",
-        [(end - start) / 1e9 for _, start, end in spans],
+        [(span.end - span.start) / 1e9 for span in spans],
         tuple(i for i, b in enumerate(marked) if b.holds_compile),
-        [start / 1e9 for _, start, _ in spans],
+        [span.start / 1e9 for span in spans],
+        tuple(i for i, span in enumerate(spans) if span.estimated),
     )
 
 
@@ -87,12 +96,24 @@ def fetch_spans(mine: list[Block], input_names: frozenset[str]) -> Spans:
     return merge([([a for a, _ in inputs], [b for _, b in inputs])])
 
 
-def launched_work(facts: TraceFacts) -> tuple[Floats, Floats]:
-    """The first device's work by launch: for each piece, when the host launched it and
-    when the device finished it (ns), sorted by launch.
+class Work(NamedTuple):
+    """The first device's work by launch, sorted by launch: when the host launched each
+    piece, when the device finished it (ns), and whether that end is shared out rather than
+    seen (:func:`in_order`)."""
 
-    Where the device's events name their launch (a GPU's ``correlation_id``), exactly;
-    else by the order the device runs launches in (:func:`in_order`)."""
+    launched: Floats
+    done: Floats
+    shared: Bools
+
+
+def launched_work(facts: TraceFacts) -> Work:
+    """The first device's work by launch (:class:`Work`).
+
+    Where the device's events name their launch (a GPU's ``correlation_id``), exactly; where
+    the timeline shows each execution whole (:data:`~.facts.EXECUTION`: the CPU client's,
+    a chip's modules), each launch is its execution in turn (:func:`by_execution`), exactly;
+    else by the order the device runs launches in (:func:`in_order`), an estimate."""
+    shared = np.zeros(0, bool)
     if facts.device_ids and facts.launch_ids:
         ids = np.concatenate([np.asarray(i, np.float64) for i, _ in facts.device_ids])
         ends = np.concatenate([np.asarray(e, np.float64) for _, e in facts.device_ids])
@@ -103,10 +124,11 @@ def launched_work(facts: TraceFacts) -> tuple[Floats, Floats]:
         at = np.minimum(np.searchsorted(launch_ids, ids), len(launch_ids) - 1)
         known = launch_ids[at] == ids
         launched, done = times[at[known]], ends[known]
+        shared = np.zeros(len(launched), bool)
     else:
-        launched, done = _by_order(facts)
+        launched, done, shared = _by_order(facts)
     order = np.argsort(launched, kind="stable")
-    return launched[order], done[order]
+    return Work(launched[order], done[order], shared[order])
 
 
 def device_work(facts: TraceFacts) -> Spans:
@@ -115,19 +137,66 @@ def device_work(facts: TraceFacts) -> Spans:
     return merge(p for key in ("device", *DEVICE_SIDE, STAGING) for p in facts.spans.get(key, []))
 
 
-def _by_order(facts: TraceFacts) -> tuple[Floats, Floats]:
+def _by_order(facts: TraceFacts) -> tuple[Floats, Floats, Bools]:
     busy = device_work(facts)
     keys = [key for key in facts.spans if key.startswith(LAUNCH)]
     if not len(busy[0]) or not keys:
-        return np.empty(0), np.empty(0)
+        return np.empty(0), np.empty(0), np.zeros(0, bool)
     made = [np.asarray(a, np.float64) for k in keys for a, _ in facts.spans[k]]
+    returned = [np.asarray(b, np.float64) for k in keys for _, b in facts.spans[k]]
     weight = [
         np.full(len(a), _cost(facts, k[len(LAUNCH) :])) for k in keys for a, _ in facts.spans[k]
     ]
     order = np.argsort(np.concatenate(made), kind="stable")
     at, weights = np.concatenate(made)[order], np.concatenate(weight)[order]
+    back = np.concatenate(returned)[order]
+    runs = _spans_of(facts, EXECUTION)
+    if len(runs[0]):
+        # A launch whose program the CPU client ran on the calling thread is done when it
+        # returns: it takes no execution of the client's threads.
+        inline = merge(facts.spans.get(INLINE, []))
+        ran_inline = measure(inline, at, back) > 0
+        made_, done = by_execution(at[~ran_inline], runs, busy)
+        return made_, done, np.zeros(len(made_), bool)
     waits = merge(facts.spans.get(READ, []))
-    return in_order(at, busy, waits, weights)
+    made_, done = in_order(at, busy, waits, weights)
+    return made_, done, np.ones(len(made_), bool)
+
+
+def _spans_of(facts: TraceFacts, key: str) -> Spans:
+    """The spans of ``key`` as they are, one each (not merged), sorted by start."""
+    pieces = facts.spans.get(key, [])
+    lo = np.concatenate([np.asarray(a, np.float64) for a, _ in pieces]) if pieces else np.empty(0)
+    hi = np.concatenate([np.asarray(b, np.float64) for _, b in pieces]) if pieces else np.empty(0)
+    order = np.argsort(lo, kind="stable")
+    return lo[order], hi[order]
+
+
+def by_execution(at: Floats, runs: Spans, busy: Spans) -> tuple[Floats, Floats]:
+    """Launches made at ``at`` (sorted) and the device's executions ``runs`` (one span each,
+    sorted), paired in turn: the device runs launches in the order they were made, so each
+    execution is the oldest launch not yet run that was made before it ended. A launch
+    after which the device sat idle (``busy``: :func:`device_work`) for :data:`STALE_NS` or
+    more before an execution ended ran nothing the timeline shows and is left out, as is an
+    execution that no launch in the capture made (launched before the trace began). Returns,
+    for each launch that ran, when it was made and when its execution ended (ns)."""
+    made: list[float] = []
+    ended: list[float] = []
+    ends = np.sort(runs[1])
+    # The device's busy time before each launch and each end: idle = time less busy time.
+    made_at, busy_at = at.tolist(), covered(busy, at).tolist()
+    busy_end = covered(busy, ends).tolist()
+    j, n = 0, len(made_at)
+    for end, worked in zip(ends.tolist(), busy_end, strict=True):
+        while j < n and made_at[j] <= end:
+            if (end - made_at[j]) - (worked - busy_at[j]) < STALE_NS:
+                break
+            j += 1
+        if j < n and made_at[j] <= end:
+            made.append(made_at[j])
+            ended.append(end)
+            j += 1
+    return np.asarray(made, np.float64), np.asarray(ended, np.float64)
 
 
 def _cost(facts: TraceFacts, program: str) -> float:
@@ -214,19 +283,28 @@ def _when(busy: Spans, total: Floats, amount: float) -> float:
     return float(min(hi[at], lo[at] + (amount - total[at])))
 
 
-def step_spans(
-    mine: list[Block], fetches: Spans, work: tuple[Floats, Floats], busy: Spans
-) -> list[tuple[int, float, float]]:
+class StepSpan(NamedTuple):
+    """One step: its number, start and end (ns), and whether that end is an estimate (the
+    device's work it launched ended there by a share, not as seen: :class:`Work`)."""
+
+    number: int
+    start: float
+    end: float
+    estimated: bool = False
+
+
+def step_spans(mine: list[Block], fetches: Spans, work: Work, busy: Spans) -> list[StepSpan]:
     """Each step of the cell's thread (``mine``: its blocks) as its number, start and end
     (ns): tiling the loop, each ending where its host block or the device's work it
-    launched (``work``: :func:`launched_work`) ends, whichever is later. After its host
-    block, a step lasts only while the device works (``busy``: :func:`device_work`): where
-    the device sat idle before it ran the step's work (a CPU client's thread not yet
-    scheduled) while the host went on with the next steps, that wait is nobody's, not the
-    step's with the next steps' host time in it."""
+    launched (``work``: :func:`launched_work`) ends, whichever is later: where the timeline
+    shows that work's execution, where it ended. Where the end is shared out (an estimate),
+    the step lasts after its host block only while the device works (``busy``:
+    :func:`device_work`): where the device sat idle before it ran the step's work (a CPU
+    client's thread not yet scheduled) while the host went on with the next steps, that
+    wait is nobody's, not the step's with the next steps' host time in it."""
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
-    launched, done = work
-    out: list[tuple[int, float, float]] = []
+    launched, done, shared = work
+    out: list[StepSpan] = []
     previous: float | None = None
     ended: float | None = None
     for i, b in enumerate(marked):
@@ -240,14 +318,19 @@ def step_spans(
         # The step's launches are those its host part made; the device may finish them
         # after the step before it ended, so the step's own span starts no earlier.
         lo, hi = np.searchsorted(launched, [start, b.end], side="left")
-        finished = float(done[lo:hi].max()) if hi > lo else b.end
-        if finished > b.end:
+        last = lo + int(np.argmax(done[lo:hi])) if hi > lo else -1
+        finished = float(done[last]) if last >= 0 else b.end
+        estimated = bool(last >= 0 and shared[last] and finished > b.end)
+        if estimated:
+            # A shared-out end: the step lasts after its host part only while the device
+            # worked (an execution seen whole ends where it ends).
             worked = covered(busy, np.array([b.end, finished]))
             finished = b.end + float(worked[1] - worked[0])
         if ended is not None:
             start = max(start, ended)
         end = max(b.end, start, finished)
-        out.append((b.step_num if b.step_num is not None else i, start, end))
+        number = b.step_num if b.step_num is not None else i
+        out.append(StepSpan(number, start, end, estimated and end == finished))
         previous, ended = b.end, end
     return out
 

@@ -12,7 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from xprof_magic._analysis.timeline import nesting
-from xprof_magic._analysis.timeline.facts import CATEGORIES, DEVICE_SIDE, XLA_OP, device_side
+from xprof_magic._analysis.timeline.facts import (
+    CATEGORIES,
+    DEVICE_SIDE,
+    EXECUTION,
+    XLA_OP,
+    device_side,
+)
 from xprof_magic._analysis.timeline.lines import Line
 from xprof_magic._analysis.timeline.programs import program_time
 from xprof_magic._analysis.timeline.reader import Reader
@@ -38,6 +44,8 @@ def read_tpu_plane(reader: Reader, lines: dict[str, Line], first: bool) -> float
             busy = nesting.union_ns(line.start, line.start + line.dur, reader.facts.window)
             if first:
                 reader.add_spans("device", line.start, line.start + line.dur)
+                if name == "XLA Modules":
+                    reader.add_spans(EXECUTION, line.start, line.start + line.dur)
             if name == "XLA Modules":
                 every = np.arange(len(line.start))
                 reader.add_programs(

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 from xprof_magic._analysis.timeline.lines import Line
 
 __all__ = [
+    "EXECUTION_ENDS",
     "NO_RUNTIME",
     "XLA_CODEGEN",
     "XLA_CPU_CLIENT_GROUPS",
@@ -81,6 +82,9 @@ XLA_THREAD_ROLES = {
 XLA_CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
 """The threads of XLA's CPU client that run the compiled XLA ops."""
 XLA_CODEGEN = "tf_xla-cpu-codegen"
+EXECUTION_ENDS = frozenset({"ThunkExecutor::Execute (wait for completion)"})
+"""The mark XLA's CPU client leaves on its threads where one execution of a program ends
+(one per execution, whatever its ops: a jitted step's hundreds or an eager op's one)."""
 
 
 def is_copy(name: str) -> bool:
@@ -111,6 +115,7 @@ def name_flags(
     more, prefixes = runtime.names, runtime.prefixes
     return {
         "end": np.array([n.startswith("end: ") for n in names], bool),
+        "execution_end": np.array([n in EXECUTION_ENDS for n in names], bool),
         "compiles": np.array([n in compile_events for n in names], bool),
         "compile": np.array(
             [n in compile_events or n in runtime.compile_phases for n in names], bool

@@ -19,7 +19,9 @@ __all__ = [
     "COLLECTIVE",
     "COMPILE",
     "DEVICE_SIDE",
+    "EXECUTION",
     "HOST_MEMORY_SPACE",
+    "INLINE",
     "LABEL",
     "LAUNCH",
     "OFFLOAD",
@@ -53,6 +55,14 @@ READ = "read"
 vocabulary's ``waits``: JAX's ``np.asarray(jax.Array)`` behind ``float(x)``): after one,
 everything launched before it began has run. Not torch_xla's ``TensorCollectionBarrier``:
 its device runs on for tens of ms after it (seen on the CPU client)."""
+EXECUTION = "execution"
+"""The span key of the device's executions, one span each, where the timeline shows each
+one's end: the XLA CPU client's mark at the end of each (:data:`~.events.EXECUTION_ENDS`),
+a chip's ``XLA Modules``. The device runs launches in that order, so each launch's work ends
+where its execution does (:func:`~xprof_magic._analysis.summary.steps.launched_work`)."""
+INLINE = "inline"
+"""The span key of the XLA ops the CPU client ran on the Python thread itself, inside the
+launch that asked for them (JAX's small programs): done when that launch returns."""
 STEP_END = "step end"
 """The span key of the runtime's step ends on the Python threads (a sync, whole)."""
 LAUNCH = "launch:"

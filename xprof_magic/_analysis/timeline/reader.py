@@ -45,6 +45,8 @@ from xprof_magic._analysis.timeline.events import (
 from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
+    EXECUTION,
+    INLINE,
     READ,
     STAGING,
     STEP_END,
@@ -132,6 +134,7 @@ class Reader:
             self.cpu_op_spans.append((start[ops], end[ops]))
             if group == "python":
                 self.add_spans("device", start[ops], end[ops])
+                self.add_spans(INLINE, start[ops], end[ops])
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
         self.add_programs(program_time(line.text or line.stat, order, name_id, dur, nest.parent))
         if group == "python" and self.runtime.launches:
@@ -289,7 +292,12 @@ class Reader:
         device value (the vocabulary's ``waits``: :data:`~.facts.READ`)."""
         copy = flag["copy"][name_id]
         if group in XLA_CPU_CLIENT_GROUPS:
-            found = {"device": top & ~copy, "transfer": top & copy, STAGING: top & copy}
+            found = {
+                "device": top & ~copy,
+                EXECUTION: flag["execution_end"][name_id],
+                "transfer": top & copy,
+                STAGING: top & copy,
+            }
         elif not group.startswith("tf_") and group != "python":
             # PjRt's own workers stage the host's side of a copy (``H2D Dispatch``: the
             # array laid out for the device, then its DMA), apart from the Python thread.
