@@ -11,6 +11,7 @@ import jax
 import pytest
 
 import xprof_magic
+from tests._agreement import figures_agree
 from tests.conftest import host_events, only_run, run, step_numbers
 from xprof_magic._analysis import render_text, summarize
 from xprof_magic._backends.detect import choose_backend
@@ -292,6 +293,10 @@ def test_jax_quickstart_notebook_executes(tmp_path: Path) -> None:
     assert max(s.steps.durations_s[1:]) < wider.seconds / 10
     window = s.verdict_window()
     assert window is not None and window[1] <= s.steps.starts_s[-1] + s.steps.durations_s[-1]
+    # One number per thing, the text printed under the cell included; the steps after the
+    # first are measured, each its own (not one share of the device's time each).
+    figures_agree(s, shown)
+    assert not s.steps.estimated and len(set(s.steps.durations_s[1:])) > 1
 
 
 def test_a_marker_inside_a_jitted_function_labels_its_tracing_only(ip: Any, logdir: Path) -> None:

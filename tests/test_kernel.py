@@ -15,6 +15,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 import xprof_magic
+from tests._agreement import figures_agree
 from tests._kernel import Kernel, free_port, plain, text
 from xprof_magic._runs import store as _store
 
@@ -236,6 +237,12 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     assert len(steady) >= 4 and max(steady) < s.steps.durations_s[0] / 20
     assert d.verdict == "host", d.headline
     assert d.headline.startswith("Host-bound: ") and "after the first (compiling)" in d.headline
+    shown = "".join(
+        output.get("text", "") or output.get("data", {}).get("text/plain", "")
+        for cell in nb.cells
+        for output in cell.get("outputs", [])
+    )
+    figures_agree(s, shown)
 
 
 def test_the_demo_stores_its_runs_where_the_notebook_opened_in_jupyterlab_does(

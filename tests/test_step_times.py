@@ -107,11 +107,13 @@ def test_a_jax_loops_steps_end_where_their_executions_do(ip: Any, logdir: Path) 
     st = s.steps
     assert st is not None and st.count == 8 and not st.estimated
     # Each step after the first is the time from the execution before it to its own (the
-    # host launched them all long before), origin-free: the ends' differences.
+    # host launched them all long before), origin-free: the ends' differences, less the
+    # moments the device sat idle between two executions (nobody's).
     ends = _execution_ends(Path(s.run_dir))
     gaps = np.diff(ends)
     for duration in st.durations_s[2:]:
-        assert np.min(np.abs(gaps - duration * 1e9)) < 0.02 * MS, (duration, gaps)
+        near = np.min(np.abs(gaps - duration * 1e9))
+        assert near < 0.05 * MS + 0.05 * duration * 1e9, (duration, gaps)
     assert len({round(d, 6) for d in st.durations_s[1:]}) > 1  # not one share each
     assert "estimated" not in steps_line(st)
 

@@ -296,12 +296,11 @@ class StepSpan(NamedTuple):
 def step_spans(mine: list[Block], fetches: Spans, work: Work, busy: Spans) -> list[StepSpan]:
     """Each step of the cell's thread (``mine``: its blocks) as its number, start and end
     (ns): tiling the loop, each ending where its host block or the device's work it
-    launched (``work``: :func:`launched_work`) ends, whichever is later: where the timeline
-    shows that work's execution, where it ended. Where the end is shared out (an estimate),
-    the step lasts after its host block only while the device works (``busy``:
-    :func:`device_work`): where the device sat idle before it ran the step's work (a CPU
-    client's thread not yet scheduled) while the host went on with the next steps, that
-    wait is nobody's, not the step's with the next steps' host time in it."""
+    launched (``work``: :func:`launched_work`) ends, whichever is later. After its host
+    block, a step lasts only while the device works (``busy``: :func:`device_work`): where
+    the device sat idle before it ran the step's work (a CPU client's thread not yet
+    scheduled) while the host went on with the next steps, that wait is nobody's, not the
+    step's with the next steps' host time in it."""
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
     launched, done, shared = work
     out: list[StepSpan] = []
@@ -321,9 +320,7 @@ def step_spans(mine: list[Block], fetches: Spans, work: Work, busy: Spans) -> li
         last = lo + int(np.argmax(done[lo:hi])) if hi > lo else -1
         finished = float(done[last]) if last >= 0 else b.end
         estimated = bool(last >= 0 and shared[last] and finished > b.end)
-        if estimated:
-            # A shared-out end: the step lasts after its host part only while the device
-            # worked (an execution seen whole ends where it ends).
+        if finished > b.end:
             worked = covered(busy, np.array([b.end, finished]))
             finished = b.end + float(worked[1] - worked[0])
         if ended is not None:
