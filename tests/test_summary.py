@@ -612,6 +612,10 @@ def test_tpu_busy_and_idle_share_from_device_planes() -> None:
     assert info.statement == "Ran on TPU: one TPU in the timeline."
     text = render_text(Summary(run="r", run_dir="/x", device=info))
     assert "the device was busy 20.0 ms of the 100.0 ms window (20%); idle 80%" in text
+    # Two chips: their busy time is a mean, and says so.
+    two = replace(info, devices=(info.devices[0], replace(info.devices[0], name="/device:TPU:1")))
+    text = render_text(Summary(run="r", run_dir="/x", device=two))
+    assert "the 2 devices were busy, on average each, 20.0 ms of the 100.0 ms window" in text
 
 
 def test_a_tpu_run_without_device_activity_says_so() -> None:

@@ -222,6 +222,8 @@ def _device(s: Summary) -> list[str]:
     d = s.device
     if d.busy_s is not None and d.window_s:
         what = "XLA ops were running on the CPU client" if d.on_cpu else "Device busy"
+        if not d.on_cpu and len(d.devices) > 1:
+            what = f"The {len(d.devices)} devices busy, on average each"
         parts.append(
             f"<div>{_e(what)}: {seconds(d.busy_s)} of the {seconds(d.window_s)} window "
             f"({percent(d.busy_share)})</div>"

@@ -238,6 +238,8 @@ def _device_lines(s: Summary) -> list[str]:
     out = ["", f"Device {d.kind} and host threads:"]
     if d.busy_s is not None and d.window_s:
         what = "XLA ops ran (any CPU client thread)" if d.on_cpu else "the device was busy"
+        if not d.on_cpu and len(d.devices) > 1:
+            what = f"the {len(d.devices)} devices were busy, on average each,"
         out.append(
             f"  {what} {seconds(d.busy_s)} of the {seconds(d.window_s)} window "
             f"({percent(d.busy_share)})"
