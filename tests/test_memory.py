@@ -147,7 +147,7 @@ def test_live_figures_at_block_ends_give_the_peak_and_a_leak(
     assert m.device.capacity_bytes == 16e9
     assert m.growth_per_step is not None and m.growth_steps == 6
     assert m.growth_per_step == pytest.approx(1e8, rel=0.01)  # a figure at the block's end
-    leak = "Device memory grows every step: +100.0 MB a step over 6 steps"
+    leak = "Device memory grows step after step: +100.0 MB a step on average over 6 steps"
     assert any(leak in n.text for n in s.notes), [n.text for n in s.notes]
     assert {r.path: r.peak_bytes for r in s.labels}[("for i in range(6)", "step work")]
 

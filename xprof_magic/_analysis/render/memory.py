@@ -98,12 +98,14 @@ def _allocation(a: Allocation) -> str:
 
 
 def growth_note(s: Summary) -> str:
-    """``Memory grows each step: +120.0 MB a step over 40 steps …``; "" when it does not."""
+    """``Memory grows step after step: +120.0 MB a step on average over 40 steps …``; ""
+    when it does not (the growth is the mean of the steps', most of which grew)."""
     m = s.memory
     if m.growth_per_step is None or m.device is None:
         return ""
+    grows = data_size(m.growth_per_step)
     return (
-        f"Device memory grows every step: +{data_size(m.growth_per_step)} a step over "
+        f"Device memory grows step after step: +{grows} a step on average over "
         f"{counted(m.growth_steps, 'step')} ({data_size(m.device.start_bytes)} → "
         f"{data_size(m.device.end_bytes)}): something the loop keeps holds on to device "
         "arrays (a list of losses or outputs, a growing graph)."
