@@ -2,8 +2,9 @@
 // XProf's page. The state lives in Python (xprof_magic/_marimo/view.py); this draws it and
 // sends back what the person picks. It shows what the Jupyter widget shows: the summary
 // whole, a tool with nothing for the run as one line in place of its page (the frame
-// shrinks to it), a line under a page still loading after a while, and one under a page
-// that draws charts where Google's chart library cannot load.
+// shrinks to it), the trace viewer's line while it waits for its window, a line under a
+// page still loading after a while, and one under a page that draws charts where Google's
+// chart library cannot load.
 
 const WRAPPER =
   "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}" +
@@ -111,16 +112,20 @@ function render({ model, el }) {
       }, notes.busy_ms);
     }
   };
+  // The line in place of the page: a tool with nothing for the run (the frame shrinks to
+  // it), or the trace viewer waiting for its window (the line keeps the frame's height).
+  const instead = () => model.get("empty") || model.get("wait");
   const marks = () => {
-    const line = model.get("empty");
+    const line = instead();
     empty.textContent = line;
     empty.hidden = !line;
+    empty.style.minHeight = model.get("wait") ? `${model.get("height")}px` : "";
     chartsNote.hidden = !(model.get("charts") && !line && charts === "blocked");
   };
   // A new selection changes the inner page's address; the frames themselves stay.
   const point = () => {
     const src = model.get("src");
-    const line = model.get("empty");
+    const line = instead();
     outer.hidden = !src || !!line;
     outer.style.height = `${model.get("height")}px`;
     const frame = inner();
@@ -177,6 +182,7 @@ function render({ model, el }) {
     "src",
     "height",
     "empty",
+    "wait",
     "charts",
     "surveyed",
   ];

@@ -68,7 +68,9 @@ class Page:
     v2's URL for a big run, offered in a new tab where the browser has WebGPU. ``name``: the
     tool as the dropdown names it. ``empty``: why the tool has nothing for this run (the
     survey's reason); the frame then shows :data:`~xprof_magic._viewer.tools.EMPTY_NOTE` in
-    place of XProf's page, which would only spin.
+    place of XProf's page, which would only spin. ``wait``: a line that stands in place of
+    the page, which is not loaded yet, the frame keeping its height
+    (:data:`~xprof_magic._viewer.tools.WAIT_NOTE`: the trace viewer waits for its window).
     """
 
     src: str
@@ -77,6 +79,7 @@ class Page:
     v2: str | None = None
     name: str = ""
     empty: str = ""
+    wait: str = ""
 
 
 @dataclass(frozen=True)
@@ -146,12 +149,13 @@ _WRAPPER_JS = """(function () {
   }
   var holder = window.frameElement, tall = holder ? holder.style.height : '';
   function marks() {
-    note.hidden = !(page.charts && !page.empty && charts === 'blocked');
+    var instead = page.empty ? fill(said.empty) : page.wait || '';
+    note.hidden = !(page.charts && !instead && charts === 'blocked');
     if (page.v2) v2.href = page.v2;
     v2.hidden = !(page.v2 && gpu);
-    inner.hidden = !!page.empty;
-    empty.hidden = !page.empty;
-    empty.textContent = page.empty ? fill(said.empty) : '';
+    inner.hidden = !!instead;
+    empty.hidden = !instead;
+    empty.textContent = instead;
     // A tool with nothing to show: the frame shrinks to its line, and grows back after.
     var line = Math.max(32, empty.offsetHeight + 4) + 'px';
     if (holder) holder.style.height = page.empty ? line : tall;
@@ -167,7 +171,7 @@ _WRAPPER_JS = """(function () {
   });
   function apply(next) {
     page = next;
-    var target = page.empty ? 'about:blank' : page.src;
+    var target = page.empty || page.wait ? 'about:blank' : page.src;
     if (target !== shown) {
       shown = target;
       calm();
@@ -215,11 +219,12 @@ def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -
     page has said (its :data:`~xprof_magic._viewer.app.inline.WATCH_BUSY`) that a loading
     indicator shows, and it still shows ``busy_s`` later. A page whose tool has nothing for
     the run is not loaded: :data:`~xprof_magic._viewer.tools.EMPTY_NOTE` stands in its
-    place.
+    place; nor is one that waits (:attr:`Page.wait`): its line stands there meanwhile.
     """
     script = _WRAPPER_JS.replace("__CHARTS_URL__", json.dumps(CHARTS_URL)).replace(
         "__BUSY__", json.dumps(BUSY_MESSAGE)
     )
+    first = "about:blank" if page.empty or page.wait else page.src
     # XProf also calls history.replaceState on its parent: make that a no-op here.
     inner = (
         "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}"
@@ -234,7 +239,7 @@ def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -
         f'data-busy-ms="{int(busy_s * 1000)}">'
         '<div class="xprof-empty" hidden></div>'
         f'<iframe class="xprof-inner" name="{frame_name(frame_id)}" '
-        f'src="{html.escape("about:blank" if page.empty else page.src, quote=True)}" '
+        f'src="{html.escape(first, quote=True)}" '
         'allow="clipboard-write; fullscreen"></iframe>'
         f'<div class="xprof-charts-note" hidden>{html.escape(CHARTS_NOTE)}</div>'
         '<div class="xprof-busy" hidden></div>'

@@ -134,7 +134,8 @@ class CellDisplay:
         if self.view is None or not self.widgets:
             return self.rendered.bundle(f"\n{self.where}" if self.where else "")
         summary = self.rendered.summary
-        self.view.show_summary(summary.run, self.rendered.page, summary.verdict_window())
+        window = summary.verdict_window()
+        self.view.show_summary(summary.run, self.rendered.page, window, summary.pending)
         data = self.rendered.bundle()
         data.update(self.view.summary_widget_bundle())
         return data
@@ -325,6 +326,7 @@ def show_run(
                 frame=context.frame(outcome.viewer, height),
                 found=found,
                 window=window,
+                window_coming=rendered.summary.pending,
             )
         elif context.has_widgets:
             if not _said_no_widgets:
