@@ -91,6 +91,33 @@ _RANGE = """() => {
 }"""
 
 
+RECORD_SHOWN_RANGES = """(() => {
+  if (!location.pathname.endsWith('trace_viewer_index.html')) return;
+  window.xprofShownRanges = [];
+  const tick = () => {
+    const el = document.querySelector('tf-trace-viewer');
+    const tv = el && el._traceViewer;
+    const view = tv && tv.model && tv.trackView;
+    if (view && getComputedStyle(tv).visibility !== 'hidden') {
+      const r = el._trackViewRange(view);
+      const seen = window.xprofShownRanges, last = seen[seen.length - 1];
+      if (r && (!last || last.min !== r.min || last.max !== r.max)) seen.push(r);
+    }
+    requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+})();"""
+"""A script for ``BrowserContext.add_init_script``: each range the trace viewer's timeline
+shows while a person can see it (not hidden), at every frame the browser draws."""
+
+
+def shown_ranges(frame: Any) -> list[dict[str, float]]:
+    """The ranges, ``{min, max}`` in ms, the trace viewer's timeline has shown a person, in
+    order (:data:`RECORD_SHOWN_RANGES`)."""
+    seen: list[dict[str, float]] = frame.evaluate("() => window.xprofShownRanges || []")
+    return seen
+
+
 def visible_range(frame: Any) -> dict[str, float] | None:
     """The trace viewer's visible range, ``{min, max}`` in milliseconds on the timeline (None
     before it has its data and has drawn them)."""
