@@ -166,25 +166,28 @@ def busy(frame: Any) -> list[str]:
 
 def steps_missed(seen: dict[str, float] | None, summary: Any) -> str:
     """Why the trace viewer's visible range ``seen`` (ms) does not open on the steps the
-    verdict is about ("" when it does): it must hold every step after the compiling warm-up
-    (:attr:`Diagnosis.warm_up`) to the last, and leave out most of the compiling ones."""
+    verdict is about ("" when it does): it must hold every steady step
+    (:meth:`Diagnosis.steady`: after the compiling warm-up and any step unlike the others
+    before them), and leave out most of the step left out just before them."""
     steps = summary.steps
     if steps is None or not steps.starts_s:
         return "the summary has no step times"
     if seen is None:
         return "the trace viewer has not drawn its data"
-    first = summary.diagnosis.warm_up
+    d = summary.diagnosis
+    steady = d.steady() if len(d.breakdown.steps) == len(steps.starts_s) else ()
+    first, last = (steady[0], steady[-1]) if steady else (d.warm_up, len(steps.starts_s) - 1)
     start = steps.starts_s[first] * 1e3
-    end = (steps.starts_s[-1] + steps.durations_s[-1]) * 1e3
+    end = (steps.starts_s[last] + steps.durations_s[last]) * 1e3
     problems = []
     if not seen["min"] <= start:
         problems.append(f"it starts at {seen['min']:.1f} ms, after step {first} ({start:.1f})")
     if not seen["max"] >= end:
-        problems.append(f"it ends at {seen['max']:.1f} ms, before the last step's end ({end:.1f})")
+        problems.append(f"it ends at {seen['max']:.1f} ms, before step {last}'s end ({end:.1f})")
     if first:
         middle = (steps.starts_s[first - 1] + steps.durations_s[first - 1] / 2) * 1e3
         if seen["min"] < middle:
-            problems.append(f"it shows most of compiling step {first - 1} (from {seen['min']:.1f})")
+            problems.append(f"it shows most of step {first - 1}, left out (from {seen['min']:.1f})")
     return "; ".join(problems)
 
 

@@ -120,6 +120,8 @@ def every_tool(
         reason=lambda: shown_text(wrapped.locator(".xprof-empty")),
         place=outer,
         charts_note=lambda: shown_text(wrapped.locator(".xprof-charts-note")),
+        charts_box=wrapped.locator(".xprof-charts-note"),
+        page_box=wrapped.locator("iframe.xprof-inner"),
     )
     return check_every_tool(view, run, label, "tools")
 

@@ -12,6 +12,7 @@ import pytest
 import xprof_magic
 from xprof_magic import _viewer
 from xprof_magic._marimo import view as _view
+from xprof_magic._viewer import survey as _survey
 
 
 def _capture(root: Path, name: str) -> None:
@@ -110,6 +111,10 @@ def test_the_view_says_what_the_jupyter_widget_says_in_its_words(
     assert view.busy.startswith("xprof: Overview is still loading after 45 s")
     view.tool = "graph_viewer"
     assert view.empty == "" and view.charts is False
+    view.tool = "memory_viewer"
+    assert view.under == _survey.CPU_MEMORY_VIEWER and view.empty == ""
+    view.tool = "overview_page"
+    assert view.under == ""
 
 
 def test_a_pending_summarys_trace_viewer_waits_for_its_window(

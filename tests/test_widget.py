@@ -127,6 +127,7 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
         "name": "Overview",
         "empty": "",
         "wait": "",
+        "under": "",
     }
     view.tools.value = "trace_viewer@"
     assert shown(view)["charts"] is False
@@ -480,6 +481,14 @@ def test_tools_with_data_lead_and_the_others_say_why(viewer: _viewer.Viewer, log
     # Which program: test_the_program_tools_open_on_a_program_the_capture_ran.
     assert query["module_name"][0] in _survey.modules(viewer, "newer")
     assert query["node_name"][0]  # the entry's root op: the graph viewer has an op to search
+    # XProf's memory viewer shows the program's planned buffers as "HBM": on the CPU client
+    # that is host memory, and no allocation was measured: one line under its page says so.
+    view.tools.value = "memory_viewer"
+    assert labels["memory_viewer"] == "Memory viewer"
+    assert shown(view)["under"] == _survey.CPU_MEMORY_VIEWER and not shown(view)["empty"]
+    assert "Device memory section" in _survey.CPU_MEMORY_VIEWER
+    view.tools.value = "overview_page"
+    assert shown(view)["under"] == ""
 
 
 def test_the_program_tools_open_on_a_program_the_capture_ran(

@@ -69,6 +69,7 @@ function render({ model, el }) {
   const empty = element("div", "xprof-empty", area);
   const outer = element("iframe", "xprof-outer", area);
   outer.srcdoc = WRAPPER.replace("NAME", `xprof-${id}`);
+  const under = element("div", "xprof-note xprof-under", area);
   const chartsNote = element("div", "xprof-note xprof-charts-note", area, notes.charts_note);
   const slow = element("div", "xprof-note xprof-busy", area);
   let loaded = false;
@@ -121,6 +122,8 @@ function render({ model, el }) {
     empty.hidden = !line;
     empty.style.minHeight = model.get("wait") ? `${model.get("height")}px` : "";
     chartsNote.hidden = !(model.get("charts") && !line && charts === "blocked");
+    under.textContent = line ? "" : model.get("under");
+    under.hidden = !under.textContent;
   };
   // A new selection changes the inner page's address; the frames themselves stay.
   const point = () => {
@@ -183,6 +186,7 @@ function render({ model, el }) {
     "height",
     "empty",
     "wait",
+    "under",
     "charts",
     "surveyed",
   ];

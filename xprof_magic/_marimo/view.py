@@ -127,6 +127,8 @@ class RunView(anywidget.AnyWidget):
     refreshed = traitlets.Int(0).tag(sync=True)
     empty = traitlets.Unicode("").tag(sync=True)
     """The line in place of a tool that has nothing for the run ("": the page shows)."""
+    under = traitlets.Unicode("").tag(sync=True)
+    """A line under the page, about XProf's page itself (the survey's)."""
     wait = traitlets.Unicode("").tag(sync=True)
     """The line in place of the trace viewer while its window comes with a pending summary
     (the page is not loaded until it has come)."""
@@ -244,7 +246,7 @@ class RunView(anywidget.AnyWidget):
     def _point(self) -> None:
         """The URLs of the selection: the page the view embeds and the one a new tab opens."""
         if self.viewer is None or not self.run:
-            self.src = self.full = self.empty = self.wait = ""
+            self.src = self.full = self.empty = self.wait = self.under = ""
             self.charts = False
             return
         survey = self._surveys.get(self.run)
@@ -258,6 +260,7 @@ class RunView(anywidget.AnyWidget):
         name, reason = tool_label(tool), (survey or Survey()).empty.get(tool, "")
         said = {k: v.replace("{name}", name) for k, v in notes(bool(self.full)).items()}
         self.empty = said["empty"].replace("{reason}", reason) if reason else ""
+        self.under = "" if reason else (survey or Survey()).said.get(tool, "")
         self.busy, self.charts = said["busy"], uses_charts(tool)
 
     def _ask_tools(self, run: str) -> None:

@@ -89,6 +89,12 @@ _FRAME_JS = (
     "  frame.style.cssText = 'width:100%;border:1px solid #ccc;border-radius:2px';\n"
     "  frame.height = String(a.height);\n"
     "  box.appendChild(frame);\n"
+    "  if (a.under) {\n"
+    "    const under = document.createElement('div');\n"
+    "    under.className = 'xprof-under';\n"
+    "    under.style.cssText = 'color:#8a5a00;font-family:monospace;font-size:12px';\n"
+    "    under.textContent = a.under; box.appendChild(under);\n"
+    "  }\n"
     "  const probe = document.createElement('link');\n"
     "  probe.rel = 'preload'; probe.as = 'script'; probe.href = base + a.probe;\n"
     "  probe.onload = () => probe.remove();\n"
@@ -161,6 +167,7 @@ def script(
             "busy_note": said["busy"].replace("{name}", name),
             "busy_ms": int(busy_s * 1000),
             "wait": page.wait if page else "",
+            "under": page.under if page else "",
         }
     )
     return f"({_FRAME_JS})({args});\n"

@@ -304,9 +304,10 @@ class ViewerWidget:
             return None
         tool = self.tools.value or TRACE_VIEWER_TOOL
         charts = uses_charts(tool)
-        empty = self._surveys.get(self.runs.value or "", Survey()).empty.get(tool, "")
+        survey = self._surveys.get(self.runs.value or "", Survey())
+        empty, under = survey.empty.get(tool, ""), survey.said.get(tool, "")
         wait = wait_line(tool, self.summaries.coming(self.runs.value))
-        return Page(src, full, charts, self.v2_url(), tool_label(tool), empty, wait)
+        return Page(src, full, charts, self.v2_url(), tool_label(tool), empty, wait, under)
 
     def urls(self) -> tuple[str | None, str | None]:
         """The embedded page's URL and the full UI's URL for the selection, as the browser
