@@ -227,12 +227,40 @@ def moved(before: list[Any], after: list[Any], slack: int = 2) -> list[str]:
     ]
 
 
+_BROKEN_WORDS = """(s) => {
+  const out = [];
+  for (const th of s.querySelectorAll('th')) {
+    if (!th.getClientRects().length) continue;
+    const text = th.firstChild;
+    if (!text || text.nodeType !== Node.TEXT_NODE) continue;
+    const re = /\\S+/g;
+    let m;
+    while ((m = re.exec(text.data))) {
+      const r = document.createRange();
+      r.setStart(text, m.index);
+      r.setEnd(text, m.index + m[0].length);
+      const tops = new Set([...r.getClientRects()].map((b) => Math.round(b.top)));
+      if (tops.size > 1) out.push(m[0]);
+    }
+  }
+  return out;
+}"""
+
+
+def broken_headers(summary: Any) -> list[str]:
+    """The words of the summary's table headers drawn on two lines or more (broken inside
+    the word, as "call s" for "calls")."""
+    found: list[str] = summary.evaluate(_BROKEN_WORDS)
+    return found
+
+
 def check_summary(panel: Any) -> None:
     """The summary under the cell (``panel`` holds its ``.xprof-magic-summary``) shows whole,
-    and no two labels of its charts meet."""
+    no table header breaks inside a word, and no two labels of its charts meet."""
     summary = panel.locator(".xprof-magic-summary").first
     summary.wait_for(state="visible", timeout=90_000)
     assert clipped(summary) == [], clipped(summary)
+    assert broken_headers(summary) == [], broken_headers(summary)
     charts = summary.locator("svg")
     assert charts.count() >= 1
     for i in range(charts.count()):
