@@ -428,6 +428,13 @@ def test_a_pending_summarys_trace_viewer_waits_and_opens_first_on_the_verdicts_s
     query = parse_qs(urlsplit(loaded[0].src).query)
     start, end = _tools.view_range(window)
     assert (query["view_start"], query["view_end"]) == ([f"{start:.3f}"], [f"{end:.3f}"])
+    # Reading the timeline failed: the summary that replaces the pending one is the
+    # metadata's again. The trace viewer waits no longer, on no window.
+    pages.clear()
+    show.show_run(None, Started(), logdir, run_dir, 400, summary=quick)  # type: ignore[arg-type]
+    assert pages and pages[-1] is not None and pages[-1].wait
+    ready[1](quick)
+    assert pages[-1] is not None and not pages[-1].wait and "view_start" not in pages[-1].src
 
 
 def test_a_tool_without_data_shows_why_in_place_of_its_page(
