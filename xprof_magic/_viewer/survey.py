@@ -40,10 +40,11 @@ _ON_A_DEVICE = {
 
 CPU_MEMORY_VIEWER = (
     "xprof: on XLA's CPU client the memory viewer's \"HBM\" is host memory, and its figures "
-    "are the compiled program's planned buffers, not allocations (the CPU client records "
-    "none); the summary's Device memory section has what was measured."
+    "are the compiled program's planned buffers, not allocations, which the CPU client does "
+    "not record; the summary's Device memory section has what was measured."
 )
-"""The line under XProf's memory viewer on a CPU capture, whose page says nothing of it."""
+"""The line under XProf's memory viewer on a CPU capture, whose page says nothing of it (and
+can show "Peak memory allocation: MiB, MiB" with no figure: seen on a JAX CPU run)."""
 
 PROGRAM_TOOLS = ("memory_viewer", "graph_viewer")
 """The tools that show one XLA program (module) at a time, chosen from ``module_list``."""
