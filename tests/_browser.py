@@ -862,6 +862,14 @@ class ToolView:
     charts_note: Callable[[], str] | None = None
     """The line under a page that draws charts where the chart library cannot load ("" while
     it shows none; None: not checked)."""
+    under: Callable[[], str] | None = None
+    """The line under the page about XProf's page itself ("" while none shows; None: not
+    checked): on these CPU captures, the memory viewer's (``survey.CPU_MEMORY_VIEWER``)."""
+    charts_box: Any = None
+    """The charts note's element, and ``page_box`` the one XProf's page is drawn in: the
+    note shows outside the page, which keeps the height it has without it (None: not
+    checked)."""
+    page_box: Any = None
     thread: str = "python"
     """The name of the row that holds the labels in the trace viewer (marimo's: ``marimo``)."""
     timeout_s: float = 90.0
@@ -884,6 +892,7 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
     """
     from tests._page_checks import nav_shown
     from xprof_magic._notebook.widget import SURVEYED
+    from xprof_magic._viewer.survey import CPU_MEMORY_VIEWER
     from xprof_magic._viewer.tools import TOOL_NAMES, uses_charts
 
     # Until XProf has said which tools have data, the options (their order, their names)
@@ -901,6 +910,7 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
     with_data = [v for v, text in offered if not text.endswith(")")]
     assert offered[: len(with_data)] == [(v, t) for v, t in offered if v in with_data], offered
     current = select.evaluate("s => s.options[s.selectedIndex].textContent")
+    page_height = 0.0
     for (value, text), label_text in zip(offered, labels, strict=True):
         if label_text != current:
             select.select_option(label=label_text)
@@ -949,10 +959,20 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
         assert nav_shown(frame) == [], f"{value}: XProf's menu is open: {nav_shown(frame)}"
         if view.place is not None:
             assert _height(view.place, 300), f"{value}: the page in {_height(view.place)} px"
+        if view.under is not None:
+            line = CPU_MEMORY_VIEWER if value == "memory_viewer" else ""
+            said = functools.partial(_under_says, view, line)
+            assert _wait(view, said, f"{value}: the line under it"), view.under()
+        if view.page_box is not None and not page_height:
+            page_height = view.page_box.bounding_box()["height"]
         if view.charts_note is not None:
             if uses_charts(value):  # offline: Google's chart library cannot load
                 noted = functools.partial(_charts_noted, view.charts_note)
                 _wait(view, noted, f"{value}: the charts note")
+                if view.page_box is not None and page_height:
+                    _beside(view.charts_box.bounding_box(), view.page_box.bounding_box(), value)
+                    height = view.page_box.bounding_box()["height"]
+                    assert abs(height - page_height) <= 1, f"{value}: {height} of {page_height} px"
             else:
                 said = view.charts_note()
                 assert said == "", f"{value} draws no charts, yet the frame says: {said}"
@@ -965,6 +985,16 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
         view.screenshot(f"{name}-{value.rstrip('@')}")
         assert not view.data.failed, (value, view.data.failed)
     return [v for v, _ in offered]
+
+
+def _beside(note: Any, page: Any, tool: str) -> None:
+    """The charts note's box lies above or below the page's, not over it."""
+    apart = note["y"] >= page["y"] + page["height"] - 1 or note["y"] + note["height"] <= page["y"]
+    assert apart, f"{tool}: the charts note {note} covers the page {page}"
+
+
+def _under_says(view: ToolView, line: str) -> bool:
+    return view.under is not None and view.under() == line
 
 
 def _says(view: ToolView, why: str) -> bool:

@@ -91,6 +91,33 @@ _RANGE = """() => {
 }"""
 
 
+RECORD_SHOWN_RANGES = """(() => {
+  if (!location.pathname.endsWith('trace_viewer_index.html')) return;
+  window.xprofShownRanges = [];
+  const tick = () => {
+    const el = document.querySelector('tf-trace-viewer');
+    const tv = el && el._traceViewer;
+    const view = tv && tv.model && tv.trackView;
+    if (view && getComputedStyle(tv).visibility !== 'hidden') {
+      const r = el._trackViewRange(view);
+      const seen = window.xprofShownRanges, last = seen[seen.length - 1];
+      if (r && (!last || last.min !== r.min || last.max !== r.max)) seen.push(r);
+    }
+    requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+})();"""
+"""A script for ``BrowserContext.add_init_script``: each range the trace viewer's timeline
+shows while a person can see it (not hidden), at every frame the browser draws."""
+
+
+def shown_ranges(frame: Any) -> list[dict[str, float]]:
+    """The ranges, ``{min, max}`` in ms, the trace viewer's timeline has shown a person, in
+    order (:data:`RECORD_SHOWN_RANGES`)."""
+    seen: list[dict[str, float]] = frame.evaluate("() => window.xprofShownRanges || []")
+    return seen
+
+
 def visible_range(frame: Any) -> dict[str, float] | None:
     """The trace viewer's visible range, ``{min, max}`` in milliseconds on the timeline (None
     before it has its data and has drawn them)."""
@@ -139,25 +166,28 @@ def busy(frame: Any) -> list[str]:
 
 def steps_missed(seen: dict[str, float] | None, summary: Any) -> str:
     """Why the trace viewer's visible range ``seen`` (ms) does not open on the steps the
-    verdict is about ("" when it does): it must hold every step after the compiling warm-up
-    (:attr:`Diagnosis.warm_up`) to the last, and leave out most of the compiling ones."""
+    verdict is about ("" when it does): it must hold every steady step
+    (:meth:`Diagnosis.steady`: after the compiling warm-up and any step unlike the others
+    before them), and leave out most of the step left out just before them."""
     steps = summary.steps
     if steps is None or not steps.starts_s:
         return "the summary has no step times"
     if seen is None:
         return "the trace viewer has not drawn its data"
-    first = summary.diagnosis.warm_up
+    d = summary.diagnosis
+    steady = d.steady() if len(d.breakdown.steps) == len(steps.starts_s) else ()
+    first, last = (steady[0], steady[-1]) if steady else (d.warm_up, len(steps.starts_s) - 1)
     start = steps.starts_s[first] * 1e3
-    end = (steps.starts_s[-1] + steps.durations_s[-1]) * 1e3
+    end = (steps.starts_s[last] + steps.durations_s[last]) * 1e3
     problems = []
     if not seen["min"] <= start:
         problems.append(f"it starts at {seen['min']:.1f} ms, after step {first} ({start:.1f})")
     if not seen["max"] >= end:
-        problems.append(f"it ends at {seen['max']:.1f} ms, before the last step's end ({end:.1f})")
+        problems.append(f"it ends at {seen['max']:.1f} ms, before step {last}'s end ({end:.1f})")
     if first:
         middle = (steps.starts_s[first - 1] + steps.durations_s[first - 1] / 2) * 1e3
         if seen["min"] < middle:
-            problems.append(f"it shows most of compiling step {first - 1} (from {seen['min']:.1f})")
+            problems.append(f"it shows most of step {first - 1}, left out (from {seen['min']:.1f})")
     return "; ".join(problems)
 
 
@@ -197,12 +227,40 @@ def moved(before: list[Any], after: list[Any], slack: int = 2) -> list[str]:
     ]
 
 
+_BROKEN_WORDS = """(s) => {
+  const out = [];
+  for (const th of s.querySelectorAll('th')) {
+    if (!th.getClientRects().length) continue;
+    const text = th.firstChild;
+    if (!text || text.nodeType !== Node.TEXT_NODE) continue;
+    const re = /\\S+/g;
+    let m;
+    while ((m = re.exec(text.data))) {
+      const r = document.createRange();
+      r.setStart(text, m.index);
+      r.setEnd(text, m.index + m[0].length);
+      const tops = new Set([...r.getClientRects()].map((b) => Math.round(b.top)));
+      if (tops.size > 1) out.push(m[0]);
+    }
+  }
+  return out;
+}"""
+
+
+def broken_headers(summary: Any) -> list[str]:
+    """The words of the summary's table headers drawn on two lines or more (broken inside
+    the word, as "call s" for "calls")."""
+    found: list[str] = summary.evaluate(_BROKEN_WORDS)
+    return found
+
+
 def check_summary(panel: Any) -> None:
     """The summary under the cell (``panel`` holds its ``.xprof-magic-summary``) shows whole,
-    and no two labels of its charts meet."""
+    no table header breaks inside a word, and no two labels of its charts meet."""
     summary = panel.locator(".xprof-magic-summary").first
     summary.wait_for(state="visible", timeout=90_000)
     assert clipped(summary) == [], clipped(summary)
+    assert broken_headers(summary) == [], broken_headers(summary)
     charts = summary.locator("svg")
     assert charts.count() >= 1
     for i in range(charts.count()):

@@ -120,6 +120,9 @@ def every_tool(
         reason=lambda: shown_text(wrapped.locator(".xprof-empty")),
         place=outer,
         charts_note=lambda: shown_text(wrapped.locator(".xprof-charts-note")),
+        under=lambda: shown_text(wrapped.locator(".xprof-under")),
+        charts_box=wrapped.locator(".xprof-charts-note"),
+        page_box=wrapped.locator("iframe.xprof-inner"),
     )
     return check_every_tool(view, run, label, "tools")
 

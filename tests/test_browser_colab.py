@@ -214,6 +214,9 @@ def every_tool(notebook: NotebookPage, widget: Any, box: Any, run: str, label: s
         reason=lambda: shown_text(box.locator(".xprof-empty")),
         place=box,
         charts_note=lambda: shown_text(box.locator(".xprof-charts-note")),
+        under=lambda: shown_text(box.locator(".xprof-under")),
+        charts_box=box.locator(".xprof-charts-note"),
+        page_box=box.locator("iframe.xprof-inner"),
     )
     return check_every_tool(view, run, label, "tools")
 

@@ -183,6 +183,9 @@ def every_tool(watched: BrowserPage, view: Any, run: str, label: str, route: str
         reason=lambda: shown_text(view.locator(".xprof-empty")),
         place=view.locator(".xprof-page-area"),
         charts_note=lambda: shown_text(view.locator(".xprof-charts-note")),
+        under=lambda: shown_text(view.locator(".xprof-under")),
+        charts_box=view.locator(".xprof-charts-note"),
+        page_box=outer,
         thread="marimo",
     )
     return check_every_tool(tool_view, run, label, "tools")

@@ -12,6 +12,7 @@ import pytest
 import xprof_magic
 from xprof_magic import _viewer
 from xprof_magic._marimo import view as _view
+from xprof_magic._viewer import survey as _survey
 
 
 def _capture(root: Path, name: str) -> None:
@@ -110,6 +111,41 @@ def test_the_view_says_what_the_jupyter_widget_says_in_its_words(
     assert view.busy.startswith("xprof: Overview is still loading after 45 s")
     view.tool = "graph_viewer"
     assert view.empty == "" and view.charts is False
+    view.tool = "memory_viewer"
+    assert view.under == _survey.CPU_MEMORY_VIEWER and view.empty == ""
+    view.tool = "overview_page"
+    assert view.under == ""
+
+
+def test_a_pending_summarys_trace_viewer_waits_for_its_window(
+    viewer: _viewer.Viewer, logdir: Path
+) -> None:
+    """A summary finished apart (too big for the budget) brings the trace viewer's window:
+    meanwhile the view says so in place of the trace viewer (other tools show at once),
+    and when it comes the trace viewer opens on the verdict's steps."""
+    from dataclasses import replace
+
+    from xprof_magic._analysis import StepStats, summarize
+    from xprof_magic._runs import store as _store
+    from xprof_magic._viewer import tools as _tools
+
+    view = _view.RunView(viewer, logdir, "older", window_coming=True)
+    assert view.wait == _tools.WAIT_NOTE and view.src  # the address, kept until it waits no more
+    assert view.wait_for_tools()
+    view.tool = "op_profile"
+    assert view.wait == ""
+    view.tool = "trace_viewer@"
+    assert view.wait == _tools.WAIT_NOTE
+    whole = summarize(_store.run_path(logdir, "older"), budget_s=None)
+    steps = StepStats(
+        "step", "trace", 3, (0.03, 0.002, 0.002), 0.03, None, None, None, (0,), (0.0, 0.03, 0.032)
+    )
+    whole = replace(whole, steps=steps, diagnosis=replace(whole.diagnosis, warm_up=1))
+    window = whole.verdict_window()
+    assert window is not None
+    view.show_summary(whole)
+    start, end = _tools.view_range(window)
+    assert view.wait == "" and f"view_start={start:.3f}&view_end={end:.3f}" in view.src
 
 
 def test_without_a_viewer_the_view_shows_the_summary_and_says_why() -> None:

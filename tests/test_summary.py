@@ -216,14 +216,78 @@ def test_the_steps_start_where_xprofs_trace_viewer_draws_them(
         assert theirs - 1e-4 <= ours <= max(theirs + 1e-6, before + 1e-9), (s.starts_s, drawn)
     window = steps.verdict_window()
     assert window is not None
-    first = steps.diagnosis.warm_up
-    assert window[0] == s.starts_s[first] and window[1] >= s.starts_s[-1] + s.durations_s[-1]
-    later = replace(steps, diagnosis=replace(steps.diagnosis, warm_up=2))
-    assert later.verdict_window() == (s.starts_s[2], window[1])
+    steady = steps.diagnosis.steady()
+    first, last = steady[0], steady[-1]
+    assert window == (s.starts_s[first], s.starts_s[last] + s.durations_s[last])
+    assert first >= steps.diagnosis.warm_up
+    later = replace(steps, diagnosis=replace(steps.diagnosis, warm_up=2, apart=()))
+    assert later.verdict_window() == (s.starts_s[2], s.starts_s[-1] + s.durations_s[-1])
     # The magic's own step timer has no times on the timeline; nor have older summaries.
     untimed = replace(steps, steps=replace(s, starts_s=()))
     assert untimed.verdict_window() is None
     assert Summary.from_json(json.loads(json.dumps(steps.to_json()))) == steps
+
+
+def test_the_trace_viewer_opens_on_the_steady_steps_past_an_unlike_first_one() -> None:
+    """The quickstart's shape: step 0 compiles, step 1 waits on its fresh program (21 times
+    the median), steps 2 to 5 are the steady ones the verdict describes. The trace viewer
+    opens on those four, with the end of step 1 just visible before them, not on step 1
+    with the four squeezed against its right edge; a step unlike the others between
+    steady ones stays in view, and one after them only touches the window's end."""
+    from xprof_magic._analysis.diagnosis.steady import unlike
+    from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, StepBreakdown
+    from xprof_magic._viewer.tools import view_range
+
+    def summary(durations: list[float], compiling: tuple[int, ...] = (0,)) -> Summary:
+        starts = [sum(durations[:i]) + 0.1 for i in range(len(durations))]
+        parts = Breakdown(
+            categories=("host", "device"),
+            steps=tuple(
+                StepBreakdown(i, d, (d * 0.2, d * 0.8), d * 0.8) for i, d in enumerate(durations)
+            ),
+            step_count=len(durations),
+        )
+        warm_up = len(compiling)
+        apart = unlike(parts, warm_up, compiling)
+        steps = StepStats(
+            "step",
+            "trace",
+            len(durations),
+            tuple(durations),
+            durations[0],
+            None,
+            None,
+            None,
+            compiling,
+            tuple(starts),
+        )
+        d = Diagnosis(verdict="device", breakdown=parts, warm_up=warm_up, apart=apart)
+        return Summary(run="r", run_dir="/r", steps=steps, diagnosis=d)
+
+    quick = summary([0.6, 0.0351, 0.0017, 0.0016, 0.0017, 0.0017])
+    assert quick.diagnosis.apart_steps() == {1} and quick.diagnosis.steady() == (2, 3, 4, 5)
+    assert quick.steps is not None
+    starts, durations = quick.steps.starts_s, quick.steps.durations_s
+    window = quick.verdict_window()
+    assert window == (starts[2], starts[5] + durations[5])
+    low, high = view_range(window)
+    outlier_end = (starts[1] + durations[1]) * 1e3
+    # Step 1's end in view, before the steady steps, and most of the frame theirs.
+    assert low < outlier_end <= starts[2] * 1e3 < high
+    assert (window[1] - window[0]) * 1e3 / (high - low) > 0.9
+    # Between steady steps (a checkpoint every N steps), the unlike step stays in view.
+    middle = summary([0.6, *[0.0017] * 4, 0.0351, *[0.0017] * 4])
+    assert middle.diagnosis.apart_steps() == {5} and middle.steps is not None
+    m = middle.steps
+    assert middle.verdict_window() == (m.starts_s[1], m.starts_s[-1] + m.durations_s[-1])
+    # After them, it only touches the window's end.
+    last = summary([0.6, *[0.0017] * 5, 0.0351])
+    assert last.diagnosis.apart_steps() == {6} and last.steps is not None
+    e = last.steps
+    assert last.verdict_window() == (e.starts_s[1], e.starts_s[5] + e.durations_s[5])
+    # Without the breakdown's steps (a summary from the metadata): after the warm-up.
+    bare = replace(quick, diagnosis=replace(quick.diagnosis, breakdown=Breakdown(), apart=()))
+    assert bare.verdict_window() == (starts[1], starts[5] + durations[5])
 
 
 def test_the_magics_step_events_are_steps(shapes: Summary) -> None:

@@ -126,6 +126,8 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
         "v2": None,
         "name": "Overview",
         "empty": "",
+        "wait": "",
+        "under": "",
     }
     view.tools.value = "trace_viewer@"
     assert shown(view)["charts"] is False
@@ -363,6 +365,78 @@ def test_the_summary_shows_whole_and_the_trace_viewer_opens_on_its_verdicts_step
     assert "view_start=970.000" in (inner["src"] or "")
 
 
+def test_a_pending_summarys_trace_viewer_waits_and_opens_first_on_the_verdicts_steps(
+    ip: Any, viewer: _viewer.Viewer, logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A summary too big for the cell's budget comes in two: from the metadata at once (no
+    steps on the timeline, so no window), then whole. The trace viewer is not loaded on the
+    whole timeline meanwhile, to move to the verdict's steps seconds later: its frame shows
+    one line in its place, and the first trace-viewer address it loads carries the full
+    summary's window in XProf's ``view_start`` and ``view_end``. (``ip``: a shell, so that
+    the summary's display can be updated in place.)"""
+    from dataclasses import replace
+
+    from xprof_magic._analysis import StepStats
+    from xprof_magic._notebook import show
+    from xprof_magic._viewer.process import manager
+
+    pages: list[_frame.Page | None] = []
+
+    class Recording(_frame.IframeFrame):
+        def show(self, page: _frame.Page | None) -> _frame.Areas:
+            pages.append(page)
+            return super().show(page)
+
+    frames: list[Recording] = []
+
+    def frame(self: _context.Context, viewer: _viewer.Viewer, height: int) -> Recording:
+        frames.append(Recording(height))
+        return frames[-1]
+
+    ready: list[Any] = []
+    monkeypatch.setattr(_context, "detect", lambda shell=None: _context.Context("jupyter"))
+    monkeypatch.setattr(_context.Context, "frame", frame)
+    monkeypatch.setattr(show, "finish_summary", lambda run_dir, on_ready: ready.append(on_ready))
+    run_dir = _store.run_path(logdir, "newer")
+    whole = _analysis.summarize(run_dir, budget_s=None)
+    starts = (0.010, 0.040, 0.042, 0.044)
+    steps = StepStats("step", "trace", 4, (0.030, 0.002, 0.002, 0.002), 0.03, None, None, None)
+    whole = replace(
+        whole,
+        steps=replace(steps, compiling=(0,), starts_s=starts),
+        diagnosis=replace(whole.diagnosis, scope="steps", warm_up=1),
+    )
+    window = whole.verdict_window()
+    assert window is not None
+    quick = replace(whole, pending=True, complete=False, steps=steps)
+    assert quick.verdict_window() is None
+
+    class Started:
+        def wait(self, timeout: float = 0.0) -> manager.Reused:
+            return manager.Reused(viewer)
+
+    show.show_run(None, Started(), logdir, run_dir, 400, summary=quick)  # type: ignore[arg-type]
+    assert len(ready) == 1 and len(frames) == 1
+    assert pages and all(p is not None and p.wait for p in pages), pages
+    (outer,) = iframes(frames[0]._wrapper)
+    (inner,) = iframes(outer["srcdoc"] or "")
+    assert inner["src"] == "about:blank"  # the wrapper starts on no page
+    assert "the trace viewer opens on the steps the verdict is about" in pages[-1].wait
+    ready[0](whole)
+    loaded = [p for p in pages if p is not None and not p.wait and not p.empty]
+    assert loaded, pages
+    query = parse_qs(urlsplit(loaded[0].src).query)
+    start, end = _tools.view_range(window)
+    assert (query["view_start"], query["view_end"]) == ([f"{start:.3f}"], [f"{end:.3f}"])
+    # Reading the timeline failed: the summary that replaces the pending one is the
+    # metadata's again. The trace viewer waits no longer, on no window.
+    pages.clear()
+    show.show_run(None, Started(), logdir, run_dir, 400, summary=quick)  # type: ignore[arg-type]
+    assert pages and pages[-1] is not None and pages[-1].wait
+    ready[1](quick)
+    assert pages[-1] is not None and not pages[-1].wait and "view_start" not in pages[-1].src
+
+
 def test_a_tool_without_data_shows_why_in_place_of_its_page(
     viewer: _viewer.Viewer, logdir: Path
 ) -> None:
@@ -414,6 +488,14 @@ def test_tools_with_data_lead_and_the_others_say_why(viewer: _viewer.Viewer, log
     # Which program: test_the_program_tools_open_on_a_program_the_capture_ran.
     assert query["module_name"][0] in _survey.modules(viewer, "newer")
     assert query["node_name"][0]  # the entry's root op: the graph viewer has an op to search
+    # XProf's memory viewer shows the program's planned buffers as "HBM": on the CPU client
+    # that is host memory, and no allocation was measured: one line under its page says so.
+    view.tools.value = "memory_viewer"
+    assert labels["memory_viewer"] == "Memory viewer"
+    assert shown(view)["under"] == _survey.CPU_MEMORY_VIEWER and not shown(view)["empty"]
+    assert "Device memory section" in _survey.CPU_MEMORY_VIEWER
+    view.tools.value = "overview_page"
+    assert shown(view)["under"] == ""
 
 
 def test_the_program_tools_open_on_a_program_the_capture_ran(

@@ -2,8 +2,9 @@
 // XProf's page. The state lives in Python (xprof_magic/_marimo/view.py); this draws it and
 // sends back what the person picks. It shows what the Jupyter widget shows: the summary
 // whole, a tool with nothing for the run as one line in place of its page (the frame
-// shrinks to it), a line under a page still loading after a while, and one under a page
-// that draws charts where Google's chart library cannot load.
+// shrinks to it), the trace viewer's line while it waits for its window, a line under a
+// page still loading after a while, and one under a page that draws charts where Google's
+// chart library cannot load.
 
 const WRAPPER =
   "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}" +
@@ -68,6 +69,7 @@ function render({ model, el }) {
   const empty = element("div", "xprof-empty", area);
   const outer = element("iframe", "xprof-outer", area);
   outer.srcdoc = WRAPPER.replace("NAME", `xprof-${id}`);
+  const under = element("div", "xprof-note xprof-under", area);
   const chartsNote = element("div", "xprof-note xprof-charts-note", area, notes.charts_note);
   const slow = element("div", "xprof-note xprof-busy", area);
   let loaded = false;
@@ -111,16 +113,22 @@ function render({ model, el }) {
       }, notes.busy_ms);
     }
   };
+  // The line in place of the page: a tool with nothing for the run (the frame shrinks to
+  // it), or the trace viewer waiting for its window (the line keeps the frame's height).
+  const instead = () => model.get("empty") || model.get("wait");
   const marks = () => {
-    const line = model.get("empty");
+    const line = instead();
     empty.textContent = line;
     empty.hidden = !line;
+    empty.style.minHeight = model.get("wait") ? `${model.get("height")}px` : "";
     chartsNote.hidden = !(model.get("charts") && !line && charts === "blocked");
+    under.textContent = line ? "" : model.get("under");
+    under.hidden = !under.textContent;
   };
   // A new selection changes the inner page's address; the frames themselves stay.
   const point = () => {
     const src = model.get("src");
-    const line = model.get("empty");
+    const line = instead();
     outer.hidden = !src || !!line;
     outer.style.height = `${model.get("height")}px`;
     const frame = inner();
@@ -177,6 +185,8 @@ function render({ model, el }) {
     "src",
     "height",
     "empty",
+    "wait",
+    "under",
     "charts",
     "surveyed",
   ];

@@ -62,6 +62,7 @@ from xprof_magic._viewer.tools import (
     page_urls,
     tool_label,
     uses_charts,
+    wait_line,
 )
 
 if TYPE_CHECKING:
@@ -126,6 +127,11 @@ class RunView(anywidget.AnyWidget):
     refreshed = traitlets.Int(0).tag(sync=True)
     empty = traitlets.Unicode("").tag(sync=True)
     """The line in place of a tool that has nothing for the run ("": the page shows)."""
+    under = traitlets.Unicode("").tag(sync=True)
+    """A line under the page, about XProf's page itself (the survey's)."""
+    wait = traitlets.Unicode("").tag(sync=True)
+    """The line in place of the trace viewer while its window comes with a pending summary
+    (the page is not loaded until it has come)."""
     busy = traitlets.Unicode("").tag(sync=True)
     """The line under a page still loading after ``notes["busy_ms"]``."""
     charts = traitlets.Bool(False).tag(sync=True)
@@ -145,13 +151,16 @@ class RunView(anywidget.AnyWidget):
         status: str = "",
         where: tuple[str, str] | None = None,
         window: Window | None = None,
+        window_coming: bool = False,
         list_tools: ToolLister = list_tools,
         survey: ToolSurveyor = survey_tools,
     ) -> None:
         """``viewer``: the one serving ``logdir`` (None: summaries only, ``status`` says
         why); ``where``: its ``(origin, prefix)`` for the browser (default: :func:`location`);
         ``summary_html``: ``run``'s, when the caller has rendered it, and ``window`` the
-        seconds on its timeline that its verdict is about, where the trace viewer opens."""
+        seconds on its timeline that its verdict is about, where the trace viewer opens, or
+        ``window_coming``: that comes with ``run``'s full summary (:meth:`show_summary`),
+        and the trace viewer waits for it rather than open on the whole timeline first."""
         super().__init__(
             height=height,
             status=status,
@@ -171,6 +180,7 @@ class RunView(anywidget.AnyWidget):
         self._surveys: dict[str, Survey] = {}
         self._summaries = {run: summary_html} if run and summary_html else {}
         self._windows: dict[str, Window | None] = {run: window} if run and window else {}
+        self._coming = {run} if run and window_coming else set()
         self._lock = threading.RLock()
         self._quiet = False
         self._asked = 0
@@ -236,18 +246,21 @@ class RunView(anywidget.AnyWidget):
     def _point(self) -> None:
         """The URLs of the selection: the page the view embeds and the one a new tab opens."""
         if self.viewer is None or not self.run:
-            self.src = self.full = self.empty = ""
+            self.src = self.full = self.empty = self.wait = self.under = ""
             self.charts = False
             return
         survey = self._surveys.get(self.run)
         tool, host = self.tool or TRACE_VIEWER_TOOL, self.host or None
         window = self._windows.get(self.run)
+        # Set before the address: a page that waits is never loaded on the address without.
+        self.wait = wait_line(tool, self.run in self._coming)
         self.src, self.full = page_urls(
             self.viewer, self.run, tool, host, self.where, survey, window
         )
         name, reason = tool_label(tool), (survey or Survey()).empty.get(tool, "")
         said = {k: v.replace("{name}", name) for k, v in notes(bool(self.full)).items()}
         self.empty = said["empty"].replace("{reason}", reason) if reason else ""
+        self.under = "" if reason else (survey or Survey()).said.get(tool, "")
         self.busy, self.charts = said["busy"], uses_charts(tool)
 
     def _ask_tools(self, run: str) -> None:
@@ -293,15 +306,18 @@ class RunView(anywidget.AnyWidget):
         return not any(t.is_alive() for t in self._threads)
 
     def show_summary(self, summary: Summary) -> None:
-        """A run's summary, shown at once if that run is selected, else when it is."""
+        """A run's summary, shown at once if that run is selected, else when it is; the
+        trace viewer on its verdict's steps (one that waited for them opens now)."""
         from xprof_magic._analysis import render_html
 
         page = render_html(summary)
-        with self._lock:
+        with self._lock, self.hold_sync():
             self._summaries[summary.run] = page
             self._windows[summary.run] = summary.verdict_window()
+            self._coming.discard(summary.run)
             if summary.run == self.run:
                 self.summary = page
+                self._point()
 
     def _summary_of(self, run: str) -> str:
         """The panel's HTML for ``run``: the summary given or saved, rendered once."""
@@ -352,6 +368,7 @@ def view_of(result: CaptureResult, options: Options, start: ViewerStart | None) 
         summary_html=_analysis.render_html(summary),
         status=status,
         window=summary.verdict_window(),
+        window_coming=summary.pending,
     )
     if summary.pending:
         _finish_apart(result.run_dir, view)

@@ -67,11 +67,12 @@ _FRAME_JS = (
     "  hint.hidden = true;\n"
     "  box.appendChild(hint);\n"
     "  host.appendChild(box);\n"
-    "  if (a.empty) {\n"
+    "  if (a.empty || a.wait) {\n"
     "    const line = document.createElement('div');\n"
     "    line.className = 'xprof-empty';\n"
     "    line.style.cssText = 'font-family:monospace;margin:8px 0';\n"
-    "    line.textContent = a.empty; box.appendChild(line); return;\n"
+    "    if (a.wait) line.style.minHeight = a.height + 'px';\n"
+    "    line.textContent = a.empty || a.wait; box.appendChild(line); return;\n"
     "  }\n"
     "  let base;\n"
     "  try {\n"
@@ -88,6 +89,12 @@ _FRAME_JS = (
     "  frame.style.cssText = 'width:100%;border:1px solid #ccc;border-radius:2px';\n"
     "  frame.height = String(a.height);\n"
     "  box.appendChild(frame);\n"
+    "  if (a.under) {\n"
+    "    const under = document.createElement('div');\n"
+    "    under.className = 'xprof-under';\n"
+    "    under.style.cssText = 'color:#8a5a00;font-family:monospace;font-size:12px';\n"
+    "    under.textContent = a.under; box.appendChild(under);\n"
+    "  }\n"
     "  const probe = document.createElement('link');\n"
     "  probe.rel = 'preload'; probe.as = 'script'; probe.href = base + a.probe;\n"
     "  probe.onload = () => probe.remove();\n"
@@ -137,7 +144,7 @@ def script(
     :data:`~xprof_magic._notebook.frame.CHARTS_NOTE` under it if the chart library cannot
     load; the busy note under it when XProf's page says it is still loading ``busy_s``
     after it began. A ``page`` whose tool has nothing for the run gets its one line in
-    place of the frame."""
+    place of the frame; one that waits (its ``wait``), that line, as tall as the frame."""
     said = notes(False, busy_s)
     name = (page.name if page else "") or "this tool"
     empty = page.empty if page else ""
@@ -159,6 +166,8 @@ def script(
             "busy_type": BUSY_MESSAGE,
             "busy_note": said["busy"].replace("{name}", name),
             "busy_ms": int(busy_s * 1000),
+            "wait": page.wait if page else "",
+            "under": page.under if page else "",
         }
     )
     return f"({_FRAME_JS})({args});\n"

@@ -68,7 +68,11 @@ class Page:
     v2's URL for a big run, offered in a new tab where the browser has WebGPU. ``name``: the
     tool as the dropdown names it. ``empty``: why the tool has nothing for this run (the
     survey's reason); the frame then shows :data:`~xprof_magic._viewer.tools.EMPTY_NOTE` in
-    place of XProf's page, which would only spin.
+    place of XProf's page, which would only spin. ``wait``: a line that stands in place of
+    the page, which is not loaded yet, the frame keeping its height
+    (:data:`~xprof_magic._viewer.tools.WAIT_NOTE`: the trace viewer waits for its window).
+    ``under``: a line said under the page, about it (the survey's:
+    :data:`~xprof_magic._viewer.survey.CPU_MEMORY_VIEWER`).
     """
 
     src: str
@@ -77,6 +81,8 @@ class Page:
     v2: str | None = None
     name: str = ""
     empty: str = ""
+    wait: str = ""
+    under: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,7 @@ _WRAPPER_JS = """(function () {
   var body = document.body, id = body.dataset.frame;
   var inner = document.querySelector('iframe.xprof-inner');
   var note = document.querySelector('.xprof-charts-note');
+  var under = document.querySelector('.xprof-under');
   var v2 = document.querySelector('.xprof-v2');
   var empty = document.querySelector('.xprof-empty'), slow = document.querySelector('.xprof-busy');
   var said = JSON.parse(body.dataset.notes), busyMs = Number(body.dataset.busyMs);
@@ -139,22 +146,35 @@ _WRAPPER_JS = """(function () {
   function fill(line) {
     return line.replace('{name}', page.name || 'this tool').replace('{reason}', page.empty);
   }
+  var holder = window.frameElement, tall = Number(body.dataset.height);
+  // XProf's page keeps the frame's whole height: the lines under it (the charts note, the
+  // busy note, the v2 link) add theirs below it, never over it. A tool with nothing to
+  // show: the frame shrinks to its line, and grows back after.
+  function fit() {
+    if (!holder) return;
+    var below = 0;
+    [under, note, slow, v2].forEach(function (e) { if (!e.hidden) below += e.offsetHeight; });
+    var line = Math.max(32, empty.offsetHeight + 4);
+    holder.style.height = (page.empty ? line : tall + below) + 'px';
+  }
   function calm() {
     if (timer !== null) clearTimeout(timer);
     timer = null;
     slow.hidden = true;
+    fit();
   }
-  var holder = window.frameElement, tall = holder ? holder.style.height : '';
   function marks() {
-    note.hidden = !(page.charts && !page.empty && charts === 'blocked');
+    var instead = page.empty ? fill(said.empty) : page.wait || '';
+    note.hidden = !(page.charts && !instead && charts === 'blocked');
+    under.hidden = !(page.under && !instead);
+    under.textContent = instead ? '' : page.under || '';
     if (page.v2) v2.href = page.v2;
     v2.hidden = !(page.v2 && gpu);
-    inner.hidden = !!page.empty;
-    empty.hidden = !page.empty;
-    empty.textContent = page.empty ? fill(said.empty) : '';
-    // A tool with nothing to show: the frame shrinks to its line, and grows back after.
-    var line = Math.max(32, empty.offsetHeight + 4) + 'px';
-    if (holder) holder.style.height = page.empty ? line : tall;
+    inner.hidden = !!instead;
+    empty.hidden = !instead;
+    empty.textContent = instead;
+    empty.style.minHeight = page.wait ? tall + 'px' : '';
+    fit();
   }
   addEventListener('message', function (e) {
     var m = e.data;
@@ -163,11 +183,12 @@ _WRAPPER_JS = """(function () {
     if (timer === null) timer = setTimeout(function () {
       slow.textContent = fill(said.busy);
       slow.hidden = false;
+      fit();
     }, busyMs);
   });
   function apply(next) {
     page = next;
-    var target = page.empty ? 'about:blank' : page.src;
+    var target = page.empty || page.wait ? 'about:blank' : page.src;
     if (target !== shown) {
       shown = target;
       calm();
@@ -202,40 +223,51 @@ _WRAPPER_JS = """(function () {
 })();"""
 
 
+FRAMED = "border:1px solid #ccc;border-radius:2px;box-sizing:border-box"
+"""The frame's border, drawn around XProf's page (or the line in its place) alone, so that
+the lines under it are outside it."""
+
+
 def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -> str:
     """The wrapper iframe: a ``srcdoc`` page, ``height`` pixels tall, holding XProf's page in
     an inner iframe named :func:`frame_name` ``(frame_id)``, first on ``page``.
 
     XProf's UI calls ``window.parent.history.pushState``, which in a same-origin frame (a
     Jupyter proxy) would rewrite the notebook page's own URL; the wrapper takes that call.
-    Under the page it has one line, :data:`CHARTS_NOTE`, shown when the page draws charts and
-    the chart library cannot be fetched (instead of a spinner left without a reason), a
-    link to Trace Viewer v2 in a new tab, shown for a big run where WebGPU works (v2 fails
-    without an adapter), and :data:`~xprof_magic._viewer.tools.BUSY_NOTE`, shown when the
+    Under the page, outside its border (the page keeps its whole ``height``: the wrapper
+    grows by the lines shown), it has the page's own line (:attr:`Page.under`), and
+    :data:`CHARTS_NOTE`, shown when the page
+    draws charts and the chart library cannot be fetched (instead of a spinner left without
+    a reason), a link to Trace Viewer v2 in a new tab, shown for a big run where WebGPU
+    works (v2 fails without an adapter), and :data:`~xprof_magic._viewer.tools.BUSY_NOTE`,
+    shown when the
     page has said (its :data:`~xprof_magic._viewer.app.inline.WATCH_BUSY`) that a loading
     indicator shows, and it still shows ``busy_s`` later. A page whose tool has nothing for
     the run is not loaded: :data:`~xprof_magic._viewer.tools.EMPTY_NOTE` stands in its
-    place.
+    place; nor is one that waits (:attr:`Page.wait`): its line stands there meanwhile.
     """
     script = _WRAPPER_JS.replace("__CHARTS_URL__", json.dumps(CHARTS_URL)).replace(
         "__BUSY__", json.dumps(BUSY_MESSAGE)
     )
+    first = "about:blank" if page.empty or page.wait else page.src
     # XProf also calls history.replaceState on its parent: make that a no-op here.
     inner = (
         "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}"
-        "body{display:flex;flex-direction:column}iframe{border:0;width:100%;flex:1}"
-        ".xprof-charts-note,.xprof-v2,.xprof-busy{font:12px monospace;color:#8a5a00;"
-        "padding:2px 4px}.xprof-empty{font:13px monospace;padding:8px}"
+        "body{display:flex;flex-direction:column}"
+        f"iframe{{{FRAMED};width:100%;flex:none;height:{int(height)}px}}"
+        ".xprof-under,.xprof-charts-note,.xprof-v2,.xprof-busy{font:12px monospace;color:#8a5a00;"
+        f"padding:2px 4px}}.xprof-empty{{font:13px monospace;padding:8px;{FRAMED}}}"
         "</style><script>"
         "history.pushState=history.replaceState=function(){};</script></head>"
         f'<body data-frame="{html.escape(frame_id)}" '
         f'data-page="{html.escape(_page_json(page), quote=True)}" '
         f'data-notes="{html.escape(json.dumps(notes(True, busy_s)), quote=True)}" '
-        f'data-busy-ms="{int(busy_s * 1000)}">'
+        f'data-busy-ms="{int(busy_s * 1000)}" data-height="{int(height)}">'
         '<div class="xprof-empty" hidden></div>'
         f'<iframe class="xprof-inner" name="{frame_name(frame_id)}" '
-        f'src="{html.escape("about:blank" if page.empty else page.src, quote=True)}" '
+        f'src="{html.escape(first, quote=True)}" '
         'allow="clipboard-write; fullscreen"></iframe>'
+        '<div class="xprof-under" hidden></div>'
         f'<div class="xprof-charts-note" hidden>{html.escape(CHARTS_NOTE)}</div>'
         '<div class="xprof-busy" hidden></div>'
         '<a class="xprof-v2" hidden target="_blank" rel="noopener">'
@@ -244,7 +276,7 @@ def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -
     )
     return (
         f'<iframe class="xprof-outer" srcdoc="{html.escape(inner, quote=True)}" '
-        f'style="width:100%;height:{int(height)}px;border:1px solid #ccc;border-radius:2px">'
+        f'style="width:100%;height:{int(height)}px;border:0;display:block">'
         "</iframe>"
     )
 

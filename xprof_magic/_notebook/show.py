@@ -63,8 +63,11 @@ def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> thread
         from xprof_magic import _analysis
         from xprof_magic._runs import store as _store
 
-        with _store.working(run_dir):
-            summary, reason = _analysis.summarize_in_subprocess(run_dir)
+        try:
+            with _store.working(run_dir):
+                summary, reason = _analysis.summarize_in_subprocess(run_dir)
+        except Exception as error:  # on_ready is called whatever happens: the display waits
+            summary, reason = None, repr(error)
         if summary is None:
             summary = _analysis.summary_of(run_dir, budget_s=0.0)
             print(wrapped(f"xprof: the full summary of {run_dir.name} failed: {reason}"))
@@ -128,13 +131,18 @@ class CellDisplay:
         self.widgets = widgets and view is not None
         self.where = where
         self.handle: DisplayHandle | None = None
+        self.final = False
 
     def bundle(self) -> dict[str, Any]:
         """The summary's bundle; without widgets, it also says where the viewer is."""
         if self.view is None or not self.widgets:
             return self.rendered.bundle(f"\n{self.where}" if self.where else "")
         summary = self.rendered.summary
-        self.view.show_summary(summary.run, self.rendered.page, summary.verdict_window())
+        window = summary.verdict_window()
+        # A pending summary's window comes with the one that replaces it (final: that one,
+        # even when reading the timeline failed and it is still the metadata's).
+        coming = summary.pending and not self.final
+        self.view.show_summary(summary.run, self.rendered.page, window, coming)
         data = self.rendered.bundle()
         data.update(self.view.summary_widget_bundle())
         return data
@@ -146,6 +154,8 @@ class CellDisplay:
             self.view.page_frame.display()
 
     def update(self, summary: Summary) -> None:
+        """Show the summary that replaces a pending one (the last: nothing follows it)."""
+        self.final = True
         self.rendered = Rendered.of(summary)
         if self.handle is not None:
             self.handle.update(self.bundle(), raw=True)
@@ -325,6 +335,7 @@ def show_run(
                 frame=context.frame(outcome.viewer, height),
                 found=found,
                 window=window,
+                window_coming=rendered.summary.pending,
             )
         elif context.has_widgets:
             if not _said_no_widgets:

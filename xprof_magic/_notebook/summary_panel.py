@@ -35,23 +35,35 @@ class SummaryPanel:
         self.panel.add_class("xprof-summary-panel")
         self._pages: dict[str, str] = {}
         self._windows: dict[str, Window | None] = {}
+        self._coming: set[str] = set()
         self._run: str | None = None
         self._lock = threading.Lock()
 
-    def show(self, run: str, page: str, window: Window | None = None) -> None:
+    def show(self, run: str, page: str, window: Window | None = None, coming: bool = False) -> None:
         """``run``'s summary as HTML, and the timeline's seconds its verdict is about
         (:meth:`~xprof_magic._analysis.Summary.verdict_window`): shown at once if the viewer
-        shows that run, else kept for when it does."""
+        shows that run, else kept for when it does; ``coming``: a pending summary, whose
+        window comes with the full one."""
         with self._lock:
             self._pages[run] = page
             self._windows[run] = window
+            (self._coming.add if coming else self._coming.discard)(run)
             if run == self._run:
                 self.html.value = page
 
-    def expect(self, run: str, window: Window) -> None:
-        """``run``'s verdict window, known before its summary is shown."""
+    def expect(self, run: str, window: Window | None, coming: bool = False) -> None:
+        """``run``'s verdict window, known before its summary is shown; ``coming``: not
+        known yet, it comes with the summary (a pending one's, finished apart), which
+        :meth:`show` gives."""
         with self._lock:
             self._windows[run] = window
+            if coming:
+                self._coming.add(run)
+
+    def coming(self, run: str | None) -> bool:
+        """Whether ``run``'s window is still to come with its summary (:meth:`expect`)."""
+        with self._lock:
+            return run in self._coming
 
     def follow(self, run: str | None) -> None:
         """The viewer now shows ``run``: show its summary, given or saved."""

@@ -43,6 +43,7 @@ from xprof_magic._viewer.tools import (
     page_urls,
     tool_label,
     uses_charts,
+    wait_line,
 )
 
 __all__ = ["BIG_RUN_BYTES", "SURVEYED", "ViewerWidget", "announce"]
@@ -92,13 +93,16 @@ class ViewerWidget:
         frame: Frame | None = None,
         found: Sequence[_store.RunInfo] | None = None,
         window: Window | None = None,
+        window_coming: bool = False,
         list_tools: ToolLister = list_tools,
         survey: ToolSurveyor = survey_tools,
     ) -> None:
         """``run``: the run to select; ``frame``: where the page shows (default: the one
         ``context`` picks); ``found``: the runs in ``logdir``, when the caller has listed
         them; ``window``: the seconds on ``run``'s timeline that its verdict is about, so
-        that the trace viewer opens there from the first; ``list_tools`` and ``survey``: how
+        that the trace viewer opens there from the first, or ``window_coming``: it comes
+        with ``run``'s summary (a pending one's), and the trace viewer waits for it rather
+        than open on the whole timeline first; ``list_tools`` and ``survey``: how
         a run's tools, and which of them have data, are asked of the viewer."""
         self.viewer = viewer
         self.context = context
@@ -107,8 +111,8 @@ class ViewerWidget:
         self.height = height
         self.page_frame = frame if frame is not None else context.frame(viewer, height)
         self.summaries = SummaryPanel(self.logdir)
-        if run is not None and window is not None:
-            self.summaries.expect(run, window)
+        if run is not None and (window is not None or window_coming):
+            self.summaries.expect(run, window, coming=window_coming)
         self._questions = ToolQuestions(
             viewer, self._run_dir, self._take_tools, list_tools=list_tools, survey=survey
         )
@@ -255,12 +259,16 @@ class ViewerWidget:
         one is still pending after ``timeout`` seconds."""
         return self._questions.wait(timeout)
 
-    def show_summary(self, run: str, page: str, window: Window | None = None) -> None:
+    def show_summary(
+        self, run: str, page: str, window: Window | None = None, coming: bool = False
+    ) -> None:
         """``run``'s summary as HTML, for the summary panel: the one way a summary comes in
         (shown at once if that run is the one selected, else when it is selected); with
         ``window``, the seconds on the timeline its verdict is about, where the trace viewer
-        opens (:meth:`~xprof_magic._analysis.Summary.verdict_window`)."""
-        self.summaries.show(run, page, window)
+        opens (:meth:`~xprof_magic._analysis.Summary.verdict_window`); ``coming``: the
+        summary is pending, and the trace viewer waits for the window that comes with the
+        full one (it opens on it then)."""
+        self.summaries.show(run, page, window, coming)
         if run == self.runs.value:
             self.refresh_view()
 
@@ -296,8 +304,10 @@ class ViewerWidget:
             return None
         tool = self.tools.value or TRACE_VIEWER_TOOL
         charts = uses_charts(tool)
-        empty = self._surveys.get(self.runs.value or "", Survey()).empty.get(tool, "")
-        return Page(src, full, charts, self.v2_url(), tool_label(tool), empty)
+        survey = self._surveys.get(self.runs.value or "", Survey())
+        empty, under = survey.empty.get(tool, ""), survey.said.get(tool, "")
+        wait = wait_line(tool, self.summaries.coming(self.runs.value))
+        return Page(src, full, charts, self.v2_url(), tool_label(tool), empty, wait, under)
 
     def urls(self) -> tuple[str | None, str | None]:
         """The embedded page's URL and the full UI's URL for the selection, as the browser

@@ -28,7 +28,7 @@ from xprof_magic._runs.store import SUMMARY_FILE
 from xprof_magic._viewer.prepare.preparing import BACKGROUND
 from xprof_magic._viewer.process.client import Viewer, ViewerError, fetch_json, http_get
 
-__all__ = ["NO_DEVICE_OPS", "NO_PROGRAMS", "Survey", "survey_tools"]
+__all__ = ["CPU_MEMORY_VIEWER", "NO_DEVICE_OPS", "NO_PROGRAMS", "Survey", "survey_tools"]
 
 NO_DEVICE_OPS = "no device ops in a CPU capture"
 NO_DEVICE_MEMORY = "no device memory in a CPU capture"
@@ -38,6 +38,14 @@ _ON_A_DEVICE = {
     NO_DEVICE_MEMORY: "no device memory in this run",
 }
 
+CPU_MEMORY_VIEWER = (
+    "xprof: on XLA's CPU client the memory viewer's \"HBM\" is host memory, and its figures "
+    "are the compiled program's planned buffers, not allocations, which the CPU client does "
+    "not record; the summary's Device memory section has what was measured."
+)
+"""The line under XProf's memory viewer on a CPU capture, whose page says nothing of it (and
+can show "Peak memory allocation: MiB, MiB" with no figure: seen on a JAX CPU run)."""
+
 PROGRAM_TOOLS = ("memory_viewer", "graph_viewer")
 """The tools that show one XLA program (module) at a time, chosen from ``module_list``."""
 
@@ -46,11 +54,14 @@ PROGRAM_TOOLS = ("memory_viewer", "graph_viewer")
 class Survey:
     """What the tools of one run have: ``empty`` maps a tool to why it shows nothing;
     ``program`` is the XLA program the per-program tools open on (None: XProf's first);
-    ``node`` the op the graph viewer draws at once (its entry's root; None: it waits)."""
+    ``node`` the op the graph viewer draws at once (its entry's root; None: it waits);
+    ``said`` maps a tool whose page shows to the line said under it (why its figures are
+    not what they seem: :data:`CPU_MEMORY_VIEWER`)."""
 
     empty: dict[str, str] = field(default_factory=dict)
     program: str | None = None
     node: str | None = None
+    said: dict[str, str] = field(default_factory=dict)
 
 
 _ENTRY_ROOT = re.compile(r"^ENTRY [^\n]*\{\n(?:[^\n]*\n)*?\s*ROOT %?(?P<op>[\w.\-]+) = ", re.M)
@@ -159,7 +170,7 @@ def survey_tools(
             if "graph_viewer" in tools:
                 with contextlib.suppress(ViewerError, OSError, http.client.HTTPException):
                     node = entry_root(viewer, run, program, timeout)
-    cpu_only = True
+    cpu_only, cpu_seen = True, False
     for tool in tools:
         check = _EMPTY.get(tool)
         if check is None:
@@ -173,9 +184,13 @@ def survey_tools(
             continue
         if isinstance(reply, dict) and reply.get("deviceType") not in (None, "CPU_ONLY"):
             cpu_only = False
+        cpu_seen = cpu_seen or (isinstance(reply, dict) and reply.get("deviceType") == "CPU_ONLY")
         is_empty, reason = check
         if is_empty(reply):
             empty[tool] = reason
     if not cpu_only:  # A device was there: the capture is not a CPU one.
         empty = {t: _ON_A_DEVICE.get(r, r) for t, r in empty.items()}
-    return Survey(empty, program, node)
+    said = {}
+    if cpu_only and cpu_seen and "memory_viewer" in tools and "memory_viewer" not in empty:
+        said["memory_viewer"] = CPU_MEMORY_VIEWER
+    return Survey(empty, program, node, said)

@@ -5,8 +5,9 @@ the fronts under a cell (the Jupyter widget, the marimo view) offer them in one 
 the names XProf's own menu uses, and embed each in the page that shows it best: the
 timeline alone for the trace viewer, opened on the verdict's steps, and XProf's full page
 for the rest, in the form for under a cell (:mod:`xprof_magic._viewer.app.inline`), and
-say the same lines about it: a tool's reason in place of its page, a page still loading,
-a page whose charts cannot load (only the tools that draw them: :data:`CHARTS_TOOLS`).
+say the same lines about it: a tool's reason in place of its page, the trace viewer waiting
+for its window (:data:`WAIT_NOTE`), a page still loading, a page whose charts cannot load
+(only the tools that draw them: :data:`CHARTS_TOOLS`).
 What is shared by both fronts lives here; nothing imports IPython.
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "NEW_NAV",
     "TOOL_NAMES",
     "TOOL_ORDER",
+    "WAIT_NOTE",
     "ToolLister",
     "ToolSurveyor",
     "Window",
@@ -37,6 +39,7 @@ __all__ = [
     "page_urls",
     "uses_charts",
     "view_range",
+    "wait_line",
 ]
 
 TOOL_ORDER = (
@@ -106,6 +109,12 @@ BUSY_NOTE = (
     "this run, or is still reading a big capture. Pick another tool{tab}."
 )
 """The line under a page whose loading indicator has shown :data:`BUSY_S`."""
+WAIT_NOTE = (
+    "xprof: the trace viewer opens on the steps the verdict is about once the summary has "
+    "read the timeline, which it is still doing. Pick another tool meanwhile."
+)
+"""The line in place of the trace viewer while the summary that gives its window is still
+being read (a pending one's), so that it does not open on the whole timeline first."""
 NEW_TAB = ", or open it in a new tab"
 
 Window = tuple[float, float]
@@ -115,6 +124,12 @@ Window = tuple[float, float]
 def uses_charts(tool: str | None) -> bool:
     """Whether ``tool``'s page draws with Google's charts (:data:`CHARTS_TOOLS`)."""
     return tool in CHARTS_TOOLS
+
+
+def wait_line(tool: str | None, coming: bool) -> str:
+    """:data:`WAIT_NOTE` for the trace viewer (``tool``, None: the default) while its window
+    is still ``coming`` with the run's summary; "" otherwise."""
+    return WAIT_NOTE if coming and (tool or TRACE_VIEWER_TOOL) == TRACE_VIEWER_TOOL else ""
 
 
 def notes(new_tab: bool, busy_s: float = BUSY_S) -> dict[str, str]:

@@ -312,19 +312,27 @@ class Summary:
 
     def verdict_window(self) -> tuple[float, float] | None:
         """The steps the verdict is about, as ``(start, end)`` seconds on the timeline (see
-        :attr:`StepStats.starts_s`): from the first step after the warm-up (the compiling
-        first steps that the diagnosis leaves out) to the end of the last step, as the
-        breakdown counts it (until the device has finished what it launched); a step unlike
-        the others stays in view, named apart in the headline. None without the steps'
-        times, or for a verdict about the cell."""
+        :attr:`StepStats.starts_s`): from the start of the first steady step (after the
+        warm-up, the compiling first steps, and after any step unlike the others before it,
+        which the verdict names apart) to the end of the last steady one, as the breakdown
+        counts it (until the device has finished what it launched). A step unlike the others
+        between steady ones stays in view; one before or after them only touches the
+        window's edge (the trace viewer's margin shows its end, or its start). Without the
+        breakdown's steps, from the first step after the warm-up to the last. None without
+        the steps' times, or for a verdict about the cell."""
         steps = self.steps
         if steps is None or not steps.starts_s or len(steps.starts_s) != len(steps.durations_s):
             return None
         if self.diagnosis.scope == "cell":
             return None
-        first = min(self.diagnosis.warm_up, len(steps.starts_s) - 1)
+        count = len(steps.starts_s)
+        steady = self.diagnosis.steady() if len(self.diagnosis.breakdown.steps) == count else ()
+        if steady:
+            first, last = steady[0], steady[-1]
+        else:
+            first, last = min(self.diagnosis.warm_up, count - 1), count - 1
         start = steps.starts_s[first]
-        end = steps.starts_s[-1] + steps.durations_s[-1]
+        end = steps.starts_s[last] + steps.durations_s[last]
         return (start, end) if end > start else None
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:

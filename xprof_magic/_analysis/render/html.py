@@ -40,7 +40,12 @@ BOX = (
     "border-radius:6px;padding:10px 14px;"
 )
 _TABLE = "border-collapse:collapse;margin:4px 0 10px 0;font-size:12px;"
-_TH = "text-align:left;padding:2px 8px;border-bottom:1px solid rgba(127,127,127,0.35);"
+_TH = (
+    "text-align:left;padding:2px 8px;border-bottom:1px solid rgba(127,127,127,0.35);"
+    # Between words only: a front's own style (marimo's summary: overflow-wrap anywhere)
+    # would break a narrow column's header inside a word ("call s").
+    "overflow-wrap:normal;word-break:normal;"
+)
 _TD = "padding:1px 8px;vertical-align:top;overflow-wrap:anywhere;"
 _NUM = (
     "padding:1px 8px;vertical-align:top;text-align:right;font-variant-numeric:tabular-nums;"

@@ -9,7 +9,9 @@ so the page the widget embeds, and only that one, asks for :data:`INLINE_QUERY`,
 viewer adds a style sheet to it (:data:`PAGE_STYLE`): no toolbar, no drawer, the tools'
 own panels narrower. The trace viewer's page gets its floating tool palette moved to the
 bottom right corner (:data:`TRACE_STYLE`), off the labelled row and the steps the view
-opens on. "Open in new tab" asks without the parameter: XProf's full UI, unchanged.
+opens on, and its timeline hidden until it shows the range asked for
+(:data:`TRACE_SETTLE`: XProf draws its default range first). "Open in new tab" asks
+without the parameter: XProf's full UI, unchanged.
 
 Both pages also get :data:`WATCH_BUSY`, which tells the page's parent (the widget's
 wrapper frame, or Colab's output frame) when a loading indicator of XProf's shows or goes
@@ -25,6 +27,8 @@ __all__ = [
     "BUSY_SELECTOR",
     "INLINE_QUERY",
     "PAGE_STYLE",
+    "SETTLE_S",
+    "TRACE_SETTLE",
     "TRACE_STYLE",
     "WATCH_BUSY",
     "embedded",
@@ -58,6 +62,27 @@ TRACE_STYLE = (
     b"<style>tr-ui-b-mouse-mode-selector{left:auto!important;top:auto!important;"
     b"right:14px!important;bottom:14px!important}</style>"
 )
+SETTLE_S = 15
+"""How long the trace viewer's timeline may stay hidden waiting for its first range
+(:data:`TRACE_SETTLE`), after which it shows whatever it has."""
+TRACE_SETTLE = (
+    b"<script>(function(){var q=new URLSearchParams(location.search);"
+    b"if(!q.has('view_start')||!q.has('view_end'))return;"
+    b"var lo=Number(q.get('view_start')),hi=Number(q.get('view_end')),tol=(hi-lo)*0.01;"
+    b"var hide=document.createElement('style'),t0=Date.now();"
+    b"hide.textContent='tr-ui-timeline-view{visibility:hidden!important}';"
+    b"document.head.appendChild(hide);"
+    b"var timer=setInterval(function(){var el=document.querySelector('tf-trace-viewer');"
+    b"var v=el&&el._traceViewer&&el._traceViewer.model&&el._traceViewer.trackView;"
+    b"var r=v&&!el._isLoading&&el._trackViewRange?el._trackViewRange(v):null;"
+    b"if((r&&Math.abs(r.min-lo)<=tol&&Math.abs(r.max-hi)<=tol)||Date.now()-t0>%d){"
+    b"clearInterval(timer);hide.remove();}},20)})();</script>"
+) % (SETTLE_S * 1000)
+"""Keeps the trace viewer's timeline hidden until it shows the range the page was asked for
+(``view_start``, ``view_end``): XProf first draws its default range (the whole capture)
+and applies the asked one a moment later (0.2 s on an idle machine, seconds on a busy
+one), so the page would open on another window first. Its loading throbber shows
+meanwhile; after :data:`SETTLE_S` the timeline shows whatever range it has."""
 WATCH_BUSY = (
     b"<script>(function(){if(window.parent===window)return;var busy=null,sel=%s;"
     b"function shown(e){var r=e.getBoundingClientRect();return r.width>0&&r.height>0&&"
@@ -88,6 +113,6 @@ def inline_page(page: bytes) -> bytes:
 
 
 def inline_trace_viewer(page: bytes) -> bytes:
-    """XProf's trace viewer page for under a cell: :data:`TRACE_STYLE` and
-    :data:`WATCH_BUSY`."""
-    return _into_head(page, TRACE_STYLE + WATCH_BUSY)
+    """XProf's trace viewer page for under a cell: :data:`TRACE_STYLE`,
+    :data:`TRACE_SETTLE` and :data:`WATCH_BUSY`."""
+    return _into_head(page, TRACE_STYLE + TRACE_SETTLE + WATCH_BUSY)
