@@ -67,8 +67,9 @@ class Kind:
 
 
 def _line_of(cell: str, text: str) -> int:
-    """The line of ``cell`` (from 1) that holds ``text``."""
-    for number, line in enumerate(cell.splitlines(), 1):
+    """The line that holds ``text`` as the editor numbers the cell run under ``%%xprof``:
+    the magic's own line is line 1, ``cell``'s first line 2."""
+    for number, line in enumerate(cell.splitlines(), 2):
         if text in line:
             return number
     raise ValueError(f"{text!r} is not in the cell")
