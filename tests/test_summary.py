@@ -218,10 +218,12 @@ def test_the_steps_start_where_xprofs_trace_viewer_draws_them(
     assert window is not None
     steady = steps.diagnosis.steady()
     first, last = steady[0], steady[-1]
-    assert window == (s.starts_s[first], s.starts_s[last] + s.durations_s[last])
+    # From the first steady step (or its host part, where the step before ran on past it).
+    begins = [min(a, b) for a, b in zip(s.starts_s, s.host_starts_s, strict=True)]
+    assert window == (begins[first], s.starts_s[last] + s.durations_s[last])
     assert first >= steps.diagnosis.warm_up
     later = replace(steps, diagnosis=replace(steps.diagnosis, warm_up=2, apart=()))
-    assert later.verdict_window() == (s.starts_s[2], s.starts_s[-1] + s.durations_s[-1])
+    assert later.verdict_window() == (begins[2], s.starts_s[-1] + s.durations_s[-1])
     # The magic's own step timer has no times on the timeline; nor have older summaries.
     untimed = replace(steps, steps=replace(s, starts_s=()))
     assert untimed.verdict_window() is None
@@ -288,6 +290,12 @@ def test_the_trace_viewer_opens_on_the_steady_steps_past_an_unlike_first_one() -
     # Without the breakdown's steps (a summary from the metadata): after the warm-up.
     bare = replace(quick, diagnosis=replace(quick.diagnosis, breakdown=Breakdown(), apart=()))
     assert bare.verdict_window() == (starts[1], starts[5] + durations[5])
+    # The host ran ahead of the device (torch_xla's async syncs on a busy CPU): the steps
+    # tile the device's work, and the window opens where the first steady step's host part
+    # (its labels) began.
+    ahead = tuple(t - 0.5 for t in starts)
+    early = replace(quick, steps=replace(quick.steps, host_starts_s=ahead))
+    assert early.verdict_window() == (ahead[2], starts[5] + durations[5])
 
 
 def test_the_magics_step_events_are_steps(shapes: Summary) -> None:

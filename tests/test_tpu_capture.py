@@ -255,4 +255,4 @@ def test_planes_built_as_objects_take_the_category_from_their_events() -> None:
     )
     facts = read_planes([chip])
     assert facts.spans["collective"] == [([10.0], [15.0])]
-    assert set(facts.spans) == {"device", "execution", "collective"}
+    assert set(facts.spans) == {"device", "execution:jit", "collective"}

@@ -166,6 +166,10 @@ class StepStats:
     compiling: tuple[int, ...] = ()
     starts_s: tuple[float, ...] = ()
     estimated: tuple[int, ...] = ()
+    host_starts_s: tuple[float, ...] = ()
+    """Where each step's own host part (its block) starts, as :attr:`starts_s`: earlier than
+    the step where the host ran ahead of the device (the steps tile the loop, so such a step
+    starts where the one before ended on the device). Empty: unknown."""
 
 
 @dataclass(frozen=True)
@@ -332,6 +336,9 @@ class Summary:
         else:
             first, last = min(self.diagnosis.warm_up, count - 1), count - 1
         start = steps.starts_s[first]
+        if len(steps.host_starts_s) == count:
+            # Where the host ran ahead, the step's own host part (its labels) comes first.
+            start = min(start, steps.host_starts_s[first])
         end = steps.starts_s[last] + steps.durations_s[last]
         return (start, end) if end > start else None
 

@@ -259,6 +259,7 @@ def step_stats(
     compiling: tuple[int, ...],
     starts: list[float] | None = None,
     estimated: tuple[int, ...] = (),
+    host_starts: list[float] | None = None,
 ) -> StepStats:
     rest = durations[1:]
     return StepStats(
@@ -273,6 +274,7 @@ def step_stats(
         compiling=compiling,
         starts_s=tuple(starts[:MAX_STEP_DURATIONS]) if starts else (),
         estimated=tuple(i for i in estimated if i < MAX_STEP_DURATIONS),
+        host_starts_s=tuple(host_starts[:MAX_STEP_DURATIONS]) if host_starts else (),
     )
 
 

@@ -37,6 +37,7 @@ from xprof_magic._analysis.timeline.facts import (
     STEP,
     Block,
     TraceFacts,
+    execution_key,
 )
 from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, measure, merge
 
@@ -82,6 +83,7 @@ def steps_from_trace(facts: TraceFacts, input_pipeline: frozenset[str]) -> StepS
         tuple(i for i, b in enumerate(marked) if b.holds_compile),
         [span.start / 1e9 for span in spans],
         tuple(i for i, span in enumerate(spans) if span.estimated),
+        [b.start / 1e9 for b in marked],
     )
 
 
@@ -142,30 +144,54 @@ def _by_order(facts: TraceFacts) -> tuple[Floats, Floats, Bools]:
     keys = [key for key in facts.spans if key.startswith(LAUNCH)]
     if not len(busy[0]) or not keys:
         return np.empty(0), np.empty(0), np.zeros(0, bool)
+    if any(key.startswith(EXECUTION) for key in facts.spans):
+        return _by_program(facts, keys, busy)
     made = [np.asarray(a, np.float64) for k in keys for a, _ in facts.spans[k]]
-    returned = [np.asarray(b, np.float64) for k in keys for _, b in facts.spans[k]]
     weight = [
         np.full(len(a), _cost(facts, k[len(LAUNCH) :])) for k in keys for a, _ in facts.spans[k]
     ]
     order = np.argsort(np.concatenate(made), kind="stable")
     at, weights = np.concatenate(made)[order], np.concatenate(weight)[order]
-    back = np.concatenate(returned)[order]
-    runs = _spans_of(facts, EXECUTION)
-    if len(runs[0]):
-        # A launch whose program the CPU client ran on the calling thread is done when it
-        # returns: it takes no execution of the client's threads.
-        inline = merge(facts.spans.get(INLINE, []))
-        ran_inline = measure(inline, at, back) > 0
-        made_, done = by_execution(at[~ran_inline], runs, busy)
-        return made_, done, np.zeros(len(made_), bool)
     waits = merge(facts.spans.get(READ, []))
     made_, done = in_order(at, busy, waits, weights)
     return made_, done, np.ones(len(made_), bool)
 
 
-def _spans_of(facts: TraceFacts, key: str) -> Spans:
-    """The spans of ``key`` as they are, one each (not merged), sorted by start."""
-    pieces = facts.spans.get(key, [])
+def _by_program(facts: TraceFacts, keys: list[str], busy: Spans) -> tuple[Floats, Floats, Bools]:
+    """Each program's launches paired with its executions in turn (:func:`by_execution`):
+    a launch that names its program (``PjitFunction(train_step)``) with that program's
+    (``jit_train_step``), one that names none (torch_xla's syncs) with any. A launch whose
+    program the CPU client ran on the calling thread is done when it returns: it takes no
+    execution of the client's threads."""
+    inline = merge(facts.spans.get(INLINE, []))
+    every = _spans_of(facts, *(k for k in facts.spans if k.startswith(EXECUTION)))
+    made: list[Floats] = []
+    done: list[Floats] = []
+    for key in keys:
+        at = np.concatenate([np.asarray(a, np.float64) for a, _ in facts.spans[key]])
+        back = np.concatenate([np.asarray(b, np.float64) for _, b in facts.spans[key]])
+        order = np.argsort(at, kind="stable")
+        at, back = at[order], back[order]
+        at = at[~(measure(inline, at, back) > 0)]
+        module = _module(key[len(LAUNCH) :])
+        runs = _spans_of(facts, execution_key(module)) if module else every
+        made_, done_ = by_execution(at, runs, busy)
+        made.append(made_)
+        done.append(done_)
+    made_all, done_all = np.concatenate(made), np.concatenate(done)
+    return made_all, done_all, np.zeros(len(made_all), bool)
+
+
+def _module(program: str) -> str:
+    """The compiled module a launch names (``PjitFunction(train_step)`` →
+    ``jit_train_step``), "" where it names none."""
+    inner = program.partition("(")[2].rpartition(")")[0].rpartition(".")[2]
+    return f"jit_{inner}" if inner else ""
+
+
+def _spans_of(facts: TraceFacts, *keys: str) -> Spans:
+    """The spans of ``keys`` as they are, one each (not merged), sorted by start."""
+    pieces = [p for key in keys for p in facts.spans.get(key, [])]
     lo = np.concatenate([np.asarray(a, np.float64) for a, _ in pieces]) if pieces else np.empty(0)
     hi = np.concatenate([np.asarray(b, np.float64) for _, b in pieces]) if pieces else np.empty(0)
     order = np.argsort(lo, kind="stable")
@@ -203,10 +229,9 @@ def _cost(facts: TraceFacts, program: str) -> float:
     """What one launch of ``program`` (``PjitFunction(evaluate)``) costs the device: its
     compiled program's time (``jit_evaluate(16)``'s, :attr:`~.facts.TraceFacts.programs_ran`)
     over its launches; NaN where the timeline does not tell."""
-    inner = program.partition("(")[2].rpartition(")")[0].rpartition(".")[2]
-    if not inner:
+    module = _module(program)
+    if not module:
         return np.nan
-    module = f"jit_{inner}"
     spent = sum(ns for name, ns in facts.programs_ran.items() if name.partition("(")[0] == module)
     launches = sum(len(a) for a, _ in facts.spans.get(LAUNCH + program, []))
     return spent / launches if spent > 0 and launches else np.nan

@@ -15,12 +15,12 @@ from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     DEVICE_SIDE,
-    EXECUTION,
     XLA_OP,
     device_side,
+    execution_key,
 )
 from xprof_magic._analysis.timeline.lines import Line
-from xprof_magic._analysis.timeline.programs import program_time
+from xprof_magic._analysis.timeline.programs import module_of, program_time
 from xprof_magic._analysis.timeline.reader import Reader
 
 __all__ = ["is_tpu", "read_tpu_plane"]
@@ -45,7 +45,12 @@ def read_tpu_plane(reader: Reader, lines: dict[str, Line], first: bool) -> float
             if first:
                 reader.add_spans("device", line.start, line.start + line.dur)
                 if name == "XLA Modules":
-                    reader.add_spans(EXECUTION, line.start, line.start + line.dur)
+                    keys = [execution_key(module_of(n)) for n in line.names]
+                    distinct = sorted(set(keys))
+                    code = np.array([distinct.index(k) for k in keys], np.int64)[line.name_id]
+                    for at, key in enumerate(distinct):
+                        mine = code == at
+                        reader.add_spans(key, line.start[mine], (line.start + line.dur)[mine])
             if name == "XLA Modules":
                 every = np.arange(len(line.start))
                 reader.add_programs(

@@ -37,6 +37,7 @@ __all__ = [
     "ReadAborted",
     "TraceFacts",
     "device_side",
+    "execution_key",
 ]
 
 LABEL, TRACE, STEP = "label", "trace", "step"
@@ -55,11 +56,20 @@ READ = "read"
 vocabulary's ``waits``: JAX's ``np.asarray(jax.Array)`` behind ``float(x)``): after one,
 everything launched before it began has run. Not torch_xla's ``TensorCollectionBarrier``:
 its device runs on for tens of ms after it (seen on the CPU client)."""
-EXECUTION = "execution"
-"""The span key of the device's executions, one span each, where the timeline shows each
-one's end: the XLA CPU client's mark at the end of each (:data:`~.events.EXECUTION_ENDS`),
-a chip's ``XLA Modules``. The device runs launches in that order, so each launch's work ends
-where its execution does (:func:`~xprof_magic._analysis.summary.steps.launched_work`)."""
+EXECUTION = "execution:"
+"""The span keys of the device's executions, one span each, where the timeline shows each
+one's end, by program: this, then the program's module (``jit_train_step``; "" where not
+known; :func:`execution_key`). The XLA CPU client marks the end of each
+(:data:`~.events.EXECUTION_ENDS`); a chip's ``XLA Modules`` are executions. The device runs
+launches in that order, so each launch's work ends where its program's next execution does
+(:func:`~xprof_magic._analysis.summary.steps.launched_work`)."""
+
+
+def execution_key(module: str) -> str:
+    """The span key of ``module``'s executions (:data:`EXECUTION`)."""
+    return EXECUTION + module
+
+
 INLINE = "inline"
 """The span key of the XLA ops the CPU client ran on the Python thread itself, inside the
 launch that asked for them (JAX's small programs): done when that launch returns."""

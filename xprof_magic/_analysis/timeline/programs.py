@@ -30,6 +30,8 @@ __all__ = [
     "METADATA_PLANE",
     "Program",
     "constants",
+    "module_of",
+    "name_programs",
     "program_time",
     "read_programs",
     "signature",
@@ -80,6 +82,33 @@ def read_programs(plane: Any, compiles: int) -> list[Program]:
     return found
 
 
+def name_programs(
+    stat: Callable[[int, str], str | None],
+    order: Ints,
+    name_id: Ints,
+    names: Sequence[str] | None = None,
+) -> list[str]:
+    """The program of each event name of a line (by name id), as XProf names it
+    (``<module>(<program id>)``), "" for a name that is no XLA op: a name's first event
+    with the ``hlo_module`` stat says it (see :func:`program_time`)."""
+    if not len(order):
+        return []
+    unique, first = np.unique(name_id, return_index=True)
+    program = [""] * (int(unique[-1]) + 1)
+    for u, at in zip(unique.tolist(), first.tolist(), strict=True):
+        name = names[u] if names is not None else stat(int(order[at]), "hlo_module")
+        if name and not _ID.search(name):  # A chip's module is named with its id already.
+            number = stat(int(order[at]), "program_id")
+            name = f"{name}({number})" if number else ""
+        program[u] = name or ""
+    return program
+
+
+def module_of(program: str) -> str:
+    """A program's module, without its id: ``jit_train_step(28)`` → ``jit_train_step``."""
+    return _ID.sub("", program)
+
+
 def program_time(
     stat: Callable[[int, str], str | None],
     order: Ints,
@@ -100,14 +129,7 @@ def program_time(
     found: dict[str, float] = {}
     if not len(order):
         return found
-    unique, first = np.unique(name_id, return_index=True)
-    program = [""] * (int(unique[-1]) + 1)
-    for u, at in zip(unique.tolist(), first.tolist(), strict=True):
-        name = names[u] if names is not None else stat(int(order[at]), "hlo_module")
-        if name and not _ID.search(name):  # A chip's module is named with its id already.
-            number = stat(int(order[at]), "program_id")
-            name = f"{name}({number})" if number else ""
-        program[u] = name or ""
+    program = name_programs(stat, order, name_id, names)
     is_op = np.array([bool(p) for p in program])
     op = is_op[name_id]
     if parent is not None:

@@ -45,7 +45,6 @@ from xprof_magic._analysis.timeline.events import (
 from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
-    EXECUTION,
     INLINE,
     READ,
     STAGING,
@@ -55,11 +54,12 @@ from xprof_magic._analysis.timeline.facts import (
     GroupFacts,
     ReadAborted,
     TraceFacts,
+    execution_key,
 )
 from xprof_magic._analysis.timeline.launched import correlated, launch_spans
 from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
 from xprof_magic._analysis.timeline.memory import allocations
-from xprof_magic._analysis.timeline.programs import program_time
+from xprof_magic._analysis.timeline.programs import module_of, name_programs, program_time
 
 __all__ = ["Reader"]
 
@@ -136,6 +136,8 @@ class Reader:
                 self.add_spans("device", start[ops], end[ops])
                 self.add_spans(INLINE, start[ops], end[ops])
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
+        if group in XLA_CPU_CLIENT_GROUPS and flag["execution_end"][name_id].any():
+            self._executions(line, order, start, name_id, flag["execution_end"][name_id])
         self.add_programs(program_time(line.text or line.stat, order, name_id, dur, nest.parent))
         if group == "python" and self.runtime.launches:
             launch = pushed & (cat == _RUNTIME) & flag["launch"][name_id]
@@ -292,12 +294,7 @@ class Reader:
         device value (the vocabulary's ``waits``: :data:`~.facts.READ`)."""
         copy = flag["copy"][name_id]
         if group in XLA_CPU_CLIENT_GROUPS:
-            found = {
-                "device": top & ~copy,
-                EXECUTION: flag["execution_end"][name_id],
-                "transfer": top & copy,
-                STAGING: top & copy,
-            }
+            found = {"device": top & ~copy, "transfer": top & copy, STAGING: top & copy}
         elif not group.startswith("tf_") and group != "python":
             # PjRt's own workers stage the host's side of a copy (``H2D Dispatch``: the
             # array laid out for the device, then its DMA), apart from the Python thread.
@@ -315,6 +312,25 @@ class Reader:
         for key, mask in found.items():
             if mask.any():
                 self.add_spans(key, start[mask], end[mask])
+
+    def _executions(
+        self, line: Line, order: Ints, start: Floats, name_id: Ints, ends: NDArray[np.bool_]
+    ) -> None:
+        """The CPU client's executions on this line, by program: each mark of an execution's
+        end (:data:`~.events.EXECUTION_ENDS`) is the program of the last XLA op the line ran
+        before it (:func:`execution_key`)."""
+        program = name_programs(line.text or line.stat, order, name_id)
+        is_op = np.array([bool(p) for p in program], bool)[name_id]
+        ops = np.flatnonzero(is_op)
+        marks = np.flatnonzero(ends)
+        before = np.searchsorted(start[ops], start[marks], side="right") - 1
+        keys = [
+            execution_key(module_of(program[int(name_id[ops[b]])]) if b >= 0 else "")
+            for b in before.tolist()
+        ]
+        for key in sorted(set(keys)):
+            mine = marks[[k == key for k in keys]]
+            self.add_spans(key, start[mine], start[mine])
 
     def add_programs(self, time_ns: dict[str, float]) -> None:
         """Add the time of the programs that ran (:func:`.programs.program_time`)."""
