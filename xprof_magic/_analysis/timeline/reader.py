@@ -46,6 +46,7 @@ from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
     EXECUTION,
+    FRAMEWORK,
     INLINE,
     READ,
     STAGING,
@@ -309,6 +310,7 @@ class Reader:
                 "sync": runtime & flag["blocks"][name_id] & ~copy,
                 STEP_END: runtime & flag["step_end"][name_id],
                 READ: runtime & flag["read"][name_id],
+                FRAMEWORK: runtime,
             }
         else:
             return
