@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "FIX_KEEPS",
     "JAX_KINDS",
     "NO_ALARM",
     "READ_BACK_COSTS",
@@ -52,7 +53,7 @@ class Kind:
     ``%%xprof``; ``compare``, plain, after the oracle; ``before``, plain, before each run of
     the cell. ``truth(platform, oracle)``: what is right on ``platform`` (JAX's
     ``default_backend()``; torch_xla's device type, lower case) given the oracle's figures.
-    ``backend``: the magic's ``--backend``.
+    ``backend``: the magic's ``--backend``; ``fixed``: see below.
     """
 
     name: str
@@ -64,11 +65,16 @@ class Kind:
     compare: str = ""
     before: str = ""
     backend: str = "jax"
+    fixed: str = ""
+    """The cell with the verdict's own advice applied, timed plain like ``cell`` (its
+    ``oracle:`` line gives ``loop=``): the harness checks that it saves at least half the
+    time the verdict promised (:data:`FIX_KEEPS`)."""
 
 
 def _line_of(cell: str, text: str) -> int:
-    """The line of ``cell`` (from 1) that holds ``text``."""
-    for number, line in enumerate(cell.splitlines(), 1):
+    """The editor's line of ``cell`` that holds ``text``: the cell runs under ``%%xprof``,
+    which is line 1, as the summary numbers lines."""
+    for number, line in enumerate(cell.splitlines(), 2):
         if text in line:
             return number
     raise ValueError(f"{text!r} is not in the cell")
@@ -93,6 +99,9 @@ def _cause(cause: str) -> Check:
     return (f"cause {cause}", lambda r: r["cause"] == cause)
 
 
+FIX_KEEPS = 0.5
+"""The least share of the promised saving (the verdict's gain: a step's time less its time
+without the verdict's cost) that the ``fixed`` cell must save, measured without the profiler."""
 NO_ALARM = ("no alarm", lambda r: r["level"] != "warning")
 READ_BACK_COSTS = 1.2
 """A read-back each step is a cost when the loop with it takes this many times the loop

@@ -198,8 +198,11 @@ def test_the_sampler_names_the_cells_line_and_the_frameworks_frames(tmp_path: Pa
     assert {fw for _, _, fw in looks} == {0}
     assert {fw for _, _, fw in _looks(cell, (str(tmp_path) + "/",))} == {1}
     made = iter(range(100_000))
-    grows = _looks(cell, (), ops=lambda: next(made) // 3)
-    assert {fw for _, _, fw in grows} == {0, 1}, "the counter grew every third look"
+    grows = _looks(cell, (), ops=lambda: next(made) // 3 * 5)
+    assert {fw for _, _, fw in grows} == {0, 2}, "the counter grew by 5 every third look"
+    made = iter(range(100_000))
+    one = _looks(cell, (), ops=lambda: next(made) // 3)
+    assert {fw for _, _, fw in one} == {0}, "one op (a tensor moved to the device) is no tracing"
 
 
 def test_a_statement_feeds_the_step_when_a_later_call_or_loop_takes_its_name() -> None:

@@ -8,8 +8,8 @@ lazy tensors leave no event). A thread that looks at the cell's thread every
 :data:`INTERVAL_S` does: for each look, the wall-clock time (the timeline's clock), the
 cell's line that runs (the outermost frame of the cell's file: the statement of the cell's
 own code, not a line inside a function it calls) and whether the innermost Python frame is
-the framework's (a file under one of ``frameworks``' folders, or ops were made since the last
-look).
+the framework's (a file under one of ``frameworks``' folders), and whether the framework
+made ops since the last look.
 
 One look costs a few microseconds of the interpreter's lock, :data:`INTERVAL_S` apart: well
 under 1% of the cell (``python -m bench tiny-steps`` measures it). Standard library only.
@@ -24,7 +24,16 @@ import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-__all__ = ["FRAMEWORKS", "INTERVAL_S", "MOST", "LineSampler", "Sample", "framework_folders"]
+__all__ = [
+    "FRAMEWORKS",
+    "GREW",
+    "INTERVAL_S",
+    "MANY_OPS",
+    "MOST",
+    "LineSampler",
+    "Sample",
+    "framework_folders",
+]
 
 FRAMEWORKS = ("jax", "jaxlib", "torch", "torch_xla", "torch_tpu", "flax", "optax", "xprof_magic")
 """The packages whose Python is the framework's (or the profiler's own), not the user's."""
@@ -33,17 +42,25 @@ INTERVAL_S = 0.005
 """Seconds between two looks: 200 a second."""
 MOST = 60_000
 """The most looks one capture keeps (5 minutes at 200 a second); later ones are dropped."""
+GREW = 2
+"""The flag of a look after which the framework's count of ops made had grown by at least
+:data:`MANY_OPS`."""
+MANY_OPS = 3
+"""Ops made between two looks that say the framework was tracing: one or two are a tensor
+moved to the device (``.to(dev)`` makes one) in a line of the user's own NumPy."""
 Sample = tuple[int, int, int]
-"""When (wall-clock ns), the cell's line then (its compiled numbering; 0: none), and 1 when
-the innermost Python frame was the framework's (0 otherwise)."""
+"""When (wall-clock ns), the cell's line then (the editor's numbering, as the cell's code is
+compiled; 0: none), and flags: 1 when the innermost Python frame was the framework's,
+:data:`GREW` when ops were made since the look before."""
 
 
 class LineSampler:
     """Looks at thread ``thread`` every :data:`INTERVAL_S` from :meth:`start` to :meth:`stop`.
 
     ``ops``: the framework's count of the ops it has made, where making one leaves no event
-    on the timeline (torch_xla's lazy tensors): a look after which it grew is the framework's
-    too, wherever the innermost Python frame was (``x * 2`` traced from the cell's line)."""
+    on the timeline (torch_xla's lazy tensors): a look after which it grew says so
+    (:data:`GREW`), wherever the innermost Python frame was (``x * 2`` traced from the cell's
+    line); the analysis decides which line made them."""
 
     def __init__(
         self,
@@ -91,11 +108,11 @@ class LineSampler:
                 line = at.f_lineno or 0
             at = at.f_back
         del frame
+        grew = False
         if self._ops is not None:
             made = self._ops()
-            framework = framework or made != self._made
-            self._made = made
-        self.samples.append((time.time_ns(), line, int(framework)))
+            grew, self._made = made - self._made >= MANY_OPS, made
+        self.samples.append((time.time_ns(), line, int(framework) | (GREW if grew else 0)))
 
 
 def framework_folders() -> tuple[str, ...]:

@@ -127,7 +127,7 @@ class RunMetadata:
     cell_file: str = ""
     """The file name the cell's code was compiled under (``/tmp/ipykernel_…/….py``), which
     the runtime's messages (an out-of-memory error's ``source_file``) name the cell by."""
-    lines: tuple[tuple[int, int, int], ...] = ()  # sampled: ns, editor's line, in a framework
+    lines: tuple[tuple[int, int, int], ...] = ()  # sampled: ns, editor's line, flags (sampler)
     schema: int = SCHEMA
     problems: tuple[str, ...] = field(default=(), compare=False)
 

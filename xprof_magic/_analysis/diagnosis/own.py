@@ -5,7 +5,8 @@ its graph, and plain Python and numpy that run no framework op at all (making ba
 logging, saving). Their fixes are opposite, so this module tells them apart from the
 cell's thread sampled during the capture (:mod:`xprof_magic._cell.sampler`: the cell's line
 and whether the innermost Python frame was the framework's, each look on the timeline's
-clock). A look is the framework's when its innermost frame is, or when it falls in the
+clock). A look is the framework's when its innermost frame is, or its line makes the
+framework's ops (torch_xla's counter grew while it ran: :func:`_made_ops`), or it falls in the
 runtime's own events on the Python thread (:data:`~..timeline.facts.FRAMEWORK`: JAX's
 ``PjitFunction`` dispatch, a sync, a copy), a launch or a compile; it is input inside a
 ``next()``; else it is the user's own code, at the cell line it was on.
@@ -41,6 +42,9 @@ from xprof_magic._runs.metadata import RunMetadata
 
 __all__ = ["MIN_LOOKS", "OWN_HOST", "Sampled", "feeds_the_step", "own_python", "sampled"]
 
+GREW = 2
+"""A look's flag: the framework's ops counter grew since the look before
+(:data:`xprof_magic._cell.sampler.GREW`; 1 is the innermost frame's being the framework's)."""
 OWN_HOST = 0.5
 """The share of the host's sampled time that must be the user's own for the verdict to say so."""
 MIN_LOOKS = 5
@@ -88,14 +92,35 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
     device = merge([spans[k] for k in ("device", "collective") if k in spans])
     elsewhere = merge([spans[k] for k in _ELSEWHERE if k in spans] + [fetches])
     host = ~_within(elsewhere, t)
-    own = host & (looks[:, 2] == 0) & ~_within(framework, t) & (looks[:, 1] > 0)
+    flags = looks[:, 2]
+    step = np.where(inside, at, -1)
+    theirs = ((flags & 1) > 0) | _made_ops(looks[:, 1], (flags & GREW) > 0, step)
+    own = host & ~theirs & ~_within(framework, t) & (looks[:, 1] > 0)
     return Sampled(
-        step=np.where(inside, at, -1),
+        step=step,
         host=host,
         own=own,
         device=_within(device, t),
         line=looks[:, 1],
     )
+
+
+def _made_ops(
+    line: NDArray[np.int64], grew: NDArray[np.bool_], step: NDArray[np.int64]
+) -> NDArray[np.bool_]:
+    """Whether the framework made ops at each look's line (torch_xla's counter: ``grew``
+    since the look before). A line seen at two looks in a row of the same ``step``, at
+    least twice, is judged by whether the counter grew between most of those (the line ran
+    all that time): a NumPy line before a step's ops is not theirs. Another look, by its
+    own growth."""
+    out: NDArray[np.bool_] = np.array(grew, dtype=bool)
+    same = np.zeros(len(line), bool)
+    same[1:] = (line[1:] == line[:-1]) & (step[1:] == step[:-1])
+    for value in np.unique(line[same]).tolist():
+        pairs = same & (line == value)
+        if pairs.sum() >= 2:
+            out[line == value] = grew[pairs].mean() >= 0.5
+    return out
 
 
 def _within(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.bool_]:
