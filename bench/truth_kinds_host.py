@@ -182,4 +182,135 @@ XLA_AUGMENT = Kind(
     fixed=_XLA_CELL.replace("augment(", "augment_batch("),
 )
 
-HOST_KINDS = (AUGMENT_STEP, BATCHES_BEFORE, XLA_AUGMENT)
+_TOKENIZE_SETUP = """\
+import time, numpy as np, jax, jax.numpy as jnp
+
+rng = np.random.default_rng(0)
+words = [f"w{k}" for k in range(VOCAB)]
+texts = [
+    [" ".join(rng.choice(words, 48)) for _ in range(BATCH)] for _ in range(4)
+]
+vocab = {w: k for k, w in enumerate(words)}
+
+def tokenize(batch):
+    # a word-level tokenizer and collate: split, look up, pad to a fixed length
+    ids = np.zeros((len(batch), 64), np.int32)
+    for k, text in enumerate(batch):
+        row = [vocab.get(w, 0) for w in text.lower().split()][:64]
+        ids[k, : len(row)] = row
+    return ids
+
+@jax.jit
+def train(E, ids):
+    return E - 0.01 * jnp.tanh(E[ids[:4]].mean((0, 1)))
+
+E = jnp.zeros((VOCAB, 32), jnp.float32)
+train(E, tokenize(texts[0])).block_until_ready()
+"""
+
+_TOKENIZE_CELL = """\
+t = time.perf_counter()
+for i in range(STEPS):
+    ids = tokenize(texts[i % 4])
+    E = train(E, ids)
+E.block_until_ready()
+loop = time.perf_counter() - t
+print(f"oracle: {STEPS} steps loop={loop:.3f} s")
+"""
+
+_TOKENIZE_FIXED = """\
+t = time.perf_counter()
+tokens = [tokenize(batch) for batch in texts]
+for i in range(STEPS):
+    ids = tokens[i % 4]
+    E = train(E, ids)
+E.block_until_ready()
+loop = time.perf_counter() - t
+print(f"oracle: {STEPS} steps loop={loop:.3f} s")
+"""
+
+
+def _tokenize_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
+    return Truth(
+        ("host",),
+        "host, the user's own Python tokenizing each batch again every epoch: make them once",
+        (
+            ("cause making batches", lambda r: r["cause"] == "making batches"),
+            at_line(_TOKENIZE_CELL, "ids = tokenize("),
+            _says("the fix", "fix", "make them once before the loop"),
+        ),
+    )
+
+
+TOKENIZE_STEP = Kind(
+    "tokenize_step",
+    "a Python word tokenizer and collate of BATCH texts inside the loop (4 batches cycled, as "
+    "epochs do), then a small jitted step",
+    _TOKENIZE_SETUP,
+    _TOKENIZE_CELL,
+    _tokenize_truth,
+    {
+        "cpu": {"VOCAB": 2000, "BATCH": 768, "STEPS": 24},
+        "accelerator": {"VOCAB": 8000, "BATCH": 1024, "STEPS": 24},
+    },
+    fixed=_TOKENIZE_FIXED,
+)
+
+_CHECKPOINT_SETUP = """\
+import os, pickle, tempfile, time, numpy as np, jax, jax.numpy as jnp
+
+folder = tempfile.mkdtemp()
+params = {"w": jnp.full((N, N), 0.01, jnp.float32), "b": jnp.zeros((N,), jnp.float32)}
+x = jnp.ones((64, N), jnp.float32)
+
+@jax.jit
+def train(params, x):
+    return jax.tree.map(lambda p: p * 0.999 + 0.001 * jnp.tanh(x.mean()), params)
+
+def save(params, i):
+    # a checkpoint: the parameters on the host, pickled to a file
+    with open(os.path.join(folder, "checkpoint.pkl"), "wb") as f:
+        pickle.dump({k: np.asarray(v) for k, v in params.items()}, f)
+
+params = train(params, x)
+save(params, 0)
+"""
+
+_CHECKPOINT_CELL = """\
+t = time.perf_counter()
+for i in range(STEPS):
+    params = train(params, x)
+    if i % EVERY == 0:
+        save(params, i)
+jax.block_until_ready(params)
+loop = time.perf_counter() - t
+print(f"oracle: {STEPS} steps loop={loop:.3f} s")
+"""
+
+
+def _checkpoint_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
+    return Truth(
+        ("host",),
+        "host, the user's own Python pickling a checkpoint: save less often",
+        (
+            ("cause own code", lambda r: r["cause"] == "own code"),
+            at_line(_CHECKPOINT_CELL, "save(params, i)"),
+            _says("the fix", "fix", "less often"),
+        ),
+    )
+
+
+CHECKPOINT = Kind(
+    "checkpoint",
+    "a checkpoint of N×N parameters pickled every EVERY steps of a small jitted step",
+    _CHECKPOINT_SETUP,
+    _CHECKPOINT_CELL,
+    _checkpoint_truth,
+    {
+        "cpu": {"N": 1024, "EVERY": 1, "STEPS": 20},
+        "accelerator": {"N": 4096, "EVERY": 1, "STEPS": 20},
+    },
+    fixed=_CHECKPOINT_CELL.replace("i % EVERY == 0", "i % 50 == 49"),
+)
+
+HOST_KINDS = (AUGMENT_STEP, BATCHES_BEFORE, XLA_AUGMENT, TOKENIZE_STEP, CHECKPOINT)

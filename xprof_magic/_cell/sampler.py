@@ -40,6 +40,8 @@ FRAMEWORKS = ("jax", "jaxlib", "torch", "torch_xla", "torch_tpu", "flax", "optax
 
 INTERVAL_S = 0.005
 """Seconds between two looks: 200 a second."""
+SWITCH_S = 0.0005
+"""The interpreter's switch interval while the sampler looks (see :meth:`LineSampler.start`)."""
 MOST = 60_000
 """The most looks one capture keeps (5 minutes at 200 a second); later ones are dropped."""
 GREW = 2
@@ -75,9 +77,15 @@ class LineSampler:
         self._made = ops() if ops is not None else 0
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
+        self._interval = 0.005
         self.samples: list[Sample] = []
 
     def start(self) -> None:
+        # A look needs the interpreter's lock, which the cell's thread gives up only at its
+        # switch interval (5 ms) or a call that releases it (a jitted call): at 5 ms, pure
+        # Python (a tokenizer) is never seen, only the next jitted call. 0.5 ms while looking.
+        self._interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._interval, SWITCH_S))
         worker = threading.Thread(target=self._run, name="xprof_magic-lines", daemon=True)
         self._worker = worker
         worker.start()
@@ -87,6 +95,7 @@ class LineSampler:
         self._stop.set()
         if self._worker is not None:
             self._worker.join(1.0)
+            sys.setswitchinterval(self._interval)
         return self.samples
 
     def _run(self) -> None:
