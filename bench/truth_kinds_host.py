@@ -8,7 +8,13 @@ verdict promised (:data:`bench.truth_kinds.FIX_KEEPS`).
   augmentation vectorized over the batch (the advice: "vectorize the NumPy over the whole
   batch");
 - ``batches_before``: the same batches all made in a list before the loop; fixed the same way;
-- ``xla_augment``: ``augment_step`` with a torch_xla step (``torch_xla.sync()`` each step).
+- ``xla_augment``: ``augment_step`` with a torch_xla step (``torch_xla.sync()`` each step);
+- ``tokenize_step``: a Python tokenizer and collate inside the loop, the same batches each
+  epoch; fixed: tokenized once, before the loop (the advice: "make them once");
+- ``checkpoint``: the parameters pickled to a file every step; fixed: every 50 steps (the
+  advice: "do it less often");
+- ``xla_loader``: a DataLoader without workers whose ``collate_fn`` tokenizes, read by a
+  torch_xla loop: input, the time waiting on the loader; fixed: ``num_workers=2``.
 """
 
 from __future__ import annotations
@@ -313,4 +319,80 @@ CHECKPOINT = Kind(
     fixed=_CHECKPOINT_CELL.replace("i % EVERY == 0", "i % 50 == 49"),
 )
 
-HOST_KINDS = (AUGMENT_STEP, BATCHES_BEFORE, XLA_AUGMENT, TOKENIZE_STEP, CHECKPOINT)
+_LOADER_SETUP = """\
+import time, numpy as np, torch, torch_xla
+
+rng = np.random.default_rng(0)
+words = [f"w{k}" for k in range(VOCAB)]
+texts = [" ".join(rng.choice(words, 48)) for _ in range(BATCH * STEPS)]
+vocab = {w: k for k, w in enumerate(words)}
+
+def collate(batch):
+    # a word-level tokenizer and collate: split, look up, pad to a fixed length
+    ids = np.zeros((len(batch), 64), np.int64)
+    for k, text in enumerate(batch):
+        row = [vocab.get(w, 0) for w in text.lower().split()][:64]
+        ids[k, : len(row)] = row
+    return torch.from_numpy(ids)
+
+dev = torch_xla.device()
+torch.manual_seed(0)
+embed = torch.nn.Embedding(VOCAB, 16).to(dev)
+opt = torch.optim.SGD(embed.parameters(), lr=0.01)
+
+def step(ids):
+    opt.zero_grad()
+    loss = embed(ids[:4]).pow(2).mean()
+    loss.backward()
+    opt.step()
+    torch_xla.sync()
+
+loader = torch.utils.data.DataLoader(texts, batch_size=BATCH, collate_fn=collate)
+workers = torch.utils.data.DataLoader(
+    texts, batch_size=BATCH, collate_fn=collate, num_workers=2, persistent_workers=True,
+    prefetch_factor=4)
+step(collate(texts[:BATCH]).to(dev))
+"""
+
+_LOADER_CELL = """\
+t = time.perf_counter()
+for ids in loader:
+    step(ids.to(dev))
+torch_xla.sync(wait=True)
+loop = time.perf_counter() - t
+print(f"oracle: {STEPS} steps loop={loop:.3f} s")
+"""
+
+
+def _loader_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
+    return Truth(
+        ("input",),
+        "input: the loop waits in next() while the DataLoader (no workers) tokenizes and "
+        "collates each batch",
+        (at_line(_LOADER_CELL, "for ids in loader"), _says("the fix", "fix", "num_workers")),
+    )
+
+
+XLA_LOADER = Kind(
+    "xla_loader",
+    "a DataLoader without workers whose collate_fn tokenizes BATCH texts, then a small "
+    "torch_xla step (synced)",
+    _LOADER_SETUP,
+    _LOADER_CELL,
+    _loader_truth,
+    {
+        "cpu": {"VOCAB": 2000, "BATCH": 768, "STEPS": 16},
+        "accelerator": {"VOCAB": 8000, "BATCH": 1024, "STEPS": 16},
+    },
+    backend="torch_xla",
+    fixed=_LOADER_CELL.replace("in loader", "in workers"),
+)
+
+HOST_KINDS = (
+    AUGMENT_STEP,
+    BATCHES_BEFORE,
+    XLA_AUGMENT,
+    TOKENIZE_STEP,
+    CHECKPOINT,
+    XLA_LOADER,
+)

@@ -168,6 +168,7 @@ class Capture:
                 self.plan.cell_file,
                 _sampler.framework_folders(),
                 made if made() >= 0 else None,
+                lambda: run.tracker.ended,
             )
             lines.start()
             cell.callback(lambda: run.recorder.lines.extend(lines.stop()))

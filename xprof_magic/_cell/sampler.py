@@ -50,10 +50,12 @@ GREW = 2
 MANY_OPS = 3
 """Ops made between two looks that say the framework was tracing: one or two are a tensor
 moved to the device (``.to(dev)`` makes one) in a line of the user's own NumPy."""
-Sample = tuple[int, int, int]
+Sample = tuple[int, int, int, int]
 """When (wall-clock ns), the cell's line then (the editor's numbering, as the cell's code is
 compiled; 0: none), and flags: 1 when the innermost Python frame was the framework's,
-:data:`GREW` when ops were made since the look before."""
+:data:`GREW` when ops were made since the look before; the steps ended by then (``steps``:
+the step tracker's count), which tells two looks of one step from two of the same line in
+two steps."""
 
 
 class LineSampler:
@@ -70,10 +72,11 @@ class LineSampler:
         cell_file: str,
         frameworks: Sequence[str],
         ops: Callable[[], int] | None = None,
+        steps: Callable[[], int] | None = None,
     ) -> None:
         self._thread, self._file = thread, cell_file
         self._frameworks = tuple(frameworks)
-        self._ops = ops
+        self._ops, self._steps = ops, steps
         self._made = ops() if ops is not None else 0
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
@@ -121,7 +124,9 @@ class LineSampler:
         if self._ops is not None:
             made = self._ops()
             grew, self._made = made - self._made >= MANY_OPS, made
-        self.samples.append((time.time_ns(), line, int(framework) | (GREW if grew else 0)))
+        ended = self._steps() if self._steps is not None else 0
+        flags = int(framework) | (GREW if grew else 0)
+        self.samples.append((time.time_ns(), line, flags, ended))
 
 
 def framework_folders() -> tuple[str, ...]:

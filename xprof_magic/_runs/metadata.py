@@ -127,7 +127,7 @@ class RunMetadata:
     cell_file: str = ""
     """The file name the cell's code was compiled under (``/tmp/ipykernel_…/….py``), which
     the runtime's messages (an out-of-memory error's ``source_file``) name the cell by."""
-    lines: tuple[tuple[int, int, int], ...] = ()  # sampled: ns, editor's line, flags (sampler)
+    lines: tuple[tuple[int, int, int, int], ...] = ()  # sampled: ns, line, flags, steps (sampler)
     schema: int = SCHEMA
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -309,11 +309,11 @@ class _Reader:
                 self.bad.add("labels")
         return tuple(found)
 
-    def lines(self) -> tuple[tuple[int, int, int], ...]:
+    def lines(self) -> tuple[tuple[int, int, int, int], ...]:
         value: Any = self.data.get("lines")
         ok = isinstance(value, list) and all(type(x) is list for x in value)
-        ok = ok and all(list(map(type, x)) == [int] * 3 for x in value)
-        return tuple((x[0], x[1], x[2]) for x in value) if self._typed("lines", value, ok) else ()
+        ok = self._typed("lines", value, ok and all([*map(type, x)] == [int] * 4 for x in value))
+        return tuple((x[0], x[1], x[2], x[3]) for x in value) if ok else ()
 
     def memory(self) -> tuple[MemoryFigure, ...]:
         value: Any = self.data.get("memory")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.model.diagnosis import OwnPython
+from xprof_magic._analysis.model.diagnosis import HostLooks
 from xprof_magic._analysis.summary.blocks import main_line
 from xprof_magic._analysis.summary.steps import device_work, fetch_spans, launched_work, step_spans
 from xprof_magic._analysis.summary.where import label_at
@@ -40,7 +40,15 @@ from xprof_magic._analysis.timeline.intervals import Spans, merge
 from xprof_magic._backends import Vocabulary
 from xprof_magic._runs.metadata import RunMetadata
 
-__all__ = ["MIN_LOOKS", "OWN_HOST", "Sampled", "feeds_the_step", "own_python", "sampled"]
+__all__ = [
+    "MIN_LOOKS",
+    "OWN_HOST",
+    "Sampled",
+    "feeds_the_step",
+    "framework_python",
+    "own_python",
+    "sampled",
+]
 
 GREW = 2
 """A look's flag: the framework's ops counter grew since the look before
@@ -94,7 +102,7 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
     host = ~_within(elsewhere, t)
     flags = looks[:, 2]
     step = np.where(inside, at, -1)
-    theirs = ((flags & 1) > 0) | _made_ops(looks[:, 1], (flags & GREW) > 0, step)
+    theirs = ((flags & 1) > 0) | _made_ops(looks[:, 1], (flags & GREW) > 0, looks[:, 3])
     own = host & ~theirs & ~_within(framework, t) & (looks[:, 1] > 0)
     return Sampled(
         step=step,
@@ -109,10 +117,10 @@ def _made_ops(
     line: NDArray[np.int64], grew: NDArray[np.bool_], step: NDArray[np.int64]
 ) -> NDArray[np.bool_]:
     """Whether the framework made ops at each look's line (torch_xla's counter: ``grew``
-    since the look before). A line seen at two looks in a row of the same ``step``, at
-    least twice, is judged by whether the counter grew between most of those (the line ran
-    all that time): a NumPy line before a step's ops is not theirs. Another look, by its
-    own growth."""
+    since the look before). A line seen at two looks in a row of the same ``step`` (the
+    step tracker's count of steps ended at each look), at least twice, is judged by whether
+    the counter grew between most of those (the line ran all that time): a NumPy line
+    before a step's ops is not theirs. Another look, by its own growth."""
     out: NDArray[np.bool_] = np.array(grew, dtype=bool)
     same = np.zeros(len(line), bool)
     same[1:] = (line[1:] == line[:-1]) & (step[1:] == step[:-1])
@@ -132,25 +140,41 @@ def _within(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.bool_]:
     return (at >= 0) & (t < hi[np.maximum(at, 0)])
 
 
-def own_python(found: Sampled | None, steps: Sequence[int], cell: str) -> OwnPython | None:
+def own_python(found: Sampled | None, steps: Sequence[int], cell: str) -> HostLooks | None:
     """The user's own Python in the looks of ``steps`` (positions; none: the whole cell),
     when it is at least :data:`OWN_HOST` of the host's looks there; None otherwise."""
+    return _looks(found, steps, cell, "own")
+
+
+def framework_python(found: Sampled | None, steps: Sequence[int], cell: str) -> HostLooks | None:
+    """The framework's time on the host (dispatch, graph building) in the looks of
+    ``steps``, at the cell line holding most of it; None with fewer than :data:`MIN_LOOKS`."""
+    return _looks(found, steps, cell, "framework")
+
+
+def _looks(found: Sampled | None, steps: Sequence[int], cell: str, whose: str) -> HostLooks | None:
     if found is None:
         return None
     pick = np.isin(found.step, list(steps)) if steps else np.ones(len(found.step), bool)
     looks = int(pick.sum())
     host = int((pick & found.host).sum())
-    own = pick & found.own
-    if host < MIN_LOOKS or looks == 0 or own.sum() < OWN_HOST * host:
+    if whose == "own":
+        held = pick & found.own
+        enough = held.sum() >= OWN_HOST * host
+    else:
+        held = pick & found.host & ~found.own & (found.line > 0)
+        enough = held.sum() >= MIN_LOOKS
+    if host < MIN_LOOKS or looks == 0 or not held.any() or not enough:
         return None
-    line, _ = Counter(found.line[own].tolist()).most_common(1)[0]
-    return OwnPython(
-        share=round(float(own.sum()) / looks, 4),
-        of_host=round(float(own.sum()) / host, 4),
+    line, _ = Counter(found.line[held].tolist()).most_common(1)[0]
+    return HostLooks(
+        share=round(float(held.sum()) / looks, 4),
+        of_host=round(float(held.sum()) / host, 4),
         line=int(line),
         statement=label_at(cell, int(line)),
-        idle=round(float((own & ~found.device).sum()) / looks, 4),
-        batches=feeds_the_step(cell, int(line)),
+        idle=round(float((held & ~found.device).sum()) / looks, 4),
+        batches=whose == "own" and feeds_the_step(cell, int(line)),
+        whose=whose,
     )
 
 

@@ -61,7 +61,7 @@ from xprof_magic._analysis.diagnosis.launches import (
     callable_name,
     where_launched,
 )
-from xprof_magic._analysis.diagnosis.own import Sampled, own_python
+from xprof_magic._analysis.diagnosis.own import Sampled, framework_python, own_python
 from xprof_magic._analysis.model.diagnosis import (
     CHEAPEST_FIRST,
     HIGHLY_INPUT,
@@ -161,10 +161,14 @@ def diagnose(
         cause = _host_cause(parts, frame.steady(), activity, words, s.cell)
     if own is not None:
         cause = "making batches" if own.batches else "own code"
+    theirs = None
+    if verdict == "host" and own is None:
+        theirs = framework_python(looks, frame.steady(), s.cell)
     where, line = _where(s, verdict, of_steps)
-    if own is not None and own.line:
-        outer = where[:1] if where and where[0] != own.statement and of_steps else ()
-        where, line = (*outer, own.statement), own.line
+    held = own or theirs
+    if held is not None and held.line and held.statement and cause != "eager shapes":
+        outer = where[:1] if where and where[0] != held.statement and of_steps else ()
+        where, line = (*outer, held.statement), held.line
     program = ""
     eager = _eager_call(s) if cause == "changing shapes" else None
     if eager is not None:
@@ -194,6 +198,7 @@ def diagnose(
         changed_in=changes.found_in,
         read_back=read_back,
         own=own,
+        framework=theirs,
     )
 
 

@@ -27,7 +27,7 @@ __all__ = [
     "Breakdown",
     "Diagnosis",
     "Gain",
-    "OwnPython",
+    "HostLooks",
     "ReadBack",
     "StepBreakdown",
 ]
@@ -181,12 +181,13 @@ class Gain:
 
 
 @dataclass(frozen=True)
-class OwnPython:
-    """The host's time that ran the user's own Python and numpy, no framework op
-    (:mod:`~xprof_magic._analysis.diagnosis.own`): its share of the verdict's time and of the
-    host's, the cell ``line`` (and its ``statement``) holding most of it, the share of the
-    verdict's time the device sat idle meanwhile, and whether that line makes the step's data
-    (``batches``)."""
+class HostLooks:
+    """The host's sampled time in the verdict's steps (:mod:`~xprof_magic._analysis.diagnosis.own`)
+    that is ``whose``: ``own``, the user's own Python and NumPy (no framework op), or
+    ``framework``, the framework's dispatch and graph building: its share of the verdict's
+    time and of the host's, the cell ``line`` (and its ``statement``) holding most of it, the
+    share of the verdict's time the device sat idle meanwhile, and whether that line makes
+    the step's data (``batches``)."""
 
     share: float
     of_host: float
@@ -194,6 +195,7 @@ class OwnPython:
     statement: str
     idle: float
     batches: bool = False
+    whose: str = "own"
 
 
 @dataclass(frozen=True)
@@ -296,7 +298,8 @@ class Diagnosis:
     apart: tuple[Aside, ...] = ()
     scope: str = "steps"
     read_back: ReadBack | None = None
-    own: OwnPython | None = None
+    own: HostLooks | None = None
+    framework: HostLooks | None = None
 
     def apart_steps(self) -> frozenset[int]:
         """The positions of the steps unlike the others (:attr:`apart`)."""

@@ -162,6 +162,12 @@ def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
         text += _idle(d)
     elif d.verdict != "device":
         text += f"; the device is busy {_percent(d.busy)}"
+        if d.framework is not None and d.framework.idle > 0:
+            at = f" at line {d.framework.line}" if d.framework.line else ""
+            text += (
+                f", idle {_percent(d.framework.idle)} {_each(d)} while the host runs the "
+                f"framework's dispatch and graph building{at}"
+            )
         if d.breakdown.on_device:
             text += f", computing {_percent(d.share_of('device'))}"
     if d.verdict == "device" and d.read_back is not None:
@@ -176,9 +182,14 @@ def _idle(d: Diagnosis) -> str:
     """``; the device is idle 80% of each step while the host runs your Python at line 3``."""
     own = d.own
     assert own is not None
-    each = "of each step" if d.basis().steps else "of the cell's time"
     at = f" at line {own.line}" if own.line else ""
-    return f"; the device is idle {_percent(own.idle)} {each} while the host runs your Python{at}"
+    return (
+        f"; the device is idle {_percent(own.idle)} {_each(d)} while the host runs your Python{at}"
+    )
+
+
+def _each(d: Diagnosis) -> str:
+    return "of each step" if d.basis().steps else "of the cell's time"
 
 
 _HELD = {
