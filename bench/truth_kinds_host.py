@@ -9,6 +9,7 @@ verdict promised (:data:`bench.truth_kinds.FIX_KEEPS`).
   batch");
 - ``batches_before``: the same batches all made in a list before the loop; fixed the same way;
 - ``xla_augment``: ``augment_step`` with a torch_xla step (``torch_xla.sync()`` each step);
+- ``xla_compiled_augment``: the same with the step under ``torch_xla.compile``;
 - ``tokenize_step``: a Python tokenizer and collate inside the loop, the same batches each
   epoch; fixed: tokenized once, before the loop (the advice: "make them once");
 - ``checkpoint``: the parameters pickled to a file every step; fixed: every 50 steps (the
@@ -388,7 +389,22 @@ XLA_LOADER = Kind(
     fixed=_LOADER_CELL.replace("in loader", "in workers"),
 )
 
+XLA_COMPILED_AUGMENT = Kind(
+    "xla_compiled_augment",
+    "the per-sample NumPy augmentation inside the loop, then a torch_xla step under "
+    "torch_xla.compile",
+    _XLA_SETUP.replace(
+        "step(torch.from_numpy(", "step = torch_xla.compile(step)\nstep(torch.from_numpy("
+    ),
+    _XLA_CELL,
+    _xla_truth,
+    _SIZES,
+    backend="torch_xla",
+    fixed=_XLA_CELL.replace("augment(", "augment_batch("),
+)
+
 HOST_KINDS = (
+    XLA_COMPILED_AUGMENT,
     AUGMENT_STEP,
     BATCHES_BEFORE,
     XLA_AUGMENT,
