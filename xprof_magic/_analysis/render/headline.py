@@ -44,8 +44,8 @@ _WHAT = {
     "collective": "waits on collectives between the chips (all-reduce and the like)",
 }
 _OWN = {
-    "making batches": "is making batches in your own Python and NumPy on the host, which runs "
-    "no framework op",
+    "making batches": "is making batches in your own Python and NumPy on the host (the input "
+    "pipeline), which runs no framework op",
     "own code": "is your own Python and NumPy on the host, which runs no framework op",
 }
 """A host verdict whose time is the user's own code (:mod:`..diagnosis.own`), by its cause."""
