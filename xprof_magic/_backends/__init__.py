@@ -139,7 +139,7 @@ class Backend(Protocol):
         """How many ops the framework has made so far in this process, where its timeline
         shows no event for making them (torch_xla's lazy tensors: its ``CreateXlaTensor``
         counter); -1 where the timeline shows them itself (JAX's dispatch). Cheap: the line
-        sampler asks it 200 times a second, from its own thread."""
+        sampler asks it 500 times a second, from its own thread."""
 
     def versions(self) -> dict[str, str]:
         """Versions of the libraries that made the capture."""

@@ -11,8 +11,8 @@ own code, not a line inside a function it calls) and whether the innermost Pytho
 the framework's (a file under one of ``frameworks``' folders), and whether the framework
 made ops since the last look.
 
-One look costs a few microseconds of the interpreter's lock, :data:`INTERVAL_S` apart: well
-under 1% of the cell (``python -m bench tiny-steps`` measures it). Standard library only.
+One look costs a few microseconds of the interpreter's lock, :data:`INTERVAL_S` apart: below
+what the bench can measure (``python -m bench tiny-steps`` measures it). Standard library only.
 """
 
 from __future__ import annotations
@@ -38,12 +38,14 @@ __all__ = [
 FRAMEWORKS = ("jax", "jaxlib", "torch", "torch_xla", "torch_tpu", "flax", "optax", "xprof_magic")
 """The packages whose Python is the framework's (or the profiler's own), not the user's."""
 
-INTERVAL_S = 0.005
-"""Seconds between two looks: 200 a second."""
+INTERVAL_S = 0.002
+"""Seconds between two looks: 500 a second, so that the 5 looks the analysis needs fit in
+the 10 ms under which a cell gets no verdict."""
 SWITCH_S = 0.0005
 """The interpreter's switch interval while the sampler looks (see :meth:`LineSampler.start`)."""
-MOST = 60_000
-"""The most looks one capture keeps (5 minutes at 200 a second); later ones are dropped."""
+MOST = 40_000
+"""The most looks one capture keeps: past them (80 s at 500 a second) every other look is
+dropped and the looks come half as often, so a long cell keeps looks from end to end."""
 GREW = 2
 """The flag of a look after which the framework's count of ops made had grown by at least
 :data:`MANY_OPS`."""
@@ -102,7 +104,11 @@ class LineSampler:
         return self.samples
 
     def _run(self) -> None:
-        while not self._stop.wait(INTERVAL_S) and len(self.samples) < MOST:
+        interval = INTERVAL_S
+        while not self._stop.wait(interval):
+            if len(self.samples) >= MOST:  # a long cell: every other look, half as often
+                del self.samples[::2]
+                interval *= 2
             try:
                 self._look()
             except Exception:  # a look never fails the cell

@@ -193,7 +193,7 @@ def diagnose(
         program=program,
         mixed=mixed,
         runner_up=runner_up(share, verdict),
-        gain=gain_of(basis, verdict, cause),
+        gain=gain_of(basis, verdict, cause, own.of_host if own is not None else 1.0),
         changed=changes.changed,
         changed_in=changes.found_in,
         read_back=read_back,
