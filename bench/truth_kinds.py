@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "FIX_CHECKED",
     "FIX_KEEPS",
     "JAX_KINDS",
     "NO_ALARM",
@@ -102,6 +103,9 @@ def _cause(cause: str) -> Check:
 FIX_KEEPS = 0.5
 """The least share of the promised saving (the verdict's gain: a step's time less its time
 without the verdict's cost) that the ``fixed`` cell must save, measured without the profiler."""
+FIX_CHECKED = 0.1
+"""The least promised saving the fix check applies to: less is within a shared machine's
+noise (the runs of one cell vary by more)."""
 NO_ALARM = ("no alarm", lambda r: r["level"] != "warning")
 READ_BACK_COSTS = 1.2
 """A read-back each step is a cost when the loop with it takes this many times the loop
