@@ -7,6 +7,8 @@ paint of its timeline in JupyterLab and Chromium (see :mod:`bench.first_paint`).
 ``python -m bench load-ext`` and ``python -m bench host-steps``: the load time against
 TensorBoard's, and the step time of a slow host in an on-demand capture (see
 :mod:`bench.timings`).
+``python -m bench tiny-steps``: what ``%%xprof --steps`` adds to a loop of 10,000 tiny steps,
+against ``start_trace``/``stop_trace`` by hand (see :mod:`bench.tiny_steps`).
 ``python -m bench device-truth [--kinds a,b] [--logdir DIR] [--write]``: the summary's verdict
 against JAX loops whose bottleneck is known, each timed without the profiler (see
 :mod:`bench.device_truth`).
@@ -383,6 +385,10 @@ def main() -> int:
         from bench import memory_sampling
 
         return memory_sampling.main(sys.argv[2:])
+    if sys.argv[1:2] == ["tiny-steps"]:
+        from bench import tiny_steps
+
+        return tiny_steps.main(sys.argv[2:])
     if sys.argv[1:2] == ["device-truth"]:
         from bench import device_truth
 

@@ -117,6 +117,9 @@ class FakeBackend:
     def memory(self) -> tuple[float, float, float] | None:
         return None
 
+    def ops_made(self) -> int:
+        return -1
+
     def versions(self) -> dict[str, str]:
         return {}
 

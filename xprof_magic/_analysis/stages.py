@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from xprof_magic._analysis.cache import estimate_read_s
-from xprof_magic._analysis.diagnosis import breakdown, launches
+from xprof_magic._analysis.diagnosis import breakdown, launches, own
 from xprof_magic._analysis.diagnosis.oom import out_of_memory
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Diagnosis
@@ -133,6 +133,7 @@ def _diagnose(
             launched=launches.of_trace(facts, meta, words),
             programs=facts.programs,
             activity=launches.activity(facts, meta, words, summary.steps),
+            looks=own.sampled(facts, meta, words),
         )
     if meta.wall_s:
         parts = breakdown.of_metadata(meta, words)

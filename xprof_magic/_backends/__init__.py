@@ -135,6 +135,12 @@ class Backend(Protocol):
         figures (the CPU client). Raises ``LookupError`` while the runtime has not started
         (a first cell's start): it may have them later. Cheap: no sync, no device work."""
 
+    def ops_made(self) -> int:
+        """How many ops the framework has made so far in this process, where its timeline
+        shows no event for making them (torch_xla's lazy tensors: its ``CreateXlaTensor``
+        counter); -1 where the timeline shows them itself (JAX's dispatch). Cheap: the line
+        sampler asks it 500 times a second, from its own thread."""
+
     def versions(self) -> dict[str, str]:
         """Versions of the libraries that made the capture."""
 

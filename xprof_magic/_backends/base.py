@@ -127,6 +127,9 @@ class ProfilerBackend:
     def memory(self) -> tuple[float, float, float] | None:
         return None
 
+    def ops_made(self) -> int:
+        return -1
+
     def versions(self) -> dict[str, str]:
         found = ((dist, installed_version(dist)) for dist in self.packages)
         return {dist: version for dist, version in found if version is not None}

@@ -95,6 +95,13 @@ VOCABULARY = words.Vocabulary(
             "between calls is the cost: do more per call (a larger batch, or several steps in "
             "one call with jax.lax.scan or fori_loop) and keep per-step Python (logging, "
             "data handling) out of the loop.",
+            "making batches": "That line runs no JAX op, so jax.jit, lax.scan or a larger "
+            "batch would not shorten it: it is the input pipeline. Make the batches off the "
+            "step's path: vectorize the NumPy over the whole batch, make them once before the "
+            "loop if they do not change, or prepare the next ones in a background thread (a "
+            "prefetching iterator, or a loader with workers) while the jitted step runs.",
+            "own code": "That line runs no JAX op, so jax.jit or lax.scan would not shorten "
+            "it: do it less often (every N steps), vectorize it, or move it out of the loop.",
             "changing shapes": "Pad the inputs to a few fixed shapes (bucketing), so each "
             "jitted function compiles once per shape; JAX_EXPLAIN_CACHE_MISSES=1 says why.",
             "memory": "Make the step fit the device: a smaller batch, bf16 instead of f32, "

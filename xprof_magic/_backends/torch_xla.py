@@ -176,6 +176,10 @@ class TorchXlaBackend(ProfilerBackend):
         except Exception:
             return ""
 
+    def ops_made(self) -> int:
+        """Every lazy tensor op traced makes an XLA tensor; tracing leaves no event."""
+        return int(met.counter_value("CreateXlaTensor") or 0)
+
     def memory(self) -> tuple[float, float, float] | None:
         """``xm.get_memory_info`` of the default device: ``bytes_used``, ``peak_bytes_used``,
         ``bytes_limit`` (the CPU client has none: UNIMPLEMENTED)."""

@@ -59,6 +59,12 @@ FIXES = {
     "(num_workers > 0), so the next batch is ready when the step ends.",
     "host": "Do more per step: turn the inner Python loop into fewer, larger tensor ops, or "
     "compile the step (torch_xla.compile), so tracing stops dominating.",
+    "making batches": "That line runs no torch op, so torch_xla.compile would not shorten "
+    "it: it is the input pipeline. Make the batches off the step's path: vectorize the NumPy "
+    "over the whole batch, make them once before the loop if they do not change, or move the "
+    "work into a Dataset's __getitem__ or collate_fn read by a DataLoader with num_workers > 0.",
+    "own code": "That line runs no torch op, so torch_xla.compile would not shorten it: do it "
+    "less often (every N steps), vectorize it, or move it out of the loop.",
     "compile": "Keep shapes and Python values fixed between steps, so each graph compiles "
     "once; PT_XLA_DEBUG_LEVEL=2 prints why a graph compiled.",
     "growing graph": "Call torch_xla.sync() at the end of each iteration: without it the "

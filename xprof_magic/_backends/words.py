@@ -112,6 +112,13 @@ NEUTRAL_FIXES: Mapping[str, str] = {
     "compiled step": "The step already runs as a compiled program, so the host's own Python "
     "between launches is the cost: do more per launch (a larger batch, several steps in one "
     "compiled call) and move per-step Python (logging, data handling) out of the loop.",
+    "making batches": "That line runs no framework op, so compiling the step would not "
+    "shorten it: it is the input pipeline. Make the batches off the step's path: vectorize "
+    "the NumPy over the whole batch, make them once before the loop if they do not change, "
+    "or have a background thread or a loader with worker processes prepare the next ones "
+    "while the step runs.",
+    "own code": "That line runs no framework op, so compiling the step would not shorten "
+    "it: do it less often (every N steps), vectorize it, or move it out of the loop.",
     "compile": "Keep shapes and Python values fixed between steps, so compiled programs are "
     "reused.",
     "changing shapes": "Pad the inputs to a few fixed sizes (bucketing), or drop the last "

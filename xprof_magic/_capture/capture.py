@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
@@ -30,6 +31,7 @@ from xprof_magic._capture.record import Ended, run_metadata
 from xprof_magic._capture.result import CaptureResult, size_warning
 from xprof_magic._capture.trace import Trace, TraceWindow, collect_workers
 from xprof_magic._cell import labels as _labels
+from xprof_magic._cell import sampler as _sampler
 from xprof_magic._cell.step_window import end_messages, parse_steps
 from xprof_magic._cell.steps import StepTracker
 from xprof_magic._runs import logdir as _logdir
@@ -159,6 +161,17 @@ class Capture:
             return trace.worker_folder(start_method, traceable, run.words.workers)
 
         _enter_quietly(cell, backend.user_hooks(self._user_trace, workers, self.namespace))
+        if self.plan.cell_file:
+            made = backend.ops_made
+            lines = _sampler.LineSampler(
+                threading.get_ident(),
+                self.plan.cell_file,
+                _sampler.framework_folders(),
+                made if made() >= 0 else None,
+                lambda: run.tracker.ended,
+            )
+            lines.start()
+            cell.callback(lambda: run.recorder.lines.extend(lines.stop()))
         if self.plan.steps:
             tracker = run.tracker
             _enter_quietly(cell, backend.step_hooks(tracker.synced, tracker.user_step))

@@ -74,6 +74,8 @@ def run_metadata(
             for t, path, used, peak, limit in recorder.samples
         ),
         cell_file=plan.cell_file,
+        # The cell's code is compiled at the editor's lines (the magic is line 1).
+        lines=tuple(recorder.lines),
         host=socket.gethostname(),
         pid=os.getpid(),
         versions={**backend.versions(), "xprof_magic": __version__},

@@ -4,6 +4,8 @@
   rewrite; ``markers`` -- what each block is called (a statement's label, ``# xprof: NAME``);
 * ``labels`` -- what the rewritten code calls at run time (through ``__import__``), and
   ``recorder`` -- one capture's label times, open blocks and kept value;
+* ``sampler`` -- the cell's thread looked at 500 times a second: its cell line, and whether
+  the framework's code or the user's runs there;
 * ``steps`` -- where steps begin and end (the tracker), and ``step_window`` -- the
   ``--steps`` option and what is said about a run's steps.
 

@@ -70,6 +70,8 @@ class Recorder:
         asked again at the next block's end where it raises ``LookupError`` (no figures yet:
         the runtime has not started)."""
         self.samples: list[MemorySample] = []
+        self.lines: list[tuple[int, int, int, int]] = []
+        """Where the cell's thread was, sampled (:mod:`xprof_magic._cell.sampler`)."""
 
     def sample(self, path: tuple[str, ...]) -> None:
         """The device's memory now, at the end of block ``path``, where the backend has it."""

@@ -1,10 +1,9 @@
 """The one schema of ``xprof_magic.json``, the metadata stored beside every capture.
 
-The capture writes a :class:`RunMetadata`; the analysis, the widget and ``%xprof runs`` read
-it back. A run folder may come from an older version, another tool or a damaged disk, so
-reading is lenient field by field: a malformed field becomes its default and is named in
-:attr:`RunMetadata.problems`, never an exception. Writing is atomic (see
-:func:`xprof_magic._runs.store.write_json`).
+The capture writes a :class:`RunMetadata`; the analysis, the widget and ``%xprof runs`` read it
+back. A run folder may come from an older version, another tool or a damaged disk, so reading
+is lenient field by field: a malformed field becomes its default and is named in
+:attr:`RunMetadata.problems`, never an exception. Writing is atomic (``store.write_json``).
 """
 
 from __future__ import annotations
@@ -128,6 +127,7 @@ class RunMetadata:
     cell_file: str = ""
     """The file name the cell's code was compiled under (``/tmp/ipykernel_…/….py``), which
     the runtime's messages (an out-of-memory error's ``source_file``) name the cell by."""
+    lines: tuple[tuple[int, int, int, int], ...] = ()  # sampled: ns, line, flags, steps (sampler)
     schema: int = SCHEMA
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -184,6 +184,7 @@ class RunMetadata:
             "messages": list(self.messages),
             "memory": [figure.to_json() for figure in self.memory],
             "cell_file": self.cell_file,
+            "lines": [list(sample) for sample in self.lines],
         }
 
     @classmethod
@@ -221,6 +222,7 @@ class RunMetadata:
             messages=reader.texts("messages"),
             memory=reader.memory(),
             cell_file=reader.text("cell_file"),
+            lines=reader.lines(),
         )
         if reader.bad:
             fields = ", ".join(sorted(reader.bad))
@@ -306,6 +308,12 @@ class _Reader:
             else:
                 self.bad.add("labels")
         return tuple(found)
+
+    def lines(self) -> tuple[tuple[int, int, int, int], ...]:
+        value: Any = self.data.get("lines")
+        ok = isinstance(value, list) and all(type(x) is list for x in value)
+        ok = self._typed("lines", value, ok and all([*map(type, x)] == [int] * 4 for x in value))
+        return tuple((x[0], x[1], x[2], x[3]) for x in value) if ok else ()
 
     def memory(self) -> tuple[MemoryFigure, ...]:
         value: Any = self.data.get("memory")

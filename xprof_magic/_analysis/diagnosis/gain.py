@@ -32,17 +32,17 @@ of every step before it again: each step would cost what the least of them costs
 its compile."""
 
 
-def gain_of(parts: Breakdown, category: str, cause: str = "") -> Gain | None:
+def gain_of(parts: Breakdown, category: str, cause: str = "", part: float = 1.0) -> Gain | None:
     """The mean step of ``parts`` (a diagnosis's basis) now and without ``category``'s
-    seconds (``cause``: the verdict's, :data:`GROWING`); None when it has no such category
-    or no time."""
+    seconds (``cause``: the verdict's, :data:`GROWING`), or without that ``part`` of them
+    (the host's own Python, of its time); None when it has no such category or no time."""
     if category not in parts.categories or "device" not in parts.categories:
         return None
     at, device = parts.categories.index(category), parts.categories.index("device")
     if parts.steps:
-        rows = [(s.total_s, s.seconds[at], s.seconds[device], s.busy_s) for s in parts.steps]
+        rows = [(s.total_s, s.seconds[at] * part, s.seconds[device], s.busy_s) for s in parts.steps]
     elif parts.cell:
-        rows = [(parts.total_s(False), parts.cell[at], parts.cell[device], parts.busy_s)]
+        rows = [(parts.total_s(False), parts.cell[at] * part, parts.cell[device], parts.busy_s)]
     else:
         return None
     total = sum(row[0] for row in rows)

@@ -61,6 +61,7 @@ from xprof_magic._analysis.diagnosis.launches import (
     callable_name,
     where_launched,
 )
+from xprof_magic._analysis.diagnosis.own import Sampled, framework_python, own_python
 from xprof_magic._analysis.model.diagnosis import (
     CHEAPEST_FIRST,
     HIGHLY_INPUT,
@@ -98,13 +99,16 @@ def diagnose(
     launched: Launch | None = None,
     programs: Sequence[Program] = (),
     activity: StepActivity | None = None,
+    looks: Sampled | None = None,
 ) -> Diagnosis:
     """The diagnosis of summary ``s`` from its breakdown ``parts``; ``step_rule`` is how the
     capture found the steps (``sync``: the loop synced), ``shapes`` the input shapes seen,
     ``source`` what ``parts`` was measured from (``timeline`` or ``metadata``), ``launched``
     the block that launched most of the device's time (:mod:`.launches`), ``programs`` the
     compiled programs the timeline holds (:mod:`.causes`), ``activity`` each step's launches
-    and reads (:func:`.launches.activity`)."""
+    and reads (:func:`.launches.activity`), ``looks`` the cell's thread sampled
+    (:func:`.own.sampled`): a host verdict whose time is mostly the user's own Python says
+    so (cause ``making batches`` or ``own code``), at the line that holds it."""
     if s.memory.oom is not None:
         return _out_of_memory(s, parts, source)
     if not parts.categories or parts.total_s() <= 0:
@@ -152,9 +156,19 @@ def diagnose(
     transfer_s = parts.seconds("transfer", of_steps=False)
     if verdict == "transfer" and transfer_s > 0 and parts.offload_s >= HOST_OFFLOAD * transfer_s:
         cause = "host offload"
+    own = own_python(looks, frame.steady(), s.cell) if verdict == "host" else None
     if verdict == "host":
         cause = _host_cause(parts, frame.steady(), activity, words, s.cell)
+    if own is not None:
+        cause = "making batches" if own.batches else "own code"
+    theirs = None
+    if verdict == "host" and own is None:
+        theirs = framework_python(looks, frame.steady(), s.cell)
     where, line = _where(s, verdict, of_steps)
+    held = own or theirs
+    if held is not None and held.line and held.statement and cause != "eager shapes":
+        outer = where[:1] if where and where[0] != held.statement and of_steps else ()
+        where, line = (*outer, held.statement), held.line
     program = ""
     eager = _eager_call(s) if cause == "changing shapes" else None
     if eager is not None:
@@ -179,10 +193,12 @@ def diagnose(
         program=program,
         mixed=mixed,
         runner_up=runner_up(share, verdict),
-        gain=gain_of(basis, verdict, cause),
+        gain=gain_of(basis, verdict, cause, own.of_host if own is not None else 1.0),
         changed=changes.changed,
         changed_in=changes.found_in,
         read_back=read_back,
+        own=own,
+        framework=theirs,
     )
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "Breakdown",
     "Diagnosis",
     "Gain",
+    "HostLooks",
     "ReadBack",
     "StepBreakdown",
 ]
@@ -180,6 +181,24 @@ class Gain:
 
 
 @dataclass(frozen=True)
+class HostLooks:
+    """The host's sampled time in the verdict's steps (:mod:`~xprof_magic._analysis.diagnosis.own`)
+    that is ``whose``: ``own``, the user's own Python and NumPy (no framework op), or
+    ``framework``, the framework's dispatch and graph building: its share of the verdict's
+    time and of the host's, the cell ``line`` (and its ``statement``) holding most of it, the
+    share of the verdict's time the device sat idle meanwhile, and whether that line makes
+    the step's data (``batches``)."""
+
+    share: float
+    of_host: float
+    line: int
+    statement: str
+    idle: float
+    batches: bool = False
+    whose: str = "own"
+
+
+@dataclass(frozen=True)
 class ReadBack:
     """The steps read a value back from the device (``float(loss)``, ``np.asarray(x)``):
     ``steps`` of ``of`` steps did, ``reads`` times in all, at ``path`` (the loop) and
@@ -279,6 +298,8 @@ class Diagnosis:
     apart: tuple[Aside, ...] = ()
     scope: str = "steps"
     read_back: ReadBack | None = None
+    own: HostLooks | None = None
+    framework: HostLooks | None = None
 
     def apart_steps(self) -> frozenset[int]:
         """The positions of the steps unlike the others (:attr:`apart`)."""

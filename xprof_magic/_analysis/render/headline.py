@@ -43,6 +43,12 @@ _WHAT = {
     "device": "runs on the device",
     "collective": "waits on collectives between the chips (all-reduce and the like)",
 }
+_OWN = {
+    "making batches": "is making batches in your own Python and NumPy on the host (the input "
+    "pipeline), which runs no framework op",
+    "own code": "is your own Python and NumPy on the host, which runs no framework op",
+}
+"""A host verdict whose time is the user's own code (:mod:`..diagnosis.own`), by its cause."""
 _NAME = {"compile": "compilation", "transfer": "transfers", "collective": "collectives"}
 WITHOUT = {
     "input": "the input wait",
@@ -139,7 +145,8 @@ def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
         title = _TITLE[d.verdict]
         if d.verdict == "input":
             title += " (highly, XProf's ≥ 20%)"
-        text = f"{title}: {_percent(d.share or 0.0)} {each} {_WHAT[d.verdict]}{where}"
+        what = _OWN.get(d.cause, _WHAT[d.verdict])
+        text = f"{title}: {_percent(d.share or 0.0)} {each} {what}{where}"
     if d.verdict == "compile":
         text += _compiled(s, d)
     if d.cause == "host offload":
@@ -151,8 +158,16 @@ def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
         moved = sum((t.bytes or 0.0) for t in (s.to_device, s.from_device) if t is not None)
         if moved:
             text += f", {moved / 1e6:,.0f} MB moved"
-    if d.verdict != "device":
+    if d.own is not None and d.cause in _OWN:
+        text += _idle(d)
+    elif d.verdict != "device":
         text += f"; the device is busy {_percent(d.busy)}"
+        if d.framework is not None and d.framework.idle > 0:
+            at = f" at line {d.framework.line}" if d.framework.line else ""
+            text += (
+                f", idle {_percent(d.framework.idle)} {_each(d)} while the host runs the "
+                f"framework's dispatch and graph building{at}"
+            )
         if d.breakdown.on_device:
             text += f", computing {_percent(d.share_of('device'))}"
     if d.verdict == "device" and d.read_back is not None:
@@ -161,6 +176,20 @@ def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
     else:
         parts = (f"{text}.", gained(d), read_back(d), read_fix, advice, asides(d))
     return " ".join(part for part in parts if part)
+
+
+def _idle(d: Diagnosis) -> str:
+    """``; the device is idle 80% of each step while the host runs your Python at line 3``."""
+    own = d.own
+    assert own is not None
+    at = f" at line {own.line}" if own.line else ""
+    return (
+        f"; the device is idle {_percent(own.idle)} {_each(d)} while the host runs your Python{at}"
+    )
+
+
+def _each(d: Diagnosis) -> str:
+    return "of each step" if d.basis().steps else "of the cell's time"
 
 
 _HELD = {
@@ -259,7 +288,8 @@ def gained(d: Diagnosis) -> str:
             f"Everything else is {rest:.0%} of {unit}: without it {unit} would take about "
             f"{times} ({speedup(g.speedup)}); beyond that the gain lies in the model."
         )
-    return f"Without {WITHOUT[g.category]} {unit} would take about {times} ({speedup(g.speedup)})."
+    removed = "that Python" if d.cause in _OWN else WITHOUT[g.category]
+    return f"Without {removed} {unit} would take about {times} ({speedup(g.speedup)})."
 
 
 def speedup(times: float) -> str:

@@ -20,6 +20,7 @@ __all__ = [
     "COMPILE",
     "DEVICE_SIDE",
     "EXECUTION",
+    "FRAMEWORK",
     "HOST_MEMORY_SPACE",
     "INLINE",
     "LABEL",
@@ -73,6 +74,10 @@ def execution_key(module: str) -> str:
 INLINE = "inline"
 """The span key of the XLA ops the CPU client ran on the Python thread itself, inside the
 launch that asked for them (JAX's small programs): done when that launch returns."""
+FRAMEWORK = "framework"
+"""The span key of the runtime's own events on the Python threads (the vocabulary's runtime
+names: JAX's ``PjitFunction(…)`` dispatch, a sync, a copy): the framework's time there, as
+against the user's own Python (:mod:`~xprof_magic._analysis.diagnosis.own`)."""
 STEP_END = "step end"
 """The span key of the runtime's step ends on the Python threads (a sync, whole)."""
 LAUNCH = "launch:"

@@ -45,6 +45,7 @@ from xprof_magic._analysis.timeline.events import (
 from xprof_magic._analysis.timeline.facts import (
     CATEGORIES,
     COMPILE,
+    FRAMEWORK,
     INLINE,
     READ,
     STAGING,
@@ -306,6 +307,7 @@ class Reader:
                 "sync": runtime & flag["blocks"][name_id] & ~copy,
                 STEP_END: runtime & flag["step_end"][name_id],
                 READ: runtime & flag["read"][name_id],
+                FRAMEWORK: runtime,
             }
         else:
             return

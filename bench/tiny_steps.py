@@ -1,0 +1,125 @@
+"""``python -m bench tiny-steps``: what ``%%xprof --steps`` adds to a loop of 10,000 tiny steps.
+
+One in-process IPython shell, JAX on the CPU, a jitted step on a 4×4 array (tens of
+microseconds). The loop's own time, measured inside the cell with ``time.perf_counter``
+(not the capture's start, stop and store), in three variants run interleaved:
+
+- ``manual``: ``jax.profiler.start_trace`` / ``stop_trace`` by hand around the loop;
+- ``manual+steps``: the same, with a step marker by hand around each iteration
+  (``jax.profiler.StepTraceAnnotation``), which is what ``--steps`` draws;
+- ``manual+sampler``: the first, with the magic's line sampler
+  (:mod:`xprof_magic._cell.sampler`) looking at the loop's thread: its cost alone;
+- ``xprof``: the cell under ``%%xprof --steps`` (labels, a step per iteration, the sampler).
+
+Prints the medians and each variant's ratio to ``manual``, and the same of the fastest runs
+(on a shared machine the least disturbed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "measure"]
+
+SETUP = """
+import sys, time, threading
+import jax, jax.numpy as jnp
+from xprof_magic._cell.sampler import LineSampler, framework_folders
+
+@jax.jit
+def tiny(W):
+    return W * 0.5 + 1.0
+
+W = jnp.ones((4, 4))
+W = tiny(W)
+"""
+
+LOOP = """
+_t = time.perf_counter()
+for i in range(STEPS):
+    W = tiny(W)
+jax.block_until_ready(W)
+elapsed = time.perf_counter() - _t
+"""
+
+
+STEPPED = """
+for i in range(STEPS):
+    with jax.profiler.StepTraceAnnotation("step", step_num=i):
+        W = tiny(W)
+jax.block_until_ready(W)
+elapsed = time.perf_counter() - _t
+"""
+
+
+def _manual(logdir: str, sampled: bool, stepped: bool = False) -> str:
+    body = STEPPED if stepped else LOOP.replace("_t = time.perf_counter()", "")
+    start = "_t = time.perf_counter()\n"
+    if sampled:
+        start = (
+            "_s = LineSampler(threading.get_ident(), sys._getframe().f_code.co_filename,"
+            " framework_folders())\n_s.start()\n" + start
+        )
+    stop = "_s.stop()\n" if sampled else ""
+    return f"jax.profiler.start_trace({logdir!r})\n{start}{body}{stop}jax.profiler.stop_trace()\n"
+
+
+def measure(steps: int = 10_000, reps: int = 5) -> dict[str, Any]:
+    """The loop's seconds per variant (``reps`` each, interleaved), medians and ratios."""
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    assert ip is not None
+    ip.run_line_magic("load_ext", "xprof_magic")
+    assert ip.run_cell(SETUP).success
+    ip.user_ns["STEPS"] = steps
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tiny-"))
+    variants = {
+        "manual": _manual(str(tmp / "manual"), sampled=False),
+        "manual+steps": _manual(str(tmp / "stepped"), sampled=False, stepped=True),
+        "manual+sampler": _manual(str(tmp / "sampled"), sampled=True),
+        "xprof": f"%%xprof --logdir {tmp / 'xprof'} --no-display --steps --backend jax\n{LOOP}",
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for cell in variants.values():  # warm each once
+        assert ip.run_cell(cell).success
+    order = list(variants)
+    for rep in range(reps):
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
+            assert ip.run_cell(variants[name]).success
+            times[name].append(float(ip.user_ns["elapsed"]))
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    least = {name: min(values) for name, values in times.items()}
+    return {
+        "steps": steps,
+        "times": times,
+        "median_s": medians,
+        "min_s": least,
+        "ratio": {name: value / medians["manual"] for name, value in medians.items()},
+        "min_ratio": {name: value / least["manual"] for name, value in least.items()},
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench tiny-steps")
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args(argv)
+    result = measure(args.steps, args.reps)
+    for name, median in result["median_s"].items():
+        per = median / result["steps"] * 1e6
+        ratio, least = result["ratio"][name], result["min_ratio"][name]
+        print(
+            f"{name:16s} median {median * 1e3:8.1f} ms  {per:6.1f} µs/step  {ratio:.3f}× manual"
+            f"  (fastest run: {least:.3f}× manual's fastest)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

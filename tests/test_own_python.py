@@ -1,0 +1,244 @@
+"""The host's time that is the user's own Python and NumPy, told from the framework's, and
+the line inside the loop that holds it.
+
+Real JAX and real torch_xla on the CPU: a jitted (or torch_xla) step fed by batches that a
+NumPy ``augment(raw)`` makes inside the loop, or in a list before it, is "making batches in
+your own Python and NumPy" at that line, with the data path's fix, never jit, scan or
+compile advice; a loop of many tiny framework ops stays the framework's. The last tests pin
+the sampler, the sorting of looks and the words on their own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.test_idioms import diagnosed
+from xprof_magic._analysis.diagnosis.own import Sampled, feeds_the_step, own_python
+from xprof_magic._cell.sampler import LineSampler
+
+JAX = """
+import numpy as np
+import jax, jax.numpy as jnp
+
+@jax.jit
+def train(W, x):
+    for _ in range(3):
+        W = jnp.tanh(W @ x) * 0.5 + W * 0.5
+    return W
+
+def augment(raw):
+    out = raw
+    for _ in range(200):
+        out = np.tanh(out @ raw.T) * 0.5 + np.flip(out, 0) * 0.5
+    return out.astype(np.float32)
+
+W = jnp.full((128, 128), 0.01)
+raw = np.full((128, 128), 0.001, np.float32)
+"""
+
+TORCH = """
+import numpy as np
+import torch, torch_xla
+dev = torch_xla.device()
+torch.manual_seed(0)
+own_model = torch.nn.Sequential(
+    torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128)).to(dev)
+own_opt = torch.optim.SGD(own_model.parameters(), lr=0.01)
+
+def augment(raw):
+    out = raw
+    for _ in range(200):
+        out = np.tanh(out @ raw.T) * 0.5 + np.flip(out, 0) * 0.5
+    return out.astype(np.float32)
+
+raw = np.full((128, 128), 0.001, np.float32)
+
+def own_step(x):
+    own_opt.zero_grad()
+    loss = (own_model(x) ** 2).mean()
+    loss.backward()
+    own_opt.step()
+    torch_xla.sync()
+"""
+
+NO_FRAMEWORK_FIX = ("jax.jit, lax.scan", "torch_xla.compile would not")
+
+
+@pytest.fixture(scope="module")
+def jax_own(ip: Any) -> Any:
+    before = dict(ip.user_ns)
+    assert ip.run_cell(JAX).success
+    yield
+    for name in set(ip.user_ns) - set(before):
+        del ip.user_ns[name]
+    ip.user_ns.update(before)
+
+
+def making_batches(s: Any, statement: str, line: int, advice: str) -> None:
+    """The verdict: the host's own Python making batches at ``line``, the data path's fix."""
+    d = s.diagnosis
+    assert d.verdict == "host" and d.cause == "making batches", d.evidence
+    assert d.where[-1] == statement and d.line == line, (d.where, d.line)
+    assert "making batches in your own Python and NumPy" in d.headline
+    assert f"(`{statement}`, line {line})" in d.headline
+    assert f"while the host runs your Python at line {line}" in d.headline
+    assert "graph building" not in d.headline and advice in d.fix
+    assert "it is the input pipeline" in d.fix
+    assert "background thread" in d.fix or "num_workers" in d.fix
+    assert d.own is not None and d.own.of_host >= 0.5 and d.own.batches
+
+
+def test_jax_numpy_augment_in_the_loop_is_making_batches_at_its_line(
+    ip: Any, logdir: Path, jax_own: None
+) -> None:
+    body = (
+        "for i in range(8):\n    x = augment(raw)\n    W = train(W, x)\njax.block_until_ready(W)\n"
+    )
+    s = diagnosed(ip, logdir, "jaugment", body, "--backend jax")
+    making_batches(s, "x = augment(raw)", 3, NO_FRAMEWORK_FIX[0])
+    assert "larger batch" in s.diagnosis.fix and "would not shorten it" in s.diagnosis.fix
+    assert s.diagnosis.where[0] == "for i in range(8)"
+
+
+def test_jax_batches_made_before_the_loop_are_making_batches(
+    ip: Any, logdir: Path, jax_own: None
+) -> None:
+    body = (
+        "batches = [augment(raw) for _ in range(8)]\n"
+        "for x in batches:\n"
+        "    W = train(W, x)\n"
+        "jax.block_until_ready(W)\n"
+    )
+    s = diagnosed(ip, logdir, "jbefore", body, "--backend jax")
+    making_batches(s, "batches = [augment(raw) for _ in range(8)]", 2, NO_FRAMEWORK_FIX[0])
+
+
+def test_torch_xla_augment_in_the_loop_and_before_it_are_making_batches(
+    ip: Any, logdir: Path
+) -> None:
+    assert ip.run_cell(TORCH).success
+    body = "for i in range(8):\n    x = torch.from_numpy(augment(raw)).to(dev)\n    own_step(x)\n"
+    s = diagnosed(ip, logdir, "xaugment", body)
+    making_batches(s, "x = torch.from_numpy(augment(raw)).to(dev)", 3, NO_FRAMEWORK_FIX[1])
+    body = (
+        "batches = [torch.from_numpy(augment(raw)) for _ in range(8)]\n"
+        "for b in batches:\n"
+        "    own_step(b.to(dev))\n"
+    )
+    s = diagnosed(ip, logdir, "xbefore", body)
+    making_batches(
+        s, "batches = [torch.from_numpy(augment(raw)) for _ in range(8)]", 2, NO_FRAMEWORK_FIX[1]
+    )
+
+
+def test_torch_xla_tiny_ops_traced_from_the_cells_line_stay_the_frameworks(
+    ip: Any, logdir: Path
+) -> None:
+    """``x = x * 1.0001`` runs no Python frame of torch's, yet traces an op each time: the
+    ops counter says so, and the verdict keeps the framework's words and fix."""
+    assert ip.run_cell(TORCH).success
+    body = (
+        "x = torch.ones(4, 4, device=dev)\n"
+        "for i in range(8):\n"
+        "    for j in range(600):\n"
+        "        x = x * 1.0001\n"
+        "    torch_xla.sync()\n"
+    )
+    s = diagnosed(ip, logdir, "xtiny", body)
+    d = s.diagnosis
+    assert d.verdict == "host" and d.cause not in ("own code", "making batches"), d
+    assert d.own is None and "graph building" in d.headline
+    assert d.framework is not None and d.framework.line == 5 and d.line == 5
+
+
+def _looks(cell: Path, frameworks: tuple[str, ...], ops: Any = None) -> list[tuple[int, int, int]]:
+    """Run a function defined in a file ``cell`` for 0.2 s on a thread, sampled."""
+    source = (
+        "def work():\n"
+        "    t = time.perf_counter()\n"
+        "    while time.perf_counter() - t < 0.2:\n"
+        "        pass\n"
+        "\n"
+        "work()\n"
+    )
+    code = compile(source, str(cell), "exec")
+    ready = threading.Event()
+    ident: list[int] = []
+
+    def target() -> None:
+        ident.append(threading.get_ident())
+        ready.wait()
+        exec(code, {"time": time})
+
+    worker = threading.Thread(target=target)
+    worker.start()
+    while not ident:
+        time.sleep(0.001)
+    sampler = LineSampler(ident[0], str(cell), frameworks, ops=ops)
+    sampler.start()
+    ready.set()
+    worker.join()
+    return sampler.stop()
+
+
+def test_the_sampler_names_the_cells_line_and_the_frameworks_frames(tmp_path: Path) -> None:
+    """A thread running code compiled at a cell's file: the outermost frame of that file
+    gives the line (the statement, not a line inside the function it calls); a frame in a
+    framework's folder, or ops made since the last look, make the look the framework's."""
+    cell = tmp_path / "cell.py"
+    looks = _looks(cell, ())
+    assert len(looks) >= 10
+    lines = [line for _, line, _, _ in looks if line]
+    assert lines and set(lines) == {6}, lines
+    assert {fw for _, _, fw, _ in looks} == {0}
+    assert {fw for _, _, fw, _ in _looks(cell, (str(tmp_path) + "/",))} == {1}
+    made = iter(range(100_000))
+    grows = _looks(cell, (), ops=lambda: next(made) // 3 * 5)
+    assert {fw for _, _, fw, _ in grows} == {0, 2}, "the counter grew by 5 every third look"
+    made = iter(range(100_000))
+    one = _looks(cell, (), ops=lambda: next(made) // 3)
+    assert {fw for _, _, fw, _ in one} == {0}, "one op (a tensor moved to the device) is no tracing"
+
+
+def test_a_statement_feeds_the_step_when_a_later_call_or_loop_takes_its_name() -> None:
+    cell = (
+        "\n"
+        "for i in range(8):\n"
+        "    x = augment(raw)\n"
+        "    W = train(W, x)\n"
+        "    print(i)\n"
+        "batches = [augment(raw) for _ in range(8)]\n"
+        "for b in batches:\n"
+        "    W = train(W, b)\n"
+        "log = []\n"
+    )
+    assert feeds_the_step(cell, 3)
+    assert feeds_the_step(cell, 6)
+    assert not feeds_the_step(cell, 5), "a print feeds nothing"
+    assert not feeds_the_step(cell, 9), "a name nothing takes"
+    assert not feeds_the_step("for x in\n", 1), "a cell that does not parse"
+
+
+def test_own_python_counts_the_host_looks_of_the_steps_it_is_given() -> None:
+    """Ten looks in step 0 and ten in step 1: step 1's host time is the user's own at line
+    3 (and the device idle), step 0's the framework's."""
+    step = np.array([0] * 10 + [1] * 10)
+    host = np.ones(20, bool)
+    own = np.array([False] * 10 + [True] * 8 + [False] * 2)
+    device = np.array([False] * 18 + [True] * 2)
+    line = np.array([4] * 10 + [3] * 8 + [4] * 2)
+    found = Sampled(step=step, host=host, own=own, device=device, line=line)
+    cell = "\nfor i in range(8):\n    x = augment(raw)\n    W = train(W, x)\n"
+    assert own_python(found, (0,), cell) is None, "the framework's"
+    one = own_python(found, (1,), cell)
+    assert one is not None and one.line == 3 and one.statement == "x = augment(raw)"
+    assert one.of_host == 0.8 and one.idle == 0.8 and one.batches
+    both = own_python(found, (), cell)
+    assert both is None, "8 of 20 host looks are under half"
+    assert own_python(None, (1,), cell) is None

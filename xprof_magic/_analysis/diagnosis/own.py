@@ -1,0 +1,212 @@
+"""The host's time that is the user's own Python, apart from the framework's, and its line.
+
+The breakdown's ``host`` is the rest of a step: the framework dispatching ops or building
+its graph, and plain Python and numpy that run no framework op at all (making batches,
+logging, saving). Their fixes are opposite, so this module tells them apart from the
+cell's thread sampled during the capture (:mod:`xprof_magic._cell.sampler`: the cell's line
+and whether the innermost Python frame was the framework's, each look on the timeline's
+clock). A look is the framework's when its innermost frame is, or its line makes the
+framework's ops (torch_xla's counter grew while it ran: :func:`_made_ops`), or it falls in the
+runtime's own events on the Python thread (:data:`~..timeline.facts.FRAMEWORK`: JAX's
+``PjitFunction`` dispatch, a sync, a copy), a launch or a compile; it is input inside a
+``next()``; else it is the user's own code, at the cell line it was on.
+
+:func:`sampled` places every look in its step; :func:`own_python` sums the steps a verdict
+is about into an :class:`~xprof_magic._analysis.model.diagnosis.OwnPython`.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xprof_magic._analysis.model.diagnosis import HostLooks
+from xprof_magic._analysis.summary.blocks import main_line
+from xprof_magic._analysis.summary.steps import device_work, fetch_spans, launched_work, step_spans
+from xprof_magic._analysis.summary.where import label_at
+from xprof_magic._analysis.timeline.facts import (
+    FRAMEWORK,
+    LAUNCH,
+    READ,
+    STEP_END,
+    TraceFacts,
+)
+from xprof_magic._analysis.timeline.intervals import Spans, merge
+from xprof_magic._backends import Vocabulary
+from xprof_magic._runs.metadata import RunMetadata
+
+__all__ = [
+    "MIN_LOOKS",
+    "OWN_HOST",
+    "Sampled",
+    "feeds_the_step",
+    "framework_python",
+    "own_python",
+    "sampled",
+]
+
+GREW = 2
+"""A look's flag: the framework's ops counter grew since the look before
+(:data:`xprof_magic._cell.sampler.GREW`; 1 is the innermost frame's being the framework's)."""
+OWN_HOST = 0.5
+"""The share of the host's sampled time that must be the user's own for the verdict to say so."""
+MIN_LOOKS = 5
+"""The fewest looks at the host's time that say anything."""
+_FRAMEWORK_KEYS = ("compile", "transfer", "sync", STEP_END, READ, FRAMEWORK)
+_ELSEWHERE = ("compile", "transfer", "sync", "device", "collective")
+"""The span keys whose instants the breakdown does not count as host time."""
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """Every look within the cell: its step (its position in the breakdown's steps; -1: in
+    none), whether it was the host's time (no other category held the instant), the user's
+    own Python, the device busy then, and the cell's line."""
+
+    step: NDArray[np.int64]
+    host: NDArray[np.bool_]
+    own: NDArray[np.bool_]
+    device: NDArray[np.bool_]
+    line: NDArray[np.int64]
+
+
+def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled | None:
+    """The run's looks (:attr:`RunMetadata.lines`) placed on its timeline; None without."""
+    if not meta.lines or not facts.profile_start_ns:
+        return None
+    looks = np.array(meta.lines, dtype=np.int64)
+    t = (looks[:, 0] - facts.profile_start_ns).astype(np.float64)
+    if facts.window is not None:
+        keep = (t >= facts.window[0]) & (t < facts.window[1])
+        looks, t = looks[keep], t[keep]
+    spans = {key: merge(pieces) for key, pieces in facts.spans.items()}
+    pipeline = words.timeline.input_pipeline
+    mine = [b for b in facts.blocks if b.line == main_line(facts.blocks, pipeline)]
+    fetches = fetch_spans(mine, pipeline)
+    steps = step_spans(mine, fetches, launched_work(facts), device_work(facts))
+    starts = np.array([s.start for s in steps])
+    ends = np.array([s.end for s in steps])
+    at = np.searchsorted(starts, t, side="right") - 1
+    inside = (at >= 0) & (t < ends[np.maximum(at, 0)]) if len(steps) else np.zeros(len(t), bool)
+    framework = merge(
+        [spans[k] for k in _FRAMEWORK_KEYS if k in spans]
+        + [spans[k] for k in spans if k.startswith(LAUNCH)]
+    )
+    device = merge([spans[k] for k in ("device", "collective") if k in spans])
+    elsewhere = merge([spans[k] for k in _ELSEWHERE if k in spans] + [fetches])
+    host = ~_within(elsewhere, t)
+    flags = looks[:, 2]
+    step = np.where(inside, at, -1)
+    theirs = ((flags & 1) > 0) | _made_ops(looks[:, 1], (flags & GREW) > 0, looks[:, 3])
+    own = host & ~theirs & ~_within(framework, t) & (looks[:, 1] > 0)
+    return Sampled(
+        step=step,
+        host=host,
+        own=own,
+        device=_within(device, t),
+        line=looks[:, 1],
+    )
+
+
+def _made_ops(
+    line: NDArray[np.int64], grew: NDArray[np.bool_], step: NDArray[np.int64]
+) -> NDArray[np.bool_]:
+    """Whether the framework made ops at each look's line (torch_xla's counter: ``grew``
+    since the look before). A line seen at two looks in a row of the same ``step`` (the
+    step tracker's count of steps ended at each look), at least twice, is judged by whether
+    the counter grew between most of those (the line ran all that time): a NumPy line
+    before a step's ops is not theirs. Another look, by its own growth."""
+    out: NDArray[np.bool_] = np.array(grew, dtype=bool)
+    same = np.zeros(len(line), bool)
+    same[1:] = (line[1:] == line[:-1]) & (step[1:] == step[:-1])
+    for value in np.unique(line[same]).tolist():
+        pairs = same & (line == value)
+        if pairs.sum() >= 2:
+            out[line == value] = grew[pairs].mean() >= 0.5
+    return out
+
+
+def _within(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Whether each instant ``t`` lies in ``spans`` (merged: sorted, apart)."""
+    lo, hi = np.asarray(spans[0], dtype=np.float64), np.asarray(spans[1], dtype=np.float64)
+    if not len(lo):
+        return np.zeros(len(t), bool)
+    at = np.searchsorted(lo, t, side="right") - 1
+    return (at >= 0) & (t < hi[np.maximum(at, 0)])
+
+
+def own_python(found: Sampled | None, steps: Sequence[int], cell: str) -> HostLooks | None:
+    """The user's own Python in the looks of ``steps`` (positions; none: the whole cell),
+    when it is at least :data:`OWN_HOST` of the host's looks there; None otherwise."""
+    return _looks(found, steps, cell, "own")
+
+
+def framework_python(found: Sampled | None, steps: Sequence[int], cell: str) -> HostLooks | None:
+    """The framework's time on the host (dispatch, graph building) in the looks of
+    ``steps``, at the cell line holding most of it; None with fewer than :data:`MIN_LOOKS`."""
+    return _looks(found, steps, cell, "framework")
+
+
+def _looks(found: Sampled | None, steps: Sequence[int], cell: str, whose: str) -> HostLooks | None:
+    if found is None:
+        return None
+    pick = np.isin(found.step, list(steps)) if steps else np.ones(len(found.step), bool)
+    looks = int(pick.sum())
+    host = int((pick & found.host).sum())
+    if whose == "own":
+        held = pick & found.own
+        enough = held.sum() >= OWN_HOST * host
+    else:
+        held = pick & found.host & ~found.own & (found.line > 0)
+        enough = held.sum() >= MIN_LOOKS
+    if host < MIN_LOOKS or looks == 0 or not held.any() or not enough:
+        return None
+    line, _ = Counter(found.line[held].tolist()).most_common(1)[0]
+    return HostLooks(
+        share=round(float(held.sum()) / looks, 4),
+        of_host=round(float(held.sum()) / host, 4),
+        line=int(line),
+        statement=label_at(cell, int(line)),
+        idle=round(float((held & ~found.device).sum()) / looks, 4),
+        batches=whose == "own" and feeds_the_step(cell, int(line)),
+        whose=whose,
+    )
+
+
+def feeds_the_step(cell: str, line: int) -> bool:
+    """Whether the statement at ``line`` makes the step's data: it assigns a name that a
+    loop iterates, or that a later statement of its own body passes to a call."""
+    try:
+        tree = ast.parse(cell)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        for k, stmt in enumerate(body):
+            if not isinstance(stmt, ast.stmt) or not stmt.lineno <= line <= (stmt.end_lineno or 0):
+                continue
+            if not isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                continue
+            names = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and _stored(n)}
+            for later in body[k + 1 :]:
+                for n in ast.walk(later):
+                    if isinstance(n, ast.For) and _names(n.iter) & names:
+                        return True
+                    if isinstance(n, ast.Call) and any(_names(a) & names for a in n.args):
+                        return True
+    return False
+
+
+def _stored(name: ast.Name) -> bool:
+    return isinstance(name.ctx, ast.Store)
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}

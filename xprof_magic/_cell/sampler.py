@@ -1,0 +1,145 @@
+"""Which line of the cell the cell's thread runs, sampled while a capture runs.
+
+The timeline says when the framework works on the Python thread (JAX's ``PjitFunction``, a
+sync, a copy), and the labels which statement of the cell runs; neither says which statement
+inside a loop's body holds the time, nor whether the Python running there is the user's own
+(numpy, a tokenizer, a log line) or the framework's (an op traced from Python, torch_xla's
+lazy tensors leave no event). A thread that looks at the cell's thread every
+:data:`INTERVAL_S` does: for each look, the wall-clock time (the timeline's clock), the
+cell's line that runs (the outermost frame of the cell's file: the statement of the cell's
+own code, not a line inside a function it calls) and whether the innermost Python frame is
+the framework's (a file under one of ``frameworks``' folders), and whether the framework
+made ops since the last look.
+
+One look costs a few microseconds of the interpreter's lock, :data:`INTERVAL_S` apart: below
+what the bench can measure (``python -m bench tiny-steps`` measures it). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+__all__ = [
+    "FRAMEWORKS",
+    "GREW",
+    "INTERVAL_S",
+    "MANY_OPS",
+    "MOST",
+    "LineSampler",
+    "Sample",
+    "framework_folders",
+]
+
+FRAMEWORKS = ("jax", "jaxlib", "torch", "torch_xla", "torch_tpu", "flax", "optax", "xprof_magic")
+"""The packages whose Python is the framework's (or the profiler's own), not the user's."""
+
+INTERVAL_S = 0.002
+"""Seconds between two looks: 500 a second, so that the 5 looks the analysis needs fit in
+the 10 ms under which a cell gets no verdict."""
+SWITCH_S = 0.0005
+"""The interpreter's switch interval while the sampler looks (see :meth:`LineSampler.start`)."""
+MOST = 40_000
+"""The most looks one capture keeps: past them (80 s at 500 a second) every other look is
+dropped and the looks come half as often, so a long cell keeps looks from end to end."""
+GREW = 2
+"""The flag of a look after which the framework's count of ops made had grown by at least
+:data:`MANY_OPS`."""
+MANY_OPS = 3
+"""Ops made between two looks that say the framework was tracing: one or two are a tensor
+moved to the device (``.to(dev)`` makes one) in a line of the user's own NumPy."""
+Sample = tuple[int, int, int, int]
+"""When (wall-clock ns), the cell's line then (the editor's numbering, as the cell's code is
+compiled; 0: none), and flags: 1 when the innermost Python frame was the framework's,
+:data:`GREW` when ops were made since the look before; the steps ended by then (``steps``:
+the step tracker's count), which tells two looks of one step from two of the same line in
+two steps."""
+
+
+class LineSampler:
+    """Looks at thread ``thread`` every :data:`INTERVAL_S` from :meth:`start` to :meth:`stop`.
+
+    ``ops``: the framework's count of the ops it has made, where making one leaves no event
+    on the timeline (torch_xla's lazy tensors): a look after which it grew says so
+    (:data:`GREW`), wherever the innermost Python frame was (``x * 2`` traced from the cell's
+    line); the analysis decides which line made them."""
+
+    def __init__(
+        self,
+        thread: int,
+        cell_file: str,
+        frameworks: Sequence[str],
+        ops: Callable[[], int] | None = None,
+        steps: Callable[[], int] | None = None,
+    ) -> None:
+        self._thread, self._file = thread, cell_file
+        self._frameworks = tuple(frameworks)
+        self._ops, self._steps = ops, steps
+        self._made = ops() if ops is not None else 0
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._interval = 0.005
+        self.samples: list[Sample] = []
+
+    def start(self) -> None:
+        # A look needs the interpreter's lock, which the cell's thread gives up only at its
+        # switch interval (5 ms) or a call that releases it (a jitted call): at 5 ms, pure
+        # Python (a tokenizer) is never seen, only the next jitted call. 0.5 ms while looking.
+        self._interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._interval, SWITCH_S))
+        worker = threading.Thread(target=self._run, name="xprof_magic-lines", daemon=True)
+        self._worker = worker
+        worker.start()
+
+    def stop(self) -> list[Sample]:
+        """Stop looking; the looks taken."""
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join(1.0)
+            sys.setswitchinterval(self._interval)
+        return self.samples
+
+    def _run(self) -> None:
+        interval = INTERVAL_S
+        while not self._stop.wait(interval):
+            if len(self.samples) >= MOST:  # a long cell: every other look, half as often
+                del self.samples[::2]
+                interval *= 2
+            try:
+                self._look()
+            except Exception:  # a look never fails the cell
+                return
+
+    def _look(self) -> None:
+        frame = sys._current_frames().get(self._thread)
+        if frame is None:
+            return
+        framework = bool(self._frameworks) and frame.f_code.co_filename.startswith(self._frameworks)
+        line = 0
+        at: FrameType | None = frame
+        while at is not None:
+            if at.f_code.co_filename == self._file:
+                line = at.f_lineno or 0
+            at = at.f_back
+        del frame
+        grew = False
+        if self._ops is not None:
+            made = self._ops()
+            grew, self._made = made - self._made >= MANY_OPS, made
+        ended = self._steps() if self._steps is not None else 0
+        flags = int(framework) | (GREW if grew else 0)
+        self.samples.append((time.time_ns(), line, flags, ended))
+
+
+def framework_folders() -> tuple[str, ...]:
+    """The folders of the :data:`FRAMEWORKS` imported now, each ending with a separator."""
+    found = []
+    for name in FRAMEWORKS:
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            found.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return tuple(found)
