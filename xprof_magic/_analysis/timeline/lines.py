@@ -22,7 +22,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline import xspace
+from xprof_magic._analysis.timeline import wire, xspace
+from xprof_magic._analysis.timeline.line import (
+    Floats,
+    Ints,
+    Line,
+    MetaLookup,
+    as_number,
+    dense,
+)
 
 __all__ = [
     "Floats",
@@ -35,58 +43,13 @@ __all__ = [
     "xspace_planes",
 ]
 
-Floats = NDArray[np.float64]
-Ints = NDArray[np.int64]
-StatLookup = Callable[[int, str], "str | None"]
-StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
-MetaStat = Callable[[str], "list[str | None]"]
-MetaLookup = Callable[[int, str], "str | None"]
-StatValues = Callable[[Ints, tuple[str, ...]], "dict[str, list[str | None]]"]
-
 _EVENT_FIELDS = attrgetter("offset_ps", "duration_ps", "metadata_id")
 _STATS = attrgetter("stats")
 _FIRST = itemgetter(0)
-_METADATA_ID = attrgetter("metadata_id")
-
-
-@dataclass
-class Line:
-    """One timeline line as arrays, in the order its events are stored."""
-
-    name: str
-    start: Floats
-    dur: Floats
-    name_id: Ints
-    names: list[str]
-    stat: StatLookup
-    """``stat(i, key)``: the value of event ``i``'s last stat named ``key``, or None."""
-    has: StatCheck
-    """``has(events, key)``: whether each of those events has a stat named ``key``."""
-    text: StatLookup | None = field(default=None, repr=False)
-    """``text(i, key)``: as :attr:`stat`, with a reference (``ref_value``: a name XLA
-    interns, as ``hlo_module``'s) given as the name it refers to; None: as :attr:`stat`."""
-    meta_stat: MetaStat = field(default=lambda key: [], repr=False)
-    """``meta_stat(key)``: for each of :attr:`names`, in order, the value of its event
-    metadata's stat named ``key``, or None (object planes: the first such stat of an event
-    of that name). The default knows none (an empty list)."""
-    values: StatValues = field(default=lambda index, keys: _no_values(index, keys), repr=False)
-    """``values(events, keys)``: by key, each of those events' last stat named so, as
-    :attr:`text` gives it (None: none), every stat of an event read once: for the few
-    events whose every value matters (a GPU kernel's ``correlation_id``, an allocator's
-    figures). The default knows none."""
-
-    def numbers(self, index: Ints, key: str) -> Floats:
-        """Each of those events' last stat named ``key`` as a number (NaN where it has
-        none, or not a number)."""
-        return np.array([as_number(v) for v in self.values(index, (key,))[key]], np.float64)
 
 
 def _no_meta(metadata_id: int, key: str) -> str | None:
     return None
-
-
-def _no_values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
-    return {key: [None] * len(index) for key in keys}
 
 
 @dataclass
@@ -106,9 +69,15 @@ class SerializedLines:
     reads host lines only, has none)."""
 
     def line(self, index: int) -> Line:
-        """Line ``index`` as arrays."""
-        line = xspace.parse_line(self.data[index])
-        return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
+        """Line ``index`` as arrays: decoded from its bytes (:mod:`.wire`), or through the
+        protobuf runtime where their layout is not the one the decoder knows."""
+        data = self.data[index]
+        try:
+            columns = wire.decode_line(data)
+        except wire.WireError:
+            line = xspace.parse_line(data)
+            return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
+        return wire.line_of(columns, self.names, self.stat_ids, self.meta)
 
 
 @dataclass
@@ -187,7 +156,7 @@ def _proto_line(
     n = len(events)
     fields = np.fromiter(chain.from_iterable(map(_EVENT_FIELDS, events)), np.int64, 3 * n)
     offset_ps, duration_ps, ids = fields.reshape(n, 3).T
-    unique, name_id = _dense(ids)
+    unique, name_id = dense(ids)
 
     def last(index: int, key: str) -> Any:
         wanted = stat_ids.get(key)
@@ -259,24 +228,6 @@ def _proto_line(
         meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
         values=values,
     )
-
-
-def as_number(text: str | None) -> float:
-    """A stat's text as a number (NaN: none, or not a number)."""
-    try:
-        return float(text) if text else np.nan
-    except ValueError:
-        return np.nan
-
-
-def _dense(ids: Ints) -> tuple[Ints, Ints]:
-    """The distinct ids, and each id's index among them (``np.unique``, without sorting)."""
-    if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
-        unique, inverse = np.unique(ids, return_inverse=True)
-        return unique, inverse.reshape(-1).astype(np.int64)
-    present = np.zeros(int(ids.max()) + 1, bool)
-    present[ids] = True
-    return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
 
 
 def _object_plane(plane: Any) -> Plane:
