@@ -156,6 +156,36 @@ def line_of(
 
 _CONTINUED = np.uint64(0x8080808080808080)
 _LOW7 = [np.uint64(0x7F << (7 * k)) for k in range(8)]
+_SEVEN = np.uint64(0x7F7F7F7F7F7F7F7F)
+_PAIRS = [
+    (np.uint64(0x7F007F007F007F00), np.uint64(0x007F007F007F007F), np.uint64(1)),
+    (np.uint64(0x3FFF00003FFF0000), np.uint64(0x00003FFF00003FFF), np.uint64(2)),
+    (np.uint64(0x0FFFFFFF00000000), np.uint64(0x000000000FFFFFFF), np.uint64(4)),
+]
+_ONE, _EIGHT, _BYTE = np.uint64(1), np.uint64(8), np.uint64(0xFF)
+_PAD = 16
+
+
+def _word_at(data: Bytes, at: Ints) -> NDArray[np.uint64]:
+    """The little-endian 8-byte word at each position ``at`` (``data`` padded with
+    :data:`_PAD` bytes): one gather of unaligned loads."""
+    words: NDArray[np.uint64] = np.ndarray((len(data) - 7,), "<u8", data, 0, (1,))
+    return words[at]
+
+
+def _leading_varint(
+    word: NDArray[np.uint64], most: int
+) -> tuple[NDArray[np.uint64], Ints, NDArray[np.bool_]]:
+    """The varint each word starts with: its value and size, and whether it ends within the
+    word's first ``most`` bytes (where not, the value and size mean nothing)."""
+    stop = ~word & _CONTINUED
+    low = stop & (~stop + _ONE)  # the first byte without a continuation bit
+    ok = (stop != 0) & (low <= np.uint64(1 << (8 * most - 1)))
+    value = word & ((low << _ONE) - _ONE) & _SEVEN
+    for high, low_half, shift in _PAIRS:  # 7-bit groups, two by two, into one number
+        value = ((value & high) >> shift) | (value & low_half)
+    size = (np.log2(np.where(ok, low, _ONE)).astype(np.int64) >> 3) + 1
+    return value, size, ok
 
 
 def varints(data: Bytes, at: Ints) -> tuple[NDArray[np.uint64], Ints]:
@@ -186,8 +216,8 @@ def _words(data: Bytes, at: Ints) -> tuple[NDArray[np.uint64], Ints]:
     size = np.zeros(len(at), np.int64)
     end = len(data)
     fast = np.flatnonzero(at <= end - 8)
-    windows = np.lib.stride_tricks.as_strided(data, (max(end - 7, 0), 8), (1, 1), writeable=False)
-    words = windows[at[fast]].view("<u8").ravel()
+    # A little-endian word at every byte: unaligned loads, one gather.
+    words = np.ndarray((max(end - 7, 0),), "<u8", data, 0, (1,))[at[fast]]
     stop = ~words & _CONTINUED
     short = stop != 0
     fast, words, stop = fast[short], words[short], stop[short]
@@ -241,17 +271,17 @@ def decode_line(serialized: bytes) -> EventColumns:
     raw = xspace.RawXLine()
     raw.ParseFromString(serialized)
     lengths = np.fromiter(map(len, raw.events), np.int64, len(raw.events))
-    data = np.frombuffer(serialized, np.uint8)
+    data = np.zeros(len(serialized) + _PAD, np.uint8)  # a word can be read at every byte
+    data[: len(serialized)] = np.frombuffer(serialized, np.uint8)
     first = _first_event(serialized) if len(lengths) else 0
     head = 1 + _varint_sizes(lengths)
     field_at = first + np.concatenate(([0], np.cumsum(head + lengths)[:-1]))
     if len(lengths):
-        if int(field_at[-1] + head[-1] + lengths[-1]) > len(data):
+        if int(field_at[-1] + head[-1] + lengths[-1]) > len(serialized):
             raise WireError("the events are not stored one after another")
-        if np.any(data[field_at] != _EVENTS):
-            raise WireError("the events are not stored one after another")
-        told, _ = varints(data, field_at + 1)
-        if np.any(told.astype(np.int64) != lengths):
+        word = _word_at(data, field_at)
+        told, _, ok = _leading_varint(word >> _EIGHT, 7)
+        if not np.all(ok & ((word & _BYTE) == _EVENTS) & (told.view(np.int64) == lengths)):
             raise WireError("the events are not stored one after another")
     at = field_at + head
     columns = _event_fields(data, at, at + lengths)
@@ -285,53 +315,112 @@ def _first_event(serialized: bytes) -> int:
     raise WireError("the line's events were not found")
 
 
+_CHUNK = 1 << 15
+"""Events decoded together: their arrays stay in the processor's cache."""
+
+
 def _event_fields(
     data: Bytes, at: Ints, end: Ints
 ) -> tuple[Ints, Ints, Ints, Ints, Ints, Ints, Ints]:
-    """The fields of the events whose payloads are ``data[at[i]:end[i]]``, in rounds."""
+    """The fields of the events whose payloads are ``data[at[i]:end[i]]``: metadata id,
+    offset, duration, the stats' pointer, ids, starts and ends (see :class:`EventColumns`),
+    a chunk of events at a time."""
     n = len(at)
     metadata_id, offset_ps, duration_ps = (np.zeros(n, np.int64) for _ in _FIELDS)
-    cur = at.copy()
-    for tag, column in zip(_FIELDS, (metadata_id, offset_ps, duration_ps), strict=True):
-        live = np.flatnonzero(cur < end)
-        hit = live[data[cur[live]] == tag]
-        value, size = varints(data, cur[hit] + 1)
-        column[hit] = value.view(np.int64)
-        cur[hit] += 1 + size
+    counts = np.zeros(n, np.int64)
+    stats: list[tuple[Ints, Ints, Ints]] = []
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        cur = at[lo:hi].copy()
+        stop = end[lo:hi]
+        for tag, column in zip(_FIELDS, (metadata_id, offset_ps, duration_ps), strict=True):
+            _scalar(data, cur, stop, tag, column[lo:hi])
+        counts[lo:hi], found = _stats(data, cur, stop)
+        stats.append(found)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    ids, stat_at, stat_end = (
+        np.concatenate([found[k] for found in stats]) if stats else np.zeros(0, np.int64)
+        for k in range(3)
+    )
+    return metadata_id, offset_ps, duration_ps, ptr, ids, stat_at, stat_end
+
+
+def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
+    """One varint field (``tag``) of each event, where its payload goes on with it (the
+    profiler leaves out a field that is 0): into ``column``; ``cur`` moves past it."""
+    word = _word_at(data, cur)
+    hit = (cur < end) & ((word & _BYTE) == tag)
+    value, size, ok = _leading_varint(word >> _EIGHT, 7)
+    if hit.all() and ok.all():
+        column[:] = value.view(np.int64)
+        cur += 1 + size
+        return
+    fast = hit & ok
+    column[fast] = value[fast].view(np.int64)
+    cur += np.where(fast, 1 + size, 0)
+    slow = np.flatnonzero(hit & ~ok)
+    if len(slow):
+        value, size = varints(data, cur[slow] + 1)
+        column[slow] = value.view(np.int64)
+        cur[slow] += 1 + size
+
+
+def _stats(data: Bytes, cur: Ints, end: Ints) -> tuple[Ints, tuple[Ints, Ints, Ints]]:
+    """The stats of events whose stats start at ``cur`` and end at ``end``, in rounds (the
+    first stat of each event, then the second...): how many each has, and their ids,
+    starts and ends grouped by event.
+
+    A stat's header, its length and its first field (the metadata id) are read from one
+    word where the length is one byte and the id at most five; others a field at a time.
+    """
     owners: list[Ints] = []
-    starts: list[Ints] = []
-    stops: list[Ints] = []
+    found: list[tuple[Ints, Ints, Ints]] = []
     live = np.flatnonzero(cur < end)
     while len(live):
-        tag = data[cur[live]]
-        stat = live[tag == _STATS]
-        if len(stat):
-            length, size = varints(data, cur[stat] + 1)
-            begin = cur[stat] + 1 + size
-            stop = begin + length.astype(np.int64)
-            if np.any(stop > end[stat]) or np.any(length >= 1 << 31):
-                raise WireError("a stat runs past its event")
-            owners.append(stat)
-            starts.append(begin)
-            stops.append(stop)
-            cur[stat] = stop
-        other = live[tag != _STATS]
-        if len(other):
+        here = cur[live]
+        word = _word_at(data, here)
+        is_stat = (word & _BYTE) == _STATS
+        if not is_stat.all():
+            other = live[~is_stat]
             if np.any(data[cur[other]] != _OCCURRENCES):
                 raise WireError("an event field this decoder does not know")
             _, size = varints(data, cur[other] + 1)
             cur[other] += 1 + size
-        live = live[cur[live] < end[live]]
+            live, here, word = live[is_stat], here[is_stat], word[is_stat]
+        length = ((word >> _EIGHT) & _BYTE).astype(np.int64)
+        ids, size, ok = _leading_varint(word >> np.uint64(24), 5)
+        begin = here + 2
+        stop = begin + length
+        fast = ok & (length < 0x80) & (((word >> np.uint64(16)) & _BYTE) == _STAT_ID)
+        fast &= length >= 1 + size
+        if not fast.all():
+            slow = np.flatnonzero(~fast)
+            told, size = varints(data, here[slow] + 1)
+            begin[slow] = here[slow] + 1 + size
+            stop[slow] = begin[slow] + told.astype(np.int64)
+            if np.any(told >= 1 << 31):
+                raise WireError("a stat runs past its event")
+            ids[slow] = _stat_ids(data, begin[slow], stop[slow]).view(np.uint64)
+        if np.any(stop > end[live]):
+            raise WireError("a stat runs past its event")
+        owners.append(live)
+        found.append((ids.view(np.int64), begin, stop))
+        cur[live] = stop
+        live = live[stop < end[live]]
     if np.any(cur != end):
         raise WireError("an event's fields run past its end")
-    owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
+    counts = np.zeros(len(cur), np.int64)
+    if not owners:
+        empty = np.zeros(0, np.int64)
+        return counts, (empty, empty, empty)
+    owner = np.concatenate(owners)
     order = np.argsort(owner, kind="stable")  # rounds in order: a stable merge of sorted runs
-    stat_at = np.concatenate(starts)[order] if starts else np.zeros(0, np.int64)
-    stat_end = np.concatenate(stops)[order] if stops else np.zeros(0, np.int64)
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
-    ids = _stat_ids(data, stat_at, stat_end)
-    return metadata_id, offset_ps, duration_ps, ptr, ids, stat_at, stat_end
+    counts += np.bincount(owner, minlength=len(cur))
+    stat_id: Ints = np.concatenate([f[0] for f in found])[order]
+    stat_at: Ints = np.concatenate([f[1] for f in found])[order]
+    stat_end: Ints = np.concatenate([f[2] for f in found])[order]
+    return counts, (stat_id, stat_at, stat_end)
 
 
 def _stat_ids(data: Bytes, at: Ints, end: Ints) -> Ints:
