@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.events import launched_program
 from xprof_magic._analysis.timeline.facts import LAUNCH
-from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.line import Floats, Ints, Line, first_of_each
 
 __all__ = ["correlated", "launch_spans"]
 
@@ -65,7 +65,7 @@ def correlated(
     """The line's launches of device work that name it (a ``correlation_id`` stat): each
     one's id and start (None: none). A stat read per distinct name first, then per event of
     those names only. ``order``, ``start`` and ``name_id`` are the line's in time order."""
-    _, first = np.unique(name_id, return_index=True)
+    _, first = first_of_each(name_id)
     if not len(first):
         return None
     named = line.has(order[first], "correlation_id")

@@ -19,6 +19,7 @@ __all__ = [
     "MetaLookup",
     "as_number",
     "dense",
+    "first_of_each",
     "no_values",
 ]
 
@@ -83,3 +84,15 @@ def dense(ids: Ints) -> tuple[Ints, Ints]:
     present = np.zeros(int(ids.max()) + 1, bool)
     present[ids] = True
     return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
+
+
+def first_of_each(ids: Ints) -> tuple[Ints, Ints]:
+    """The distinct ids in order and where each first occurs (``np.unique(ids,
+    return_index=True)``, without sorting the ids when they are small numbers)."""
+    if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
+        unique, first = np.unique(ids, return_index=True)
+        return unique, first.astype(np.int64)
+    first = np.full(int(ids.max()) + 1, len(ids), np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids)))
+    present = np.flatnonzero(first < len(ids))
+    return present, first[present]

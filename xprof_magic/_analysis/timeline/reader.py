@@ -55,7 +55,7 @@ from xprof_magic._analysis.timeline.facts import (
     TraceFacts,
 )
 from xprof_magic._analysis.timeline.launched import correlated, launch_spans
-from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.line import Floats, Ints, Line, first_of_each
 from xprof_magic._analysis.timeline.memory import allocations
 from xprof_magic._analysis.timeline.programs import program_time
 
@@ -347,25 +347,23 @@ class Reader:
         )
         self_ns = np.maximum(0.0, dur - child_ns)
         closed = nest.closed
-        key = cat[closed].astype(np.int64) * len(names) + name_id[closed]
-        unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        counts = np.bincount(inverse, minlength=len(unique))
-        sums = np.bincount(inverse, weights=self_ns[closed], minlength=len(unique))
+        # Per (category, name): events and self time, summed in closing order as before.
+        key = (cat[closed].astype(np.int64) + 1) * len(names) + name_id[closed]
+        unique, first = first_of_each(key)
+        counts = np.bincount(key, minlength=len(names) * (len(CATEGORIES) + 1))
+        sums = np.bincount(key, weights=self_ns[closed], minlength=len(counts))
         facts = self.facts
         for u in np.argsort(first, kind="stable").tolist():
-            category, name = (
-                CATEGORIES[int(unique[u]) // len(names)],
-                names[int(unique[u]) % len(names)],
-            )
+            k = int(unique[u])
+            category, name = CATEGORIES[k // len(names) - 1], names[k % len(names)]
             if category == XLA_OP:
                 table = facts.device_ops.setdefault(name, [0, 0.0])
             elif category == COMPILE:
                 table = facts.compile_ops.setdefault(name, [0, 0.0])
             else:
                 table = facts.host_ops.setdefault((name, category), [0, 0.0])
-            table[0] += int(counts[u])
-            table[1] += float(sums[u])
+            table[0] += int(counts[k])
+            table[1] += float(sums[k])
 
     def finish(self) -> None:
         """Union the CPU op spans; charge compilations seen off the Python threads by time."""
