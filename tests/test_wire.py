@@ -68,11 +68,11 @@ def _same_as_the_runtime(data: bytes) -> int:
             got = np.stack([columns.metadata_id, columns.offset_ps, columns.duration_ps], 1)
             want = [(e.metadata_id, e.offset_ps, e.duration_ps) for e in parsed.events]
             assert got.tolist() == [list(e) for e in want], (plane.name, parsed.name)
-            assert np.diff(columns.stat_ptr).tolist() == [len(e.stats) for e in parsed.events]
+            assert np.diff(columns.stats.ptr).tolist() == [len(e.stats) for e in parsed.events]
             stats = [s for e in parsed.events for s in e.stats]
-            assert columns.stat_id.tolist() == [s.metadata_id for s in stats]
+            assert columns.stats.id.tolist() == [s.metadata_id for s in stats]
             for j, stat in enumerate(stats):
-                assert xspace.parse_stat(columns.stat_bytes(j)) == stat
+                assert xspace.parse_stat(columns.stats.serialized(j)) == stat
             events += len(parsed.events)
     return events
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline import wire, xspace
+from xprof_magic._analysis.timeline import columns, wire, xspace
 from xprof_magic._analysis.timeline.line import (
     Floats,
     Ints,
@@ -60,7 +60,7 @@ class SerializedLines:
     hands the biggest lines of a big capture to worker processes this way.
     """
 
-    data: Sequence[bytes]
+    data: Sequence[wire.Buffer]
     names: dict[int, str]
     stat_ids: dict[str, set[int]]
     _stat_id: _StatIds = field(default_factory=lambda: _StatIds(), repr=False)
@@ -73,11 +73,11 @@ class SerializedLines:
         protobuf runtime where their layout is not the one the decoder knows."""
         data = self.data[index]
         try:
-            columns = wire.decode_line(data)
+            decoded = wire.decode_line(data)
         except wire.WireError:
             line = xspace.parse_line(data)
             return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
-        return wire.line_of(columns, self.names, self.stat_ids, self.meta)
+        return columns.line_of(decoded, self.names, self.stat_ids, self.meta)
 
 
 @dataclass
@@ -91,9 +91,14 @@ class Plane:
     """The lines before reading, when the plane comes from a file (not from objects)."""
 
 
-def xspace_planes(space: Any) -> list[Plane]:
-    """The planes of a parsed :data:`xspace.LazyXSpace`, each line parsed when reached."""
-    return [_proto_plane(plane) for plane in space.planes]
+def xspace_planes(
+    planes: Sequence[tuple[Any, Sequence[wire.Buffer], Sequence[tuple[int, int]]]],
+    release: Callable[[tuple[int, int]], None] | None = None,
+) -> list[Plane]:
+    """Planes as :func:`.space.split_space` gives them (a :data:`xspace.LazyXPlane` without
+    its lines, its lines' bytes and where they are in the file), each line read when
+    reached; ``release`` is told where a line was once it is read."""
+    return [_proto_plane(plane, lines, spans, release) for plane, lines, spans in planes]
 
 
 def object_planes(planes: Sequence[Any]) -> list[Plane]:
@@ -101,7 +106,12 @@ def object_planes(planes: Sequence[Any]) -> list[Plane]:
     return [_object_plane(plane) for plane in planes]
 
 
-def _proto_plane(plane: Any) -> Plane:
+def _proto_plane(
+    plane: Any,
+    data: Sequence[wire.Buffer],
+    spans: Sequence[tuple[int, int]],
+    release: Callable[[tuple[int, int]], None] | None,
+) -> Plane:
     names = {key: meta.name for key, meta in plane.event_metadata.items()}
     stat_ids: dict[str, set[int]] = {}
     for key, meta in plane.stat_metadata.items():
@@ -123,11 +133,13 @@ def _proto_plane(plane: Any) -> Plane:
             return str(stat_names.get(int(found.ref_value), ""))
         return xspace.stat_value(found)
 
-    serialized = SerializedLines(plane.lines, names, stat_ids, meta=meta_stat)
+    serialized = SerializedLines(data, names, stat_ids, meta=meta_stat)
 
     def lines() -> Iterator[Line]:
-        for i in range(len(plane.lines)):
+        for i in range(len(data)):
             yield serialized.line(i)
+            if release is not None:
+                release(spans[i])
 
     return Plane(plane.name, stats, lines, serialized)
 

@@ -87,7 +87,7 @@ def host_lines_in_parallel(reader: Reader, lines: SerializedLines, workers: pool
     shares = [[i for i, o in enumerate(owner) if o == k] for k in range(len(live))]
     for worker, share in zip(live, shares, strict=True):
         if share:
-            data = [lines.data[i] for i in share]
+            data = [bytes(lines.data[i]) for i in share]
             workers.send(worker, (data, lines.names, lines.stat_ids, settings))
             del data
     parts = {i: _read_part(lines, i, settings) for i, o in enumerate(owner) if o < 0}

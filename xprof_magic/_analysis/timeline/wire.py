@@ -24,17 +24,17 @@ field, on every stored capture.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import xspace
-from xprof_magic._analysis.timeline.line import Ints, Line, MetaLookup, dense
+from xprof_magic._analysis.timeline.line import Ints
 
-__all__ = ["EventColumns", "WireError", "decode_line", "line_of", "varints"]
+__all__ = ["Buffer", "EventColumns", "WireError", "decode_line", "varints"]
 
 Bytes = NDArray[np.uint8]
+Buffer = bytes | memoryview
 
 _EVENTS = 0x22  # XLine.events: field 4, length-delimited
 _FIELDS = (0x08, 0x10, 0x18)  # XEvent.metadata_id, offset_ps, duration_ps: varints
@@ -48,110 +48,44 @@ class WireError(ValueError):
 
 
 @dataclass
-class EventColumns:
-    """One line: its name and timestamp, and its events' fields as arrays, in stored order.
+class Stats:
+    """A line's stats, grouped by event: event ``i``'s are ``id[ptr[i]:ptr[i + 1]]``, in
+    stored order; ``at`` is where each one's serialized ``XStat`` starts in :attr:`data`
+    (its length is the varint just before)."""
 
-    Stats are grouped by event: event ``i``'s are ``stat_id[stat_ptr[i]:stat_ptr[i + 1]]``,
-    in stored order; ``stat_at``/``stat_end`` bound each one's serialized ``XStat`` in
-    :attr:`data`.
-    """
+    ptr: Ints
+    id: NDArray[np.int32]
+    at: NDArray[np.int32]
+    data: Bytes
+
+    def serialized(self, stat: int) -> bytes:
+        """Stat ``stat`` (an index into the columns), serialized."""
+        begin = int(self.at[stat])
+        first = begin - 1  # the length's last byte; the bytes before it with the high bit too
+        while first > 0 and self.data[first - 1] >= 0x80:
+            first -= 1
+        length, _ = _bytewise(self.data, np.array([first]))
+        return bytes(self.data[begin : begin + int(length[0])])
+
+    def owner(self) -> Ints:
+        """Each stat's event."""
+        return np.repeat(np.arange(len(self.ptr) - 1), np.diff(self.ptr))
+
+    def of(self, event: int) -> range:
+        """Event ``event``'s stats (indices into the columns), in stored order."""
+        return range(int(self.ptr[event]), int(self.ptr[event + 1]))
+
+
+@dataclass
+class EventColumns:
+    """One line: its name and timestamp, and its events' fields as arrays, in stored order."""
 
     name: str
     timestamp_ns: int
     metadata_id: Ints
     offset_ps: Ints
     duration_ps: Ints
-    stat_ptr: Ints
-    stat_id: Ints
-    stat_at: Ints
-    stat_end: Ints
-    data: Bytes
-
-    def stat_bytes(self, stat: int) -> bytes:
-        """Stat ``stat`` (an index into the stat columns), serialized."""
-        return bytes(self.data[int(self.stat_at[stat]) : int(self.stat_end[stat])])
-
-    def stat_owner(self) -> Ints:
-        """Each stat's event."""
-        return np.repeat(np.arange(len(self.metadata_id)), np.diff(self.stat_ptr))
-
-    def stats(self, event: int) -> range:
-        """Event ``event``'s stats (indices into the stat columns), in stored order."""
-        return range(int(self.stat_ptr[event]), int(self.stat_ptr[event + 1]))
-
-
-def line_of(
-    columns: EventColumns,
-    names: dict[int, str],
-    stat_ids: dict[str, set[int]],
-    meta: MetaLookup,
-) -> Line:
-    """The :class:`~.line.Line` of decoded columns (``names``, ``stat_ids``: the plane's
-    event names and stat ids by name; ``meta``: its event metadata's stats). A stat's value
-    is parsed by the runtime, only when asked for."""
-    unique, name_id = dense(columns.metadata_id)
-    ids = columns.stat_id
-    marks: dict[str, NDArray[np.bool_]] = {}
-    refs: dict[int, str] = {}
-
-    def marked(key: str) -> NDArray[np.bool_]:
-        if key not in marks:
-            found = np.zeros(len(name_id), bool)
-            wanted = stat_ids.get(key)
-            if wanted and len(ids):
-                found[columns.stat_owner()[np.isin(ids, list(wanted))]] = True
-            marks[key] = found
-        return marks[key]
-
-    def last(index: int, key: str) -> Any:
-        wanted = stat_ids.get(key)
-        if wanted:
-            for j in reversed(columns.stats(index)):
-                if int(ids[j]) in wanted:
-                    return xspace.parse_stat(columns.stat_bytes(j))
-        return None
-
-    def as_text(found: Any) -> str:
-        if found.WhichOneof("value") != "ref_value":
-            return xspace.stat_value(found)
-        if not refs:
-            for name, numbers in stat_ids.items():
-                for i in numbers:
-                    refs.setdefault(i, name)
-        return refs.get(int(found.ref_value), "")
-
-    def stat(index: int, key: str) -> str | None:
-        found = last(index, key)
-        return None if found is None else xspace.stat_value(found)
-
-    def text(index: int, key: str) -> str | None:
-        found = last(index, key)
-        return None if found is None else as_text(found)
-
-    def values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
-        out: dict[str, list[str | None]] = {key: [None] * len(index) for key in keys}
-        wanted = {i: key for key in keys for i in stat_ids.get(key, ())}
-        if not wanted:
-            return out
-        for k, event in enumerate(index.tolist()):
-            for j in columns.stats(event):
-                key = wanted.get(int(ids[j]))
-                if key is not None:
-                    out[key][k] = as_text(xspace.parse_stat(columns.stat_bytes(j)))
-        return out
-
-    return Line(
-        name=columns.name,
-        start=columns.timestamp_ns + columns.offset_ps / 1000.0,
-        dur=columns.duration_ps / 1000.0,
-        name_id=name_id,
-        names=[names.get(u, "") for u in unique.tolist()],
-        stat=stat,
-        has=lambda index, key: marked(key)[index],
-        text=text,
-        meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
-        values=values,
-    )
+    stats: Stats
 
 
 _CONTINUED = np.uint64(0x8080808080808080)
@@ -163,14 +97,19 @@ _PAIRS = [
     (np.uint64(0x0FFFFFFF00000000), np.uint64(0x000000000FFFFFFF), np.uint64(4)),
 ]
 _ONE, _EIGHT, _BYTE = np.uint64(1), np.uint64(8), np.uint64(0xFF)
-_PAD = 16
 
 
 def _word_at(data: Bytes, at: Ints) -> NDArray[np.uint64]:
-    """The little-endian 8-byte word at each position ``at`` (``data`` padded with
-    :data:`_PAD` bytes): one gather of unaligned loads."""
-    words: NDArray[np.uint64] = np.ndarray((len(data) - 7,), "<u8", data, 0, (1,))
-    return words[at]
+    """The little-endian 8-byte word at each position ``at``: one gather of unaligned
+    loads; past the end of ``data`` (at least 8 bytes) the bytes read as zeros."""
+    last = len(data) - 8
+    words: NDArray[np.uint64] = np.ndarray((last + 1,), "<u8", data, 0, (1,))
+    if not len(at) or int(at.max()) <= last:
+        return words[at]
+    found = words[np.minimum(at, last)]
+    over = np.flatnonzero(at > last)
+    found[over] >>= ((at[over] - last) * 8).astype(np.uint64)
+    return found
 
 
 def _leading_varint(
@@ -266,13 +205,16 @@ def _varint_sizes(values: Ints) -> Ints:
     return size
 
 
-def decode_line(serialized: bytes) -> EventColumns:
+def decode_line(serialized: Buffer) -> EventColumns:
     """A serialized ``XLine`` as columns; :class:`WireError` where the layout is unexpected."""
     raw = xspace.RawXLine()
     raw.ParseFromString(serialized)
     lengths = np.fromiter(map(len, raw.events), np.int64, len(raw.events))
-    data = np.zeros(len(serialized) + _PAD, np.uint8)  # a word can be read at every byte
-    data[: len(serialized)] = np.frombuffer(serialized, np.uint8)
+    if len(serialized) >= 1 << 31:
+        raise WireError("a line of 2 GB or more")
+    data = np.frombuffer(serialized, np.uint8)
+    if len(data) < 8:  # words are read at every byte: a short line is read padded
+        data = np.concatenate([data, np.zeros(8, np.uint8)])
     first = _first_event(serialized) if len(lengths) else 0
     head = 1 + _varint_sizes(lengths)
     field_at = first + np.concatenate(([0], np.cumsum(head + lengths)[:-1]))
@@ -284,11 +226,12 @@ def decode_line(serialized: bytes) -> EventColumns:
         if not np.all(ok & ((word & _BYTE) == _EVENTS) & (told.view(np.int64) == lengths)):
             raise WireError("the events are not stored one after another")
     at = field_at + head
-    columns = _event_fields(data, at, at + lengths)
-    return EventColumns(raw.name, int(raw.timestamp_ns), *columns, data)
+    metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(data, at, at + lengths)
+    stats = Stats(ptr, ids, stat_at, data)
+    return EventColumns(raw.name, int(raw.timestamp_ns), metadata_id, offset_ps, duration_ps, stats)
 
 
-def _first_event(serialized: bytes) -> int:
+def _first_event(serialized: Buffer) -> int:
     """Where the line's first ``events`` field starts: after its other fields, in Python
     (a line has a handful of fields before its events)."""
     data = np.frombuffer(serialized, np.uint8)
@@ -321,29 +264,36 @@ _CHUNK = 1 << 15
 
 def _event_fields(
     data: Bytes, at: Ints, end: Ints
-) -> tuple[Ints, Ints, Ints, Ints, Ints, Ints, Ints]:
+) -> tuple[Ints, Ints, Ints, Ints, NDArray[np.int32], NDArray[np.int32]]:
     """The fields of the events whose payloads are ``data[at[i]:end[i]]``: metadata id,
-    offset, duration, the stats' pointer, ids, starts and ends (see :class:`EventColumns`),
-    a chunk of events at a time."""
+    offset, duration, and their stats' pointer, ids and starts (see :class:`Stats`), a
+    chunk of events at a time."""
     n = len(at)
     metadata_id, offset_ps, duration_ps = (np.zeros(n, np.int64) for _ in _FIELDS)
     counts = np.zeros(n, np.int64)
-    stats: list[tuple[Ints, Ints, Ints]] = []
+    ids: list[NDArray[np.int32]] = []
+    starts: list[NDArray[np.int32]] = []
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
         cur = at[lo:hi].copy()
         stop = end[lo:hi]
         for tag, column in zip(_FIELDS, (metadata_id, offset_ps, duration_ps), strict=True):
             _scalar(data, cur, stop, tag, column[lo:hi])
-        counts[lo:hi], found = _stats(data, cur, stop)
-        stats.append(found)
+        counts[lo:hi], (chunk_ids, chunk_at) = _stats(data, cur, stop)
+        ids.append(chunk_ids)
+        starts.append(chunk_at)
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])
-    ids, stat_at, stat_end = (
-        np.concatenate([found[k] for found in stats]) if stats else np.zeros(0, np.int64)
-        for k in range(3)
-    )
-    return metadata_id, offset_ps, duration_ps, ptr, ids, stat_at, stat_end
+    if not ids:
+        return (
+            metadata_id,
+            offset_ps,
+            duration_ps,
+            ptr,
+            np.zeros(0, np.int32),
+            np.zeros(0, np.int32),
+        )
+    return metadata_id, offset_ps, duration_ps, ptr, np.concatenate(ids), np.concatenate(starts)
 
 
 def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
@@ -366,16 +316,18 @@ def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
         cur[slow] += 1 + size
 
 
-def _stats(data: Bytes, cur: Ints, end: Ints) -> tuple[Ints, tuple[Ints, Ints, Ints]]:
+def _stats(
+    data: Bytes, cur: Ints, end: Ints
+) -> tuple[Ints, tuple[NDArray[np.int32], NDArray[np.int32]]]:
     """The stats of events whose stats start at ``cur`` and end at ``end``, in rounds (the
-    first stat of each event, then the second...): how many each has, and their ids,
-    starts and ends grouped by event.
+    first stat of each event, then the second...): how many each has, and their ids and
+    starts grouped by event.
 
     A stat's header, its length and its first field (the metadata id) are read from one
     word where the length is one byte and the id at most five; others a field at a time.
     """
     owners: list[Ints] = []
-    found: list[tuple[Ints, Ints, Ints]] = []
+    found: list[tuple[Ints, Ints]] = []
     live = np.flatnonzero(cur < end)
     while len(live):
         here = cur[live]
@@ -405,22 +357,22 @@ def _stats(data: Bytes, cur: Ints, end: Ints) -> tuple[Ints, tuple[Ints, Ints, I
         if np.any(stop > end[live]):
             raise WireError("a stat runs past its event")
         owners.append(live)
-        found.append((ids.view(np.int64), begin, stop))
+        found.append((ids.view(np.int64), begin))
         cur[live] = stop
         live = live[stop < end[live]]
     if np.any(cur != end):
         raise WireError("an event's fields run past its end")
     counts = np.zeros(len(cur), np.int64)
     if not owners:
-        empty = np.zeros(0, np.int64)
-        return counts, (empty, empty, empty)
+        return counts, (np.zeros(0, np.int32), np.zeros(0, np.int32))
     owner = np.concatenate(owners)
     order = np.argsort(owner, kind="stable")  # rounds in order: a stable merge of sorted runs
     counts += np.bincount(owner, minlength=len(cur))
-    stat_id: Ints = np.concatenate([f[0] for f in found])[order]
-    stat_at: Ints = np.concatenate([f[1] for f in found])[order]
-    stat_end: Ints = np.concatenate([f[2] for f in found])[order]
-    return counts, (stat_id, stat_at, stat_end)
+    stat_id = np.concatenate([f[0] for f in found])[order]
+    if len(stat_id) and (stat_id.min() < 0 or stat_id.max() >= 1 << 31):
+        raise WireError("a stat metadata id over 31 bits")
+    stat_at = np.concatenate([f[1] for f in found])[order]
+    return counts, (stat_id.astype(np.int32), stat_at.astype(np.int32))
 
 
 def _stat_ids(data: Bytes, at: Ints, end: Ints) -> Ints:
