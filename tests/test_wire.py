@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from xprof_magic._analysis.timeline import wire, xspace
+from xprof_magic._analysis.timeline import varint, wire, xspace
 from xprof_magic._analysis.timeline.trace import read_trace
 from xprof_magic._backends import NEUTRAL
 from xprof_magic._backends.jax_vocabulary import VOCABULARY as JAX_WORDS
@@ -152,7 +152,7 @@ def test_varints_of_every_size() -> None:
                 break
     data += b"\x05"  # a last one-byte varint, in the last 8 bytes
     at.append(len(data) - 1)
-    found, size = wire.varints(np.frombuffer(bytes(data), np.uint8), np.array(at))
+    found, size = varint.varints(np.frombuffer(bytes(data), np.uint8), np.array(at))
     assert found.tolist() == [*values, 5]
     assert size.tolist() == np.diff([*at, len(data)]).tolist()
 

@@ -34,7 +34,7 @@ from xprof_magic._analysis.timeline.facts import (
     Block,
     TraceFacts,
 )
-from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, merge
+from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, coverage, covered, merge
 
 __all__ = [
     "STALE_NS",
@@ -226,6 +226,7 @@ def step_spans(
     step's with the next steps' host time in it."""
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
     launched, done = work
+    busy_before = coverage(busy)
     out: list[tuple[int, float, float]] = []
     previous: float | None = None
     ended: float | None = None
@@ -242,7 +243,7 @@ def step_spans(
         lo, hi = np.searchsorted(launched, [start, b.end], side="left")
         finished = float(done[lo:hi].max()) if hi > lo else b.end
         if finished > b.end:
-            worked = covered(busy, np.array([b.end, finished]))
+            worked = busy_before(np.array([b.end, finished]))
             finished = b.end + float(worked[1] - worked[0])
         if ended is not None:
             start = max(start, ended)

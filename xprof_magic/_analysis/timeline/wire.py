@@ -30,10 +30,19 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import xspace
 from xprof_magic._analysis.timeline.line import Ints
+from xprof_magic._analysis.timeline.varint import (
+    BYTE,
+    EIGHT,
+    Bytes,
+    WireError,
+    leading_varint,
+    varint_sizes,
+    varints,
+    word_at,
+)
 
-__all__ = ["Buffer", "EventColumns", "WireError", "decode_line", "varints"]
+__all__ = ["Buffer", "EventColumns", "Stats", "WireError", "decode_line"]
 
-Bytes = NDArray[np.uint8]
 Buffer = bytes | memoryview
 
 _EVENTS = 0x22  # XLine.events: field 4, length-delimited
@@ -41,10 +50,6 @@ _FIELDS = (0x08, 0x10, 0x18)  # XEvent.metadata_id, offset_ps, duration_ps: vari
 _STATS = 0x22  # XEvent.stats: field 4, length-delimited
 _OCCURRENCES = 0x28  # XEvent.num_occurrences: field 5, varint (the reader ignores it)
 _STAT_ID = 0x08  # XStat.metadata_id: field 1, varint
-
-
-class WireError(ValueError):
-    """The bytes are not laid out as this decoder expects: read them through the runtime."""
 
 
 @dataclass
@@ -61,11 +66,14 @@ class Stats:
     def serialized(self, stat: int) -> bytes:
         """Stat ``stat`` (an index into the columns), serialized."""
         begin = int(self.at[stat])
-        first = begin - 1  # the length's last byte; the bytes before it with the high bit too
-        while first > 0 and self.data[first - 1] >= 0x80:
+        head = self.data[max(0, begin - 11) : begin].tobytes()  # its tag and length
+        first = len(head) - 1  # the length's last byte; those before it with the high bit
+        while first > 0 and head[first - 1] >= 0x80:
             first -= 1
-        length, _ = _bytewise(self.data, np.array([first]))
-        return bytes(self.data[begin : begin + int(length[0])])
+        length = 0
+        for k, byte in enumerate(head[first:]):
+            length |= (byte & 0x7F) << (7 * k)
+        return self.data[begin : begin + length].tobytes()
 
     def owner(self) -> Ints:
         """Each stat's event."""
@@ -88,123 +96,6 @@ class EventColumns:
     stats: Stats
 
 
-_CONTINUED = np.uint64(0x8080808080808080)
-_LOW7 = [np.uint64(0x7F << (7 * k)) for k in range(8)]
-_SEVEN = np.uint64(0x7F7F7F7F7F7F7F7F)
-_PAIRS = [
-    (np.uint64(0x7F007F007F007F00), np.uint64(0x007F007F007F007F), np.uint64(1)),
-    (np.uint64(0x3FFF00003FFF0000), np.uint64(0x00003FFF00003FFF), np.uint64(2)),
-    (np.uint64(0x0FFFFFFF00000000), np.uint64(0x000000000FFFFFFF), np.uint64(4)),
-]
-_ONE, _EIGHT, _BYTE = np.uint64(1), np.uint64(8), np.uint64(0xFF)
-
-
-def _word_at(data: Bytes, at: Ints) -> NDArray[np.uint64]:
-    """The little-endian 8-byte word at each position ``at``: one gather of unaligned
-    loads; past the end of ``data`` (at least 8 bytes) the bytes read as zeros."""
-    last = len(data) - 8
-    words: NDArray[np.uint64] = np.ndarray((last + 1,), "<u8", data, 0, (1,))
-    if not len(at) or int(at.max()) <= last:
-        return words[at]
-    found = words[np.minimum(at, last)]
-    over = np.flatnonzero(at > last)
-    found[over] >>= ((at[over] - last) * 8).astype(np.uint64)
-    return found
-
-
-def _leading_varint(
-    word: NDArray[np.uint64], most: int
-) -> tuple[NDArray[np.uint64], Ints, NDArray[np.bool_]]:
-    """The varint each word starts with: its value and size, and whether it ends within the
-    word's first ``most`` bytes (where not, the value and size mean nothing)."""
-    stop = ~word & _CONTINUED
-    low = stop & (~stop + _ONE)  # the first byte without a continuation bit
-    ok = (stop != 0) & (low <= np.uint64(1 << (8 * most - 1)))
-    value = word & ((low << _ONE) - _ONE) & _SEVEN
-    for high, low_half, shift in _PAIRS:  # 7-bit groups, two by two, into one number
-        value = ((value & high) >> shift) | (value & low_half)
-    size = (np.log2(np.where(ok, low, _ONE)).astype(np.int64) >> 3) + 1
-    return value, size, ok
-
-
-def varints(data: Bytes, at: Ints) -> tuple[NDArray[np.uint64], Ints]:
-    """The values (as unsigned 64-bit) and sizes in bytes of the varints starting at ``at``.
-
-    Most are one byte (lengths, ids); the rest are read 8 bytes at a time (:func:`_words`).
-    """
-    if not len(at):
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    if int(at.max()) >= len(data) or int(at.min()) < 0:
-        raise WireError("a varint runs past the end")
-    first = data[at]
-    value = (first & 0x7F).astype(np.uint64)
-    size = np.ones(len(at), np.int64)
-    more = np.flatnonzero(first >= 0x80)
-    if len(more):
-        rest, extra = _words(data, at[more] + 1)
-        value[more] |= rest << np.uint64(7)
-        size[more] += extra
-    return value, size
-
-
-def _words(data: Bytes, at: Ints) -> tuple[NDArray[np.uint64], Ints]:
-    """:func:`varints`, each one's first 8 bytes read as a little-endian word: its size is
-    where the first byte without the continuation bit is, its value the 7-bit groups up to
-    there. Longer varints and those in the last 8 bytes are read a byte at a time."""
-    value = np.zeros(len(at), np.uint64)
-    size = np.zeros(len(at), np.int64)
-    end = len(data)
-    fast = np.flatnonzero(at <= end - 8)
-    # A little-endian word at every byte: unaligned loads, one gather.
-    words = np.ndarray((max(end - 7, 0),), "<u8", data, 0, (1,))[at[fast]]
-    stop = ~words & _CONTINUED
-    short = stop != 0
-    fast, words, stop = fast[short], words[short], stop[short]
-    low = stop & (~stop + np.uint64(1))  # the first byte without a continuation bit
-    words &= (low << np.uint64(1)) - np.uint64(1)
-    found = words & _LOW7[0]
-    for k in range(1, 8):
-        found |= (words >> np.uint64(k)) & _LOW7[k]
-    value[fast] = found
-    size[fast] = (np.log2(low).astype(np.int64) + 1) // 8
-    rest = np.ones(len(at), bool)
-    rest[fast] = False
-    slow = np.flatnonzero(rest)
-    if len(slow):
-        value[slow], size[slow] = _bytewise(data, at[slow])
-    return value, size
-
-
-def _bytewise(data: Bytes, at: Ints) -> tuple[NDArray[np.uint64], Ints]:
-    """:func:`varints`, a byte at a time."""
-    value = np.zeros(len(at), np.uint64)
-    size = np.zeros(len(at), np.int64)
-    live = np.arange(len(at))
-    end = len(data)
-    for k in range(10):
-        if not len(live):
-            return value, size
-        where = at[live] + k
-        if where.max(initial=0) >= end:
-            raise WireError("a varint runs past the end")
-        byte = data[where]
-        value[live] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        more = byte >= 0x80
-        size[live[~more]] = k + 1
-        live = live[more]
-    if len(live):
-        raise WireError("a varint longer than 10 bytes")
-    return value, size
-
-
-def _varint_sizes(values: Ints) -> Ints:
-    """How many bytes each (non-negative) value takes as a varint."""
-    size = np.ones(len(values), np.int64)
-    for k in range(1, 10):
-        size += values >= (1 << (7 * k))
-    return size
-
-
 def decode_line(serialized: Buffer) -> EventColumns:
     """A serialized ``XLine`` as columns; :class:`WireError` where the layout is unexpected."""
     raw = xspace.RawXLine()
@@ -216,15 +107,21 @@ def decode_line(serialized: Buffer) -> EventColumns:
     if len(data) < 8:  # words are read at every byte: a short line is read padded
         data = np.concatenate([data, np.zeros(8, np.uint8)])
     first = _first_event(serialized) if len(lengths) else 0
-    head = 1 + _varint_sizes(lengths)
+    head = 1 + varint_sizes(lengths)
     field_at = first + np.concatenate(([0], np.cumsum(head + lengths)[:-1]))
     if len(lengths):
         if int(field_at[-1] + head[-1] + lengths[-1]) > len(serialized):
             raise WireError("the events are not stored one after another")
-        word = _word_at(data, field_at)
-        told, _, ok = _leading_varint(word >> _EIGHT, 7)
-        if not np.all(ok & ((word & _BYTE) == _EVENTS) & (told.view(np.int64) == lengths)):
-            raise WireError("the events are not stored one after another")
+        # Each header is the events field's tag and the event's length: two bytes where
+        # the length is under 128, compared as one number; the others in full.
+        pairs: NDArray[np.uint16] = np.ndarray((len(data) - 1,), "<u2", data, 0, (1,))
+        other = np.flatnonzero(pairs[field_at] != (_EVENTS | (lengths << 8)))
+        if len(other):
+            word = word_at(data, field_at[other])
+            told, _, ok = leading_varint(word >> EIGHT, 7)
+            same = (word & BYTE) == _EVENTS
+            if not np.all(ok & same & (told.view(np.int64) == lengths[other])):
+                raise WireError("the events are not stored one after another")
     at = field_at + head
     metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(data, at, at + lengths)
     stats = Stats(ptr, ids, stat_at, data)
@@ -299,9 +196,9 @@ def _event_fields(
 def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
     """One varint field (``tag``) of each event, where its payload goes on with it (the
     profiler leaves out a field that is 0): into ``column``; ``cur`` moves past it."""
-    word = _word_at(data, cur)
-    hit = (cur < end) & ((word & _BYTE) == tag)
-    value, size, ok = _leading_varint(word >> _EIGHT, 7)
+    word = word_at(data, cur)
+    hit = (cur < end) & ((word & BYTE) == tag)
+    value, size, ok = leading_varint(word >> EIGHT, 7)
     if hit.all() and ok.all():
         column[:] = value.view(np.int64)
         cur += 1 + size
@@ -331,8 +228,8 @@ def _stats(
     live = np.flatnonzero(cur < end)
     while len(live):
         here = cur[live]
-        word = _word_at(data, here)
-        is_stat = (word & _BYTE) == _STATS
+        word = word_at(data, here)
+        is_stat = (word & BYTE) == _STATS
         if not is_stat.all():
             other = live[~is_stat]
             if np.any(data[cur[other]] != _OCCURRENCES):
@@ -340,11 +237,11 @@ def _stats(
             _, size = varints(data, cur[other] + 1)
             cur[other] += 1 + size
             live, here, word = live[is_stat], here[is_stat], word[is_stat]
-        length = ((word >> _EIGHT) & _BYTE).astype(np.int64)
-        ids, size, ok = _leading_varint(word >> np.uint64(24), 5)
+        length = ((word >> EIGHT) & BYTE).astype(np.int64)
+        ids, size, ok = leading_varint(word >> np.uint64(24), 5)
         begin = here + 2
         stop = begin + length
-        fast = ok & (length < 0x80) & (((word >> np.uint64(16)) & _BYTE) == _STAT_ID)
+        fast = ok & (length < 0x80) & (((word >> np.uint64(16)) & BYTE) == _STAT_ID)
         fast &= length >= 1 + size
         if not fast.all():
             slow = np.flatnonzero(~fast)
