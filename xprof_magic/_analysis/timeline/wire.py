@@ -101,6 +101,8 @@ def decode_line(serialized: Buffer) -> EventColumns:
     raw = xspace.RawXLine()
     raw.ParseFromString(serialized)
     lengths = np.fromiter(map(len, raw.events), np.int64, len(raw.events))
+    name, timestamp_ns = raw.name, int(raw.timestamp_ns)
+    del raw  # the runtime's copy of the events: only their lengths were wanted
     if len(serialized) >= 1 << 31:
         raise WireError("a line of 2 GB or more")
     data = np.frombuffer(serialized, np.uint8)
@@ -123,9 +125,10 @@ def decode_line(serialized: Buffer) -> EventColumns:
             if not np.all(ok & same & (told.view(np.int64) == lengths[other])):
                 raise WireError("the events are not stored one after another")
     at = field_at + head
+    del field_at, head
     metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(data, at, at + lengths)
     stats = Stats(ptr, ids, stat_at, data)
-    return EventColumns(raw.name, int(raw.timestamp_ns), metadata_id, offset_ps, duration_ps, stats)
+    return EventColumns(name, timestamp_ns, metadata_id, offset_ps, duration_ps, stats)
 
 
 def _first_event(serialized: Buffer) -> int:
