@@ -140,6 +140,29 @@ def test_the_facts_of_a_cpu_capture_are_the_runtimes(
     assert decoded.blocks and decoded.device_ops and decoded.compile_count
 
 
+@pytest.mark.parametrize("name", [name for name, _ in STORED])
+def test_whole_numbers_read_at_once_are_each_events(name: str) -> None:
+    """:meth:`Line.ints` from the columns (varints decoded in bulk) against each event's
+    stat text, for every stat name any event of a line has."""
+    from xprof_magic._analysis.timeline.line import as_int
+    from xprof_magic._analysis.timeline.lines import xspace_planes
+    from xprof_magic._analysis.timeline.space import split_space
+
+    checked = 0
+    for plane in xspace_planes(split_space(_bytes(dict(STORED)[name]))):
+        assert plane.serialized is not None
+        keys = list(plane.serialized.stat_ids)
+        for line in plane.lines():
+            every = np.arange(len(line.start))
+            for key in keys:
+                if not line.has(every, key).any():
+                    continue
+                want = [as_int(line.stat(i, key)) for i in every.tolist()]
+                assert line.ints(every, key) == want, (plane.name, line.name, key)
+                checked += sum(v is not None for v in want)
+    assert checked
+
+
 def test_varints_of_every_size() -> None:
     values = [0, 1, 127, 128, 300, 2**21, 2**35 + 7, 2**56 - 1, 2**56, 2**63, 2**64 - 1]
     data, at = bytearray(), []

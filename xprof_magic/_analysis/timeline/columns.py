@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import xspace
-from xprof_magic._analysis.timeline.line import Ints, Line, MetaLookup, dense
+from xprof_magic._analysis.timeline.line import Ints, Line, MetaLookup, as_int, dense
 from xprof_magic._analysis.timeline.wire import EventColumns
 
 __all__ = ["line_of"]
@@ -82,6 +82,38 @@ def line_of(
                     out[key][k] = as_text(xspace.parse_stat(stats.serialized(j)))
         return out
 
+    def integers(index: Ints, key: str) -> list[int | None]:
+        out: list[int | None] = [None] * len(index)
+        wanted = stat_ids.get(key)
+        if not wanted or not len(index):
+            return out
+        # Every stat of those events, then the last of each event's named so.
+        lo = stats.ptr[index]
+        counts = stats.ptr[index + 1] - lo
+        first = np.cumsum(counts) - counts
+        owner = np.repeat(np.arange(len(index)), counts)
+        every = np.arange(int(counts.sum())) - np.repeat(first - lo, counts)
+        named = np.isin(ids[every], list(wanted))
+        last = np.full(len(index), -1, np.int64)
+        np.maximum.at(last, owner[named], every[named])
+        found = np.flatnonzero(last >= 0)
+        value, plain, tag = stats.integers(last[found])
+        signed = value.view(np.int64)
+        for k, j, number, sign, ok, kind in zip(
+            found.tolist(),
+            last[found].tolist(),
+            value.tolist(),
+            signed.tolist(),
+            plain.tolist(),
+            tag.tolist(),
+            strict=True,
+        ):
+            if ok:
+                out[k] = sign if kind == 0x20 else number
+            else:
+                out[k] = as_int(xspace.stat_value(xspace.parse_stat(stats.serialized(j))))
+        return out
+
     return Line(
         name=columns.name,
         start=columns.timestamp_ns + columns.offset_ps / 1000.0,
@@ -93,4 +125,5 @@ def line_of(
         text=text,
         meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
         values=values,
+        integers=integers,
     )

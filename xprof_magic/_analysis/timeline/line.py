@@ -17,6 +17,7 @@ __all__ = [
     "Ints",
     "Line",
     "MetaLookup",
+    "as_int",
     "as_number",
     "dense",
     "first_of_each",
@@ -30,6 +31,7 @@ StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
 MetaStat = Callable[[str], "list[str | None]"]
 MetaLookup = Callable[[int, str], "str | None"]
 StatValues = Callable[[Ints, tuple[str, ...]], "dict[str, list[str | None]]"]
+StatIntegers = Callable[[Ints, str], "list[int | None]"]
 
 
 @dataclass
@@ -58,6 +60,17 @@ class Line:
     events whose every value matters (a GPU kernel's ``correlation_id``, an allocator's
     figures). The default knows none."""
 
+    integers: StatIntegers | None = field(default=None, repr=False)
+    """``integers(events, key)``: as :meth:`ints`, all at once (None: one :attr:`stat` an
+    event)."""
+
+    def ints(self, index: Ints, key: str) -> list[int | None]:
+        """Each of those events' last stat named ``key`` as a whole number (None where it
+        has none, or its text is not one): step numbers."""
+        if self.integers is not None:
+            return self.integers(index, key)
+        return [as_int(self.stat(i, key)) for i in index.tolist()]
+
     def numbers(self, index: Ints, key: str) -> Floats:
         """Each of those events' last stat named ``key`` as a number (NaN where it has
         none, or not a number)."""
@@ -74,6 +87,16 @@ def as_number(text: str | None) -> float:
         return float(text) if text else np.nan
     except ValueError:
         return np.nan
+
+
+def as_int(text: str | None) -> int | None:
+    """A stat's text as a whole number (None: none, or not one)."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def dense(ids: Ints) -> tuple[Ints, Ints]:

@@ -39,7 +39,7 @@ from xprof_magic._analysis.timeline.events import (
     XLA_CPU_CLIENT_GROUPS,
     Runtime,
     name_flags,
-    step_num,
+    step_nums,
     thread_group,
 )
 from xprof_magic._analysis.timeline.facts import (
@@ -178,9 +178,10 @@ class Reader:
             if python:
                 open_ = ~np.isin(parent_cat, (_RUNTIME, _XLA_OP))
                 maybe_block = open_ & ~(runtime & ~flag["label"][ids]) & ~compile_
-                for j in np.flatnonzero(maybe_block).tolist():
-                    at = int(here[j])
-                    steps[at] = number = step_num(line, int(order[at]))
+                blocks = np.flatnonzero(maybe_block)
+                numbers = step_nums(line, order[here[blocks]])
+                for j, number in zip(blocks.tolist(), numbers, strict=True):
+                    steps[int(here[j])] = number
                     if number is not None:
                         mine[j] = _STEP
                     else:

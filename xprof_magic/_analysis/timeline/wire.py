@@ -50,6 +50,7 @@ _FIELDS = (0x08, 0x10, 0x18)  # XEvent.metadata_id, offset_ps, duration_ps: vari
 _STATS = 0x22  # XEvent.stats: field 4, length-delimited
 _OCCURRENCES = 0x28  # XEvent.num_occurrences: field 5, varint (the reader ignores it)
 _STAT_ID = 0x08  # XStat.metadata_id: field 1, varint
+_UINT64, _INT64 = 0x18, 0x20  # XStat.uint64_value (3), int64_value (4): varints
 
 
 @dataclass
@@ -74,6 +75,27 @@ class Stats:
         for k, byte in enumerate(head[first:]):
             length |= (byte & 0x7F) << (7 * k)
         return self.data[begin : begin + length].tobytes()
+
+    def integers(self, stats: Ints) -> tuple[NDArray[np.uint64], NDArray[np.bool_], Ints]:
+        """The value of each of those stats that holds a whole number and nothing else
+        after its metadata id (an ``int64_value`` or ``uint64_value``, with a one-byte
+        length): the number's bits, whether the stat is one of those, and its field's tag
+        (``0x20``: signed)."""
+        at = self.at[stats].astype(np.int64)
+        data = self.data
+        ok = at >= 2
+        back = np.where(ok, at, 2)
+        length = data[back - 1].astype(np.int64)
+        ok &= (length < 0x80) & (data[back - 2] == _STATS)
+        word = word_at(data, at)
+        ok &= (word & BYTE) == _STAT_ID
+        _, id_size, id_ok = leading_varint(word >> EIGHT, 7)
+        value_word = word_at(data, at + 1 + np.where(id_ok, id_size, 0))
+        tag = (value_word & BYTE).astype(np.int64)
+        value, size, value_ok = leading_varint(value_word >> EIGHT, 7)
+        ok &= id_ok & value_ok & ((tag == _UINT64) | (tag == _INT64))
+        ok &= 2 + id_size + size == length
+        return value, ok, tag
 
     def owner(self) -> Ints:
         """Each stat's event."""
