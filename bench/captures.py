@@ -321,8 +321,9 @@ def report(result: dict[str, Any]) -> str:
     lines = [
         "| capture | xplane | summary (CPU here + workers) | summary peak RSS (a worker's) "
         "| one process: summary (CPU) | peak RSS | overview_page (CPU) "
-        "| overview peak RSS | ParseFromString (peak RSS) | summary / overview |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| overview peak RSS | ParseFromString (CPU; peak RSS) | summary / overview "
+        "| summary CPU / parse CPU | summary peak RSS / file |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in result["summary"]:
         cells = [row["capture"], f"{row['mb']:.1f} MB"]
@@ -338,11 +339,22 @@ def report(result: dict[str, Any]) -> str:
             else:
                 cells += [f"{got['s']:.2f} s ({got['cpu_s']:.2f} s)", f"{got['rss_mb']:.0f} MB"]
         parse = row.get("parse")
-        cells.append(f"{parse['s']:.2f} s ({parse['rss_mb']:.0f} MB)" if parse else "")
-        if "summary" in row and "overview_page" in row:
-            cells.append(f"{row['summary']['s'] / row['overview_page']['s']:.2f}")
+        cells.append(
+            f"{parse['s']:.2f} s ({parse['cpu_s']:.2f} s; {parse['rss_mb']:.0f} MB)"
+            if parse
+            else ""
+        )
+        summary = row.get("summary")
+        if summary and "overview_page" in row:
+            cells.append(f"{summary['s'] / row['overview_page']['s']:.2f}")
         else:
             cells.append("")
+        if summary and parse:
+            cpu = summary["cpu_s"] + summary.get("workers_cpu_s", 0.0)
+            cells.append(f"{cpu / parse['cpu_s']:.2f}")
+        else:
+            cells.append("")
+        cells.append(f"{summary['rss_mb'] / row['mb']:.1f}" if summary else "")
         lines.append("| " + " | ".join(cells) + " |")
     windows = result.get("step_window", [])
     if windows:
