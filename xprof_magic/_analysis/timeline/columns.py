@@ -41,7 +41,9 @@ def line_of(
             found = np.zeros(len(name_id), bool)
             wanted = stat_ids.get(key)
             if wanted and len(ids):
-                found[stats.owner()[np.isin(ids, list(wanted))]] = True
+                # How many of each event's stats are named so: a running count's steps.
+                named = np.concatenate(([0], np.cumsum(np.isin(ids, list(wanted)))))
+                found = named[stats.ptr[1:]] > named[stats.ptr[:-1]]
             marks[key] = found
         return marks[key]
 

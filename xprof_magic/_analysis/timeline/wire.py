@@ -97,10 +97,6 @@ class Stats:
         ok &= 2 + id_size + size == length
         return value, ok, tag
 
-    def owner(self) -> Ints:
-        """Each stat's event."""
-        return np.repeat(np.arange(len(self.ptr) - 1), np.diff(self.ptr))
-
     def of(self, event: int) -> range:
         """Event ``event``'s stats (indices into the columns), in stored order."""
         return range(int(self.ptr[event]), int(self.ptr[event + 1]))
