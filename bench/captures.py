@@ -45,7 +45,7 @@ __all__ = ["SIZES", "build_capture", "child_env", "measure", "step_window", "tra
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".captures"
 SIZES = {"5MB": 400, "30MB": 2500, "100MB": 8400}
-REPEATED = {"300MB": ("100MB", 3)}
+REPEATED = {"300MB": ("100MB", 3), "1GB": ("100MB", 10)}
 """Captures this machine cannot record (bench.scaled): a real one's threads, repeated."""
 
 
