@@ -67,6 +67,14 @@ class SerializedLines:
     meta: MetaLookup = field(default=_no_meta, repr=False)
     """``meta(metadata_id, key)``: a stat of one event metadata (the plane's; a worker, which
     reads host lines only, has none)."""
+    release: Callable[[int], None] | None = field(default=None, repr=False)
+    """Told a line's index once that line is read (or sent away): the mapped file gives
+    back its pages (:meth:`.space.Mapped.release`)."""
+
+    def done(self, index: int) -> None:
+        """Line ``index`` is read: its bytes are not needed any more."""
+        if self.release is not None:
+            self.release(index)
 
     def line(self, index: int) -> Line:
         """Line ``index`` as arrays: decoded from its bytes (:mod:`.wire`), or through the
@@ -133,13 +141,18 @@ def _proto_plane(
             return str(stat_names.get(int(found.ref_value), ""))
         return xspace.stat_value(found)
 
-    serialized = SerializedLines(data, names, stat_ids, meta=meta_stat)
+    serialized = SerializedLines(
+        data,
+        names,
+        stat_ids,
+        meta=meta_stat,
+        release=None if release is None else lambda i: release(spans[i]),
+    )
 
     def lines() -> Iterator[Line]:
         for i in range(len(data)):
             yield serialized.line(i)
-            if release is not None:
-                release(spans[i])
+            serialized.done(i)
 
     return Plane(plane.name, stats, lines, serialized)
 

@@ -128,8 +128,7 @@ class Pool:
         proc = self._procs[worker]
         if proc is None or proc.stdin is None:
             return
-        payload = pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
-        writer = threading.Thread(target=_write, args=(proc, payload), daemon=True)
+        writer = threading.Thread(target=_write, args=(proc, task), daemon=True)
         writer.start()
         self._writers[worker] = writer
 
@@ -193,12 +192,14 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def _write(proc: subprocess.Popen[bytes], payload: bytes) -> None:
-    """Write a task into a worker's stdin and close it; a worker that died reads nothing."""
+def _write(proc: subprocess.Popen[bytes], task: Any) -> None:
+    """Pickle a task into a worker's stdin and close it; a worker that died reads nothing.
+    Pickled straight into the pipe, its big buffers (lines still in the mapped file) are
+    written from where they are, not first copied into one payload."""
     if proc.stdin is None:
         return
     try:
-        proc.stdin.write(payload)
+        pickle.dump(task, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
         proc.stdin.close()
-    except (OSError, ValueError):
+    except (OSError, ValueError, pickle.PicklingError):
         pass
