@@ -1,10 +1,11 @@
 """A capture's timeline as arrays: one :class:`Line` per thread, read one at a time.
 
 The timeline pass (:mod:`.trace`) works on arrays of start, duration
-and name per line. This module makes them from an ``xplane.pb`` parsed with our schema
-(:mod:`.xspace`), or from planes shaped like XProf's ``ProfileData``
-(tests build those by hand). Python touches each event once here, to copy three numbers
-into an array; stats are read later, for the few events whose kind depends on one.
+and name per line. This module makes them from an ``xplane.pb``'s planes
+(:mod:`.space`): each line decoded into columns by numpy (:mod:`.wire`, :mod:`.columns`),
+or, where its bytes are laid out otherwise, parsed with our schema (:mod:`.xspace`) and
+copied out event by event; or from planes shaped like XProf's ``ProfileData`` (tests build
+those by hand). Stats are read later, for the events whose kind depends on one.
 
 A stat of an event's *metadata* (``hlo_category``, ``shape_with_layout`` of a TPU's XLA op:
 XProf writes them once per op, not per event) is read per distinct name

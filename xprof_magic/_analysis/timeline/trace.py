@@ -7,10 +7,11 @@ step; and every converter call is a full pass of its own that writes cache files
 run. Labels, steps, compile events, XLA ops and thread activity are all timeline events.
 
 Why not XProf's ``ProfileData`` API, which the first reader used: it costs about 10 µs an
-event (43 s and 3 GB for a 100 MB capture). Here the file is parsed by the protobuf runtime
-with a schema of our own (:mod:`.xspace`), one line (thread) at a
-time; each line becomes arrays of start, duration and name (:mod:`.lines`), and nesting,
-self time and per-name totals are array operations. The numbers are those of the former
+event (43 s and 3 GB for a 100 MB capture). Here the file is mapped and split into planes
+and lines (:mod:`.space`; each plane's metadata parsed by the protobuf runtime with a schema
+of our own, :mod:`.xspace`); each line (thread), one at a time, is decoded into arrays of
+start, duration and name (:mod:`.wire`, :mod:`.lines`), and nesting, self time and
+per-name totals are array operations. The numbers are those of the former
 event-by-event pass, which the tests keep as an oracle.
 
 The pass by job: this module is the entry (the file, the profile window, plane by plane);

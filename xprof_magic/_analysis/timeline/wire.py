@@ -14,7 +14,7 @@ decoded here from the wire format of XSpace's public schema (``xplane.proto``: `
 * the events' fields in rounds, one field of every event per round, in the order the
   profiler writes them (field number order, as every protobuf serializer does);
 * the stats' metadata ids alike; a stat's value is parsed by the runtime when asked for
-  (:func:`stat_bytes`).
+  (:meth:`Stats.serialized`).
 
 Anything else (another field, another order, a bad length) raises :class:`WireError`, and
 the caller reads that line through the runtime instead. A test compares both, field for
