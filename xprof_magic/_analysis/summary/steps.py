@@ -18,6 +18,8 @@ their spans from :func:`step_spans`, so the two step charts agree on every step.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -187,6 +189,7 @@ def in_order(
     # How long the device had been busy at each launch and at each point's end, and in all
     # after the last point (covered grows with time: at the later of two times, the larger).
     busy_at_launch = covered(busy, at).tolist()
+    busy_lists, total_list = (lo.tolist(), hi.tolist()), total.tolist()
     ends = np.asarray([end for _, end in points], np.float64)
     busy_at_end = [*covered(busy, ends).tolist(), float(total[-1])]
     since = 0.0
@@ -199,19 +202,20 @@ def in_order(
         parts = parts / parts[-1] * max(0.0, last - first)
         for k, part in zip(range(served, upto), parts.tolist(), strict=True):
             made.append(float(at[k]))
-            ended.append(max(float(at[k]), _when(busy, total, first + part)))
+            ended.append(max(float(at[k]), _when(busy_lists, total_list, first + part)))
         served, since = upto, last
     return np.asarray(made, np.float64), np.asarray(ended, np.float64)
 
 
-def _when(busy: Spans, total: Floats, amount: float) -> float:
+def _when(busy: tuple[list[float], list[float]], total: list[float], amount: float) -> float:
     """The time at which the device had been busy ``amount`` ns (``total``: the busy time
-    before each span, and in all): the end of its work then, not the start of the next."""
+    before each span, and in all): the end of its work then, not the start of the next.
+    Lists, not arrays: it is asked once a launch (a binary search either way)."""
     lo, hi = busy
-    at = max(0, int(np.searchsorted(total, amount, side="left")) - 1)
+    at = max(0, bisect.bisect_left(total, amount) - 1)
     if at >= len(lo):
-        return float(hi[-1])
-    return float(min(hi[at], lo[at] + (amount - total[at])))
+        return hi[-1]
+    return min(hi[at], lo[at] + (amount - total[at]))
 
 
 def step_spans(
@@ -225,7 +229,9 @@ def step_spans(
     scheduled) while the host went on with the next steps, that wait is nobody's, not the
     step's with the next steps' host time in it."""
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
-    launched, done = work
+    # Lists, not arrays: each step asks a few binary searches and a maximum.
+    launched, done = work[0].tolist(), work[1].tolist()
+    fetch_lists = (fetches[0].tolist(), fetches[1].tolist())
     busy_before = coverage(busy)
     out: list[tuple[int, float, float]] = []
     previous: float | None = None
@@ -235,13 +241,13 @@ def step_spans(
         if previous is not None and previous <= b.start and b.start - previous < FETCH_GAP_NS:
             start = previous
         elif previous is None or previous > b.start:
-            start = _fetch_before(fetches, b.start)
+            start = _fetch_before(fetch_lists, b.start)
         else:
-            start = max(previous, _fetch_before(fetches, b.start))
+            start = max(previous, _fetch_before(fetch_lists, b.start))
         # The step's launches are those its host part made; the device may finish them
         # after the step before it ended, so the step's own span starts no earlier.
-        lo, hi = np.searchsorted(launched, [start, b.end], side="left")
-        finished = float(done[lo:hi].max()) if hi > lo else b.end
+        lo, hi = bisect.bisect_left(launched, start), bisect.bisect_left(launched, b.end)
+        finished = max(done[lo:hi]) if hi > lo else b.end
         if finished > b.end:
             worked = busy_before(np.array([b.end, finished]))
             finished = b.end + float(worked[1] - worked[0])
@@ -253,10 +259,10 @@ def step_spans(
     return out
 
 
-def _fetch_before(fetches: Spans, at: float) -> float:
+def _fetch_before(fetches: tuple[list[float], list[float]], at: float) -> float:
     """The start of the fetch that ended just before ``at`` (its batch's), else ``at``."""
     starts, ends = fetches
-    i = int(np.searchsorted(ends, at, side="right")) - 1
+    i = bisect.bisect_right(ends, at) - 1
     if i >= 0 and at - ends[i] < FETCH_GAP_NS:
-        return float(starts[i])
+        return starts[i]
     return at
