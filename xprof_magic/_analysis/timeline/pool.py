@@ -165,7 +165,8 @@ class Pool:
             writer.join()
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
-                stream.close()
+                with contextlib.suppress(OSError):  # a task's rest, unwritten to a dead worker
+                    stream.close()
         proc.wait()
 
     def close(self) -> None:
