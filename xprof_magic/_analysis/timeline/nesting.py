@@ -70,7 +70,7 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     n = len(start)
     is_pushed = pushed.astype(np.int64)
     before = np.cumsum(is_pushed) - is_pushed
-    ended = np.searchsorted(np.sort(end[pushed], kind="stable"), start, side="right")
+    ended = _at_or_before(np.sort(end[pushed], kind="stable"), start)
     depth = before - ended
     parent = np.full(n, -1, np.int64)
     positions = np.flatnonzero(pushed)
@@ -95,6 +95,17 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     order = close_at * levels + (levels - 1 - depth[positions])
     closed = positions[np.argsort(order, kind="stable")]
     return Nesting(parent, depth, closed)
+
+
+def _at_or_before(ends: Floats, starts: Floats) -> Ints:
+    """For each of ``starts`` (sorted), how many of ``ends`` (sorted) are at or before it:
+    ``np.searchsorted(ends, starts, side="right")``, by merging the two sorted runs (a
+    stable sort of them one after the other merges them in one pass)."""
+    merged = np.argsort(np.concatenate([ends, starts]), kind="stable")
+    rank = np.empty(len(merged), np.int64)
+    rank[merged] = np.arange(len(merged))
+    found: Ints = rank[len(ends) :] - np.arange(len(starts))
+    return found
 
 
 def walk(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
