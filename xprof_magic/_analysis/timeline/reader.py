@@ -165,8 +165,15 @@ class Reader:
         """
         cat = np.full(len(name_id), -1, np.int8)
         python = group == "python"
-        for level in range(int(nest.depth.max(initial=0)) + 1):
-            here = np.flatnonzero(pushed & (nest.depth == level))
+        # The pushed events level by level (in line order within each): one stable sort.
+        positions = np.flatnonzero(pushed)
+        depth = nest.depth[positions]
+        levels = int(nest.depth.max(initial=0)) + 1
+        small = np.int16 if levels < 1 << 15 else np.int64
+        by_level = positions[np.argsort(depth.astype(small), kind="stable")]
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(depth, minlength=levels))))
+        for level in range(levels):
+            here = by_level[bounds[level] : bounds[level + 1]]
             if not len(here):
                 continue
             parent = nest.parent[here]

@@ -51,6 +51,8 @@ _STATS = 0x22  # XEvent.stats: field 4, length-delimited
 _OCCURRENCES = 0x28  # XEvent.num_occurrences: field 5, varint (the reader ignores it)
 _STAT_ID = 0x08  # XStat.metadata_id: field 1, varint
 _UINT64, _INT64 = 0x18, 0x20  # XStat.uint64_value (3), int64_value (4): varints
+# A stat's header in a word: tag, one-byte length, id's tag, then the id from the 4th byte.
+_ID_AT, _ID_NEXT, _SEVEN, _SEVEN_BITS = (np.uint64(k) for k in (24, 32, 7, 0x7F))
 
 
 @dataclass
@@ -259,7 +261,12 @@ def _stats(
             cur[other] += 1 + size
             live, here, word = live[is_stat], here[is_stat], word[is_stat]
         length = ((word >> EIGHT) & BYTE).astype(np.int64)
-        ids, size, ok = leading_varint(word >> np.uint64(24), 5)
+        # The id: one byte (under 128) or two; longer ones a field at a time below.
+        low, high = (word >> _ID_AT) & BYTE, (word >> _ID_NEXT) & BYTE
+        one = low < 0x80
+        ok = one | (high < 0x80)
+        ids = np.where(one, low, (low & _SEVEN_BITS) | (high << _SEVEN))
+        size = np.where(one, 1, 2)
         begin = here + 2
         stop = begin + length
         fast = ok & (length < 0x80) & (((word >> np.uint64(16)) & BYTE) == _STAT_ID)
