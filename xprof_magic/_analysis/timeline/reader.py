@@ -224,6 +224,8 @@ class Reader:
         blocks = self.facts.blocks
         found: dict[int, int] = {}
         at = np.flatnonzero((cat >= 0) & (cat <= _STEP))
+        # A label's ``continued`` stat is read only where the label has one (few do).
+        maybe = (cat[at] == _LABEL) & line.has(order[at], "continued")
         rows = zip(
             at.tolist(),
             line.name_id[order[at]].tolist(),
@@ -231,9 +233,10 @@ class Reader:
             start[at].tolist(),
             end[at].tolist(),
             nest.parent[at].tolist(),
+            maybe.tolist(),
             strict=True,
         )
-        for i, name, kind, begin, finish, parent in rows:
+        for i, name, kind, begin, finish, parent, maybe_continued in rows:
             blocks.append(
                 Block(
                     line.names[name],
@@ -243,7 +246,7 @@ class Reader:
                     found.get(parent, -1),
                     line.name,
                     steps[i],
-                    continued=kind == _LABEL and line.stat(int(order[i]), "continued") == "1",
+                    continued=maybe_continued and line.stat(int(order[i]), "continued") == "1",
                 )
             )
             found[i] = len(blocks) - 1
