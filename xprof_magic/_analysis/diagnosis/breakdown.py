@@ -48,10 +48,8 @@ from xprof_magic._analysis.model.diagnosis import Aside, Breakdown, StepBreakdow
 from xprof_magic._analysis.summary.blocks import main_line
 from xprof_magic._analysis.summary.steps import (
     StepSpan,
-    device_work,
     fetch_spans,
-    launched_work,
-    step_spans,
+    line_step_spans,
 )
 from xprof_magic._analysis.summary.where import INPUT_PREFIX
 from xprof_magic._analysis.timeline.facts import (
@@ -153,7 +151,7 @@ def breakdown(
     whole, side = _split(cover, np.array([lo]), np.array([hi]), busy)
     cell = _as_tuple(whole[0])
     waits = any(cover.get(key) is not None and len(cover[key][0]) for key in DEVICE_SIDE)
-    steps = step_spans(mine, fetches, launched_work(facts), device_work(facts))
+    steps = line_step_spans(facts, main_line, input_names)
     outside = _outside(cover, mine, steps, input_names, hi - lo)
     starts, ends = np.array([s.start for s in steps]), np.array([s.end for s in steps])
     table, _ = _split(_in_the_loop(cover, mine, starts, ends), starts, ends, None)

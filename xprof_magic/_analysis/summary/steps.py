@@ -50,6 +50,7 @@ __all__ = [
     "fetch_spans",
     "in_order",
     "launched_work",
+    "line_step_spans",
     "step_spans",
     "steps_from_trace",
 ]
@@ -72,9 +73,7 @@ def steps_from_trace(facts: TraceFacts, input_pipeline: frozenset[str]) -> StepS
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
     if not marked:
         return blocks.steps_from_trace(facts)
-    spans = step_spans(
-        mine, fetch_spans(mine, input_pipeline), launched_work(facts), device_work(facts)
-    )
+    spans = line_step_spans(facts, line, input_pipeline)
     names = [b.name for b in marked]
     return blocks.step_stats(
         max(set(names), key=names.count),
@@ -85,6 +84,21 @@ def steps_from_trace(facts: TraceFacts, input_pipeline: frozenset[str]) -> StepS
         tuple(i for i, span in enumerate(spans) if span.estimated),
         [b.start / 1e9 for b in marked],
     )
+
+
+def line_step_spans(facts: TraceFacts, line: str, input_names: frozenset[str]) -> list[StepSpan]:
+    """:func:`step_spans` of the steps on thread ``line`` (the data loader's traces named
+    ``input_names``), worked out once for these facts (:attr:`~.facts.TraceFacts.derived`):
+    the summary's steps and the diagnosis's breakdown both ask. Read, never changed."""
+    key = ("step_spans", line, input_names)
+    found: list[StepSpan] | None = facts.derived.get(key)
+    if found is None:
+        mine = [b for b in facts.blocks if b.line == line]
+        found = step_spans(
+            mine, fetch_spans(mine, input_names), launched_work(facts), device_work(facts)
+        )
+        facts.derived[key] = found
+    return found
 
 
 def fetch_spans(mine: list[Block], input_names: frozenset[str]) -> Spans:

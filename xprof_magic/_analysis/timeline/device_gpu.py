@@ -25,7 +25,7 @@ import numpy as np
 
 from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.intervals import merge, subtract
-from xprof_magic._analysis.timeline.lines import Floats, Line
+from xprof_magic._analysis.timeline.line import Floats, Line, first_of_each
 from xprof_magic._analysis.timeline.programs import program_time
 from xprof_magic._analysis.timeline.reader import Reader
 
@@ -104,7 +104,7 @@ def _kernels(reader: Reader, line: Line) -> None:
     n = len(line.start)
     counts = np.bincount(line.name_id, minlength=len(line.names))
     totals = np.bincount(line.name_id, weights=line.dur, minlength=len(line.names))
-    _, first = np.unique(line.name_id, return_index=True)
+    _, first = first_of_each(line.name_id)
     for u, at in zip(np.flatnonzero(counts).tolist(), first.tolist(), strict=True):
         row = facts.device_ops.setdefault(_op_name(line, u, at), [0, 0.0])
         row[0] += int(counts[u])

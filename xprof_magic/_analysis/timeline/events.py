@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline.lines import Line
+from xprof_magic._analysis.timeline.line import Ints, Line
 
 __all__ = [
     "EXECUTION_ENDS",
@@ -30,7 +30,7 @@ __all__ = [
     "launched_program",
     "name_flags",
     "runtime_name",
-    "step_num",
+    "step_nums",
     "thread_group",
 ]
 
@@ -136,15 +136,10 @@ def name_flags(
     }
 
 
-def step_num(line: Line, event: int) -> int | None:
-    """Event ``event``'s ``step_num`` stat as a number: the event is a step; else None."""
-    value = line.stat(event, "step_num")
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
+def step_nums(line: Line, events: Ints) -> list[int | None]:
+    """Each of those events' ``step_num`` stat as a number: the event is a step; else
+    None."""
+    return line.ints(events, "step_num")
 
 
 def thread_group(line_name: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from xprof_magic._analysis.timeline.programs import Program
 
@@ -209,3 +210,9 @@ class TraceFacts:
     """The compiled programs the timeline holds that can tell a compile's cause: those its
     compile events compiled (the newest, one per event) and, per module name, the one
     compiled before them (:mod:`.programs`); serialized, decoded only when needed."""
+    derived: dict[tuple[Any, ...], Any] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+    """What later stages work out from these facts, kept by the first to ask (the
+    summary's steps and the diagnosis's breakdown need the same step spans); not part of
+    the facts, and a copy made with ``dataclasses.replace`` starts without it."""

@@ -8,7 +8,7 @@ them with.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -69,13 +69,23 @@ def subtract(spans: Spans, cut: Spans) -> Spans:
 
 def covered(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.float64]:
     """For each time in ``t``, how long ``spans`` covered before it."""
+    return coverage(spans)(t)
+
+
+def coverage(spans: Spans) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
+    """:func:`covered` for ``spans``, their running total summed once, for many calls."""
     starts, ends = spans
     if not len(starts):
-        return np.zeros(len(t))
+        return lambda t: np.zeros(len(t))
     before = np.concatenate([[0.0], np.cumsum(ends - starts)])
-    i = np.searchsorted(starts, t, side="right")
-    over = np.where(i > 0, np.maximum(0.0, ends[np.maximum(i - 1, 0)] - t), 0.0)
-    return before[i] - over
+
+    def at(t: NDArray[np.float64]) -> NDArray[np.float64]:
+        i = np.searchsorted(starts, t, side="right")
+        over = np.where(i > 0, np.maximum(0.0, ends[np.maximum(i - 1, 0)] - t), 0.0)
+        found: NDArray[np.float64] = before[i] - over
+        return found
+
+    return at
 
 
 def measure(spans: Spans, lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray[np.float64]:

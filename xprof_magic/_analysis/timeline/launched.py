@@ -20,10 +20,11 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.events import launched_program
-from xprof_magic._analysis.timeline.facts import LAUNCH
-from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.facts import LAUNCH, execution_key
+from xprof_magic._analysis.timeline.line import Floats, Ints, Line, first_of_each
+from xprof_magic._analysis.timeline.programs import module_of, name_programs
 
-__all__ = ["correlated", "launch_spans"]
+__all__ = ["correlated", "executions", "launch_spans"]
 
 
 def launch_spans(
@@ -65,7 +66,7 @@ def correlated(
     """The line's launches of device work that name it (a ``correlation_id`` stat): each
     one's id and start (None: none). A stat read per distinct name first, then per event of
     those names only. ``order``, ``start`` and ``name_id`` are the line's in time order."""
-    _, first = np.unique(name_id, return_index=True)
+    _, first = first_of_each(name_id)
     if not len(first):
         return None
     named = line.has(order[first], "correlation_id")
@@ -77,3 +78,22 @@ def correlated(
     if not known.any():
         return None
     return ids[known].tolist(), start[at[known]].tolist()
+
+
+def executions(
+    line: Line, order: Ints, start: Floats, name_id: Ints, ends: NDArray[np.bool_]
+) -> list[tuple[str, Floats]]:
+    """The XLA CPU client's executions on one of its lines, by program: each mark of an
+    execution's end (``ends``: :data:`~.events.EXECUTION_ENDS`) is the program of the last
+    XLA op the line ran before it; for each program's span key (:func:`~.facts.execution_key`),
+    when its executions ended (ns). The line's events are in time order (``start``)."""
+    program = name_programs(line.text or line.stat, order, name_id)
+    is_op = np.array([bool(p) for p in program], bool)[name_id]
+    ops = np.flatnonzero(is_op)
+    marks = np.flatnonzero(ends)
+    before = np.searchsorted(start[ops], start[marks], side="right") - 1
+    keys = [
+        execution_key(module_of(program[int(name_id[ops[b]])]) if b >= 0 else "")
+        for b in before.tolist()
+    ]
+    return [(key, start[marks[[k == key for k in keys]]]) for key in sorted(set(keys))]

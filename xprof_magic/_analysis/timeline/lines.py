@@ -1,10 +1,11 @@
 """A capture's timeline as arrays: one :class:`Line` per thread, read one at a time.
 
 The timeline pass (:mod:`.trace`) works on arrays of start, duration
-and name per line. This module makes them from an ``xplane.pb`` parsed with our schema
-(:mod:`.xspace`), or from planes shaped like XProf's ``ProfileData``
-(tests build those by hand). Python touches each event once here, to copy three numbers
-into an array; stats are read later, for the few events whose kind depends on one.
+and name per line. This module makes them from an ``xplane.pb``'s planes
+(:mod:`.space`): each line decoded into columns by numpy (:mod:`.wire`, :mod:`.columns`),
+or, where its bytes are laid out otherwise, parsed with our schema (:mod:`.xspace`) and
+copied out event by event; or from planes shaped like XProf's ``ProfileData`` (tests build
+those by hand). Stats are read later, for the events whose kind depends on one.
 
 A stat of an event's *metadata* (``hlo_category``, ``shape_with_layout`` of a TPU's XLA op:
 XProf writes them once per op, not per event) is read per distinct name
@@ -22,7 +23,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline import xspace
+from xprof_magic._analysis.timeline import columns, wire, xspace
+from xprof_magic._analysis.timeline.line import (
+    Floats,
+    Ints,
+    Line,
+    MetaLookup,
+    as_number,
+    dense,
+)
 
 __all__ = [
     "Floats",
@@ -35,58 +44,13 @@ __all__ = [
     "xspace_planes",
 ]
 
-Floats = NDArray[np.float64]
-Ints = NDArray[np.int64]
-StatLookup = Callable[[int, str], "str | None"]
-StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
-MetaStat = Callable[[str], "list[str | None]"]
-MetaLookup = Callable[[int, str], "str | None"]
-StatValues = Callable[[Ints, tuple[str, ...]], "dict[str, list[str | None]]"]
-
 _EVENT_FIELDS = attrgetter("offset_ps", "duration_ps", "metadata_id")
 _STATS = attrgetter("stats")
 _FIRST = itemgetter(0)
-_METADATA_ID = attrgetter("metadata_id")
-
-
-@dataclass
-class Line:
-    """One timeline line as arrays, in the order its events are stored."""
-
-    name: str
-    start: Floats
-    dur: Floats
-    name_id: Ints
-    names: list[str]
-    stat: StatLookup
-    """``stat(i, key)``: the value of event ``i``'s last stat named ``key``, or None."""
-    has: StatCheck
-    """``has(events, key)``: whether each of those events has a stat named ``key``."""
-    text: StatLookup | None = field(default=None, repr=False)
-    """``text(i, key)``: as :attr:`stat`, with a reference (``ref_value``: a name XLA
-    interns, as ``hlo_module``'s) given as the name it refers to; None: as :attr:`stat`."""
-    meta_stat: MetaStat = field(default=lambda key: [], repr=False)
-    """``meta_stat(key)``: for each of :attr:`names`, in order, the value of its event
-    metadata's stat named ``key``, or None (object planes: the first such stat of an event
-    of that name). The default knows none (an empty list)."""
-    values: StatValues = field(default=lambda index, keys: _no_values(index, keys), repr=False)
-    """``values(events, keys)``: by key, each of those events' last stat named so, as
-    :attr:`text` gives it (None: none), every stat of an event read once: for the few
-    events whose every value matters (a GPU kernel's ``correlation_id``, an allocator's
-    figures). The default knows none."""
-
-    def numbers(self, index: Ints, key: str) -> Floats:
-        """Each of those events' last stat named ``key`` as a number (NaN where it has
-        none, or not a number)."""
-        return np.array([as_number(v) for v in self.values(index, (key,))[key]], np.float64)
 
 
 def _no_meta(metadata_id: int, key: str) -> str | None:
     return None
-
-
-def _no_values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
-    return {key: [None] * len(index) for key in keys}
 
 
 @dataclass
@@ -97,18 +61,32 @@ class SerializedLines:
     hands the biggest lines of a big capture to worker processes this way.
     """
 
-    data: Sequence[bytes]
+    data: Sequence[wire.Buffer]
     names: dict[int, str]
     stat_ids: dict[str, set[int]]
     _stat_id: _StatIds = field(default_factory=lambda: _StatIds(), repr=False)
     meta: MetaLookup = field(default=_no_meta, repr=False)
     """``meta(metadata_id, key)``: a stat of one event metadata (the plane's; a worker, which
     reads host lines only, has none)."""
+    release: Callable[[int], None] | None = field(default=None, repr=False)
+    """Told a line's index once that line is read (or sent away): the mapped file gives
+    back its pages (:meth:`.space.Mapped.release`)."""
+
+    def done(self, index: int) -> None:
+        """Line ``index`` is read: its bytes are not needed any more."""
+        if self.release is not None:
+            self.release(index)
 
     def line(self, index: int) -> Line:
-        """Line ``index`` as arrays."""
-        line = xspace.parse_line(self.data[index])
-        return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
+        """Line ``index`` as arrays: decoded from its bytes (:mod:`.wire`), or through the
+        protobuf runtime where their layout is not the one the decoder knows."""
+        data = self.data[index]
+        try:
+            decoded = wire.decode_line(data)
+        except wire.WireError:
+            line = xspace.parse_line(data)
+            return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
+        return columns.line_of(decoded, self.names, self.stat_ids, self.meta)
 
 
 @dataclass
@@ -122,9 +100,14 @@ class Plane:
     """The lines before reading, when the plane comes from a file (not from objects)."""
 
 
-def xspace_planes(space: Any) -> list[Plane]:
-    """The planes of a parsed :data:`xspace.LazyXSpace`, each line parsed when reached."""
-    return [_proto_plane(plane) for plane in space.planes]
+def xspace_planes(
+    planes: Sequence[tuple[Any, Sequence[wire.Buffer], Sequence[tuple[int, int]]]],
+    release: Callable[[tuple[int, int]], None] | None = None,
+) -> list[Plane]:
+    """Planes as :func:`.space.split_space` gives them (a :data:`xspace.LazyXPlane` without
+    its lines, its lines' bytes and where they are in the file), each line read when
+    reached; ``release`` is told where a line was once it is read."""
+    return [_proto_plane(plane, lines, spans, release) for plane, lines, spans in planes]
 
 
 def object_planes(planes: Sequence[Any]) -> list[Plane]:
@@ -132,7 +115,12 @@ def object_planes(planes: Sequence[Any]) -> list[Plane]:
     return [_object_plane(plane) for plane in planes]
 
 
-def _proto_plane(plane: Any) -> Plane:
+def _proto_plane(
+    plane: Any,
+    data: Sequence[wire.Buffer],
+    spans: Sequence[tuple[int, int]],
+    release: Callable[[tuple[int, int]], None] | None,
+) -> Plane:
     names = {key: meta.name for key, meta in plane.event_metadata.items()}
     stat_ids: dict[str, set[int]] = {}
     for key, meta in plane.stat_metadata.items():
@@ -154,11 +142,18 @@ def _proto_plane(plane: Any) -> Plane:
             return str(stat_names.get(int(found.ref_value), ""))
         return xspace.stat_value(found)
 
-    serialized = SerializedLines(plane.lines, names, stat_ids, meta=meta_stat)
+    serialized = SerializedLines(
+        data,
+        names,
+        stat_ids,
+        meta=meta_stat,
+        release=None if release is None else lambda i: release(spans[i]),
+    )
 
     def lines() -> Iterator[Line]:
-        for i in range(len(plane.lines)):
+        for i in range(len(data)):
             yield serialized.line(i)
+            serialized.done(i)
 
     return Plane(plane.name, stats, lines, serialized)
 
@@ -187,7 +182,7 @@ def _proto_line(
     n = len(events)
     fields = np.fromiter(chain.from_iterable(map(_EVENT_FIELDS, events)), np.int64, 3 * n)
     offset_ps, duration_ps, ids = fields.reshape(n, 3).T
-    unique, name_id = _dense(ids)
+    unique, name_id = dense(ids)
 
     def last(index: int, key: str) -> Any:
         wanted = stat_ids.get(key)
@@ -259,24 +254,6 @@ def _proto_line(
         meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
         values=values,
     )
-
-
-def as_number(text: str | None) -> float:
-    """A stat's text as a number (NaN: none, or not a number)."""
-    try:
-        return float(text) if text else np.nan
-    except ValueError:
-        return np.nan
-
-
-def _dense(ids: Ints) -> tuple[Ints, Ints]:
-    """The distinct ids, and each id's index among them (``np.unique``, without sorting)."""
-    if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
-        unique, inverse = np.unique(ids, return_inverse=True)
-        return unique, inverse.reshape(-1).astype(np.int64)
-    present = np.zeros(int(ids.max()) + 1, bool)
-    present[ids] = True
-    return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
 
 
 def _object_plane(plane: Any) -> Plane:

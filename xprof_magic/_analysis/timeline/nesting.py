@@ -70,23 +70,42 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     n = len(start)
     is_pushed = pushed.astype(np.int64)
     before = np.cumsum(is_pushed) - is_pushed
-    ended = np.searchsorted(np.sort(end[pushed], kind="stable"), start, side="right")
+    ended = _at_or_before(np.sort(end[pushed], kind="stable"), start)
     depth = before - ended
     parent = np.full(n, -1, np.int64)
     positions = np.flatnonzero(pushed)
-    for level in range(1, int(depth.max(initial=0)) + 1):
-        above = positions[depth[positions] == level - 1]
-        here = np.flatnonzero(depth == level)
-        at = np.searchsorted(above, here) - 1
-        if not len(above) or at.min() < 0:
+    levels = int(depth.max(initial=0)) + 1
+    # Each event's parent: the last pushed event one level up before it. The pushed
+    # events keyed by (level, position), sorted, answer every event in one search.
+    small = np.int16 if levels < 1 << 15 else np.int64
+    every = np.argsort(depth.astype(small), kind="stable")  # by level, then position
+    by_level = every[pushed[every]]
+    keys = depth[by_level] * n + by_level
+    inner = every[depth[every] >= 1]  # sorted as the keys they look for: a fast search
+    if len(inner):
+        at = np.searchsorted(keys, (depth[inner] - 1) * n + inner) - 1
+        if at.min() < 0 or np.any(keys[at] // n != depth[inner] - 1):
             return walk(start, end, pushed)
-        parent[here] = above[at]
+        parent[inner] = by_level[at]
     kids = positions[parent[positions] >= 0]
     if np.any(end[kids] > end[parent[kids]]):
         return walk(start, end, pushed)
     close_at = np.searchsorted(start, end[positions], side="left")
-    closed = positions[np.lexsort((-depth[positions], close_at))]
+    # By closing position, deeper first (a child closes before its parent): one key.
+    order = close_at * levels + (levels - 1 - depth[positions])
+    closed = positions[np.argsort(order, kind="stable")]
     return Nesting(parent, depth, closed)
+
+
+def _at_or_before(ends: Floats, starts: Floats) -> Ints:
+    """For each of ``starts`` (sorted), how many of ``ends`` (sorted) are at or before it:
+    ``np.searchsorted(ends, starts, side="right")``, by merging the two sorted runs (a
+    stable sort of them one after the other merges them in one pass)."""
+    merged = np.argsort(np.concatenate([ends, starts]), kind="stable")
+    rank = np.empty(len(merged), np.int64)
+    rank[merged] = np.arange(len(merged))
+    found: Ints = rank[len(ends) :] - np.arange(len(starts))
+    return found
 
 
 def walk(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:

@@ -9,6 +9,7 @@ workers (:mod:`.pool`, :mod:`.worker`) run
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,10 +88,14 @@ def host_lines_in_parallel(reader: Reader, lines: SerializedLines, workers: pool
     shares = [[i for i, o in enumerate(owner) if o == k] for k in range(len(live))]
     for worker, share in zip(live, shares, strict=True):
         if share:
-            data = [lines.data[i] for i in share]
+            # Pickled from where they are (the mapped file): one copy, in the task's bytes.
+            data = [pickle.PickleBuffer(lines.data[i]) for i in share]
             workers.send(worker, (data, lines.names, lines.stat_ids, settings))
             del data
-    parts = {i: _read_part(lines, i, settings) for i, o in enumerate(owner) if o < 0}
+    parts = {}
+    for i in [i for i, o in enumerate(owner) if o < 0]:
+        parts[i] = _read_part(lines, i, settings)
+        lines.done(i)
     for worker, share in zip(live, shares, strict=True):
         if not share:
             continue
@@ -99,6 +104,8 @@ def host_lines_in_parallel(reader: Reader, lines: SerializedLines, workers: pool
             parts.update(zip(share, workers.receive(worker, timeout_s), strict=True))
         except (pool.WorkerFailed, TypeError, ValueError):
             parts.update((i, _read_part(lines, i, settings)) for i in share)
+        for i in share:  # sent (the writer is done once an answer came) or read here
+            lines.done(i)
     for i in range(len(sizes)):
         absorb(reader, parts[i])
 

@@ -24,7 +24,7 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from xprof_magic._analysis.timeline.lines import Floats, Ints
+from xprof_magic._analysis.timeline.line import Floats, Ints, first_of_each
 
 __all__ = [
     "METADATA_PLANE",
@@ -93,7 +93,7 @@ def name_programs(
     with the ``hlo_module`` stat says it (see :func:`program_time`)."""
     if not len(order):
         return []
-    unique, first = np.unique(name_id, return_index=True)
+    unique, first = first_of_each(name_id)
     program = [""] * (int(unique[-1]) + 1)
     for u, at in zip(unique.tolist(), first.tolist(), strict=True):
         name = names[u] if names is not None else stat(int(order[at]), "hlo_module")

@@ -39,7 +39,7 @@ from xprof_magic._analysis.timeline.events import (
     XLA_CPU_CLIENT_GROUPS,
     Runtime,
     name_flags,
-    step_num,
+    step_nums,
     thread_group,
 )
 from xprof_magic._analysis.timeline.facts import (
@@ -55,12 +55,11 @@ from xprof_magic._analysis.timeline.facts import (
     GroupFacts,
     ReadAborted,
     TraceFacts,
-    execution_key,
 )
-from xprof_magic._analysis.timeline.launched import correlated, launch_spans
-from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.launched import correlated, executions, launch_spans
+from xprof_magic._analysis.timeline.line import Floats, Ints, Line, first_of_each
 from xprof_magic._analysis.timeline.memory import allocations
-from xprof_magic._analysis.timeline.programs import module_of, name_programs, program_time
+from xprof_magic._analysis.timeline.programs import program_time
 
 __all__ = ["Reader"]
 
@@ -138,7 +137,8 @@ class Reader:
                 self.add_spans(INLINE, start[ops], end[ops])
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
         if group in XLA_CPU_CLIENT_GROUPS and flag["execution_end"][name_id].any():
-            self._executions(line, order, start, name_id, flag["execution_end"][name_id])
+            for key, at in executions(line, order, start, name_id, flag["execution_end"][name_id]):
+                self.add_spans(key, at, at)
         self.add_programs(program_time(line.text or line.stat, order, name_id, dur, nest.parent))
         if group == "python" and self.runtime.launches:
             launch = pushed & (cat == _RUNTIME) & flag["launch"][name_id]
@@ -171,8 +171,15 @@ class Reader:
         """
         cat = np.full(len(name_id), -1, np.int8)
         python = group == "python"
-        for level in range(int(nest.depth.max(initial=0)) + 1):
-            here = np.flatnonzero(pushed & (nest.depth == level))
+        # The pushed events level by level (in line order within each): one stable sort.
+        positions = np.flatnonzero(pushed)
+        depth = nest.depth[positions]
+        levels = int(nest.depth.max(initial=0)) + 1
+        small = np.int16 if levels < 1 << 15 else np.int64
+        by_level = positions[np.argsort(depth.astype(small), kind="stable")]
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(depth, minlength=levels))))
+        for level in range(levels):
+            here = by_level[bounds[level] : bounds[level + 1]]
             if not len(here):
                 continue
             parent = nest.parent[here]
@@ -184,9 +191,10 @@ class Reader:
             if python:
                 open_ = ~np.isin(parent_cat, (_RUNTIME, _XLA_OP))
                 maybe_block = open_ & ~(runtime & ~flag["label"][ids]) & ~compile_
-                for j in np.flatnonzero(maybe_block).tolist():
-                    at = int(here[j])
-                    steps[at] = number = step_num(line, int(order[at]))
+                blocks = np.flatnonzero(maybe_block)
+                numbers = step_nums(line, order[here[blocks]])
+                for j, number in zip(blocks.tolist(), numbers, strict=True):
+                    steps[int(here[j])] = number
                     if number is not None:
                         mine[j] = _STEP
                     else:
@@ -222,6 +230,8 @@ class Reader:
         blocks = self.facts.blocks
         found: dict[int, int] = {}
         at = np.flatnonzero((cat >= 0) & (cat <= _STEP))
+        # A label's ``continued`` stat is read only where the label has one (few do).
+        maybe = (cat[at] == _LABEL) & line.has(order[at], "continued")
         rows = zip(
             at.tolist(),
             line.name_id[order[at]].tolist(),
@@ -229,9 +239,10 @@ class Reader:
             start[at].tolist(),
             end[at].tolist(),
             nest.parent[at].tolist(),
+            maybe.tolist(),
             strict=True,
         )
-        for i, name, kind, begin, finish, parent in rows:
+        for i, name, kind, begin, finish, parent, maybe_continued in rows:
             blocks.append(
                 Block(
                     line.names[name],
@@ -241,7 +252,7 @@ class Reader:
                     found.get(parent, -1),
                     line.name,
                     steps[i],
-                    continued=kind == _LABEL and line.stat(int(order[i]), "continued") == "1",
+                    continued=maybe_continued and line.stat(int(order[i]), "continued") == "1",
                 )
             )
             found[i] = len(blocks) - 1
@@ -315,25 +326,6 @@ class Reader:
             if mask.any():
                 self.add_spans(key, start[mask], end[mask])
 
-    def _executions(
-        self, line: Line, order: Ints, start: Floats, name_id: Ints, ends: NDArray[np.bool_]
-    ) -> None:
-        """The CPU client's executions on this line, by program: each mark of an execution's
-        end (:data:`~.events.EXECUTION_ENDS`) is the program of the last XLA op the line ran
-        before it (:func:`execution_key`)."""
-        program = name_programs(line.text or line.stat, order, name_id)
-        is_op = np.array([bool(p) for p in program], bool)[name_id]
-        ops = np.flatnonzero(is_op)
-        marks = np.flatnonzero(ends)
-        before = np.searchsorted(start[ops], start[marks], side="right") - 1
-        keys = [
-            execution_key(module_of(program[int(name_id[ops[b]])]) if b >= 0 else "")
-            for b in before.tolist()
-        ]
-        for key in sorted(set(keys)):
-            mine = marks[[k == key for k in keys]]
-            self.add_spans(key, start[mine], start[mine])
-
     def add_programs(self, time_ns: dict[str, float]) -> None:
         """Add the time of the programs that ran (:func:`.programs.program_time`)."""
         for name, ns in time_ns.items():
@@ -373,25 +365,23 @@ class Reader:
         )
         self_ns = np.maximum(0.0, dur - child_ns)
         closed = nest.closed
-        key = cat[closed].astype(np.int64) * len(names) + name_id[closed]
-        unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        counts = np.bincount(inverse, minlength=len(unique))
-        sums = np.bincount(inverse, weights=self_ns[closed], minlength=len(unique))
+        # Per (category, name): events and self time, summed in closing order as before.
+        key = (cat[closed].astype(np.int64) + 1) * len(names) + name_id[closed]
+        unique, first = first_of_each(key)
+        counts = np.bincount(key, minlength=len(names) * (len(CATEGORIES) + 1))
+        sums = np.bincount(key, weights=self_ns[closed], minlength=len(counts))
         facts = self.facts
         for u in np.argsort(first, kind="stable").tolist():
-            category, name = (
-                CATEGORIES[int(unique[u]) // len(names)],
-                names[int(unique[u]) % len(names)],
-            )
+            k = int(unique[u])
+            category, name = CATEGORIES[k // len(names) - 1], names[k % len(names)]
             if category == XLA_OP:
                 table = facts.device_ops.setdefault(name, [0, 0.0])
             elif category == COMPILE:
                 table = facts.compile_ops.setdefault(name, [0, 0.0])
             else:
                 table = facts.host_ops.setdefault((name, category), [0, 0.0])
-            table[0] += int(counts[u])
-            table[1] += float(sums[u])
+            table[0] += int(counts[k])
+            table[1] += float(sums[k])
 
     def finish(self) -> None:
         """Union the CPU op spans; charge compilations seen off the Python threads by time."""

@@ -7,10 +7,11 @@ step; and every converter call is a full pass of its own that writes cache files
 run. Labels, steps, compile events, XLA ops and thread activity are all timeline events.
 
 Why not XProf's ``ProfileData`` API, which the first reader used: it costs about 10 µs an
-event (43 s and 3 GB for a 100 MB capture). Here the file is parsed by the protobuf runtime
-with a schema of our own (:mod:`.xspace`), one line (thread) at a
-time; each line becomes arrays of start, duration and name (:mod:`.lines`), and nesting,
-self time and per-name totals are array operations. The numbers are those of the former
+event (43 s and 3 GB for a 100 MB capture). Here the file is mapped and split into planes
+and lines (:mod:`.space`; each plane's metadata parsed by the protobuf runtime with a schema
+of our own, :mod:`.xspace`); each line (thread), one at a time, is decoded into arrays of
+start, duration and name (:mod:`.wire`, :mod:`.lines`), and nesting, self time and
+per-name totals are array operations. The numbers are those of the former
 event-by-event pass, which the tests keep as an oracle.
 
 The pass by job: this module is the entry (the file, the profile window, plane by plane);
@@ -30,7 +31,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from xprof_magic._analysis.timeline import pool, xspace
+from xprof_magic._analysis.timeline import pool, space
 from xprof_magic._analysis.timeline.device_planes import read_device_plane
 from xprof_magic._analysis.timeline.events import Runtime
 from xprof_magic._analysis.timeline.facts import TraceFacts
@@ -66,10 +67,10 @@ def read_trace(
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error}") from error
     # Workers only where nothing waits on a deadline: the kernel's own quick pass has one.
-    space = _parse(path)
+    mapped, planes = _parse(path)
     with pool.Pool(pool.worker_count(size) if deadline is None else 0) as workers:
         facts = _read(
-            xspace_planes(space),
+            xspace_planes(planes, mapped.release),
             host=path.name[: -len(".xplane.pb")],
             label_names=label_names,
             cell_ns=cell_ns,
@@ -77,26 +78,26 @@ def read_trace(
             runtime=runtime,
             workers=workers,
         )
-    for plane in space.planes:
-        if plane.name == METADATA_PLANE:
-            facts.programs = read_programs(plane, facts.compile_count)
+    for found in planes:
+        if found.plane.name == METADATA_PLANE:
+            facts.programs = read_programs(found.plane, facts.compile_count)
     return facts
 
 
-def _parse(path: Path) -> Any:
+def _parse(path: Path) -> tuple[space.Mapped, list[space.SplitPlane]]:
+    """The file, mapped, and its planes (:func:`.space.split_space`): each line's bytes
+    stay in the file until that line is read, and are given back then."""
     try:
-        data = path.read_bytes()
-    except OSError as error:
+        mapped = space.Mapped(path)
+    except (OSError, ValueError) as error:
         raise ValueError(f"cannot read {path}: {error}") from error
-    space = xspace.LazyXSpace()
     try:
-        space.ParseFromString(data)
+        return mapped, space.split_space(mapped.data)
     except DecodeError as error:
         raise ValueError(
             f"{path.name} is not a profiler timeline (an XSpace protobuf): {error}; "
             "capture again, or check that the file was copied whole"
         ) from None
-    return space
 
 
 def read_planes(

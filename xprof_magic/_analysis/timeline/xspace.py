@@ -36,6 +36,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 __all__ = [
     "LazyXEvent",
     "LazyXLine",
+    "LazyXPlane",
     "LazyXSpace",
     "RawXLine",
     "XLine",
@@ -157,9 +158,10 @@ RawXLine: Any = _CLASSES["RawXLine"]
 XPlane: Any = _CLASSES["XPlane"]
 XSpace: Any = _CLASSES["XSpace"]
 LazyXSpace: Any = _CLASSES["LazyXSpace"]
+LazyXPlane: Any = _CLASSES["LazyXPlane"]
 
 
-def parse_line(data: bytes) -> Any:
+def parse_line(data: bytes | memoryview) -> Any:
     """One serialized ``XLine``, its events' stats left serialized (see :func:`parse_stat`)."""
     line = LazyXLine()
     line.ParseFromString(data)

@@ -1,0 +1,193 @@
+"""The column decoder (:mod:`xprof_magic._analysis.timeline.wire`) against the protobuf runtime.
+
+Every stored capture (a TPU's, the H200 runs in ``tests/data/gpu-h200`` and, where this machine
+has them, ``/work/shared/captures/gpu-h200``) and a torch_xla CPU capture made here: each line
+decoded by the numpy decoder and parsed by the real runtime with XSpace's schema
+(:data:`~xprof_magic._analysis.timeline.xspace.XSpace`) must agree field for field (every
+event's metadata id, offset, duration; every stat, by its metadata id and as the runtime parses
+it), and the reader's facts must be the same whichever of the two read the lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from xprof_magic._analysis.timeline import varint, wire, xspace
+from xprof_magic._analysis.timeline.trace import read_trace
+from xprof_magic._backends import NEUTRAL
+from xprof_magic._backends.jax_vocabulary import VOCABULARY as JAX_WORDS
+from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
+
+DATA = Path(__file__).resolve().parent / "data"
+SHARED = Path("/work/shared/captures/gpu-h200")
+
+
+def _stored() -> list[tuple[str, Path]]:
+    found = [("tpu_inference_2", DATA / "tpu_inference_2.xplane.pb.gz")]
+    for root, tag in ((DATA / "gpu-h200", "gpu"), (SHARED, "shared")):
+        if root.is_dir():
+            found += [(f"{tag}/{p.parent.name}", p) for p in sorted(root.glob("*/*.xplane.pb.gz"))]
+    return found
+
+
+STORED = _stored()
+
+
+@pytest.fixture(scope="module")
+def cpu_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A torch_xla training loop on the CPU, captured here (labels, steps, XLA ops)."""
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    from bench.captures import build_capture
+
+    run_dir = build_capture(30, tmp_path_factory.mktemp("wire"), "mlp")
+    (path,) = run_dir.glob("*.xplane.pb")
+    return path
+
+
+def _bytes(path: Path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if path.suffix == ".gz" else data
+
+
+def _same_as_the_runtime(data: bytes) -> int:
+    """Every line of the capture, decoded and parsed: equal field for field. The events."""
+    lazy = xspace.LazyXSpace.FromString(data)
+    events = 0
+    for plane in lazy.planes:
+        for raw in plane.lines:
+            parsed = xspace.XLine.FromString(raw)
+            columns = wire.decode_line(raw)  # raises WireError: this line would not be decoded
+            assert (columns.name, columns.timestamp_ns) == (parsed.name, parsed.timestamp_ns)
+            got = np.stack([columns.metadata_id, columns.offset_ps, columns.duration_ps], 1)
+            want = [(e.metadata_id, e.offset_ps, e.duration_ps) for e in parsed.events]
+            assert got.tolist() == [list(e) for e in want], (plane.name, parsed.name)
+            assert np.diff(columns.stats.ptr).tolist() == [len(e.stats) for e in parsed.events]
+            stats = [s for e in parsed.events for s in e.stats]
+            assert columns.stats.id.tolist() == [s.metadata_id for s in stats]
+            for j, stat in enumerate(stats):
+                assert xspace.parse_stat(columns.stats.serialized(j)) == stat
+            events += len(parsed.events)
+    return events
+
+
+@pytest.mark.parametrize("name", [name for name, _ in STORED])
+def test_every_stored_capture_decodes_as_the_runtime_parses_it(name: str) -> None:
+    path = dict(STORED)[name]
+    assert _same_as_the_runtime(_bytes(path)) > 0
+
+
+def test_a_cpu_capture_decodes_as_the_runtime_parses_it(cpu_capture: Path) -> None:
+    assert _same_as_the_runtime(cpu_capture.read_bytes()) > 10_000
+
+
+def _equal(new: Any, old: Any, where: str = "facts") -> None:
+    """Equal field by field, exactly (arrays too)."""
+    if dataclasses.is_dataclass(new) and not isinstance(new, type):
+        assert type(new) is type(old), where
+        for f in dataclasses.fields(new):
+            _equal(getattr(new, f.name), getattr(old, f.name), f"{where}.{f.name}")
+    elif isinstance(new, dict):
+        assert isinstance(old, dict) and list(new) == list(old), where
+        for key in new:
+            _equal(new[key], old[key], f"{where}[{key!r}]")
+    elif isinstance(new, (list, tuple)):
+        assert isinstance(old, type(new)) and len(new) == len(old), where
+        for i, (a, b) in enumerate(zip(new, old, strict=True)):
+            _equal(a, b, f"{where}[{i}]")
+    elif isinstance(new, np.ndarray):
+        assert isinstance(old, np.ndarray) and new.dtype == old.dtype, where
+        assert np.array_equal(new, old, equal_nan=new.dtype.kind == "f"), where
+    else:
+        assert new == old, f"{where}: {new!r} != {old!r}"
+
+
+def _through_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(data: bytes) -> Any:
+        raise wire.WireError("read through the runtime")
+
+    monkeypatch.setattr(wire, "decode_line", refuse)
+
+
+@pytest.mark.parametrize("name", [name for name, _ in STORED])
+def test_the_facts_are_the_runtimes(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_bytes(dict(STORED)[name]))
+    words = (JAX_WORDS if name.startswith(("gpu", "shared")) else NEUTRAL).timeline
+    decoded = read_trace(path, runtime=words)
+    _through_the_runtime(monkeypatch)
+    _equal(read_trace(path, runtime=words), decoded)
+    assert decoded.events and decoded.devices
+
+
+def test_the_facts_of_a_cpu_capture_are_the_runtimes(
+    cpu_capture: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XPROF_MAGIC_SUMMARY_WORKERS", "0")
+    words = TORCH_XLA_WORDS.timeline
+    decoded = read_trace(cpu_capture, runtime=words, label_names=frozenset({"forward"}))
+    _through_the_runtime(monkeypatch)
+    runtime = read_trace(cpu_capture, runtime=words, label_names=frozenset({"forward"}))
+    _equal(runtime, decoded)
+    assert decoded.blocks and decoded.device_ops and decoded.compile_count
+
+
+@pytest.mark.parametrize("name", [name for name, _ in STORED])
+def test_whole_numbers_read_at_once_are_each_events(name: str) -> None:
+    """:meth:`Line.ints` from the columns (varints decoded in bulk) against each event's
+    stat text, for every stat name any event of a line has."""
+    from xprof_magic._analysis.timeline.line import as_int
+    from xprof_magic._analysis.timeline.lines import xspace_planes
+    from xprof_magic._analysis.timeline.space import split_space
+
+    checked = 0
+    for plane in xspace_planes(split_space(_bytes(dict(STORED)[name]))):
+        assert plane.serialized is not None
+        keys = list(plane.serialized.stat_ids)
+        for line in plane.lines():
+            every = np.arange(len(line.start))
+            for key in keys:
+                if not line.has(every, key).any():
+                    continue
+                want = [as_int(line.stat(i, key)) for i in every.tolist()]
+                assert line.ints(every, key) == want, (plane.name, line.name, key)
+                checked += sum(v is not None for v in want)
+    assert checked
+
+
+def test_varints_of_every_size() -> None:
+    values = [0, 1, 127, 128, 300, 2**21, 2**35 + 7, 2**56 - 1, 2**56, 2**63, 2**64 - 1]
+    data, at = bytearray(), []
+    for value in values:
+        at.append(len(data))
+        while True:
+            byte, value = value & 0x7F, value >> 7
+            data.append(byte | (0x80 if value else 0))
+            if not value:
+                break
+    data += b"\x05"  # a last one-byte varint, in the last 8 bytes
+    at.append(len(data) - 1)
+    found, size = varint.varints(np.frombuffer(bytes(data), np.uint8), np.array(at))
+    assert found.tolist() == [*values, 5]
+    assert size.tolist() == np.diff([*at, len(data)]).tolist()
+
+
+def test_a_layout_the_decoder_does_not_know_is_refused() -> None:
+    line = xspace.XLine(name="python", timestamp_ns=5)
+    event = line.events.add(metadata_id=3, offset_ps=10, duration_ps=20)
+    event.stats.add(metadata_id=1, int64_value=4)
+    data = line.SerializeToString()
+    assert wire.decode_line(data).offset_ps.tolist() == [10]
+    # The event's fields in another order (duration before offset): the runtime's to read.
+    swapped = data.replace(b"\x10\x0a\x18\x14", b"\x18\x14\x10\x0a")
+    assert swapped != data and xspace.XLine.FromString(swapped) == line
+    with pytest.raises(wire.WireError):
+        wire.decode_line(swapped)

@@ -1,0 +1,121 @@
+"""One timeline line as arrays: what every part of the timeline pass reads.
+
+Made from a capture's bytes by :mod:`.wire` (or, where its layout is unexpected, through
+the protobuf runtime by :mod:`.lines`), or from planes shaped like XProf's ``ProfileData``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "Floats",
+    "Ints",
+    "Line",
+    "MetaLookup",
+    "as_int",
+    "as_number",
+    "dense",
+    "first_of_each",
+    "no_values",
+]
+
+Floats = NDArray[np.float64]
+Ints = NDArray[np.int64]
+StatLookup = Callable[[int, str], "str | None"]
+StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
+MetaStat = Callable[[str], "list[str | None]"]
+MetaLookup = Callable[[int, str], "str | None"]
+StatValues = Callable[[Ints, tuple[str, ...]], "dict[str, list[str | None]]"]
+StatIntegers = Callable[[Ints, str], "list[int | None]"]
+
+
+@dataclass
+class Line:
+    """One timeline line as arrays, in the order its events are stored."""
+
+    name: str
+    start: Floats
+    dur: Floats
+    name_id: Ints
+    names: list[str]
+    stat: StatLookup
+    """``stat(i, key)``: the value of event ``i``'s last stat named ``key``, or None."""
+    has: StatCheck
+    """``has(events, key)``: whether each of those events has a stat named ``key``."""
+    text: StatLookup | None = field(default=None, repr=False)
+    """``text(i, key)``: as :attr:`stat`, with a reference (``ref_value``: a name XLA
+    interns, as ``hlo_module``'s) given as the name it refers to; None: as :attr:`stat`."""
+    meta_stat: MetaStat = field(default=lambda key: [], repr=False)
+    """``meta_stat(key)``: for each of :attr:`names`, in order, the value of its event
+    metadata's stat named ``key``, or None (object planes: the first such stat of an event
+    of that name). The default knows none (an empty list)."""
+    values: StatValues = field(default=lambda index, keys: no_values(index, keys), repr=False)
+    """``values(events, keys)``: by key, each of those events' last stat named so, as
+    :attr:`text` gives it (None: none), every stat of an event read once: for the few
+    events whose every value matters (a GPU kernel's ``correlation_id``, an allocator's
+    figures). The default knows none."""
+
+    integers: StatIntegers | None = field(default=None, repr=False)
+    """``integers(events, key)``: as :meth:`ints`, all at once (None: one :attr:`stat` an
+    event)."""
+
+    def ints(self, index: Ints, key: str) -> list[int | None]:
+        """Each of those events' last stat named ``key`` as a whole number (None where it
+        has none, or its text is not one): step numbers."""
+        if self.integers is not None:
+            return self.integers(index, key)
+        return [as_int(self.stat(i, key)) for i in index.tolist()]
+
+    def numbers(self, index: Ints, key: str) -> Floats:
+        """Each of those events' last stat named ``key`` as a number (NaN where it has
+        none, or not a number)."""
+        return np.array([as_number(v) for v in self.values(index, (key,))[key]], np.float64)
+
+
+def no_values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
+    return {key: [None] * len(index) for key in keys}
+
+
+def as_number(text: str | None) -> float:
+    """A stat's text as a number (NaN: none, or not a number)."""
+    try:
+        return float(text) if text else np.nan
+    except ValueError:
+        return np.nan
+
+
+def as_int(text: str | None) -> int | None:
+    """A stat's text as a whole number (None: none, or not one)."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def dense(ids: Ints) -> tuple[Ints, Ints]:
+    """The distinct ids, and each id's index among them (``np.unique``, without sorting)."""
+    if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
+        unique, inverse = np.unique(ids, return_inverse=True)
+        return unique, inverse.reshape(-1).astype(np.int64)
+    present = np.zeros(int(ids.max()) + 1, bool)
+    present[ids] = True
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
+
+
+def first_of_each(ids: Ints) -> tuple[Ints, Ints]:
+    """The distinct ids in order and where each first occurs (``np.unique(ids,
+    return_index=True)``, without sorting the ids when they are small numbers)."""
+    if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
+        unique, first = np.unique(ids, return_index=True)
+        return unique, first.astype(np.int64)
+    first = np.full(int(ids.max()) + 1, len(ids), np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids)))
+    present = np.flatnonzero(first < len(ids))
+    return present, first[present]
