@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import importlib.util
 import json
@@ -147,6 +148,20 @@ def ip() -> Any:
     assert shell is not None
     shell.run_line_magic("load_ext", "xprof_magic")
     return shell
+
+
+@contextlib.contextmanager
+def names_of(ip: Any, code: str) -> Iterator[None]:
+    """``code`` run in the shared shell for a module's tests, its names taken away after:
+    later tests' ``--backend auto`` must not find them."""
+    before = dict(ip.user_ns)
+    assert ip.run_cell(code).success
+    try:
+        yield
+    finally:
+        for name in set(ip.user_ns) - set(before):
+            del ip.user_ns[name]
+        ip.user_ns.update(before)
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import xprof_magic
-from tests.conftest import run
+from tests.conftest import names_of, run
 from xprof_magic._analysis import Summary, summarize
 from xprof_magic._analysis.diagnosis.breakdown import breakdown
 from xprof_magic._analysis.diagnosis.launches import callable_name, launcher
@@ -341,13 +341,8 @@ def prefetched(batches):
 
 @pytest.fixture(scope="module")
 def jax_ready(ip: Any) -> Iterator[None]:
-    before = dict(ip.user_ns)
-    assert ip.run_cell(JAX).success
-    yield
-    # The shell is the session's: later tests' ``--backend auto`` must not find JAX's values.
-    for name in set(ip.user_ns) - set(before):
-        del ip.user_ns[name]
-    ip.user_ns.update(before)
+    with names_of(ip, JAX):
+        yield
 
 
 def launched_by(s: Summary, statement: str, line: int, program: str) -> None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.conftest import names_of
 from tests.test_idioms import diagnosed
 from xprof_magic._analysis.diagnosis.own import Sampled, feeds_the_step, own_python
 from xprof_magic._cell.sampler import LineSampler
@@ -71,13 +73,9 @@ NO_FRAMEWORK_FIX = ("jax.jit, lax.scan", "torch_xla.compile would not")
 
 
 @pytest.fixture(scope="module")
-def jax_own(ip: Any) -> Any:
-    before = dict(ip.user_ns)
-    assert ip.run_cell(JAX).success
-    yield
-    for name in set(ip.user_ns) - set(before):
-        del ip.user_ns[name]
-    ip.user_ns.update(before)
+def jax_own(ip: Any) -> Iterator[None]:
+    with names_of(ip, JAX):
+        yield
 
 
 def making_batches(s: Any, statement: str, line: int, advice: str) -> None:
