@@ -1,7 +1,7 @@
 """The column decoder (:mod:`xprof_magic._analysis.timeline.wire`) against the protobuf runtime.
 
 Every stored capture (a TPU's, the H200 runs in ``tests/data/gpu-h200`` and, where this machine
-has them, ``/work/shared/captures/gpu-h200``) and a torch_xla CPU capture made here: each line
+has them, ``../shared/captures/gpu-h200``) and a torch_xla CPU capture made here: each line
 decoded by the numpy decoder and parsed by the real runtime with XSpace's schema
 (:data:`~xprof_magic._analysis.timeline.xspace.XSpace`) must agree field for field (every
 event's metadata id, offset, duration; every stat, by its metadata id and as the runtime parses
@@ -26,7 +26,8 @@ from xprof_magic._backends.jax_vocabulary import VOCABULARY as JAX_WORDS
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 
 DATA = Path(__file__).resolve().parent / "data"
-SHARED = Path("/work/shared/captures/gpu-h200")
+# shared/ lies beside the project's folder (a clone or CI's copy alike).
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "captures" / "gpu-h200"
 
 
 def _stored() -> list[tuple[str, Path]]:

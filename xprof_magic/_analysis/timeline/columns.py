@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import xspace
-from xprof_magic._analysis.timeline.line import Ints, Line, MetaLookup, as_int, dense
+from xprof_magic._analysis.timeline.line import Ints, Line, MetaLookup, as_int, dense, stat_readers
 from xprof_magic._analysis.timeline.wire import EventColumns
 
 __all__ = ["line_of"]
@@ -34,7 +34,6 @@ def line_of(
     stats = columns.stats  # what the closures below keep of the columns
     ids = stats.id
     marks: dict[str, NDArray[np.bool_]] = {}
-    refs: dict[int, str] = {}
 
     def marked(key: str) -> NDArray[np.bool_]:
         if key not in marks:
@@ -55,22 +54,7 @@ def line_of(
                     return xspace.parse_stat(stats.serialized(j))
         return None
 
-    def as_text(found: Any) -> str:
-        if found.WhichOneof("value") != "ref_value":
-            return xspace.stat_value(found)
-        if not refs:
-            for name, numbers in stat_ids.items():
-                for i in numbers:
-                    refs.setdefault(i, name)
-        return refs.get(int(found.ref_value), "")
-
-    def stat(index: int, key: str) -> str | None:
-        found = last(index, key)
-        return None if found is None else xspace.stat_value(found)
-
-    def text(index: int, key: str) -> str | None:
-        found = last(index, key)
-        return None if found is None else as_text(found)
+    stat, text, as_text = stat_readers(last, stat_ids)
 
     def values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
         out: dict[str, list[str | None]] = {key: [None] * len(index) for key in keys}

@@ -22,7 +22,7 @@ from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.events import launched_program
 from xprof_magic._analysis.timeline.facts import LAUNCH, execution_key
 from xprof_magic._analysis.timeline.line import Floats, Ints, Line, first_of_each
-from xprof_magic._analysis.timeline.programs import module_of, name_programs
+from xprof_magic._analysis.timeline.programs import module_of
 
 __all__ = ["correlated", "executions", "launch_spans"]
 
@@ -81,13 +81,13 @@ def correlated(
 
 
 def executions(
-    line: Line, order: Ints, start: Floats, name_id: Ints, ends: NDArray[np.bool_]
+    program: list[str], start: Floats, name_id: Ints, ends: NDArray[np.bool_]
 ) -> list[tuple[str, Floats]]:
     """The XLA CPU client's executions on one of its lines, by program: each mark of an
     execution's end (``ends``: :data:`~.events.EXECUTION_ENDS`) is the program of the last
     XLA op the line ran before it; for each program's span key (:func:`~.facts.execution_key`),
-    when its executions ended (ns). The line's events are in time order (``start``)."""
-    program = name_programs(line.text or line.stat, order, name_id)
+    when its executions ended (ns). The line's events are in time order (``start``);
+    ``program``: each event name's (:func:`~.programs.name_programs`)."""
     is_op = np.array([bool(p) for p in program], bool)[name_id]
     ops = np.flatnonzero(is_op)
     marks = np.flatnonzero(ends)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from xprof_magic._analysis.timeline import xspace
 
 __all__ = [
     "Floats",
@@ -22,6 +25,7 @@ __all__ = [
     "dense",
     "first_of_each",
     "no_values",
+    "stat_readers",
 ]
 
 Floats = NDArray[np.float64]
@@ -119,3 +123,35 @@ def first_of_each(ids: Ints) -> tuple[Ints, Ints]:
     np.minimum.at(first, ids, np.arange(len(ids)))
     present = np.flatnonzero(first < len(ids))
     return present, first[present]
+
+
+Read = Callable[[int, str], str | None]
+
+
+def stat_readers(
+    last: Callable[[int, str], Any], stat_ids: dict[str, Any]
+) -> tuple[Read, Read, Callable[[Any], str]]:
+    """A line's ``stat`` and ``text`` (:class:`Line`) from ``last(event, key)``, its last
+    stat of that name as a protobuf ``XStat`` (None: none), and ``stat_ids``, each stat
+    name's metadata ids; and ``as_text``, one ``XStat``'s value with what a ``ref_value``
+    points at named."""
+    refs: dict[int, str] = {}
+
+    def as_text(found: Any) -> str:
+        if found.WhichOneof("value") != "ref_value":
+            return xspace.stat_value(found)
+        if not refs:
+            for name, numbers in stat_ids.items():
+                for i in numbers:
+                    refs.setdefault(i, name)
+        return refs.get(int(found.ref_value), "")
+
+    def stat(index: int, key: str) -> str | None:
+        found = last(index, key)
+        return None if found is None else xspace.stat_value(found)
+
+    def text(index: int, key: str) -> str | None:
+        found = last(index, key)
+        return None if found is None else as_text(found)
+
+    return stat, text, as_text

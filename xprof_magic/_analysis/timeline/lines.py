@@ -31,6 +31,7 @@ from xprof_magic._analysis.timeline.line import (
     MetaLookup,
     as_number,
     dense,
+    stat_readers,
 )
 
 __all__ = [
@@ -194,24 +195,7 @@ def _proto_line(
                     found = s
         return found
 
-    def stat(index: int, key: str) -> str | None:
-        found = last(index, key)
-        return None if found is None else xspace.stat_value(found)
-
-    refs: dict[int, str] = {}
-
-    def as_text(found: Any) -> str:
-        if found.WhichOneof("value") != "ref_value":
-            return xspace.stat_value(found)
-        if not refs:
-            for name, ids in stat_ids.items():
-                for i in ids:
-                    refs.setdefault(i, name)
-        return refs.get(int(found.ref_value), "")
-
-    def text(index: int, key: str) -> str | None:
-        found = last(index, key)
-        return None if found is None else as_text(found)
+    stat, text, as_text = stat_readers(last, stat_ids)
 
     def values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
         out: dict[str, list[str | None]] = {key: [None] * len(index) for key in keys}

@@ -116,6 +116,7 @@ def program_time(
     dur: Floats,
     parent: Ints | None = None,
     names: Sequence[str] | None = None,
+    program: list[str] | None = None,
 ) -> dict[str, float]:
     """Time (ns) of each program that ran on one line, named as XProf names it
     (``<module>(<program id>)``). The line's events are given in ``order`` (their stored
@@ -125,11 +126,13 @@ def program_time(
     An event is an XLA op of a program when its name's first event has the ``hlo_module``
     stat (an op's name is its program's), so a line costs a stat read per distinct name, not
     per event; only ops outside another op count. With ``names`` (the line's: a chip's
-    modules line) every event is a module, named as its program already."""
+    modules line) every event is a module, named as its program already; ``program``, the
+    line's :func:`name_programs` where the caller has them."""
     found: dict[str, float] = {}
     if not len(order):
         return found
-    program = name_programs(stat, order, name_id, names)
+    if program is None:
+        program = name_programs(stat, order, name_id, names)
     is_op = np.array([bool(p) for p in program])
     op = is_op[name_id]
     if parent is not None:

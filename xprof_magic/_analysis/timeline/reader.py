@@ -8,10 +8,9 @@ decides: whether an event is a step (``step_num``) or an XLA op (``hlo_op``), an
 compilation. What an event is by its name is :mod:`.events`'s; a device's plane is read by
 :mod:`.device_planes` into the same facts.
 
-What the pass relies on (verified on torch_xla 2.9.0 and jax 0.10 captures):
-
-* Labels, user traces and steps sit on ``/host:CPU`` lines of Python threads (not named
-  ``tf_*``); a step carries a ``step_num`` stat.
+What the pass relies on (verified on torch_xla 2.9.0 and jax 0.10 captures): labels, user
+traces and steps sit on ``/host:CPU`` lines of Python threads (not ``tf_*``), a step with a
+``step_num`` stat;
 * The backend's own host events (sync, compile, transfer, execute) nest inside those; they
   are C++-qualified (``::``), start with one of XLA's
   :data:`~.events.XLA_RUNTIME_PREFIXES`, or are named in the backend's vocabulary
@@ -19,8 +18,7 @@ What the pass relies on (verified on torch_xla 2.9.0 and jax 0.10 captures):
   of the vocabulary's ``compile_events``.
 * On the CPU, XLA ops run on :data:`~.events.XLA_CPU_CLIENT_GROUPS` threads as events with
   an ``hlo_op`` stat; compilation passes run on ``tf_xla-cpu-codegen/*``. JAX's CPU client
-  runs small programs on the calling thread: their ops (``hlo_op``) nest in its runtime
-  events on the Python thread (jax 0.10).
+  runs small programs on the calling thread: their ops nest in its runtime events there.
 * Events on a line nest: a child ends inside its parent. A line where one does not is
   walked with an explicit stack instead, with the same result.
 """
@@ -59,7 +57,7 @@ from xprof_magic._analysis.timeline.facts import (
 from xprof_magic._analysis.timeline.launched import correlated, executions, launch_spans
 from xprof_magic._analysis.timeline.line import Floats, Ints, Line, first_of_each
 from xprof_magic._analysis.timeline.memory import allocations
-from xprof_magic._analysis.timeline.programs import program_time
+from xprof_magic._analysis.timeline.programs import name_programs, program_time
 
 __all__ = ["Reader"]
 
@@ -136,10 +134,12 @@ class Reader:
                 self.add_spans("device", start[ops], end[ops])
                 self.add_spans(INLINE, start[ops], end[ops])
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
-        if group in XLA_CPU_CLIENT_GROUPS and flag["execution_end"][name_id].any():
-            for key, at in executions(line, order, start, name_id, flag["execution_end"][name_id]):
+        program = name_programs(line.text or line.stat, order, name_id)
+        if group in XLA_CPU_CLIENT_GROUPS:
+            for key, at in executions(program, start, name_id, flag["execution_end"][name_id]):
                 self.add_spans(key, at, at)
-        self.add_programs(program_time(line.text or line.stat, order, name_id, dur, nest.parent))
+        ran = program_time(line.stat, order, name_id, dur, nest.parent, program=program)
+        self.add_programs(ran)
         if group == "python" and self.runtime.launches:
             launch = pushed & (cat == _RUNTIME) & flag["launch"][name_id]
             before = (cat == _COMPILE) | (pushed & flag["barrier"][name_id])
