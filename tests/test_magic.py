@@ -222,6 +222,19 @@ def test_script_api_captures_with_the_same_machinery(logdir: Path) -> None:
     assert [r.name for r in xprof_magic.runs(logdir)] == ["script"]
 
 
+def test_script_api_picks_the_backend_its_caller_imported(logdir: Path) -> None:
+    """``capture()``'s default is ``auto``, as everywhere else: the framework the calling
+    module imported (nothing is started until the ``with`` block)."""
+    import jax
+
+    for imported, expected in ((jax, "jax"), (pytest, "torch_xla")):
+        names: dict[str, Any] = {"xprof_magic": xprof_magic, "logdir": logdir, "m": imported}
+        exec("cap = xprof_magic.capture(logdir=logdir)", names)
+        assert names["cap"].plan.backend == expected
+    with pytest.raises(ValueError, match="backend='tensorflow': use auto or one of jax"):
+        xprof_magic.capture(logdir=logdir, backend="tensorflow")
+
+
 def test_line_magic_lists_runs_and_rejects_unknown_subcommands(
     ip: Any, logdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -230,27 +243,6 @@ def test_line_magic_lists_runs_and_rejects_unknown_subcommands(
     assert "listed  [ok]" in capsys.readouterr().out
     ip.run_cell("%xprof frobnicate")
     assert "unknown subcommand" in capsys.readouterr().err
-
-
-def readme_options() -> set[str]:
-    """The options that the first table of README.md's "Options" section documents."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Options\n", 1)[1].split("\n## ", 1)[0]
-    rows = section.split("\n\n| ", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
-    first_cells = [row.split(" | ", 1)[0] for row in rows]
-    return {option for cell in first_cells for option in re.findall(r"`(--[a-z-]+)", cell)}
-
-
-def test_the_readme_documents_exactly_the_magics_options() -> None:
-    from xprof_magic._notebook.magic import XprofMagics
-
-    parser = XprofMagics.xprof.parser  # what magic_arguments parses the line with
-    real = {o for a in parser._actions for o in a.option_strings if o not in ("-h", "--help")}
-    assert len(real) >= 12
-    documented = readme_options()
-    missing, unknown = sorted(real - documented), sorted(documented - real)
-    assert not missing, f"README.md's Options table lacks {missing}: add a row for each"
-    assert not unknown, f"README.md's Options table names {unknown}, which %%xprof lacks"
 
 
 def test_help_says_what_the_options_alone_do_not(ip: Any) -> None:

@@ -25,7 +25,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from xprof_magic._backends import Backend, CaptureWords, MetricsSnapshot
-from xprof_magic._backends.registry import capabilities, get_backend, get_vocabulary
+from xprof_magic._backends.detect import choose_backend
+from xprof_magic._backends.registry import BACKENDS, capabilities, get_backend, get_vocabulary
 from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
 from xprof_magic._capture.record import Ended, run_metadata
 from xprof_magic._capture.result import CaptureResult, size_warning
@@ -357,7 +358,7 @@ def capture(
     sync: bool = False,
     server: bool | None = None,
     port: int = DEFAULT_PORT,
-    backend: str = "torch_xla",
+    backend: str = "auto",
 ) -> Capture:
     """Trace a block of a script into one run, with the magic's machinery.
 
@@ -367,7 +368,14 @@ def capture(
     ``steps=True`` marks steps, ``steps="100:103"`` traces only steps 100 to 102 (raises
     ``ValueError`` for a window that is not one, and
     :class:`~xprof_magic._runs.store.LogdirError` for a ``gs://`` location that is not one).
+    ``backend="auto"``, as for a cell, is the framework the calling module has imported.
     """
+    if backend == "auto":
+        backend, message = choose_backend("", sys._getframe(1).f_globals)
+        if message:
+            print(f"xprof: {message}", file=sys.stderr)
+    elif backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: use auto or one of {', '.join(sorted(BACKENDS))}")
     marks, window = parse_steps(steps)
     plan = Plan(
         logdir=_logdir.Logdir.parse(logdir),

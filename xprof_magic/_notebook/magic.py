@@ -76,7 +76,8 @@ class XprofMagics(Magics):
         "iteration of the cell's loop (the innermost when nested; always so with JAX and "
         "TorchTPU, which run eagerly); your own StepTrace markers win. --steps A:B traces "
         "only steps A to B-1, numbered from 0 in the cell (A: and :B too); the cell still "
-        "runs whole.",
+        "runs whole, and a window never reached stores nothing and says how many steps ran. "
+        "The summary says which rule made the steps.",
     )
     @argument(
         "--sync",
