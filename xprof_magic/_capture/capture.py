@@ -25,9 +25,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from xprof_magic._backends import Backend, CaptureWords, MetricsSnapshot
-from xprof_magic._backends.detect import choose_backend
-from xprof_magic._backends.registry import BACKENDS, capabilities, get_backend, get_vocabulary
-from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
+from xprof_magic._backends.registry import capabilities, get_backend, get_vocabulary
+from xprof_magic._capture.options import Options
+from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Plan
 from xprof_magic._capture.record import Ended, run_metadata
 from xprof_magic._capture.result import CaptureResult, size_warning
 from xprof_magic._capture.trace import Trace, TraceWindow, collect_workers
@@ -370,23 +370,16 @@ def capture(
     :class:`~xprof_magic._runs.store.LogdirError` for a ``gs://`` location that is not one).
     ``backend="auto"``, as for a cell, is the framework the calling module has imported.
     """
-    if backend == "auto":
-        backend, message = choose_backend("", sys._getframe(1).f_globals)
-        if message:
-            print(f"xprof: {message}", file=sys.stderr)
-    elif backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}: use auto or one of {', '.join(sorted(BACKENDS))}")
-    marks, window = parse_steps(steps)
-    plan = Plan(
-        logdir=_logdir.Logdir.parse(logdir),
+    checked = Options.parse(
+        logdir=logdir,
         name=name,
-        labels=False,
-        steps=marks,
-        step_window=window,
+        steps=steps,
         sync=sync,
-        server=server_by_default() if server is None else server,
+        labels=False,
+        server=server,
         port=port,
         backend=backend,
-        options={"api": True, "steps": steps, "sync": sync},
     )
+    options = {"api": True, "steps": steps, "sync": sync}
+    plan = checked.plan("", sys._getframe(1).f_globals, options=options)
     return Capture(plan)
