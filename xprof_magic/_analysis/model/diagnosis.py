@@ -267,21 +267,16 @@ class Diagnosis:
     - ``level``: the headline's level: ``warning`` for a bottleneck, ``info`` otherwise;
     - ``breakdown``: every category, for the cell and per step.
 
-    Its words, which the render stage writes (:mod:`~xprof_magic._analysis.render.headline`)
-    when the summary is built and saves with it: ``evidence``, the numbers behind the verdict
-    as ``(name, value)`` text pairs; ``fix``, one sentence of advice in the backend's words;
-    ``headline``, the verdict in words, the summary's first note after the device line.
+    Its words (the headline, the fix in the backend's words, the evidence) are the render
+    stage's, made when the summary is shown (:func:`~xprof_magic._analysis.render.headline.said`).
     """
 
     verdict: str = "unknown"
     share: float | None = None
     where: tuple[str, ...] = ()
     line: int = 0
-    evidence: tuple[tuple[str, str], ...] = ()
-    fix: str = ""
     cause: str = ""
     shapes: tuple[str, ...] = ()
-    headline: str = ""
     level: str = "info"
     breakdown: Breakdown = Breakdown()
     shares: tuple[tuple[str, float], ...] = ()
