@@ -150,10 +150,10 @@ if route == "summary_nodiag":
     # The summary as it was before the diagnosis: no breakdown spans, no compiled programs
     # kept for a compile's cause, no verdict.
     from xprof_magic._analysis import stages
-    from xprof_magic._analysis.timeline import reader, trace
+    from xprof_magic._analysis.timeline import read, reader
     reader.Reader._spans = lambda self, *args: None
     reader.Reader._launches = lambda self, *args: None
-    trace.read_programs = lambda *args: []
+    read.read_programs = lambda *args: []
     stages._diagnose = lambda *args: None
 if route.startswith("summary"):
     from xprof_magic._analysis import summarize

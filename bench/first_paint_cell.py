@@ -6,7 +6,7 @@ timeline (``%xprof view RUN``). A real JupyterLab and Debian's Chromium, one ker
 repetition, each mode in a JupyterLab (so a viewer) of its own:
 
 - ``ahead``: the viewer converts each run for the trace viewer as soon as it is committed
-  (:mod:`xprof_magic._viewer.prepare.preparer`), the default;
+  (:mod:`xprof_magic._viewer.prepare.queue`), the default;
 - ``no preview``: ``ahead`` without the preview of a large run's first events
   (:mod:`xprof_magic._viewer.prepare.preview`): the frame waits for the whole timeline;
 - ``on demand``: ``XPROF_MAGIC_PREPARE=0``, XProf converts on the first request, as before;

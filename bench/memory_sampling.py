@@ -2,7 +2,7 @@
 memory-sampling``.
 
 ``%%xprof`` asks the backend for the device's memory at the end of every labelled block
-(:meth:`~xprof_magic._cell.recorder.Recorder.sample`), where the runtime keeps such
+(:meth:`~xprof_magic._cell.label_times.Recorder.sample`), where the runtime keeps such
 figures (a TPU or a GPU); XLA's CPU client keeps none, so here the first answer, none, stops
 the asking. To measure what the asking costs where it goes on, the same training cell
 (:data:`bench.cells.TRAIN`, two labelled blocks a step) runs under ``%%xprof`` in one
@@ -80,7 +80,7 @@ def _per_sample_s(calls: int = 20_000) -> float:
     """The recorder's own cost of one sample, the backend answering as a chip does."""
     import time
 
-    from xprof_magic._cell.recorder import Recorder
+    from xprof_magic._cell.label_times import Recorder
 
     def figures() -> tuple[float, float, float]:
         stats = {"bytes_in_use": 1.0e9, "peak_bytes_in_use": 1.2e9, "bytes_limit": 16.0e9}

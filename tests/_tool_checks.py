@@ -74,7 +74,7 @@ def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[st
     from tests._page_checks import nav_shown
     from xprof_magic._notebook.widget import SURVEYED
     from xprof_magic._viewer.survey import CPU_MEMORY_VIEWER
-    from xprof_magic._viewer.tools import TOOL_NAMES, uses_charts
+    from xprof_magic._viewer.tool_pages import TOOL_NAMES, uses_charts
 
     # Until XProf has said which tools have data, the options (their order, their names)
     # and a per-program tool's page can still change.

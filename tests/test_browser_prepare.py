@@ -225,6 +225,6 @@ def preview_query() -> str:
     """How the preview's frame URL carries the preview's marker (inside ``trace_data_url``)."""
     from urllib.parse import quote
 
-    from xprof_magic._viewer.prepare.preparing import PREVIEW_QUERY
+    from xprof_magic._viewer.prepare.waiting_page import PREVIEW_QUERY
 
     return quote(PREVIEW_QUERY, safe="")

@@ -171,7 +171,7 @@ def test_huge_traces_are_explained_with_a_lowered_threshold(
 def test_a_timeline_too_big_to_read_gets_a_metadata_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from xprof_magic._analysis import entry
+    from xprof_magic._analysis import summaries
     from xprof_magic._notebook.show import SUMMARY_BUDGET_S
 
     with (
@@ -181,14 +181,14 @@ def test_a_timeline_too_big_to_read_gets_a_metadata_summary(
         pass
     assert cap.result is not None
     run_dir = cap.result.run_dir
-    monkeypatch.setattr(entry, "FULL_SUMMARY_MAX_BYTES", 1)
+    monkeypatch.setattr(summaries, "FULL_SUMMARY_MAX_BYTES", 1)
     for summary in (
-        entry.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S),
-        entry.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=True),
+        summaries.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S),
+        summaries.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=True),
     ):
         assert not summary.pending
         assert any("too large to read" in reason for reason in summary.missing)
         assert [row.path for row in summary.labels] == [("work",)]
-    monkeypatch.setattr(entry, "FULL_SUMMARY_MAX_BYTES", 2**30)
-    full = entry.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=True)
+    monkeypatch.setattr(summaries, "FULL_SUMMARY_MAX_BYTES", 2**30)
+    full = summaries.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=True)
     assert full.complete and not full.missing

@@ -30,7 +30,7 @@ from xprof_magic._analysis.diagnosis.gain import gain_of, step_time
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, Gain, StepBreakdown
 from xprof_magic._analysis.render.headline import speedup
-from xprof_magic._analysis.timeline.trace import read_planes
+from xprof_magic._analysis.timeline.read import read_planes
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 
 FACTOR = 2.0

@@ -31,8 +31,8 @@ import xprof_magic
 from tests._said import notes_of, said, worded
 from tests.conftest import names_of, run
 from xprof_magic._analysis import Summary, summarize
+from xprof_magic._analysis.diagnosis.attribution import callable_name, launcher
 from xprof_magic._analysis.diagnosis.breakdown import breakdown
-from xprof_magic._analysis.diagnosis.launches import callable_name, launcher
 from xprof_magic._analysis.summary.where import call_line
 from xprof_magic._analysis.timeline.facts import LABEL, LAUNCH, STEP, STEP_END, Block, TraceFacts
 from xprof_magic._analysis.timeline.intervals import subtract

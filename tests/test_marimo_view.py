@@ -94,7 +94,7 @@ def test_the_view_says_what_the_jupyter_widget_says_in_its_words(
     """A tool with nothing for the run is one line in place of its page, the line for a
     page still loading names the tool, the charts note is for pages that draw charts; the
     Tool choice says when XProf has told which tools have data."""
-    from xprof_magic._viewer import tools as _tools
+    from xprof_magic._viewer import tool_pages as _tools
 
     view = _view.RunView(viewer, logdir, "older")
     assert view.empty == "" and view.charts is False  # the trace viewer
@@ -127,7 +127,7 @@ def test_a_pending_summarys_trace_viewer_waits_for_its_window(
 
     from xprof_magic._analysis import StepStats, summarize
     from xprof_magic._runs import store as _store
-    from xprof_magic._viewer import tools as _tools
+    from xprof_magic._viewer import tool_pages as _tools
 
     view = _view.RunView(viewer, logdir, "older", window_coming=True)
     assert view.wait == _tools.WAIT_NOTE and view.src  # the address, kept until it waits no more

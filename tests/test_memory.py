@@ -24,7 +24,7 @@ from tests.test_registry import ENTRY, FakeBackend, install
 from xprof_magic._analysis import render_html, render_text
 from xprof_magic._analysis.diagnosis.oom import out_of_memory, size_bytes
 from xprof_magic._analysis.model.summary import Summary
-from xprof_magic._analysis.render.memory import NO_FIGURES
+from xprof_magic._analysis.render.memory_section import NO_FIGURES
 from xprof_magic._backends import Backend
 
 GIB = 2**30
@@ -154,7 +154,7 @@ def test_live_figures_at_block_ends_give_the_peak_and_a_leak(
 
 
 def test_the_figures_cost_nothing_where_the_runtime_keeps_none() -> None:
-    from xprof_magic._cell.recorder import Recorder
+    from xprof_magic._cell.label_times import Recorder
 
     recorder = Recorder(lambda name, **stats: None)  # type: ignore[arg-type,return-value]
     asked: list[int] = []
@@ -171,7 +171,7 @@ def test_the_figures_cost_nothing_where_the_runtime_keeps_none() -> None:
 def test_a_runtime_not_started_yet_is_asked_again() -> None:
     """A first cell starts the runtime inside it: at the cell's start the backend has no
     figures yet (LookupError), at its blocks' ends it has them."""
-    from xprof_magic._cell.recorder import Recorder
+    from xprof_magic._cell.label_times import Recorder
 
     recorder = Recorder(lambda name, **stats: None)  # type: ignore[arg-type,return-value]
     started: list[bool] = []
@@ -331,7 +331,7 @@ def test_compare_shows_the_peak_beside_time(gpu_runs: dict[str, tuple[Path, Summ
 def test_the_memory_chart_draws_the_curve_with_the_steps_and_the_peak(
     gpu_runs: dict[str, tuple[Path, Summary]],
 ) -> None:
-    from xprof_magic._analysis.render.memory import memory_svg
+    from xprof_magic._analysis.render.memory_section import memory_svg
 
     _, s = gpu_runs["gpu_sync"]
     picture = memory_svg(s)

@@ -22,7 +22,7 @@ from xprof_magic._runs import metadata as _metadata
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer.app import guard as _guard
 from xprof_magic._viewer.process import client as _client
-from xprof_magic._viewer.process import launch as _launch
+from xprof_magic._viewer.process import os_process as _launch
 from xprof_magic._viewer.process.manager import Launched, ensure_viewer, stop_viewer
 
 WORKER = Path(__file__).with_name("_worker.py")

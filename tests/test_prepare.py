@@ -26,8 +26,8 @@ import pytest
 
 from tests._wait import wait_until
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer.prepare import convert, preparing, preview
-from xprof_magic._viewer.prepare import preparer as prepare
+from xprof_magic._viewer.prepare import convert, preview, waiting_page
+from xprof_magic._viewer.prepare import queue as prepare
 from xprof_magic._viewer.process.client import Viewer, fetch_json, http_get
 from xprof_magic._viewer.process.manager import ensure_viewer, list_viewers, stop_viewer
 
@@ -110,7 +110,7 @@ def caches(run_dir: Path) -> dict[str, tuple[int, int, int]]:
 
 def page_path(viewer: Viewer, run: str, status: bool = False) -> str:
     path = viewer.trace_viewer_path(run, "vm")
-    return path + ("&" + preparing.STATUS_QUERY if status else "")
+    return path + ("&" + waiting_page.STATUS_QUERY if status else "")
 
 
 def status(viewer: Viewer, run: str) -> dict[str, Any]:
@@ -252,7 +252,7 @@ def test_xprof_ignores_caches_written_without_their_version_file(
 ) -> None:
     """The order :func:`convert.commit` relies on: caches in a run without
     ``cache_version.txt`` (a viewer killed between the renames) are not read but replaced."""
-    viewer, logdir = start(**{preparing.PREPARE_ENV: "0"})
+    viewer, logdir = start(**{waiting_page.PREPARE_ENV: "0"})
     run_dir = commit(captures, logdir, "first")
     for name in ("vm.SSTABLE", "vm.metadata.SSTABLE", "vm.trie.SSTABLE"):
         (run_dir / name).write_bytes(b"half a cache")
@@ -312,8 +312,8 @@ def test_a_conversion_past_its_memory_bound_is_killed_and_said(
     assert convert.MAX_MB_ENV in failed["reason"]
     assert caches(run_dir) == {}
     # The page, polling, turns the failure into one line with a way to try again.
-    assert "Try again" in preparing.PREPARING_PAGE and "could not be prepared" in (
-        preparing.PREPARING_PAGE
+    assert "Try again" in waiting_page.PREPARING_PAGE and "could not be prepared" in (
+        waiting_page.PREPARING_PAGE
     )
 
 
@@ -511,9 +511,9 @@ def test_a_starved_conversion_is_raised_to_normal_priority_in_place() -> None:
 
 
 def test_the_surveys_requests_are_answered_below_the_users_work(tmp_path: Path) -> None:
-    """A request marked :data:`preparing.BACKGROUND` (the widget's tools survey, which has
+    """A request marked :data:`waiting_page.BACKGROUND` (the widget's tools survey, which has
     XProf convert the run for each tool) is answered in a thread of its own at nice
-    :data:`preparing.BACKGROUND_NICE`, its errors raised in the request's; others as they
+    :data:`waiting_page.BACKGROUND_NICE`, its errors raised in the request's; others as they
     come, in the request's thread."""
     logdir = tmp_path / "logs"
     _store.profile_dir(logdir).mkdir(parents=True)
@@ -528,7 +528,7 @@ def test_the_surveys_requests_are_answered_below_the_users_work(tmp_path: Path) 
         start_response("200 OK", [])
         return [b"ok"]
 
-    serve = preparing.prepared(app, one)
+    serve = waiting_page.prepared(app, one)
 
     def get(query: str) -> bytes:
         environ = {"PATH_INFO": "/data/plugin/profile/data", "QUERY_STRING": query}
@@ -536,7 +536,7 @@ def test_the_surveys_requests_are_answered_below_the_users_work(tmp_path: Path) 
 
     me = threading.get_native_id()
     base = os.getpriority(os.PRIO_PROCESS, me)
-    marked = "run=r&tag=op_profile&host=vm&" + urlencode(preparing.BACKGROUND)
+    marked = "run=r&tag=op_profile&host=vm&" + urlencode(waiting_page.BACKGROUND)
     try:
         assert get(marked) == b"ok"
         assert get("run=r&tag=op_profile&host=vm") == b"ok"
@@ -545,7 +545,7 @@ def test_the_surveys_requests_are_answered_below_the_users_work(tmp_path: Path) 
     finally:
         one.stop()
     (background, background_nice), (foreground, foreground_nice), (failed, _) = seen
-    lowered = preparing.BACKGROUND_NICE if os.geteuid() == 0 else max(base, 10)
+    lowered = waiting_page.BACKGROUND_NICE if os.geteuid() == 0 else max(base, 10)
     assert background != me and failed != me and background_nice == lowered
     assert foreground == me and foreground_nice == base
     assert os.getpriority(os.PRIO_PROCESS, me) == base, "the request's own thread was lowered"
@@ -615,7 +615,9 @@ def preview_path(viewer: Viewer, run: str) -> str:
     """The trace viewer page of ``run`` as the preparing page embeds it for the preview."""
     path, _, query = viewer.trace_viewer_path(run, "vm").partition("?")
     args = parse_qsl(query)
-    args = [(k, v + "&" + preparing.PREVIEW_QUERY if k == "trace_data_url" else v) for k, v in args]
+    args = [
+        (k, v + "&" + waiting_page.PREVIEW_QUERY if k == "trace_data_url" else v) for k, v in args
+    ]
     return path + "?" + urlencode(args)
 
 

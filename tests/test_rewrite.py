@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import FakeEvent
 from xprof_magic._cell import labels as _labels
-from xprof_magic._cell import steps as _steps
+from xprof_magic._cell import step_tracker as _steps
 from xprof_magic._cell.markers import find_markers, label_for
 from xprof_magic._cell.rewrite import rewrite
 

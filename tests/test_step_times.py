@@ -13,7 +13,7 @@ import xprof_magic
 from tests.conftest import run
 from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
 from xprof_magic._analysis.render.text import steps_line
-from xprof_magic._analysis.summary.steps import STALE_NS, by_execution, launched_work
+from xprof_magic._analysis.summary.step_spans import STALE_NS, by_execution, launched_work
 from xprof_magic._analysis.timeline.facts import LAUNCH, TraceFacts, execution_key
 
 MS = 1e6

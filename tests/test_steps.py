@@ -18,11 +18,11 @@ import pytest
 
 import xprof_magic
 from tests.conftest import FakeEvent, host_events, only_run, run, step_numbers
-from xprof_magic._capture import trace as _trace
+from xprof_magic._capture import trace_window as _trace
 from xprof_magic._capture.capture import parse_steps
 from xprof_magic._cell import labels as _labels
+from xprof_magic._cell import step_tracker as _steps
 from xprof_magic._cell import step_window as _step_window
-from xprof_magic._cell import steps as _steps
 from xprof_magic._cell.rewrite import rewrite
 from xprof_magic._runs import metadata as _metadata
 from xprof_magic._runs import store as _store

@@ -41,7 +41,7 @@ from xprof_magic._analysis.render.notes import notes_for
 from xprof_magic._analysis.render.text import plain
 from xprof_magic._analysis.summary.blocks import INPUT_PIPELINE
 from xprof_magic._analysis.summary.device import device_info
-from xprof_magic._analysis.timeline.trace import read_planes
+from xprof_magic._analysis.timeline.read import read_planes
 from xprof_magic._backends import (
     Advice,
     Backend,
@@ -239,7 +239,7 @@ def test_the_trace_viewer_opens_on_the_steady_steps_past_an_unlike_first_one() -
     steady ones stays in view, and one after them only touches the window's end."""
     from xprof_magic._analysis.diagnosis.steady import unlike
     from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, StepBreakdown
-    from xprof_magic._viewer.tools import view_range
+    from xprof_magic._viewer.tool_pages import view_range
 
     def summary(durations: list[float], compiling: tuple[int, ...] = (0,)) -> Summary:
         starts = [sum(durations[:i]) + 0.1 for i in range(len(durations))]

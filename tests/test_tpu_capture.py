@@ -22,7 +22,7 @@ from tests._said import said, worded
 from xprof_magic._analysis.model.summary import Summary
 from xprof_magic._analysis.timeline import xspace
 from xprof_magic._analysis.timeline.facts import device_side
-from xprof_magic._analysis.timeline.trace import read_planes
+from xprof_magic._analysis.timeline.read import read_planes
 from xprof_magic._backends import NEUTRAL_FIXES
 
 DATA = Path(__file__).resolve().parent / "data" / "tpu_inference_2.xplane.pb.gz"

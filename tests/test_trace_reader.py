@@ -26,7 +26,7 @@ from xprof_magic._analysis import render_text, summarize
 from xprof_magic._analysis.timeline import nesting, pool
 from xprof_magic._analysis.timeline import parallel as parallel_pass
 from xprof_magic._analysis.timeline.facts import TraceFacts
-from xprof_magic._analysis.timeline.trace import read_planes, read_trace
+from xprof_magic._analysis.timeline.read import read_planes, read_trace
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 
 

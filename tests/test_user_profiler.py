@@ -12,7 +12,7 @@ import pytest
 
 from tests._kernel import Kernel, free_port, with_server
 from tests.conftest import event_names
-from xprof_magic._analysis.timeline.trace import read_trace
+from xprof_magic._analysis.timeline.read import read_trace
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 from xprof_magic._runs import store as _store
 

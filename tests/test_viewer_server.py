@@ -35,10 +35,9 @@ from xprof_magic._viewer.app import memo as _memo
 from xprof_magic._viewer.app import replies as _replies
 from xprof_magic._viewer.process import client as _client
 from xprof_magic._viewer.process import info as _viewer_info
-from xprof_magic._viewer.process import launch as _launch
 from xprof_magic._viewer.process import manager as _viewer
+from xprof_magic._viewer.process import os_process as _launch
 from xprof_magic._viewer.process.client import Viewer, fetch_json
-from xprof_magic._viewer.process.launch import VIEWER_DIR_ENV
 from xprof_magic._viewer.process.manager import (
     Failed,
     Launched,
@@ -51,6 +50,7 @@ from xprof_magic._viewer.process.manager import (
     list_viewers,
     stop_viewer,
 )
+from xprof_magic._viewer.process.os_process import VIEWER_DIR_ENV
 
 HERE = Path(__file__).resolve().parent
 LABEL = "my_label"

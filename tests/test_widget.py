@@ -20,7 +20,7 @@ from xprof_magic._notebook import frame as _frame
 from xprof_magic._notebook import widget as _widget
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer import survey as _survey
-from xprof_magic._viewer import tools as _tools
+from xprof_magic._viewer import tool_pages as _tools
 
 
 class Frames(HTMLParser):

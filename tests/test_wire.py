@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from xprof_magic._analysis.timeline import varint, wire, xspace
-from xprof_magic._analysis.timeline.trace import read_trace
+from xprof_magic._analysis.timeline.read import read_trace
 from xprof_magic._backends import NEUTRAL
 from xprof_magic._backends.jax_vocabulary import VOCABULARY as JAX_WORDS
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
@@ -145,9 +145,9 @@ def test_the_facts_of_a_cpu_capture_are_the_runtimes(
 def test_whole_numbers_read_at_once_are_each_events(name: str) -> None:
     """:meth:`Line.ints` from the columns (varints decoded in bulk) against each event's
     stat text, for every stat name any event of a line has."""
-    from xprof_magic._analysis.timeline.line import as_int
-    from xprof_magic._analysis.timeline.lines import xspace_planes
+    from xprof_magic._analysis.timeline.line_arrays import as_int
     from xprof_magic._analysis.timeline.space import split_space
+    from xprof_magic._analysis.timeline.thread_lines import xspace_planes
 
     checked = 0
     for plane in xspace_planes(split_space(_bytes(dict(STORED)[name]))):

@@ -1,7 +1,7 @@
 """``python -m xprof_magic._analysis RUN_DIR``: the full summary, in a process of its own.
 
 The notebook reads big summaries this way (:func:`~xprof_magic._analysis.cache.
-summarize_in_subprocess`, which :func:`~xprof_magic._analysis.entry.summary_of` calls), so
+summarize_in_subprocess`, which :func:`~xprof_magic._analysis.summaries.summary_of` calls), so
 that reading a huge capture neither holds the kernel's GIL nor grows the kernel's memory.
 The summary is saved beside the capture even when incomplete, since the caller reads it
 from there; the exit status is 0 when it is complete, 1 when something was missing, 2 on

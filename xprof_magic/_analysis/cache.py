@@ -3,7 +3,7 @@
 "Quick now, full later": a front end shows a summary within a fraction of a second, built
 from the metadata alone when the timeline is too large to read in that time, and gets the
 full one from :func:`summarize_in_subprocess` (directly, or through
-:func:`~xprof_magic._analysis.entry.summary_of`, which decides when). That reads the whole
+:func:`~xprof_magic._analysis.summaries.summary_of`, which decides when). That reads the whole
 timeline in ``python -m xprof_magic._analysis RUN_DIR`` (so a huge capture neither holds
 the kernel's GIL nor grows the kernel's memory) and leaves ``xprof_magic_summary.json``
 beside the capture, where later sessions find it without reading the timeline again.

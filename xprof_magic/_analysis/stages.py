@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from xprof_magic._analysis.cache import estimate_read_s
-from xprof_magic._analysis.diagnosis import breakdown, launches, own
+from xprof_magic._analysis.diagnosis import attribution, breakdown, own
 from xprof_magic._analysis.diagnosis.oom import out_of_memory
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Diagnosis
@@ -29,7 +29,7 @@ from xprof_magic._analysis.summary import blocks, hosts
 from xprof_magic._analysis.summary.blocks import input_shapes
 from xprof_magic._analysis.summary.build import build
 from xprof_magic._analysis.timeline.facts import ReadAborted, TraceFacts
-from xprof_magic._analysis.timeline.trace import read_trace
+from xprof_magic._analysis.timeline.read import read_trace
 from xprof_magic._backends import TimelineNames, Vocabulary
 from xprof_magic._backends.registry import BACKENDS, get_vocabulary
 from xprof_magic._runs import metadata as _metadata
@@ -128,9 +128,9 @@ def _diagnose(
             parts,
             step_rule=meta.step_rule or "",
             shapes=input_shapes(facts),
-            launched=launches.of_trace(facts, meta, words),
+            launched=attribution.of_trace(facts, meta, words),
             programs=facts.programs,
-            activity=launches.activity(facts, meta, words, summary.steps),
+            activity=attribution.activity(facts, meta, words, summary.steps),
             looks=own.sampled(facts, meta, words),
         )
     if meta.wall_s:

@@ -1,16 +1,7 @@
 """The one small interface between xprof_magic and a profiler.
 
-Everything that touches a profiler lives behind :class:`Backend`: torch_xla, JAX
-(``jax.profiler``) and TorchTPU (``torch-tpu``), one module each, built on the skeleton they
-share (:mod:`.base`). Each is one entry of :mod:`.registry`, which names its module's
-``create() -> Backend``, its words (:mod:`.words`, in a light module of its own), how
-``--backend auto`` recognises it (:mod:`.detect` applies the entries' rules) and what its
-runtime does; another plugs in the same way, without touching the magic, the plan, the
-capture, the viewer or the analysis.
-
-The bottom of the package: may import nothing of it but itself. This module imports neither
-a profiler nor IPython; the registry imports a profiler's module only in its factory, and no
-module here but :mod:`.detect` imports the registry.
+May import nothing of xprof_magic: the profilers are imported by their registry entries'
+factories only. Its modules, and what each holds, are in ARCHITECTURE.md's table.
 """
 
 from __future__ import annotations

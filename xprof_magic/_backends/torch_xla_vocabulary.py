@@ -3,7 +3,7 @@
 Kept apart from :mod:`xprof_magic._backends.torch_xla` so that the analysis can read a
 torch_xla run without importing torch_xla (seconds, and gigabytes in a summary subprocess).
 Metric names are those of ``torch_xla.debug.metrics`` in torch_xla 2.9.0; event and thread
-names were read on 2.9.0 captures. The timeline reader (:mod:`xprof_magic._analysis.timeline.trace`)
+names were read on 2.9.0 captures. The timeline reader (:mod:`xprof_magic._analysis.timeline.read`)
 takes its event and thread names from here; a second backend's reader would take them from
 that backend's vocabulary.
 """

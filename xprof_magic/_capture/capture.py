@@ -7,8 +7,9 @@ result still stands and the problem is reported in one line.
 
 What a capture opens (staging folder, the backend's watch, the trace, the hooks around the
 cell) sits on one ``ExitStack``, so a failure anywhere closes just what was opened. The
-capture owns its trace (:mod:`xprof_magic._capture.trace`), step tracker and label recorder; the
-tracker asks its step window, which switches the trace: nothing calls back into its owner.
+capture owns its trace (:mod:`xprof_magic._capture.trace_window`), step tracker and label
+recorder; the tracker asks its step window, which switches the trace: nothing calls back
+into its owner.
 """
 
 from __future__ import annotations
@@ -26,15 +27,14 @@ from typing import Any, TypeVar
 
 from xprof_magic._backends import Backend, CaptureWords, MetricsSnapshot
 from xprof_magic._backends.registry import capabilities, get_backend, get_vocabulary
-from xprof_magic._capture.options import Options
-from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Plan
-from xprof_magic._capture.record import Ended, run_metadata
+from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Options, Plan
 from xprof_magic._capture.result import CaptureResult, size_warning
-from xprof_magic._capture.trace import Trace, TraceWindow, collect_workers
+from xprof_magic._capture.run_record import Ended, run_metadata
+from xprof_magic._capture.trace_window import Trace, TraceWindow, collect_workers
 from xprof_magic._cell import labels as _labels
 from xprof_magic._cell import sampler as _sampler
+from xprof_magic._cell.step_tracker import StepTracker
 from xprof_magic._cell.step_window import end_messages, parse_steps
-from xprof_magic._cell.steps import StepTracker
 from xprof_magic._runs import logdir as _logdir
 from xprof_magic._runs import store as _store
 from xprof_magic._units import wrapped

@@ -1,8 +1,8 @@
 """What rewritten cells call at run time: labels, steps and the kept final value.
 
-A capture hands :func:`recording` its :class:`~xprof_magic._cell.recorder.Recorder` (label
+A capture hands :func:`recording` its :class:`~xprof_magic._cell.label_times.Recorder` (label
 times, the open label blocks, the kept value) and its
-:class:`~xprof_magic._cell.steps.StepTracker`, which the recorder does not know: the tracker
+:class:`~xprof_magic._cell.step_tracker.StepTracker`, which the recorder does not know: the tracker
 splits the recorder's blocks at step ends, never the other way round.
 
 The rewritten code reaches this module through ``__import__``, so it must stay cheap to
@@ -40,8 +40,8 @@ __all__ = [
     "step",
 ]
 
-from xprof_magic._cell.recorder import LabelStat, Recorder
-from xprof_magic._cell.steps import StepTracker
+from xprof_magic._cell.label_times import LabelStat, Recorder
+from xprof_magic._cell.step_tracker import StepTracker
 
 SHAPES_EVENT = "xprof.shapes "
 """The name that starts the marker :func:`inputs` leaves when the items' shapes change."""

@@ -48,7 +48,7 @@ def rewrite(
     - With ``steps``, the cell's loops (``for`` and ``while`` outside functions and
       classes) report to the step tracker: the outermost ones where they start, the
       innermost ones each iteration. Whether iterations or syncs make the steps is decided
-      at run time (:class:`xprof_magic._cell.steps.StepTracker`).
+      at run time (:class:`xprof_magic._cell.step_tracker.StepTracker`).
     - The cell's ``for`` loops (outside functions and classes) time each ``next()`` of their
       iterable as a label ``next(<iterable>)`` (:func:`xprof_magic._cell.labels.inputs`): the
       time spent waiting for input. ``range(...)`` has nothing to wait for and is left bare.

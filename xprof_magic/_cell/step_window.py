@@ -2,7 +2,7 @@
 
 ``--steps`` parses here into whether to mark steps and which window to trace
 (:class:`StepWindow`), before anything runs; once the cell has ended, the
-:class:`~xprof_magic._cell.steps.StepTracker`'s outcome is said here too (a window that never
+:class:`~xprof_magic._cell.step_tracker.StepTracker`'s outcome is said here too (a window that never
 started, a cell that ended inside it), and a run's steps in one line for its result.
 IPython- and torch-free.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from xprof_magic._cell.steps import StepTracker
+    from xprof_magic._cell.step_tracker import StepTracker
 
 __all__ = ["STEP_RULES", "StepWindow", "end_messages", "never_started", "parse_steps", "steps_line"]
 

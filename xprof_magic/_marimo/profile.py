@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 from xprof_magic._backends import TraceAlreadyRunning
 from xprof_magic._backends.registry import DEFAULT_HEIGHT, DEFAULT_PORT, get_vocabulary
 from xprof_magic._capture import capture as _capture
-from xprof_magic._capture.options import Options
+from xprof_magic._capture.plan import Options
 from xprof_magic._cell import labels as _labels
 from xprof_magic._marimo.function import FunctionSource, read_source, rewritten
 from xprof_magic._marimo.run import Run, announce

@@ -14,7 +14,7 @@ from xprof_magic._capture import plan as _plan
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
-    from xprof_magic._capture.options import Options
+    from xprof_magic._capture.plan import Options
     from xprof_magic._capture.result import CaptureResult
     from xprof_magic._viewer import ViewerStart
 

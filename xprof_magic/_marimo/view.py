@@ -9,7 +9,7 @@ two URLs of the selection (the embedded page, the full UI for a new tab), the tr
 opened on the steps the verdict is about. A choice in the browser changes a trait; Python
 answers with the new URLs, and the page changes its inner frame's address in place.
 
-It says what the Jupyter widget says, in the same words (:mod:`xprof_magic._viewer.tools`):
+It says what the Jupyter widget says, in the same words (:mod:`xprof_magic._viewer.tool_pages`):
 a tool with nothing for the run is one line in place of its page, a page whose loading
 indicator has not gone after a while gets one line under it, and so does a page that draws
 Google's charts where the browser cannot load them.
@@ -49,7 +49,7 @@ from xprof_magic._viewer.process.client import (
     server_proxy_template,
 )
 from xprof_magic._viewer.survey import Survey, survey_tools
-from xprof_magic._viewer.tools import (
+from xprof_magic._viewer.tool_pages import (
     BUSY_S,
     CHARTS_NOTE,
     CHARTS_URL,
@@ -67,7 +67,7 @@ from xprof_magic._viewer.tools import (
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
-    from xprof_magic._capture.options import Options
+    from xprof_magic._capture.plan import Options
     from xprof_magic._capture.result import CaptureResult
     from xprof_magic._viewer import ViewerStart
 

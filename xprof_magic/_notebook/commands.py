@@ -275,9 +275,9 @@ def _addresses(args: Any, shell: Any) -> list[str]:
 def _tell_viewers(addresses: list[str]) -> None:
     """Let the viewers' capture button reach the addresses this kernel has captured."""
     from xprof_magic._viewer.app import guard
-    from xprof_magic._viewer.process import launch
+    from xprof_magic._viewer.process import os_process
 
     try:
-        guard.allow_capture(launch.viewer_dir(), addresses)
+        guard.allow_capture(os_process.viewer_dir(), addresses)
     except Exception as error:
         print(f"xprof: the viewer's capture button cannot reach {', '.join(addresses)}: {error}")

@@ -14,7 +14,7 @@ notebook's scroll. Instead the wrapper follows a small hidden element of the wid
 (``location.replace``: no browser history entry) and shows or hides its notes. An update
 that changes nothing (the tools survey reordering the dropdown) touches no frame at all. A
 tool with nothing for the run shrinks the frame to its one line. The lines themselves are
-both fronts' (:mod:`xprof_magic._viewer.tools`).
+both fronts' (:mod:`xprof_magic._viewer.tool_pages`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from xprof_magic._viewer.app.inline import BUSY_MESSAGE
-from xprof_magic._viewer.tools import (
+from xprof_magic._viewer.tool_pages import (
     BUSY_S,
     CHARTS_NOTE,
     CHARTS_URL,
@@ -67,10 +67,10 @@ class Page:
     under it, when the browser cannot load that (:data:`CHARTS_NOTE`). ``v2``: Trace Viewer
     v2's URL for a big run, offered in a new tab where the browser has WebGPU. ``name``: the
     tool as the dropdown names it. ``empty``: why the tool has nothing for this run (the
-    survey's reason); the frame then shows :data:`~xprof_magic._viewer.tools.EMPTY_NOTE` in
+    survey's reason); the frame then shows :data:`~xprof_magic._viewer.tool_pages.EMPTY_NOTE` in
     place of XProf's page, which would only spin. ``wait``: a line that stands in place of
     the page, which is not loaded yet, the frame keeping its height
-    (:data:`~xprof_magic._viewer.tools.WAIT_NOTE`: the trace viewer waits for its window).
+    (:data:`~xprof_magic._viewer.tool_pages.WAIT_NOTE`: the trace viewer waits for its window).
     ``under``: a line said under the page, about it (the survey's:
     :data:`~xprof_magic._viewer.survey.CPU_MEMORY_VIEWER`).
     """
@@ -239,11 +239,11 @@ def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -
     :data:`CHARTS_NOTE`, shown when the page
     draws charts and the chart library cannot be fetched (instead of a spinner left without
     a reason), a link to Trace Viewer v2 in a new tab, shown for a big run where WebGPU
-    works (v2 fails without an adapter), and :data:`~xprof_magic._viewer.tools.BUSY_NOTE`,
+    works (v2 fails without an adapter), and :data:`~xprof_magic._viewer.tool_pages.BUSY_NOTE`,
     shown when the
     page has said (its :data:`~xprof_magic._viewer.app.inline.WATCH_BUSY`) that a loading
     indicator shows, and it still shows ``busy_s`` later. A page whose tool has nothing for
-    the run is not loaded: :data:`~xprof_magic._viewer.tools.EMPTY_NOTE` stands in its
+    the run is not loaded: :data:`~xprof_magic._viewer.tool_pages.EMPTY_NOTE` stands in its
     place; nor is one that waits (:attr:`Page.wait`): its line stands there meanwhile.
     """
     script = _WRAPPER_JS.replace("__CHARTS_URL__", json.dumps(CHARTS_URL)).replace(

@@ -229,7 +229,7 @@ class XprofMagics(Magics):
 
     def _plan(self, args: Any, cell: execute.Cell) -> _plan.Plan:
         """The line's options, checked as every front checks them, as the cell's plan."""
-        from xprof_magic._capture.options import Options
+        from xprof_magic._capture.plan import Options
 
         try:
             options = Options.parse(

@@ -205,7 +205,7 @@ def viewer_line(
     URL the browser reaches, opened on the steps its verdict is about (``window``). The URL
     carries the viewer's secret, so it is said only there, never in a notebook's outputs."""
     from xprof_magic._runs import store as _store
-    from xprof_magic._viewer.tools import page_urls
+    from xprof_magic._viewer.tool_pages import page_urls
 
     hosts = _store.hosts(run_dir)
     location = context.locate(viewer.port)

@@ -17,7 +17,7 @@ import ipywidgets as widgets
 
 from xprof_magic._notebook import compat
 from xprof_magic._runs import store as _store
-from xprof_magic._viewer.tools import Window
+from xprof_magic._viewer.tool_pages import Window
 
 __all__ = ["SummaryPanel"]
 

@@ -6,7 +6,7 @@ without a custom widget manager. Where the selected page shows is the
 widget, or Colab's output of its own); the widget only tells it which
 :class:`~xprof_magic._notebook.frame.Page` to show, and the frame updates in place.
 
-A run's tools are asked of the viewer in the background (:mod:`~xprof_magic._notebook.tools`):
+A run's tools are asked of the viewer in the background (:mod:`~xprof_magic._notebook.tool_survey`):
 the trace viewer, always there, is offered at once, and the full list replaces it when it
 comes. The summary of the selected run shows in a panel of its own
 (:mod:`~xprof_magic._notebook.summary_panel`).
@@ -30,11 +30,11 @@ from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._notebook.frame import Areas, Frame, Page
 from xprof_magic._notebook.summary_panel import SummaryPanel
-from xprof_magic._notebook.tools import ToolAnswer, ToolQuestions
+from xprof_magic._notebook.tool_survey import ToolAnswer, ToolQuestions
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer.process.client import TRACE_VIEWER_TOOL, Viewer
 from xprof_magic._viewer.survey import Survey, survey_tools
-from xprof_magic._viewer.tools import (
+from xprof_magic._viewer.tool_pages import (
     ToolLister,
     ToolSurveyor,
     Window,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xprof_magic._runs.store import SUMMARY_FILE
-from xprof_magic._viewer.prepare.preparing import BACKGROUND
+from xprof_magic._viewer.prepare.waiting_page import BACKGROUND
 from xprof_magic._viewer.process.client import Viewer, ViewerError, fetch_json, http_get
 
 __all__ = ["CPU_MEMORY_VIEWER", "NO_DEVICE_OPS", "NO_PROGRAMS", "Survey", "survey_tools"]

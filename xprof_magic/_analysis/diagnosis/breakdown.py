@@ -32,7 +32,7 @@ held (the waits above), so the verdict tells a chip waiting on its copies from a
 copying. A capture without them (the CPU) leaves it empty and splits as before.
 
 Steps tile the loop, each ending where its host block or the device's work it launched
-ends, whichever is later (:mod:`~xprof_magic._analysis.summary.steps`): a host that runs
+ends, whichever is later (:mod:`~xprof_magic._analysis.summary.step_spans`): a host that runs
 ahead of the device leaves the device busy with the steps' work after the loop, and that
 work is theirs; what the cell launches after the loop is not. Each step, and the cell, also
 keep the device's busy time whichever category holds it
@@ -46,7 +46,7 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis.model.diagnosis import Aside, Breakdown, StepBreakdown
 from xprof_magic._analysis.summary.blocks import main_line
-from xprof_magic._analysis.summary.steps import (
+from xprof_magic._analysis.summary.step_spans import (
     StepSpan,
     fetch_spans,
     line_step_spans,

@@ -5,7 +5,7 @@ wall time, steps, compilations, runtime figures, CPU fallbacks and every labelle
 blocks of both runs merged into one tree. When B is the same cell after the fix A's verdict
 asks for (its share fell by 5 points or more), A's predicted gain (:mod:`.gain`) stands
 beside the measured one: the ratio of the two runs' mean steps. The words (the notes, the
-tables) are the render stage's (:mod:`~xprof_magic._analysis.render.comparison`).
+tables) are the render stage's (:mod:`~xprof_magic._analysis.render.comparison_words`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from xprof_magic._analysis.model.memory import Allocation, OutOfMemory
+from xprof_magic._analysis.model.device_memory import Allocation, OutOfMemory
 
 __all__ = ["out_of_memory", "size_bytes"]
 

@@ -27,7 +27,12 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis.model.diagnosis import HostLooks
 from xprof_magic._analysis.summary.blocks import main_line
-from xprof_magic._analysis.summary.steps import device_work, fetch_spans, launched_work, step_spans
+from xprof_magic._analysis.summary.step_spans import (
+    device_work,
+    fetch_spans,
+    launched_work,
+    step_spans,
+)
 from xprof_magic._analysis.summary.where import label_at
 from xprof_magic._analysis.timeline.facts import (
     FRAMEWORK,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from xprof_magic._analysis.diagnosis.launches import StepActivity
+from xprof_magic._analysis.diagnosis.attribution import StepActivity
 from xprof_magic._analysis.model.diagnosis import (
     APART_RATIO,
     OUTSIDE_SHARE,

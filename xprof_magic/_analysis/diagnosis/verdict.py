@@ -52,15 +52,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from xprof_magic._analysis.diagnosis import steady
-from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX
-from xprof_magic._analysis.diagnosis.causes import Changes, compile_changes
-from xprof_magic._analysis.diagnosis.gain import gain_of
-from xprof_magic._analysis.diagnosis.launches import (
+from xprof_magic._analysis.diagnosis.attribution import (
     Launch,
     StepActivity,
     callable_name,
     where_launched,
 )
+from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX
+from xprof_magic._analysis.diagnosis.causes import Changes, compile_changes
+from xprof_magic._analysis.diagnosis.gain import gain_of
 from xprof_magic._analysis.diagnosis.own import Sampled, framework_python, own_python
 from xprof_magic._analysis.model.diagnosis import (
     CHEAPEST_FIRST,

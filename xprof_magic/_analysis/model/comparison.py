@@ -1,9 +1,9 @@
 """Two runs side by side, as plain frozen dataclasses: the rows, and what differs in kind.
 
 :func:`~xprof_magic._analysis.diagnosis.compare.compare` fills a :class:`Comparison`; the
-render stage words it (:mod:`~xprof_magic._analysis.render.comparison`), and a comparison
+render stage words it (:mod:`~xprof_magic._analysis.render.comparison_words`), and a comparison
 displays itself as that text and HTML, which the render stage registers for it
-(:mod:`~xprof_magic._analysis.model.shown`): the model imports no renderer.
+(:mod:`~xprof_magic._analysis.model.display`): the model imports no renderer.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from xprof_magic._analysis.model import shown
+from xprof_magic._analysis.model import display
 from xprof_magic._analysis.model.diagnosis import Gain
 
 __all__ = ["CompareRow", "Comparison"]
@@ -70,15 +70,15 @@ class Comparison:
     @property
     def notes(self) -> tuple[str, ...]:
         """What differs in kind, in words: the diagnoses, the devices, incomplete runs."""
-        return shown.notes(self)
+        return display.notes(self)
 
     def text(self) -> str:
         """The side-by-side table as plain text."""
-        return shown.text(self)
+        return display.text(self)
 
     def html(self) -> str:
         """The side-by-side table as static, self-contained HTML."""
-        return shown.html(self)
+        return display.html(self)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """``text/plain`` and static ``text/html``, for IPython's display of a cell's value."""

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from xprof_magic._analysis.model import shown
+from xprof_magic._analysis.model import display
+from xprof_magic._analysis.model.device_memory import Memory
 from xprof_magic._analysis.model.diagnosis import Diagnosis
-from xprof_magic._analysis.model.memory import Memory
 from xprof_magic._codec import from_plain, to_plain
 
 __all__ = [
@@ -281,7 +281,7 @@ class Summary:
 
     A summary displays itself (IPython's rich display: ``_repr_mimebundle_``), as the text
     and static HTML renderers (:mod:`~xprof_magic._analysis.render`) show it: they register
-    themselves for it (:mod:`~xprof_magic._analysis.model.shown`), the model imports none.
+    themselves for it (:mod:`~xprof_magic._analysis.model.display`), the model imports none.
     """
 
     run: str
@@ -373,5 +373,5 @@ class Summary:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """``text/plain`` and static ``text/html``, for IPython's display of a cell's value: the
-        render stage's (:mod:`~xprof_magic._analysis.model.shown`)."""
-        return shown.bundle(self)
+        render stage's (:mod:`~xprof_magic._analysis.model.display`)."""
+        return display.bundle(self)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xprof_magic._analysis.model.diagnosis import MIN_CELL_S, Diagnosis
-from xprof_magic._analysis.render.memory import oom_headline
+from xprof_magic._analysis.render.memory_section import oom_headline
 from xprof_magic._backends import Vocabulary
 from xprof_magic._backends.registry import get_vocabulary
 from xprof_magic._units import counted, seconds

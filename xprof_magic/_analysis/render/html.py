@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
 from xprof_magic._analysis.render.chart import BLUE, GREY, ORANGE, chart_svg
 from xprof_magic._analysis.render.chart import escape as _e
-from xprof_magic._analysis.render.memory import memory_lines, memory_svg
+from xprof_magic._analysis.render.memory_section import memory_lines, memory_svg
 from xprof_magic._analysis.render.notes import notes_of
 from xprof_magic._analysis.render.text import (
     CODE,

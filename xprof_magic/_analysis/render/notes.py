@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from xprof_magic._analysis.model.diagnosis import HIGHLY_INPUT, MODERATELY_INPUT
 from xprof_magic._analysis.model.summary import CompileSite, Note, Summary
 from xprof_magic._analysis.render.headline import said
-from xprof_magic._analysis.render.memory import growth_note
+from xprof_magic._analysis.render.memory_section import growth_note
 from xprof_magic._backends import NEUTRAL, Vocabulary
 from xprof_magic._backends.registry import capabilities, get_vocabulary
 from xprof_magic._units import seconds

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.render.memory import memory_lines
+from xprof_magic._analysis.render.memory_section import memory_lines
 from xprof_magic._analysis.render.notes import notes_of
 from xprof_magic._backends.registry import get_vocabulary
 from xprof_magic._units import NONE, data_size, percent, seconds

@@ -24,8 +24,8 @@ from xprof_magic._analysis.model.summary import (
 )
 from xprof_magic._analysis.summary import blocks
 from xprof_magic._analysis.summary.device import device_info, top_host_ops, top_ops
-from xprof_magic._analysis.summary.memory import memory_of, with_peaks
-from xprof_magic._analysis.summary.steps import steps_from_trace
+from xprof_magic._analysis.summary.memory_use import memory_of, with_peaks
+from xprof_magic._analysis.summary.step_spans import steps_from_trace
 from xprof_magic._analysis.summary.where import own_steps
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._backends import Vocabulary

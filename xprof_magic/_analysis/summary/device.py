@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from xprof_magic._analysis.model.summary import DeviceBusy, DeviceInfo, OpRow, ThreadGroup
-from xprof_magic._analysis.summary.spans import busy_ns
 from xprof_magic._analysis.timeline.events import XLA_THREAD_ROLES
 from xprof_magic._analysis.timeline.facts import TraceFacts
+from xprof_magic._analysis.timeline.intervals import measure, merge
 from xprof_magic._backends import NEUTRAL, Vocabulary
 
-__all__ = ["TOP_OPS", "device_info", "top_host_ops", "top_ops"]
+__all__ = ["TOP_OPS", "busy_ns", "device_info", "top_host_ops", "top_ops"]
 
 TOP_OPS = 10
 
@@ -18,6 +20,17 @@ TOP_OPS = 10
 KINDS = {"CUDA": "GPU", "ROCM": "GPU"}
 """The runtime's words for a kind of device, as the summary says it (torch_xla's
 ``PJRT_DEVICE=CUDA`` is a GPU)."""
+
+
+def busy_ns(facts: TraceFacts) -> float | None:
+    """How long the device ran executions in the window (None: no execution seen), from the
+    timeline's spans measured with :mod:`~xprof_magic._analysis.timeline.intervals`."""
+    pieces = facts.spans.get("device")
+    if not pieces:
+        return None
+    spans = merge(pieces)
+    lo, hi = facts.window or (float(spans[0][0]), float(spans[1][-1]))
+    return float(measure(spans, np.array([lo]), np.array([hi]))[0])
 
 
 def device_info(

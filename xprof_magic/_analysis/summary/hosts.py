@@ -1,7 +1,7 @@
 """Every host of a multi-host run, side by side: step time, busy time, the slowest one.
 
 The rest of the summary reads one host in depth; here each host's timeline is read with the
-same reader (:func:`~xprof_magic._analysis.timeline.trace.read_trace`) for two figures that
+same reader (:func:`~xprof_magic._analysis.timeline.read.read_trace`) for two figures that
 tell hosts apart: how long a step takes, and how busy the device was. In a synchronous
 multi-host job the slowest host sets everyone's pace, so it is named.
 """
@@ -15,7 +15,7 @@ from xprof_magic._analysis.model.summary import HostRow
 from xprof_magic._analysis.summary import blocks
 from xprof_magic._analysis.summary.device import device_info
 from xprof_magic._analysis.timeline.facts import LABEL, TRACE, TraceFacts
-from xprof_magic._analysis.timeline.trace import read_trace
+from xprof_magic._analysis.timeline.read import read_trace
 from xprof_magic._backends import TimelineNames, Vocabulary
 from xprof_magic._runs.metadata import RunMetadata
 
@@ -33,7 +33,7 @@ def host_rows(
     deadline: float | None,
 ) -> tuple[HostRow, ...]:
     """One row per timeline; ``read`` holds those already read, the others are read with
-    ``runtime`` (:func:`~xprof_magic._analysis.timeline.trace.read_trace`'s). Raises ``ReadAborted``
+    ``runtime`` (:func:`~xprof_magic._analysis.timeline.read.read_trace`'s). Raises ``ReadAborted``
     when ``deadline`` (``time.perf_counter``) passes."""
     rows = []
     for path in xplanes:

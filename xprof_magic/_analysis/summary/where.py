@@ -2,7 +2,7 @@
 inside a block that calls a function.
 
 The diagnosis gives the device's time to the statement that launched the work
-(:mod:`~xprof_magic._analysis.diagnosis.launches`): the block open on the cell's thread
+(:mod:`~xprof_magic._analysis.diagnosis.attribution`): the block open on the cell's thread
 when the launch happened (:func:`paths_at`, its path as the summary's label rows name it),
 and inside that block the line that calls the launched function (:func:`call_line`), which
 a loop's label alone does not say.
@@ -18,7 +18,7 @@ import numpy as np
 from xprof_magic._analysis.timeline.facts import STEP, Block
 from xprof_magic._cell.labels import SHAPES_EVENT
 from xprof_magic._cell.markers import find_markers, label_for
-from xprof_magic._cell.steps import STEP_EVENT
+from xprof_magic._cell.step_tracker import STEP_EVENT
 
 __all__ = ["INPUT_PREFIX", "call_line", "label_at", "method_call_line", "own_steps", "paths_at"]
 

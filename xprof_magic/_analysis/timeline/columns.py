@@ -15,7 +15,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import xspace
-from xprof_magic._analysis.timeline.line import Ints, Line, MetaLookup, as_int, dense, stat_readers
+from xprof_magic._analysis.timeline.line_arrays import (
+    Ints,
+    Line,
+    MetaLookup,
+    as_int,
+    dense,
+    stat_readers,
+)
 from xprof_magic._analysis.timeline.wire import EventColumns
 
 __all__ = ["line_of"]

@@ -25,7 +25,7 @@ import numpy as np
 
 from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.intervals import merge, subtract
-from xprof_magic._analysis.timeline.line import Floats, Line, first_of_each
+from xprof_magic._analysis.timeline.line_arrays import Floats, Line, first_of_each
 from xprof_magic._analysis.timeline.programs import program_time
 from xprof_magic._analysis.timeline.reader import Reader
 

@@ -17,8 +17,8 @@ from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.device_gpu import is_gpu, read_gpu_plane
 from xprof_magic._analysis.timeline.device_tpu import is_tpu, read_tpu_plane
 from xprof_magic._analysis.timeline.intervals import merge
-from xprof_magic._analysis.timeline.lines import Line, Plane
 from xprof_magic._analysis.timeline.reader import Reader
+from xprof_magic._analysis.timeline.thread_lines import Line, Plane
 
 __all__ = ["DEVICE_NAME_STATS", "read_device_plane"]
 

@@ -19,9 +19,9 @@ from xprof_magic._analysis.timeline.facts import (
     device_side,
     execution_key,
 )
-from xprof_magic._analysis.timeline.lines import Line
 from xprof_magic._analysis.timeline.programs import module_of, program_time
 from xprof_magic._analysis.timeline.reader import Reader
+from xprof_magic._analysis.timeline.thread_lines import Line
 
 __all__ = ["is_tpu", "read_tpu_plane"]
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline.line import Ints, Line
+from xprof_magic._analysis.timeline.line_arrays import Ints, Line
 
 __all__ = [
     "EXECUTION_ENDS",

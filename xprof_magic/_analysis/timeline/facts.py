@@ -52,7 +52,7 @@ STAGING = "staging"
 """The span key of the host's side of copies off the Python thread (``H2D Dispatch`` on
 PjRt's workers, or on the CPU client's threads): also ``transfer``, and kept apart as work
 a launch set going, which the step that launched it waits for
-(:func:`~xprof_magic._analysis.summary.steps.launched_work`)."""
+(:func:`~xprof_magic._analysis.summary.step_spans.launched_work`)."""
 READ = "read"
 """The span key of the runtime's reads of a device value on the Python threads (the
 vocabulary's ``waits``: JAX's ``np.asarray(jax.Array)`` behind ``float(x)``): after one,
@@ -64,7 +64,7 @@ one's end, by program: this, then the program's module (``jit_train_step``; "" w
 known; :func:`execution_key`). The XLA CPU client marks the end of each
 (:data:`~.events.EXECUTION_ENDS`); a chip's ``XLA Modules`` are executions. The device runs
 launches in that order, so each launch's work ends where its program's next execution does
-(:func:`~xprof_magic._analysis.summary.steps.launched_work`)."""
+(:func:`~xprof_magic._analysis.summary.step_spans.launched_work`)."""
 
 
 def execution_key(module: str) -> str:

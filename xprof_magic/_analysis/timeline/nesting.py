@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline.lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.thread_lines import Floats, Ints, Line
 
 __all__ = ["Nesting", "nest", "time_order", "union_ns", "walk"]
 

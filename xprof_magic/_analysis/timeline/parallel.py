@@ -16,8 +16,8 @@ from typing import Any
 from xprof_magic._analysis.timeline import pool
 from xprof_magic._analysis.timeline.events import Runtime
 from xprof_magic._analysis.timeline.facts import GroupFacts, TraceFacts
-from xprof_magic._analysis.timeline.lines import Floats, SerializedLines
 from xprof_magic._analysis.timeline.reader import Reader
+from xprof_magic._analysis.timeline.thread_lines import Floats, SerializedLines
 
 __all__ = ["absorb", "host_lines_in_parallel", "read_parts"]
 

@@ -24,7 +24,7 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from xprof_magic._analysis.timeline.line import Floats, Ints, first_of_each
+from xprof_magic._analysis.timeline.line_arrays import Floats, Ints, first_of_each
 
 __all__ = [
     "METADATA_PLANE",

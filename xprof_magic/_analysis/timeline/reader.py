@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import nesting
+from xprof_magic._analysis.timeline.allocations import allocations
 from xprof_magic._analysis.timeline.events import (
     NO_RUNTIME,
     XLA_CODEGEN,
@@ -54,9 +55,8 @@ from xprof_magic._analysis.timeline.facts import (
     ReadAborted,
     TraceFacts,
 )
-from xprof_magic._analysis.timeline.launched import correlated, executions, launch_spans
-from xprof_magic._analysis.timeline.line import Floats, Ints, Line, first_of_each
-from xprof_magic._analysis.timeline.memory import allocations
+from xprof_magic._analysis.timeline.host_launches import correlated, executions, launch_spans
+from xprof_magic._analysis.timeline.line_arrays import Floats, Ints, Line, first_of_each
 from xprof_magic._analysis.timeline.programs import name_programs, program_time
 
 __all__ = ["Reader"]

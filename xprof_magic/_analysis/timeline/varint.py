@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline.line import Ints
+from xprof_magic._analysis.timeline.line_arrays import Ints
 
 __all__ = [
     "BYTE",

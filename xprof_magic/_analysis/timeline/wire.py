@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import xspace
-from xprof_magic._analysis.timeline.line import Ints
+from xprof_magic._analysis.timeline.line_arrays import Ints
 from xprof_magic._analysis.timeline.varint import (
     BYTE,
     EIGHT,

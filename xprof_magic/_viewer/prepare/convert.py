@@ -6,7 +6,7 @@ the whole capture, whatever window or resolution was asked, into ``<host>.SSTABL
 writes ``cache_version.txt`` in the run, and uses the caches of a run only when that file
 holds a version at least its own; without it, it converts again and overwrites them.
 
-:mod:`xprof_magic._viewer.prepare.preparer` starts this module as a child of the viewer's process
+:mod:`xprof_magic._viewer.prepare.queue` starts this module as a child of the viewer's process
 (:func:`command`), with a scratch folder that holds a hard link (or a copy) of each host's
 ``xplane.pb``; the child converts there, with XProf's own converter, at the lowest CPU
 priority, and exits. The parent then moves the caches into the run and writes

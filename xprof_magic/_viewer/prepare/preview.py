@@ -7,10 +7,10 @@ over :data:`FROM_MB_ENV` (default :data:`FROM_MB`), the conversion's child
 :data:`EVENTS_ENV` of its events start (:func:`cut`), has XProf
 convert that small XSpace in ``<scratch>/preview``, and writes the preview's
 ``cache_version.txt`` and :data:`SPAN_FILE` last; then it converts the whole capture, as
-before. The viewer's :class:`~xprof_magic._viewer.prepare.preparer.Preparer` moves the finished
+before. The viewer's :class:`~xprof_magic._viewer.prepare.queue.Preparer` moves the finished
 preview out of the scratch folder (:meth:`Previews.take`) and the page said while the run is
 prepared shows it, with "the first 2.1 s of 14.0 s" above it, until the whole timeline is
-ready (:mod:`xprof_magic._viewer.prepare.preparing`).
+ready (:mod:`xprof_magic._viewer.prepare.waiting_page`).
 
 The cut keeps every event that starts before the cut time and everything else the file
 holds (planes, lines, metadata, stats): the preview is the capture's real events, read and

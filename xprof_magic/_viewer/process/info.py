@@ -9,7 +9,7 @@ the kernels using that server register, an empty file each named by pid
 its exit code (``EXIT_*``).
 
 Imported by the kernel (:mod:`xprof_magic._viewer.process.manager`,
-:mod:`xprof_magic._viewer.process.launch`) and by the server's process
+:mod:`xprof_magic._viewer.process.os_process`) and by the server's process
 (:mod:`xprof_magic._viewer.process.server`), which the kernel never imports. Standard library
 only, and the client's :class:`~xprof_magic._viewer.process.client.Viewer` record.
 """

@@ -2,7 +2,7 @@
 
 The magic begins starting a viewer while the user's cell runs (:func:`begin_viewer`) and waits
 for it afterwards (:meth:`ViewerStart.wait`). The server is a separate process (the file
-``_viewer/process/server.py``, started by :mod:`xprof_magic._viewer.process.launch`) that
+``_viewer/process/server.py``, started by :mod:`xprof_magic._viewer.process.os_process`) that
 records itself in a 0600 info file in a per-user folder, TensorBoard-style, so that a later
 kernel finds and reuses it (:func:`find_viewer`) and any kernel can stop it
 (:func:`stop_viewer`). Starting returns a typed outcome instead of raising, so that the front
@@ -40,7 +40,7 @@ from xprof_magic._viewer.process.info import (
     records,
     register_client,
 )
-from xprof_magic._viewer.process.launch import (
+from xprof_magic._viewer.process.os_process import (
     LaunchError,
     drop_record,
     exit_message,

@@ -1,6 +1,6 @@
 """The viewer's own process: XProf (or TensorBoard) serving one log directory on loopback.
 
-:mod:`xprof_magic._viewer.process.launch` starts it as
+:mod:`xprof_magic._viewer.process.os_process` starts it as
 ``python -c "import runpy, sys; ..." <package root> <this file> --logdir ...``: the kernel's
 package root first on ``sys.path`` (the guard and store here are the kernel's copies, whatever
 is installed), this file run as ``__main__`` by path, so that it stays on the command line,
@@ -16,8 +16,8 @@ exits ``DEFAULT_GRACE_S`` after the last kernel that registered with it died (an
 came meanwhile), and after an idle timeout in any case.
 
 XProf and TensorBoard are imported in :func:`main` only (:mod:`~xprof_magic._viewer.app.apps`);
-XProf's runs are converted ahead of the click (:mod:`~xprof_magic._viewer.prepare.preparing`), its
-replies kept (``memo``)."""
+XProf's runs are converted ahead of the click (:mod:`~xprof_magic._viewer.prepare.queue`),
+its replies kept (``memo``)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from xprof_magic._viewer.app.apps import tensorboard_app, xprof_app
 from xprof_magic._viewer.app.guard import StartResponse, WSGIApp, guard, origin_form
 from xprof_magic._viewer.app.memo import remembered
 from xprof_magic._viewer.app.replies import xprof_replies
-from xprof_magic._viewer.prepare.preparing import ahead
+from xprof_magic._viewer.prepare.waiting_page import ahead
 from xprof_magic._viewer.process.client import KINDS
 from xprof_magic._viewer.process.info import (
     DEFAULT_GRACE_S,

@@ -23,7 +23,7 @@ import numpy as np
 
 from xprof_magic._analysis.model.summary import StepStats
 from xprof_magic._analysis.summary.blocks import line_of, main_line
-from xprof_magic._analysis.summary.steps import STALE_NS
+from xprof_magic._analysis.summary.step_spans import STALE_NS
 from xprof_magic._analysis.summary.where import call_line, own_steps, paths_at
 from xprof_magic._analysis.timeline.facts import LAUNCH, READ, TraceFacts
 from xprof_magic._analysis.timeline.intervals import merge

@@ -35,10 +35,10 @@ from xprof_magic._analysis.timeline import pool, space
 from xprof_magic._analysis.timeline.device_planes import read_device_plane
 from xprof_magic._analysis.timeline.events import Runtime
 from xprof_magic._analysis.timeline.facts import TraceFacts
-from xprof_magic._analysis.timeline.lines import Plane, object_planes, xspace_planes
 from xprof_magic._analysis.timeline.parallel import host_lines_in_parallel
 from xprof_magic._analysis.timeline.programs import METADATA_PLANE, read_programs
 from xprof_magic._analysis.timeline.reader import Reader
+from xprof_magic._analysis.timeline.thread_lines import Plane, object_planes, xspace_planes
 from xprof_magic._backends import NEUTRAL, TimelineNames
 
 __all__ = ["read_planes", "read_trace"]

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from xprof_magic._analysis.model.memory import Memory, MemoryUse
+from xprof_magic._analysis.model.device_memory import Memory, MemoryUse
 from xprof_magic._analysis.model.summary import LabelRow, StepStats
 from xprof_magic._analysis.summary.blocks import line_of, main_line
 from xprof_magic._analysis.summary.where import own_steps, paths_at

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.events import launched_program
 from xprof_magic._analysis.timeline.facts import LAUNCH, execution_key
-from xprof_magic._analysis.timeline.line import Floats, Ints, Line, first_of_each
+from xprof_magic._analysis.timeline.line_arrays import Floats, Ints, Line, first_of_each
 from xprof_magic._analysis.timeline.programs import module_of
 
 __all__ = ["correlated", "executions", "launch_spans"]

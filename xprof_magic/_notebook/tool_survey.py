@@ -1,5 +1,5 @@
 """The widget's background question to the viewer of which tools a run has and which of
-them have data (their names and order come from :mod:`~xprof_magic._viewer.tools`, shared
+them have data (their names and order come from :mod:`~xprof_magic._viewer.tool_pages`, shared
 with the marimo view).
 
 The tools of a run come from the viewer (its ``run_tools`` route), which can take seconds
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from xprof_magic._viewer.process.client import Viewer, ViewerError
 from xprof_magic._viewer.survey import Survey, survey_tools
-from xprof_magic._viewer.tools import ToolLister, ToolSurveyor, list_tools, order_tools
+from xprof_magic._viewer.tool_pages import ToolLister, ToolSurveyor, list_tools, order_tools
 
 __all__ = ["ToolAnswer", "ToolQuestions"]
 

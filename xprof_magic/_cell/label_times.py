@@ -3,7 +3,7 @@
 :mod:`xprof_magic._cell.labels` (what the rewritten cell calls) reports each labelled block here
 as it opens and closes; the capture reads the totals when the cell has ended, and the step
 tracker splits and reopens the open blocks at a step's end (:class:`Recorder` is its
-:class:`~xprof_magic._cell.steps.LabelBlocks`). Free of torch and IPython.
+:class:`~xprof_magic._cell.step_tracker.LabelBlocks`). Free of torch and IPython.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from xprof_magic._cell.steps import EventFactory
+from xprof_magic._cell.step_tracker import EventFactory
 
 __all__ = ["MAX_MEMORY_SAMPLES", "LabelStat", "MemorySample", "OpenBlock", "Recorder"]
 

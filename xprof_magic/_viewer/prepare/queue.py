@@ -20,7 +20,7 @@ converter in a child (:mod:`xprof_magic._viewer.prepare.convert`), writing XProf
 - a large run's first events are converted first, to be looked at meanwhile
   (:mod:`~xprof_magic._viewer.prepare.preview`).
 
-:mod:`xprof_magic._viewer.prepare.preparing` is the WSGI side: the page said while a run is not
+:mod:`xprof_magic._viewer.prepare.waiting_page` is the WSGI side: the page said while a run is not
 ready, and the requests that ask for a run. Standard library only: the viewer's process.
 """
 

@@ -1,6 +1,6 @@
 """The device's memory over one cell, as plain frozen dataclasses: part of the summary.
 
-Built by :mod:`~xprof_magic._analysis.summary.memory` from the allocators' own events in the
+Built by :mod:`~xprof_magic._analysis.summary.memory_use` from the allocators' own events in the
 timeline (a GPU's ``GPU_0_bfc``, its pinned host memory ``xla_gpu_host_bfc``), else from the
 backend's live figures taken at the end of each labelled block, and, when the cell ran out
 of memory, from XLA's error message (:mod:`~xprof_magic._analysis.diagnosis.oom`).

@@ -4,7 +4,7 @@ A :class:`~xprof_magic._analysis.model.summary.Summary` and a
 :class:`~xprof_magic._analysis.model.comparison.Comparison` display themselves (IPython's
 and marimo's rich display: ``_repr_mimebundle_``) and say themselves as text and HTML, yet
 the model never imports the render stage. The render stage registers its renderers for
-each class on these generic functions (:mod:`xprof_magic._analysis.render.shown`, run by
+each class on these generic functions (:mod:`xprof_magic._analysis.render.display_hooks`, run by
 :mod:`xprof_magic._analysis` when it is imported, which is before any model class can be),
 and the model's display methods call them.
 """

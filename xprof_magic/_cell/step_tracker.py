@@ -45,8 +45,9 @@ STEP_EVENT = "step"
 
 
 class Window(Protocol):
-    """A step window as the tracker asks it (:class:`xprof_magic._capture.trace.TraceWindow`): it
-    starts the trace at its first step and stops it after its last; ``str()`` is ``A:B``."""
+    """A step window as the tracker asks it
+    (:class:`xprof_magic._capture.trace_window.TraceWindow`): it starts the trace at its first
+    step and stops it after its last; ``str()`` is ``A:B``."""
 
     state: str
 

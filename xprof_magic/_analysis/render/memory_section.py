@@ -16,8 +16,8 @@ from xprof_magic._analysis.render.svg import BLUE, ORANGE, Text, axes, overlaps,
 from xprof_magic._units import counted, data_size, percent, seconds
 
 if TYPE_CHECKING:
+    from xprof_magic._analysis.model.device_memory import Allocation, Memory, MemoryUse, OutOfMemory
     from xprof_magic._analysis.model.diagnosis import Diagnosis
-    from xprof_magic._analysis.model.memory import Allocation, Memory, MemoryUse, OutOfMemory
     from xprof_magic._analysis.model.summary import Summary
 
 __all__ = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xprof_magic._analysis.timeline.lines import Floats, Ints, Line, as_number
+from xprof_magic._analysis.timeline.thread_lines import Floats, Ints, Line, as_number
 
 __all__ = ["ALLOCATOR_EVENTS", "Allocations", "allocations"]
 

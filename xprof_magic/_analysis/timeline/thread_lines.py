@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import columns, wire, xspace
-from xprof_magic._analysis.timeline.line import (
+from xprof_magic._analysis.timeline.line_arrays import (
     Floats,
     Ints,
     Line,

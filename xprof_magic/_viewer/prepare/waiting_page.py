@@ -1,6 +1,6 @@
 """The page said while a run's timeline is prepared, and the requests that ask for a run.
 
-:func:`ahead` puts a started :class:`~xprof_magic._viewer.prepare.preparer.Preparer` in front of
+:func:`ahead` puts a started :class:`~xprof_magic._viewer.prepare.queue.Preparer` in front of
 XProf's app (:func:`prepared`). Every request that names a run (``run=``: the widget showing
 it, its tools survey, ``%xprof view``, the runs dropdown) asks for it. The embedded trace
 viewer page of a run not yet ready is :data:`PREPARING_PAGE`, which asks for the run's state
@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from xprof_magic._viewer.app.guard import PROFILE_ROUTE, StartResponse, WSGIApp
 from xprof_magic._viewer.prepare import convert
-from xprof_magic._viewer.prepare.preparer import Preparer
+from xprof_magic._viewer.prepare.queue import Preparer
 
 __all__ = [
     "BACKGROUND",

@@ -15,9 +15,9 @@ from datetime import datetime, timezone
 
 from xprof_magic._backends import Backend, MetricsSnapshot
 from xprof_magic._capture.plan import Plan
-from xprof_magic._capture.trace import Trace
+from xprof_magic._capture.trace_window import Trace
 from xprof_magic._cell import labels as _labels
-from xprof_magic._cell.steps import StepTracker
+from xprof_magic._cell.step_tracker import StepTracker
 from xprof_magic._runs import metadata as _metadata
 from xprof_magic._runs.metadata import MetricTotal, RunMetrics
 
