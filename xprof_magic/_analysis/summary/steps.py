@@ -39,7 +39,7 @@ from xprof_magic._analysis.timeline.facts import (
     TraceFacts,
     execution_key,
 )
-from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, measure, merge
+from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, coverage, covered, measure, merge
 
 __all__ = [
     "STALE_NS",
@@ -345,6 +345,7 @@ def step_spans(mine: list[Block], fetches: Spans, work: Work, busy: Spans) -> li
     out: list[StepSpan] = []
     previous: float | None = None
     ended: float | None = None
+    busy_before = coverage(busy)  # its running total summed once, not once a step
     for i, b in enumerate(marked):
         start = b.start
         if previous is not None and previous <= b.start and b.start - previous < FETCH_GAP_NS:
@@ -360,7 +361,7 @@ def step_spans(mine: list[Block], fetches: Spans, work: Work, busy: Spans) -> li
         finished = float(done[last]) if last >= 0 else b.end
         estimated = bool(last >= 0 and shared[last] and finished > b.end)
         if finished > b.end:
-            worked = covered(busy, np.array([b.end, finished]))
+            worked = busy_before(np.array([b.end, finished]))
             finished = b.end + float(worked[1] - worked[0])
         if ended is not None:
             start = max(start, ended)
