@@ -39,7 +39,14 @@ from xprof_magic._analysis.timeline.facts import (
     TraceFacts,
     execution_key,
 )
-from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, coverage, covered, measure, merge
+from xprof_magic._analysis.timeline.intervals import (
+    NO_SPANS,
+    Spans,
+    coverage,
+    covered,
+    measure,
+    merge,
+)
 
 __all__ = [
     "STALE_NS",
