@@ -14,7 +14,10 @@ per step: about 12 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
   summary_nodiag`` (its patch reaches no worker process, so compare it on captures under
   40 MB or with ``XPROF_MAGIC_SUMMARY_WORKERS=0``);
 - ``overview_page``: XProf's own converter on the same file;
-- ``parse``: a plain ``ParseFromString`` of the whole file with our schema (the floor).
+- ``parse``: a plain ``ParseFromString`` of the whole file with our schema (the floor),
+  its schema imported from this package (so its time holds the package's imports too);
+- ``parse_bare``: the same with the schema's module loaded alone (protobuf and the parse:
+  the floor without this package's imports; ``--routes ... parse_bare``).
 
 Each time counts from before the imports the route needs to its end (Python's own start
 excluded); the CPU time beside it is the process's, which the other work on a shared
@@ -133,6 +136,10 @@ def child_env() -> dict[str, str]:
     """The environment of a bench's child interpreter: this project importable, torch_xla
     on the CPU unless told otherwise, XLA's logs quiet."""
     env = dict(os.environ)
+    # Bytecode written (``__pycache__``, ignored by git) as an installed package has it, and
+    # as the site-packages of numpy, protobuf and XProf have it: without it every fresh
+    # process compiles this package's modules again (about 0.2 s of CPU).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.setdefault("PJRT_DEVICE", "CPU")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -169,6 +176,17 @@ elif route == "parse":
     with open(path, "rb") as f:
         raw = f.read()
     XSpace().ParseFromString(raw)
+elif route == "parse_bare":
+    # The same parse with the schema's module loaded on its own: none of this package's
+    # other modules (which the "parse" route imports with xprof_magic._analysis).
+    import importlib.util, pathlib
+    schema = pathlib.Path("xprof_magic/_analysis/timeline/xspace.py").resolve()
+    spec = importlib.util.spec_from_file_location("xspace_alone", schema)
+    xspace = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(xspace)
+    with open(path, "rb") as f:
+        raw = f.read()
+    xspace.XSpace().ParseFromString(raw)
 took, cpu = time.perf_counter() - t, time.process_time() - cpu
 # VmHWM, not ru_maxrss: the latter survives exec and would report a big parent's peak.
 hwm = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]

@@ -255,5 +255,5 @@ def test_planes_built_as_objects_take_the_category_from_their_events() -> None:
         "/device:TPU:0", [Line("XLA Modules", [Event("jit", 10, 10)]), Line("XLA Ops", ops)]
     )
     facts = read_planes([chip])
-    assert facts.spans["collective"] == [([10.0], [15.0])]
+    assert [(list(lo), list(hi)) for lo, hi in facts.spans["collective"]] == [([10.0], [15.0])]
     assert set(facts.spans) == {"device", "execution:jit", "collective"}

@@ -39,7 +39,14 @@ from xprof_magic._analysis.timeline.facts import (
     TraceFacts,
     execution_key,
 )
-from xprof_magic._analysis.timeline.intervals import NO_SPANS, Spans, covered, measure, merge
+from xprof_magic._analysis.timeline.intervals import (
+    NO_SPANS,
+    Spans,
+    coverage,
+    covered,
+    measure,
+    merge,
+)
 
 __all__ = [
     "STALE_NS",
@@ -342,39 +349,52 @@ def step_spans(mine: list[Block], fetches: Spans, work: Work, busy: Spans) -> li
     step's with the next steps' host time in it."""
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
     launched, done, shared = work
-    out: list[StepSpan] = []
+    # Each step's start before the step ahead of it is known, then every search at once.
+    fetched = _fetches_before(fetches, np.array([b.start for b in marked], np.float64))
+    starts: list[float] = []
     previous: float | None = None
+    for b, fetch in zip(marked, fetched, strict=True):
+        if previous is not None and previous <= b.start and b.start - previous < FETCH_GAP_NS:
+            starts.append(previous)
+        elif previous is None or previous > b.start:
+            starts.append(fetch)
+        else:
+            starts.append(max(previous, fetch))
+        previous = b.end
+    ends = [b.end for b in marked]
+    # A step's launches are those its host part made (its span starts no earlier).
+    bounds = np.searchsorted(launched, np.array([starts, ends], np.float64).T.ravel())
+    done_at, shared_at = done.tolist(), shared.tolist()
+    finished, estimated = [], []
+    for lo, hi, b_end in zip(bounds[0::2].tolist(), bounds[1::2].tolist(), ends, strict=True):
+        last = max(range(lo, hi), key=done_at.__getitem__) if hi > lo else -1
+        finished.append(done_at[last] if last >= 0 else b_end)
+        estimated.append(last >= 0 and shared_at[last] and finished[-1] > b_end)
+    later = [i for i, (f, e) in enumerate(zip(finished, ends, strict=True)) if f > e]
+    if later:
+        edges = np.array([[ends[i] for i in later], [finished[i] for i in later]], np.float64)
+        worked = coverage(busy)(edges.ravel()).reshape(2, -1)
+        for i, w in zip(later, (worked[1] - worked[0]).tolist(), strict=True):
+            finished[i] = ends[i] + w
+    out: list[StepSpan] = []
     ended: float | None = None
     for i, b in enumerate(marked):
-        start = b.start
-        if previous is not None and previous <= b.start and b.start - previous < FETCH_GAP_NS:
-            start = previous
-        elif previous is None or previous > b.start:
-            start = _fetch_before(fetches, b.start)
-        else:
-            start = max(previous, _fetch_before(fetches, b.start))
-        # The step's launches are those its host part made; the device may finish them
-        # after the step before it ended, so the step's own span starts no earlier.
-        lo, hi = np.searchsorted(launched, [start, b.end], side="left")
-        last = lo + int(np.argmax(done[lo:hi])) if hi > lo else -1
-        finished = float(done[last]) if last >= 0 else b.end
-        estimated = bool(last >= 0 and shared[last] and finished > b.end)
-        if finished > b.end:
-            worked = covered(busy, np.array([b.end, finished]))
-            finished = b.end + float(worked[1] - worked[0])
-        if ended is not None:
-            start = max(start, ended)
-        end = max(b.end, start, finished)
+        start = starts[i] if ended is None else max(starts[i], ended)
+        end = max(b.end, start, finished[i])
         number = b.step_num if b.step_num is not None else i
-        out.append(StepSpan(number, start, end, estimated and end == finished))
-        previous, ended = b.end, end
+        out.append(StepSpan(number, start, end, estimated[i] and end == finished[i]))
+        ended = end
     return out
 
 
-def _fetch_before(fetches: Spans, at: float) -> float:
-    """The start of the fetch that ended just before ``at`` (its batch's), else ``at``."""
+def _fetches_before(fetches: Spans, at: Floats) -> list[float]:
+    """For each time in ``at``, the start of the fetch that ended just before it (its
+    batch's), else that time."""
     starts, ends = fetches
-    i = int(np.searchsorted(ends, at, side="right")) - 1
-    if i >= 0 and at - ends[i] < FETCH_GAP_NS:
-        return float(starts[i])
-    return at
+    if not len(ends):
+        return list(at.tolist())
+    i = np.searchsorted(ends, at, side="right") - 1
+    j = np.maximum(i, 0)
+    near = (i >= 0) & (at - ends[j] < FETCH_GAP_NS)
+    found: list[float] = np.where(near, starts[j], at).tolist()
+    return found

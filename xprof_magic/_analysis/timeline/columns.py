@@ -47,9 +47,12 @@ def line_of(
             found = np.zeros(len(name_id), bool)
             wanted = stat_ids.get(key)
             if wanted and len(ids):
-                # How many of each event's stats are named so: a running count's steps.
-                named = np.concatenate(([0], np.cumsum(np.isin(ids, list(wanted)))))
-                found = named[stats.ptr[1:]] > named[stats.ptr[:-1]]
+                hit = np.isin(ids, list(wanted))
+                if np.count_nonzero(hit) * 8 < len(found):  # few (step numbers): whose
+                    found[np.searchsorted(stats.ptr, np.flatnonzero(hit), side="right") - 1] = True
+                else:  # how many of each event's stats are named so: a running count's steps
+                    named = np.concatenate(([0], np.cumsum(hit)))
+                    found = named[stats.ptr[1:]] > named[stats.ptr[:-1]]
             marks[key] = found
         return marks[key]
 

@@ -6,6 +6,7 @@ the protobuf runtime by :mod:`.lines`), or from planes shaped like XProf's ``Pro
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "dense",
     "first_of_each",
     "no_values",
+    "packed",
     "stat_readers",
 ]
 
@@ -111,6 +113,12 @@ def dense(ids: Ints) -> tuple[Ints, Ints]:
     present = np.zeros(int(ids.max()) + 1, bool)
     present[ids] = True
     return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
+
+
+def packed(values: Floats) -> array[float]:
+    """Times kept for later stages as ``array('d')``: 8 bytes each, where a list's Python
+    floats take 32, and compared and pickled as plainly as a list."""
+    return array("d", np.ascontiguousarray(values, np.float64).tobytes())
 
 
 def first_of_each(ids: Ints) -> tuple[Ints, Ints]:

@@ -56,7 +56,7 @@ from xprof_magic._analysis.timeline.facts import (
     TraceFacts,
 )
 from xprof_magic._analysis.timeline.host_launches import correlated, executions, launch_spans
-from xprof_magic._analysis.timeline.line_arrays import Floats, Ints, Line, first_of_each
+from xprof_magic._analysis.timeline.line_arrays import Floats, Ints, Line, first_of_each, packed
 from xprof_magic._analysis.timeline.programs import name_programs, program_time
 
 __all__ = ["Reader"]
@@ -332,7 +332,7 @@ class Reader:
             self.facts.programs_ran[name] = self.facts.programs_ran.get(name, 0.0) + ns
 
     def add_spans(self, key: str, lo: Floats, hi: Floats) -> None:
-        self.facts.spans.setdefault(key, []).append((lo.tolist(), hi.tolist()))
+        self.facts.spans.setdefault(key, []).append((packed(lo), packed(hi)))
 
     def _charge(self, index: int, dur: float, innermost: bool) -> None:
         block = self.facts.blocks[index]

@@ -153,8 +153,12 @@ def _proto_plane(
 
     def lines() -> Iterator[Line]:
         for i in range(len(data)):
-            yield serialized.line(i)
+            line = serialized.line(i)
+            # Its pages given back before the pass reads it: the few stats read later
+            # fault their pages in again from the file.
             serialized.done(i)
+            yield line
+            del line
 
     return Plane(plane.name, stats, lines, serialized)
 

@@ -53,6 +53,8 @@ _STAT_ID = 0x08  # XStat.metadata_id: field 1, varint
 _UINT64, _INT64 = 0x18, 0x20  # XStat.uint64_value (3), int64_value (4): varints
 # A stat's header in a word: tag, one-byte length, id's tag, then the id from the 4th byte.
 _ID_AT, _ID_NEXT, _SEVEN, _SEVEN_BITS = (np.uint64(k) for k in (24, 32, 7, 0x7F))
+# The usual stat's first four bytes: its tag, a one-byte length, the id's tag, a one-byte id.
+_PLAIN_MASK, _PLAIN = np.uint64(0x80FF80FF), np.uint64(0x00080000 | _STATS)
 
 
 @dataclass
@@ -252,6 +254,15 @@ def _stats(
     while len(live):
         here = cur[live]
         word = word_at(data, here)
+        if np.all((word & _PLAIN_MASK) == _PLAIN):  # the common round: a few passes
+            length = ((word >> EIGHT) & BYTE).astype(np.int64)
+            stop = here + 2 + length
+            if int(length.min()) >= 2 and not np.any(stop > end[live]):
+                owners.append(live)
+                found.append((((word >> _ID_AT) & BYTE).view(np.int64), here + 2))
+                cur[live] = stop
+                live = live[stop < end[live]]
+                continue
         is_stat = (word & BYTE) == _STATS
         if not is_stat.all():
             other = live[~is_stat]
