@@ -28,6 +28,7 @@ __all__ = [
     "Diagnosis",
     "Gain",
     "HostLooks",
+    "IdleTime",
     "ReadBack",
     "StepBreakdown",
 ]
@@ -106,6 +107,7 @@ class StepBreakdown:
     total_s: float
     seconds: tuple[float, ...]
     busy_s: float = 0.0
+    made_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,11 @@ class Breakdown:
     (a chip copying arrays between its memory and the host's); ``busy_s``: the seconds of
     the cell's window the device was busy, whichever category holds them. Summaries saved
     before these fields load with them empty.
+
+    ``made_s`` (a step's and the cell's): of the ``input`` seconds, those the host spent
+    making batches in the user's own Python and NumPy (inside the step or before the loop,
+    sampled: :mod:`~xprof_magic._analysis.diagnosis.batches`) rather than waiting on a
+    loader's ``next()``.
     """
 
     categories: tuple[str, ...] = ()
@@ -134,6 +141,14 @@ class Breakdown:
     offload_s: float = 0.0
     busy_s: float = 0.0
     outside: tuple[Aside, ...] = ()
+    made_s: float = 0.0
+
+    def made(self, of_steps: bool = True) -> float:
+        """The ``input`` seconds spent making batches in the user's own Python (``made_s``),
+        over the steps (``of_steps``, when there are any) or the cell."""
+        if of_steps and self.steps:
+            return sum(s.made_s for s in self.steps)
+        return self.made_s
 
     def seconds(self, category: str, of_steps: bool = True) -> float:
         """A category's seconds over the steps (``of_steps``, when there are any) or the cell."""
@@ -196,6 +211,21 @@ class HostLooks:
     idle: float
     batches: bool = False
     whose: str = "own"
+
+
+@dataclass(frozen=True)
+class IdleTime:
+    """The device's idle time in the verdict's steps (the cell's time without steps), said
+    by what the host was doing meanwhile (:mod:`~xprof_magic._analysis.diagnosis.idle`):
+    ``share``, the idle part of the time the shares are of; ``during``, each thing the host
+    did while the device idled, largest first, as ``(what, its share of the same time, the
+    cell line holding it, 0: unknown)``. ``what`` is one of ``making batches`` (the user's
+    Python and NumPy making the step's data), ``loader`` (waiting on the data iterator),
+    ``own code`` (the user's other Python), ``framework`` (dispatch and graph building),
+    ``sync``, ``transfer``, ``compile``, or ``host`` (the host's time, not sampled)."""
+
+    share: float
+    during: tuple[tuple[str, float, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -300,6 +330,7 @@ class Diagnosis:
     read_back: ReadBack | None = None
     own: HostLooks | None = None
     framework: HostLooks | None = None
+    idle: IdleTime | None = None
 
     def apart_steps(self) -> frozenset[int]:
         """The positions of the steps unlike the others (:attr:`apart`)."""
