@@ -59,6 +59,7 @@ from typing import Any
 from bench.captures import child_env
 from bench.truth_kinds import FIX_CHECKED, FIX_KEEPS, JAX_KINDS, Kind
 from bench.truth_kinds_host import HOST_KINDS
+from bench.truth_kinds_loops import LOOP_KINDS
 from bench.truth_kinds_xla import XLA_KINDS
 
 __all__ = [
@@ -82,7 +83,9 @@ KIND_TIMEOUT_S = 900
 _PAIR = re.compile(r"([A-Za-z_]\w*)=(-?[0-9][0-9.e+-]*)")
 
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (*JAX_KINDS, *XLA_KINDS, *HOST_KINDS)}
+KINDS: dict[str, Kind] = {
+    kind.name: kind for kind in (*JAX_KINDS, *XLA_KINDS, *HOST_KINDS, *LOOP_KINDS)
+}
 
 
 # The child: one kind in a fresh interpreter -----------------------------------------------
@@ -211,6 +214,9 @@ def run_kind(kind: Kind, logdir: Path) -> dict[str, Any]:
         "breakdown_steps_max_s": max(charted, default=0.0),
         "breakdown_steps_median_s": statistics.median(charted) if charted else 0.0,
         "summary_text": xprof_magic.summary_text(summary),
+        "input_s": d.basis().seconds("input", bool(d.basis().steps)),
+        "made_s": d.basis().made(bool(d.basis().steps)),
+        "idle": [list(part) for part in d.idle.during] if d.idle is not None else [],
     }
     truth = kind.truth(platform, oracle)
     failed = [] if d.verdict in truth.verdicts else [f"verdict {' or '.join(truth.verdicts)}"]
