@@ -36,19 +36,19 @@ def _percent(value: float) -> str:
 
 def idle_words(d: Diagnosis, each: str) -> str:
     """``idle 80% of each step while the host makes batches in your Python at line 3``
-    (``each``: what the shares are of); "" when the device idles too little to say."""
+    (``each``: what the shares are of); with two things, each with its share
+    (``idle 61% of each step: while … (34%), and while … (27%)``); "" when the device idles
+    too little to say."""
     idle = d.idle
     if idle is None or not idle.during:
         return ""
     said = []
     for at, (what, share, line) in enumerate(idle.during[:2]):
-        if at and share < _SECOND * idle.share:
+        if at and round(share / idle.share, 2) < _SECOND:
             break
         where = f" at line {line}" if line else ""
-        part = f" ({_percent(share)})" if len(idle.during) > 1 and at else ""
-        said.append(f"{DURING.get(what, what)}{where}{part}")
-    first = idle.during[0][1]
-    most = "" if first >= 0.8 * idle.share else " mostly"
-    return f"idle {_percent(idle.share)} {each}{most} while " + ", and while ".join(
-        [said[0], *[s.replace("the host ", "it ", 1) for s in said[1:]]]
-    )
+        said.append((f"while {DURING.get(what, what)}{where}", share))
+    if len(said) == 1 and said[0][1] >= 0.8 * idle.share:
+        return f"idle {_percent(idle.share)} {each} {said[0][0]}"
+    parts = ", and ".join(f"{text} ({_percent(share)})" for text, share in said)
+    return f"idle {_percent(idle.share)} {each}: {parts}"
