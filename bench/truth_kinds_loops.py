@@ -374,4 +374,79 @@ XLA_DEVICE_LOADER = Kind(
     backend="torch_xla",
 )
 
-LOOP_KINDS = (GRAD_ACCUM, EVAL_BETWEEN, PRINT_TENSOR, XLA_STORE_LOADER, XLA_DEVICE_LOADER)
+_XLA_PRINT_SETUP = """\
+import time, torch, torch_xla
+import torch_xla.core.xla_model as xm
+
+dev = torch_xla.device()
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(64, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, 10)).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loss_fn = torch.nn.CrossEntropyLoss()
+xs = [torch.randn(BATCH, 64, device=dev) for _ in range(4)]
+ys = [torch.randint(0, 10, (BATCH,), device=dev) for _ in range(4)]
+for i in range(3):
+    logits = model(xs[i % 4])
+    loss = loss_fn(logits, ys[i % 4])
+    opt.zero_grad(); loss.backward(); opt.step()
+    torch_xla.sync()
+print(logits[:SHOWN].softmax(1))
+"""
+
+_XLA_PRINT_CELL = """\
+t = time.perf_counter()
+for i in range(STEPS):
+    logits = model(xs[i % 4])
+    loss = loss_fn(logits, ys[i % 4])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    torch_xla.sync()
+    print(f"step {i}: loss {loss}, first predictions {logits[:SHOWN].softmax(1)}")
+xm.wait_device_ops()
+loop = time.perf_counter() - t
+print(f"oracle: {STEPS} steps loop={loop:.3f} s")
+"""
+
+
+def _xla_print_truth(platform: str, oracle: Mapping[str, float]) -> Truth:
+    return Truth(
+        ("host", "sync"),
+        "host or sync at the print: printing device tensors each step reads them back and "
+        "torch formats them on the host (no device op): print less often, never "
+        "torch_xla.compile",
+        (
+            at_line(_XLA_PRINT_CELL, 'print(f"step {i}'),
+            _says("the fix", "fix", "less often"),
+            (
+                "the fix never advises torch_xla.compile",
+                lambda r: "torch_xla.compile" not in r["fix"] or "would not" in r["fix"],
+            ),
+        ),
+    )
+
+
+XLA_PRINT = Kind(
+    "xla_print",
+    "torch_xla: a small MLP's training step, then print of the loss and of the outputs for "
+    "SHOWN samples (device tensors) each step",
+    _XLA_PRINT_SETUP,
+    _XLA_PRINT_CELL,
+    _xla_print_truth,
+    {
+        "cpu": {"WIDTH": 64, "BATCH": 64, "SHOWN": 32, "STEPS": 40},
+        "accelerator": {"WIDTH": 1024, "BATCH": 1024, "SHOWN": 32, "STEPS": 40},
+    },
+    backend="torch_xla",
+    fixed=_XLA_PRINT_CELL.replace('    print(f"step', '    if i % 50 == 49:\n        print(f"step'),
+)
+
+LOOP_KINDS = (
+    XLA_PRINT,
+    GRAD_ACCUM,
+    EVAL_BETWEEN,
+    PRINT_TENSOR,
+    XLA_STORE_LOADER,
+    XLA_DEVICE_LOADER,
+)

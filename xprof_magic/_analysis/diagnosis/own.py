@@ -18,6 +18,7 @@ is about into an :class:`~xprof_magic._analysis.model.diagnosis.OwnPython`.
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ __all__ = [
     "framework_python",
     "held_by",
     "own_python",
+    "prints",
     "sampled",
 ]
 
@@ -109,9 +111,12 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
     host = ~_within(elsewhere, t)
     flags = looks[:, 2]
     step = np.where(inside, at, -1)
-    theirs = ((flags & 1) > 0) | _made_ops(looks[:, 1], (flags & GREW) > 0, looks[:, 3])
+    grew = (flags & GREW) > 0
+    theirs = _frames(looks[:, 1], (flags & 1) > 0, grew) | _made_ops(looks[:, 1], grew, looks[:, 3])
     own = host & ~theirs & ~_within(framework, t) & (looks[:, 1] > 0)
-    feeding = [v for v in np.unique(looks[own, 1]).tolist() if feeds_the_step(meta.numbered_cell, v)]
+    feeding = [
+        v for v in np.unique(looks[own, 1]).tolist() if feeds_the_step(meta.numbered_cell, v)
+    ]
     return Sampled(
         step=step,
         host=host,
@@ -120,6 +125,29 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
         line=looks[:, 1],
         batch=own & np.isin(looks[:, 1], feeding),
     )
+
+
+TRACING = 0.25
+"""Where the framework counts the ops it makes (torch_xla), the share of a line's looks after
+which it had made ops that its framework frames need to be its tracing."""
+
+
+def _frames(
+    line: NDArray[np.int64], frame: NDArray[np.bool_], grew: NDArray[np.bool_]
+) -> NDArray[np.bool_]:
+    """Whether each look's innermost frame is the framework's, and that is the framework's
+    time. Where it counts the ops it makes (any look ``grew``), a line whose looks made
+    ops after fewer than :data:`TRACING` of them is not its tracing: torch stacking CPU
+    tensors in a ``collate_fn``, or other Python of its that makes no device op, is the
+    user's own work, whose fix is never ``torch_xla.compile``."""
+    if not grew.any():
+        return frame
+    out: NDArray[np.bool_] = frame.copy()
+    for value in np.unique(line[frame]).tolist():
+        at = line == value
+        if grew[at].mean() < TRACING:
+            out[at] = False
+    return out
 
 
 def _made_ops(
@@ -168,24 +196,42 @@ def framework_python(found: Sampled | None, steps: Sequence[int], cell: str) -> 
 
 def held_by(
     verdict: str, found: Sampled | None, steady: Sequence[int], cell: str, basis: Breakdown
-) -> tuple[HostLooks | None, HostLooks | None, str]:
+) -> tuple[HostLooks | None, HostLooks | None, str, float]:
     """Whose Python holds a verdict's time: the user's own (its looks), the framework's
-    (its looks), and the cause that says so (``""``: none). An ``input`` verdict whose
-    input time is mostly batches made in the user's Python (:attr:`Breakdown.made`) is
-    ``making batches``, at the line that makes them; a ``host`` verdict whose host time
-    is mostly the user's other Python is ``own code``, else the framework's at its line."""
+    (its looks), the cause that says so (``""``: none), and the part of the verdict's time
+    a fix at that line removes. An ``input`` verdict whose input time is mostly batches
+    made in the user's Python (:attr:`Breakdown.made`) is ``making batches``, at the line
+    that makes them; a ``host`` verdict whose host time is mostly the user's other Python
+    is ``own code``, else the framework's at its line; either is ``printing`` when that
+    line prints (:func:`prints`: a print of device values waits for them, reads them back
+    and, in torch_xla, formats them with device ops), and a fix there removes that line's
+    part of the host's time."""
     of_steps = bool(basis.steps)
     if verdict == "input":
         made = basis.made(of_steps)
         if made <= 0 or made < 0.5 * basis.seconds("input", of_steps):
-            return None, None, ""
-        return own_python(found, steady, cell, batches=True), None, "making batches"
+            return None, None, "", 1.0
+        return own_python(found, steady, cell, batches=True), None, "making batches", 1.0
     if verdict != "host":
-        return None, None, ""
+        return None, None, "", 1.0
     own = own_python(found, steady, cell, batches=False)
+    theirs = None if own is not None else framework_python(found, steady, cell)
+    held = own or theirs
+    if held is not None and prints(cell, held.line):
+        return own, theirs, "printing", held.of_host
     if own is not None:
-        return own, None, "own code"
-    return None, framework_python(found, steady, cell), ""
+        return own, None, "own code", own.of_host
+    return None, theirs, "", 1.0
+
+
+_PRINTS = re.compile(r"^\s*(?:print|(?:logging|logger|log|tqdm)\.\w+|\w+\.write)\s*\(")
+
+
+def prints(cell: str, line: int) -> bool:
+    """Whether the cell's ``line`` is a statement that prints or logs (``print(…)``,
+    ``logger.info(…)``, ``tqdm.write(…)``, ``f.write(…)``)."""
+    lines = cell.splitlines()
+    return 0 < line <= len(lines) and _PRINTS.match(lines[line - 1]) is not None
 
 
 def _looks(

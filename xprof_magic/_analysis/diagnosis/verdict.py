@@ -159,7 +159,7 @@ def diagnose(
         cause = "host offload"
     if verdict == "host":
         cause = _host_cause(parts, frame.steady(), activity, words, s.cell)
-    own, theirs, whose = held_by(verdict, looks, frame.steady(), s.cell, basis)
+    own, theirs, whose, part = held_by(verdict, looks, frame.steady(), s.cell, basis)
     cause = whose or cause
     where, line = _where(s, verdict, of_steps)
     held = own or theirs
@@ -190,7 +190,7 @@ def diagnose(
         program=program,
         mixed=mixed,
         runner_up=runner_up(share, verdict),
-        gain=gain_of(basis, verdict, cause, own.of_host if own and verdict == "host" else 1.0),
+        gain=gain_of(basis, verdict, cause, part),
         changed=changes.changed,
         changed_in=changes.found_in,
         read_back=read_back,

@@ -48,10 +48,16 @@ _OWN = {
     "making batches": "is making batches in your own Python and NumPy on the host (the input "
     "pipeline), which runs no framework op",
     "own code": "is your own Python and NumPy on the host, which runs no framework op",
+    "printing": "is printing on the host (each print of a device value waits for it and "
+    "reads it back)",
 }
 """A verdict whose time is the user's own code (:mod:`..diagnosis.own`), by its cause: an
 input verdict's batches made in their Python, a host verdict's other Python."""
-_REMOVED = {"making batches": "making those batches on the step's path", "own code": "that Python"}
+_REMOVED = {
+    "making batches": "making those batches on the step's path",
+    "own code": "that Python",
+    "printing": "the prints",
+}
 _NAME = {"compile": "compilation", "transfer": "transfers", "collective": "collectives"}
 WITHOUT = {
     "input": "the input wait",

@@ -19,6 +19,7 @@ DURING = {
     "making batches": "the host makes batches in your Python",
     "loader": "the host waits on the data iterator",
     "own code": "the host runs your Python",
+    "printing": "the host prints",
     "framework": "the host runs the framework's dispatch and graph building",
     "sync": "the host waits on a sync with the device",
     "transfer": "data is copied between host and device",
@@ -47,6 +48,8 @@ def idle_words(d: Diagnosis, each: str) -> str:
         if at and round(share / idle.share, 2) < _SECOND:
             break
         where = f" at line {line}" if line else ""
+        if d.cause == "printing" and line == d.line and what in ("own code", "framework"):
+            what = "printing"
         said.append((f"while {DURING.get(what, what)}{where}", share))
     if len(said) == 1 and said[0][1] >= 0.8 * idle.share:
         return f"idle {_percent(idle.share)} {each} {said[0][0]}"
