@@ -1,7 +1,8 @@
 """``python -m bench device-truth``: the summary's verdict against loops whose bottleneck is
 known.
 
-Each kind (:mod:`bench.truth_kinds`, :mod:`bench.truth_kinds_xla`) is a loop built so that
+Each kind (:mod:`bench.truth_kinds`, :mod:`bench.truth_kinds_xla`, and the loops people
+write, :mod:`bench.truth_kinds_host`, :mod:`bench.truth_kinds_loops`) is a loop built so that
 its bottleneck is known. It runs in a fresh interpreter in IPython's ``InteractiveShell``
 with the extension loaded, as a user's notebook would: a plain ``setup`` cell (imports,
 data, the functions, their warm-up), then the kind's ``cell`` twice plain, without the
