@@ -59,7 +59,7 @@ class Window(Protocol):
         """Step ``number``, the last, has ended: stop the trace."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Open:
     """A step in progress: its number, its start, and its marker while the trace runs."""
 
@@ -206,6 +206,11 @@ class StepTracker:
     def iteration_started(self, deferred: bool = False) -> None:
         """An iteration of an innermost loop begins; ``deferred``: the loop sits in an outer
         loop that runs more than it (see the class's docstring)."""
+        if self.rule == "iteration" and self._iter is None and self.window is None:
+            # The steady state of a loop whose iterations are the steps: nothing but the
+            # user's own marker, on this thread, changes the rule now.
+            self._iter = self._begin(self.ended)
+            return
         with self._lock:
             self._iterated = True
             if deferred and self.defer_nested and self.rule is None:
@@ -219,6 +224,11 @@ class StepTracker:
             self._iter = self._begin(self.ended)
 
     def iteration_ended(self) -> None:
+        if self.rule == "iteration" and self.window is None:
+            current, self._iter = self._iter, None
+            if current is not None:
+                self._end(current)
+            return
         with self._lock:
             current, self._iter = self._iter, None
             if current is None:
