@@ -273,6 +273,11 @@ class Diagnosis:
       None when they don't;
     - ``busy``: the device's busy share of the same time: compute and the chip's own waits
       (collectives, infeed, outfeed, host-offload copies), not ``device`` alone;
+    - ``idle``: the device's idle time in the same time, by what the host did meanwhile
+      (:class:`IdleTime`), None under a tenth;
+    - ``own``, ``framework``: the sampled host time at the verdict's line that is the user's
+      own Python (batches it makes, for ``making batches``) or the framework's
+      (:class:`HostLooks`);
     - ``where``: the label path that carries most of it, and ``line``, its line in the cell
       (from 1; 0 when unknown); for ``device``, the block that launched the programs the
       device ran, not the one that waited for them, ending with the statement inside it that
@@ -282,7 +287,9 @@ class Diagnosis:
     - ``cause``: for ``compile``, why it compiled: ``growing graph``, ``changing shapes``,
       ``changing values`` (Python numbers baked into the compiled programs), ``warm-up``,
       ``first run`` or ``""``; for ``transfer``, ``host offload`` when most of it is the
-      chip's own copies to and from host memory; ``shapes``: the input shapes seen, in
+      chip's own copies to and from host memory; for ``input``, ``making batches`` when
+      most of it is the user's own Python making them (not a wait on a loader); for
+      ``host``, ``eager``, ``compiled step``, ``own code`` or ``printing``; ``shapes``: the input shapes seen, in
       order, when they changed; ``changed``: what changed between the compilations, each
       input once, ``(name, its shapes or values in order)`` (the name is a dict batch's key,
       ``[i]`` a tuple's part, ``""`` for a lone tensor or a compiled program's input), and
