@@ -133,3 +133,19 @@ def test_the_idle_time_is_none_without_time_and_splits_input_from_compiles() -> 
     assert idle is not None and idle.share == 0.8
     assert dict((w, s) for w, s, _ in idle.during) == {"loader": 0.4, "compile": 0.4}
     assert ("loader", 0.4, 2) in idle.during
+
+
+def test_moderate_input_made_in_the_users_python_is_noted_with_the_data_paths_fix() -> None:
+    from dataclasses import replace
+
+    from xprof_magic._analysis.render.notes import diagnosis
+
+    parts = _steps({"host": 0.09, "device": 0.01}, busy=0.01, n=4)
+    looks = _looks([(1, 0, 8)] * 4)  # a ninth of the host's time makes batches
+    s = Summary(run="r", run_dir="/r", cell=CELL)
+    d = diagnose(s, JAX_WORDS, as_input(parts, looks), looks=looks)
+    assert d.verdict == "host"
+    notes = [n.text for n in diagnosis(replace(s, diagnosis=d), JAX_WORDS)]
+    said = [n for n in notes if n.startswith("Moderately input-bound")]
+    assert said and "is making batches in your own Python and NumPy" in said[0], notes
+    assert "vectorize the NumPy" in said[0]
