@@ -27,7 +27,7 @@ COLAB_CONSTRAINTS := tests/colab-constraints.txt
 COLAB_STAMP := $(COLAB_VENV)/.installed-$(shell cat $(COLAB_CONSTRAINTS) pyproject.toml | md5sum | cut -c1-12)
 COLAB_GRAPH_RENDERER := $(COLAB_VENV)/share/xprof_magic/graph-viewer
 COLAB_GRAPH_STAMP := $(COLAB_GRAPH_RENDERER)/.installed-$(GRAPH_PINS)
-# XProf requires newer ones than Colab has; the README's Colab section names both.
+# XProf requires newer ones than Colab has; the docs' Colab page (docs/guide/colab.md) names both.
 COLAB_UNPINNED := absl-py|urllib3
 COLAB_STACK := ipython ipykernel traitlets ipywidgets jupyter_client jupyter_core tornado pyzmq \
   notebook widgetsnbextension jupyterlab_widgets protobuf matplotlib-inline torch torch_xla \
@@ -49,7 +49,7 @@ export PYTHONUNBUFFERED := 1
 # TensorFlow/XLA C++ logging would otherwise fill the outputs.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install graph-renderer colab-env torchtpu-env demo test stress-test check lint typecheck pytest fast-pytest browser-deps bench clean
+.PHONY: install graph-renderer colab-env torchtpu-env demo test stress-test check lint typecheck docs pytest fast-pytest browser-deps bench clean
 
 install: $(STAMP) $(GRAPH_STAMP)
 
@@ -107,8 +107,8 @@ demo: install
 	$(BIN)/python notebooks/demo.py notebooks/marimo_quickstart.py
 
 lint: install
-	$(BIN)/ruff check xprof_magic tests bench notebooks/demo.py
-	$(BIN)/ruff format --check xprof_magic tests bench notebooks/demo.py
+	$(BIN)/ruff check xprof_magic tests bench docs notebooks/demo.py
+	$(BIN)/ruff format --check xprof_magic tests bench docs notebooks/demo.py
 
 typecheck: install
 	$(BIN)/mypy
@@ -127,7 +127,11 @@ pytest: install colab-env torchtpu-env browser-deps
 	  if [ $$rc3 -eq 5 ]; then echo "pytest collected no tests on TorchTPU's stack"; exit 1; fi; \
 	  [ $$rc -eq 0 ] && [ $$rc2 -eq 0 ] && [ $$rc3 -eq 0 ]
 
-test: lint typecheck pytest
+# The docs site (mkdocs.yml) into build/site; --strict: a broken link or anchor fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+test: lint typecheck docs pytest
 
 # `make test` on a busy machine, as on a loaded laptop or CI runner: one CPU hog per core
 # runs beside it (stress-ng where installed, else a Python busy loop, each pinned to its
@@ -156,7 +160,7 @@ fast-pytest: export XPROF_MAGIC_TESTS_STRICT = 1
 fast-pytest: install
 	$(BIN)/python -m pytest -q -ra -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
-check: lint typecheck fast-pytest
+check: lint typecheck docs fast-pytest
 
 # Every benchmark, written to BENCHMARKS.md; `python -m bench load-ext` (and the other
 # parts named in bench/__main__.py) runs one alone.

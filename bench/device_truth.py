@@ -142,6 +142,7 @@ def run_kind(kind: Kind, logdir: Path) -> dict[str, Any]:
     from IPython.core.interactiveshell import InteractiveShell
 
     import xprof_magic
+    from xprof_magic._analysis.render.headline import said
 
     platform, device_kind = _platform(kind.backend)
     sizes = kind.sizes.get("cpu" if platform == "cpu" else "accelerator", {})
@@ -179,6 +180,7 @@ def run_kind(kind: Kind, logdir: Path) -> dict[str, Any]:
         raise RuntimeError("the profiled cell stored no run")
     summary = xprof_magic.summarize(result)
     d = summary.diagnosis
+    words = said(summary)
     device = summary.device
     steps = summary.steps.durations_s if summary.steps else ()
     charted = [step.total_s for step in d.breakdown.steps]
@@ -202,8 +204,8 @@ def run_kind(kind: Kind, logdir: Path) -> dict[str, Any]:
         "where": list(d.where),
         "line": d.line,
         "read_line": d.read_back.line if d.read_back is not None else 0,
-        "headline": d.headline,
-        "fix": d.fix,
+        "headline": words.headline,
+        "fix": words.fix,
         "level": d.level,
         "mixed": d.mixed,
         "diagnosis_busy": d.busy,

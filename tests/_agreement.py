@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import statistics
 
+from tests._said import worded
 from xprof_magic._analysis import Summary
 from xprof_magic._analysis.render.html import render_html
 from xprof_magic._analysis.render.text import render_text, steps_line
@@ -23,7 +24,7 @@ def figures_agree(s: Summary, under_cell: str = "") -> None:
     numbers it by, printed the same in the text's table, the HTML and ``under_cell`` (the
     text the magic printed); each step named apart has its bar's time; the steps' line and
     the chart's bars are the steps' own times."""
-    d = s.diagnosis
+    d = worded(s)
     text, page = render_text(s), render_html(s)
     rows = {r.path[-1]: r for r in s.labels}
     named = re.findall(rf"`([^`]+)` \(line (\d+)\) took {_FIGURE}", d.headline)

@@ -24,14 +24,15 @@ from tests._import_table import Clause, Row, module_imports, read_table, row_of,
 
 PACKAGE = Path(xprof_magic.__file__).resolve().parent
 BENCH = PACKAGE.parent / "bench"
-# What the root holds besides the stages' folders: the public face, and two leaves.
-PUBLIC_FACE = ("__init__.py", "__main__.py", "_units.py", "_version.py")
+# What the root holds besides the stages' folders: the public face, and three leaves.
+PUBLIC_FACE = ("__init__.py", "__main__.py", "_units.py", "_version.py", "_codec.py")
 NOTEBOOK = "xprof_magic._notebook"
 MARIMO = "xprof_magic._marimo"
 # The marimo view is an anywidget, which brings ipywidgets, traitlets and IPython with it.
 MARIMO_VIEW = f"{MARIMO}.view"
 FRONTEND_MODULES = ("IPython", "ipywidgets", "ipykernel", "traitlets")
-MAX_LINES = 400
+MAX_LINES = 600
+"""A soft cap: a module holds what belongs together; past this, it holds two jobs."""
 # Where the notebook context is decided and where Colab's output frame is made: the only two
 # places that may ask whether this is Colab.
 COLAB_MODULES = {f"{NOTEBOOK}.context", f"{NOTEBOOK}.colab"}
@@ -265,7 +266,7 @@ def test_the_frontend_probe_can_fail() -> None:
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_no_module_is_over_400_lines(module: str) -> None:
+def test_no_module_is_over_600_lines(module: str) -> None:
     lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{module} has {lines} lines (at most {MAX_LINES}): split it by job"
 

@@ -287,8 +287,25 @@ STEADY = [
 OUTPUT_PX = 848
 
 
+CELL = "xpath=ancestor::div[contains(concat(' ', @class, ' '), ' jp-CodeCell ')][1]"
+"""From a widget, the notebook cell it is under: its code, summary and viewer."""
 SELECTED = "s => s.options[s.selectedIndex]?.textContent ?? ''"
 """The text of a select's chosen option."""
+
+
+def readme_picture(notebook: NotebookPage, widget: Any, frame: Any) -> None:
+    """The README's picture (``docs/images/cell.png`` is a copy of it): the cell, its summary
+    and the trace viewer under it, in a window tall enough to hold them all."""
+    page = notebook.page
+    size = page.viewport_size
+    page.set_viewport_size({"width": 1400, "height": 2400})
+    try:
+        cell = widget.locator(CELL)
+        cell.scroll_into_view_if_needed()
+        notebook.wait(lambda: first_thread(frame), "the trace viewer drawn again", 30.0)
+        notebook.screenshot("readme-cell", cell)
+    finally:
+        page.set_viewport_size(size)
 
 
 def rerun(notebook: NotebookPage, cell: int) -> None:
@@ -344,6 +361,7 @@ def test_what_a_person_sees_under_the_cell(lab: JupyterLab, browser: Any) -> Non
         row = first_thread(frame)
         assert row and not row.startswith("tf_"), f"the first row is {row}"
         notebook.screenshot("steady-trace-viewer", widget.locator("iframe.xprof-outer"))
+        readme_picture(notebook, widget, frame)
 
         tools = every_tool(notebook, widget, "steady", "forward", "steady", width=OUTPUT_PX)
         assert "hlo_stats" in tools and "memory_viewer" in tools, tools

@@ -47,6 +47,7 @@ from tests._marimo import (
     write_marimo_notebook,
 )
 from tests._page_checks import check_summary, controls, moved, one_line
+from tests._said import notes_of, said
 from xprof_magic._analysis.summary.blocks import line_of
 
 pytestmark = pytest.mark.browser
@@ -239,8 +240,8 @@ def test_the_runs_view_shows_the_verdict_and_the_trace_viewer_and_switches_runs(
         # 1. The torch_xla run: its verdict and per-step chart, its labels in the trace viewer.
         torch_view, torch_frame = view_frames(page, 0)
         summary = xprof_magic.summarize("marimo-torch", app.logdir)
-        headline = summary.diagnosis.headline
-        assert headline, f"no verdict for the torch_xla run: {summary.notes}"
+        headline = said(summary).headline
+        assert headline, f"no verdict for the torch_xla run: {notes_of(summary)}"
         # Lines as marimo's editor numbers them, from the cell's top (`marimo run` compiles
         # the cell at the file's lines).
         cell = CELLS[1].strip("\n").splitlines()

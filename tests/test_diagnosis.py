@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import xprof_magic
+from tests._said import notes_of, said, worded
 from tests.conftest import run
 from xprof_magic._analysis import Summary, render_html, render_text, summarize
 from xprof_magic._analysis.render.text import plain
@@ -43,7 +44,7 @@ def diagnosed(ip: Any, logdir: Path, name: str, body: str, warm: bool = True) ->
 
 def headline(summary: Summary) -> str:
     """The first note after the device line."""
-    texts = [n.text for n in summary.notes]
+    texts = [n.text for n in notes_of(summary)]
     at = texts.index(summary.device.statement)
     return texts[at + 1]
 
@@ -58,7 +59,7 @@ def test_a_loop_waiting_for_its_batches_is_input_bound(
 ) -> None:
     body = "for x in decoded(6):\n    y = (x.to(dev) @ w).sum()\n    torch_xla.sync()\n"
     s = diagnosed(ip, logdir, "input", body)
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "input" and d.share is not None and d.share > 0.8
     assert d.where == ("for x in decoded(6)",) and d.line == 2
     assert headline(s) == d.headline
@@ -91,7 +92,7 @@ def test_compare_says_what_moved_and_summary_shows_the_headline(
     assert slow.diagnosis.verdict == "input" and fast.diagnosis.verdict != "input"
     capsys.readouterr()
     ip.run_line_magic("xprof", "summary slow")
-    assert plain(slow.diagnosis.headline) in capsys.readouterr().out
+    assert plain(said(slow).headline) in capsys.readouterr().out
     ip.run_line_magic("xprof", "compare slow fast")
     out = capsys.readouterr().out
     # The fast loop takes a few ms: too short for a verdict of its own (unknown), and the
@@ -105,8 +106,8 @@ def test_a_cell_too_short_to_have_a_bottleneck_gets_no_verdict(
     ip: Any, logdir: Path, torch_ready: None
 ) -> None:
     s = diagnosed(ip, logdir, "tiny", "ran = 1\n")
-    assert s.diagnosis.verdict == "unknown" and not s.diagnosis.headline
-    assert not [n for n in s.notes if "-bound" in n.text]
+    assert s.diagnosis.verdict == "unknown" and not said(s).headline
+    assert not [n for n in notes_of(s) if "-bound" in n.text]
 
 
 def test_many_tiny_ops_in_a_synced_loop_are_host_bound_one_step_per_sync(
@@ -121,7 +122,7 @@ def test_many_tiny_ops_in_a_synced_loop_are_host_bound_one_step_per_sync(
     )
     s = diagnosed(ip, logdir, "host", body)
     assert s.steps is not None and s.steps.count == 8, "one step per sync, not per inner op"
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "host", d.evidence
     assert headline(s).startswith("Host-bound: ")
     # the statement of the loop body that holds the time, not the loop (the line sampler)
@@ -142,7 +143,7 @@ def test_a_loop_that_never_syncs_grows_its_graph_and_compiles_every_step(
         "    g.sum().item()\n"
     )
     s = diagnosed(ip, logdir, "growing", body, warm=False)
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "compile" and d.cause == "growing graph", d.evidence
     assert "the loop never syncs, so its pending graph grows" in headline(s)
     assert "torch_xla.sync() at the end of each iteration" in d.fix
@@ -161,7 +162,7 @@ def test_changing_batch_shapes_recompile_and_the_shapes_are_named(
     )
     ip.run_cell("w = torch.randn(32, 32, device=dev)")
     s = diagnosed(ip, logdir, "shapes", body, warm=False)
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "compile" and d.cause == "changing shapes", d.evidence
     assert d.shapes == ("(8, 32)", "(12, 32)", "(20, 32)", "(28, 32)", "(36, 32)")
     assert "the input shapes changed: (8, 32) → (12, 32) → (20, 32)" in headline(s)
@@ -183,7 +184,7 @@ def test_copying_hundreds_of_megabytes_each_step_is_transfer_bound(
     # transfers cheapest): up to three captures find the loop's own shares.
     for again in range(3):
         s = diagnosed(ip, logdir, f"transfer{again}", body)
-        d = s.diagnosis
+        d = worded(s)
         assert d.verdict == "transfer", d.evidence
         if not d.mixed:
             break
@@ -203,7 +204,7 @@ def test_large_matmuls_are_device_bound_and_raise_no_alarm(
         "    torch_xla.sync()\n"
     )
     s = diagnosed(ip, logdir, "device", body)
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "device", d.evidence
     assert d.level == "info" and headline(s).startswith("Device-bound: ")
     # the device is busy nearly all the time, measured from the executions, not the op events
@@ -212,7 +213,7 @@ def test_large_matmuls_are_device_bound_and_raise_no_alarm(
     busy, window = s.device.busy_s, s.device.window_s
     assert busy is not None and window is not None
     assert busy > 0.5 * (window - (s.compiles.trace_s or 0.0)), (busy, window)
-    alarms = [n for n in s.notes if n.level != "info" and n.text != s.device.statement]
+    alarms = [n for n in notes_of(s) if n.level != "info" and n.text != s.device.statement]
     assert alarms == []
 
 
@@ -242,14 +243,14 @@ def test_jax_loops_get_input_and_host_verdicts(ip: Any, logdir: Path) -> None:
     assert ip.run_cell(JAX_INPUT).success
     assert run(ip, logdir, JAX_INPUT, "--steps --backend jax --name jinput").success
     s = xprof_magic.summarize(logdir / "plugins" / "profile" / "jinput")
-    assert s.diagnosis.verdict == "input", s.diagnosis.evidence
+    assert s.diagnosis.verdict == "input", said(s).evidence
     assert headline(s).startswith("Input-bound (highly, XProf's ≥ 20%): ")
-    assert "(`for b in batches(6)`, line 11)" in s.diagnosis.headline
+    assert "(`for b in batches(6)`, line 11)" in said(s).headline
     assert ip.run_cell(JAX_HOST).success
     assert run(ip, logdir, JAX_HOST, "--steps --backend jax --name jhost").success
     s = xprof_magic.summarize(logdir / "plugins" / "profile" / "jhost")
-    assert s.diagnosis.verdict == "host", s.diagnosis.evidence
-    assert headline(s).startswith("Host-bound: ") and "jax.jit" in s.diagnosis.fix
+    assert s.diagnosis.verdict == "host", said(s).evidence
+    assert headline(s).startswith("Host-bound: ") and "jax.jit" in said(s).fix
 
 
 def test_eager_jax_calls_with_three_shapes_are_no_recompile(ip: Any, logdir: Path) -> None:
@@ -263,11 +264,11 @@ def test_eager_jax_calls_with_three_shapes_are_no_recompile(ip: Any, logdir: Pat
     )
     assert run(ip, logdir, body, "--backend jax --name eager").success
     s = xprof_magic.summarize(logdir / "plugins" / "profile" / "eager")
-    texts = [n.text for n in s.notes]
+    texts = [n.text for n in notes_of(s)]
     assert not [t for t in texts if t.startswith("Recompiled")], texts
     assert not [t for t in texts if "growing length" in t], texts
     # one-off eager calls compiling on first use: said as such, with no alarm
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "compile" and d.cause == "first run" and d.level == "info", d
     assert "Keep shapes" not in d.fix and "first use" in d.headline
 
@@ -349,7 +350,7 @@ def test_shapes_made_inside_the_loop_are_named_from_the_compiled_programs(
         "    torch_xla.sync()\n"
     )
     s = diagnosed(ip, logdir, "inbody", body, warm=False)
-    d = s.diagnosis
+    d = worded(s)
     assert (d.verdict, d.cause, d.changed_in) == ("compile", "changing shapes", "program inputs")
     assert len(d.changed) == 1 and d.changed[0][1][-4:] == (
         "(16, 20)",
@@ -374,7 +375,7 @@ def test_a_tensor_the_step_makes_on_the_device_is_named_by_its_shape(
         "    y = w[ids].tanh().sum()\n"
         "    torch_xla.sync()\n"
     )
-    d = diagnosed(ip, logdir, "ondevice", body, warm=False).diagnosis
+    d = worded(diagnosed(ip, logdir, "ondevice", body, warm=False))
     assert (d.cause, d.changed_in) == ("changing shapes", "program outputs"), d
     assert d.changed[0][1][-3:] == ("(16, 21)", "(16, 37)", "(16, 53)")
     assert "the shapes of a tensor the compiled step makes changed: " in d.headline
@@ -387,18 +388,18 @@ def test_a_python_number_baked_into_the_graph_is_a_compile_cause(
     once), but bakes an exponent (``x.pow(p)``) and an index (``x[i]``) into it."""
     assert ip.run_cell("x = torch.rand(64, 64, device=dev)\ntorch_xla.sync()").success
     body = "for i in range(5):\n    y = x.pow(1.5 + 0.1 * i).sum()\n    torch_xla.sync()\n"
-    d = diagnosed(ip, logdir, "exponent", body, warm=False).diagnosis
+    d = worded(diagnosed(ip, logdir, "exponent", body, warm=False))
     assert (d.verdict, d.cause, d.changed_in) == ("compile", "changing values", "program constants")
     assert d.changed == (("", ("1.5", "1.6", "1.7", "1.8", "1.9")),)
     assert "a Python number baked into the compiled step changed: 1.5 → 1.6 → 1.7" in d.headline
     assert "torch.tensor(p, device=dev)" in d.fix
     body = "for i in range(5):\n    y = (x + x[i]).sum()\n    torch_xla.sync()\n"
-    d = diagnosed(ip, logdir, "index", body, warm=False).diagnosis
+    d = worded(diagnosed(ip, logdir, "index", body, warm=False))
     assert (d.cause, d.changed_in, d.changed) == ("changing values", "programs", ())
     assert "the compiled step's shapes stayed the same, so a Python number baked" in d.headline
     # a Python number the graph takes as data compiles once: no recompile to explain
     body = "for i in range(5):\n    y = (x * (0.5 + 0.01 * i)).sum()\n    torch_xla.sync()\n"
-    d = diagnosed(ip, logdir, "scaled", body).diagnosis
+    d = worded(diagnosed(ip, logdir, "scaled", body))
     assert d.verdict != "compile", d.evidence
 
 
@@ -419,7 +420,7 @@ def test_jax_shapes_made_in_the_loop_and_static_numbers_are_compile_causes(
     assert ip.run_cell(JAX_CAUSES).success
     body = "for L in (20, 36, 52, 68):\n    f(jnp.ones((L, 32))).block_until_ready()\n"
     assert run(ip, logdir, body, "--steps --backend jax --name jinbody").success
-    d = xprof_magic.summarize(logdir / "plugins" / "profile" / "jinbody").diagnosis
+    d = worded(xprof_magic.summarize(logdir / "plugins" / "profile" / "jinbody"))
     assert (d.verdict, d.cause, d.changed_in) == ("compile", "changing shapes", "program inputs")
     assert d.changed[0][1][-3:] == ("(36, 32)", "(52, 32)", "(68, 32)"), d.changed
     body = (
@@ -428,7 +429,7 @@ def test_jax_shapes_made_in_the_loop_and_static_numbers_are_compile_causes(
         "    scaled(x, 0.5 + 0.2 * i).block_until_ready()\n"
     )
     assert run(ip, logdir, body, "--steps --backend jax --name jstatic").success
-    d = xprof_magic.summarize(logdir / "plugins" / "profile" / "jstatic").diagnosis
+    d = worded(xprof_magic.summarize(logdir / "plugins" / "profile" / "jstatic"))
     assert d.verdict == "compile" and d.cause == "changing values", d.evidence
     assert (d.where, d.line) == (("for i in range(5)",), 3), d.where
     assert d.changed == (("", ("0.5", "0.7", "0.9", "1.1", "1.3")),), d.changed
@@ -447,7 +448,7 @@ def test_a_dict_batch_names_each_changing_input_once(
         "    y = (w[b['input_ids'].to(dev) % 32].sum(-1) * b['attention_mask'].to(dev)).sum()\n"
         "    torch_xla.sync()\n"
     )
-    d = diagnosed(ip, logdir, "dicts", body, warm=False).diagnosis
+    d = worded(diagnosed(ip, logdir, "dicts", body, warm=False))
     assert (d.cause, d.changed_in) == ("changing shapes", "items"), d
     assert d.changed == (
         ("input_ids, attention_mask", ("(8, 20)", "(8, 36)", "(8, 52)", "(8, 68)")),

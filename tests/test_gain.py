@@ -15,19 +15,21 @@ milliseconds a step, so that a neighbour's load moves both runs alike.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import xprof_magic
+from tests._said import said, worded
 from tests.test_diagnosis import headline
 from xprof_magic._analysis import Summary, compare
 from xprof_magic._analysis.diagnosis.breakdown import BREAKDOWN_CATEGORIES, breakdown
 from xprof_magic._analysis.diagnosis.gain import gain_of, step_time
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, Gain, StepBreakdown
-from xprof_magic._analysis.render.headline import speedup, worded
+from xprof_magic._analysis.render.headline import speedup
 from xprof_magic._analysis.timeline.trace import read_planes
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
 
@@ -52,9 +54,10 @@ def _steps(*rows: dict[str, float], busy: float = 0.0, n: int = 4) -> Breakdown:
     return Breakdown(BREAKDOWN_CATEGORIES, cell, sum(cell), tuple(steps), len(steps))
 
 
-def _diagnosed(parts: Breakdown) -> Diagnosis:
-    s = Summary(run="r", run_dir="/r")
-    return worded(s, diagnose(s, TORCH_XLA_WORDS, parts), TORCH_XLA_WORDS)
+def _diagnosed(parts: Breakdown) -> Any:
+    """The diagnosis of ``parts`` with its words, in torch_xla's."""
+    s = Summary(run="r", run_dir="/r", backend="torch_xla")
+    return worded(replace(s, diagnosis=diagnose(s, TORCH_XLA_WORDS, parts)))
 
 
 def test_a_step_with_no_majority_names_the_cheapest_category_to_remove() -> None:
@@ -205,7 +208,7 @@ def test_each_step_keeps_the_devices_busy_time_whichever_category_holds_it() -> 
 
 def test_a_summary_saved_before_the_gain_loads_without_it(tmp_path: Path) -> None:
     d = _diagnosed(_steps({"device": 0.39, "transfer": 0.34, "host": 0.27}))
-    s = Summary(run="r", run_dir="/r", diagnosis=d)
+    s = Summary(run="r", run_dir="/r", backend="torch_xla", diagnosis=d.diagnosis)
     data = s.to_json()
     assert Summary.from_json(data) == s
     for key in ("mixed", "runner_up", "gain", "changed", "changed_in"):
@@ -213,7 +216,10 @@ def test_a_summary_saved_before_the_gain_loads_without_it(tmp_path: Path) -> Non
     for step in data["diagnosis"]["breakdown"]["steps"]:
         del step["busy_s"]
     del data["diagnosis"]["breakdown"]["busy_s"]
-    old = Summary.from_json(data).diagnosis
+    # as such a summary was saved: schema 2, with its words
+    data["schema"] = 2
+    data["diagnosis"].update(headline=d.headline, fix=d.fix, evidence=[*map(list, d.evidence)])
+    old = worded(Summary.from_json(data))
     assert (old.mixed, old.runner_up, old.gain, old.changed) == (False, "", None, ())
     assert old.headline == d.headline
     # a comparison with such a run predicts nothing, nor one with a run that fixed nothing
@@ -359,7 +365,7 @@ def test_a_step_that_copies_as_much_as_it_computes_has_no_single_bottleneck(
                 break
             if k == 0:
                 even_out(a.diagnosis)
-        d = a.diagnosis
+        d = worded(a)
         assert d.mixed and d.verdict == "transfer", (d.evidence, cell)
         assert headline(a).startswith("No single bottleneck: ")
         assert "Cheapest to remove: the transfers" in d.headline and "MB moved" in d.headline
@@ -401,7 +407,7 @@ def test_workers_for_a_slow_getitem_gain_what_was_predicted(
         ).success
         a = profiled(ip, logdir, f"getitem{k}", body)
         assert a.diagnosis.verdict == "input"
-        assert "Without the input wait a step would take about" in a.diagnosis.headline
+        assert "Without the input wait a step would take about" in said(a).headline
         assert ip.run_cell(
             "loader = torch.utils.data.DataLoader(SlowItems(), batch_size=4, num_workers=4, "
             "persistent_workers=True)"
@@ -434,7 +440,7 @@ def test_padding_for_changing_shapes_gains_what_was_predicted(
         fresh = tuple(n - 16 * k for n in (81, 85, 89, 93, 87, 91))  # never compiled
         assert ip.run_cell(f"lengths = {fresh}").success
         a = profiled(ip, logdir, f"unpadded{k}", body, warm=False)
-        d = a.diagnosis
+        d = worded(a)
         assert (d.verdict, d.cause) == ("compile", "changing shapes")
         assert d.changed_in == "program inputs"
         assert "Without the compilations a step would take" in d.headline
@@ -491,7 +497,7 @@ def test_jit_for_eager_jax_gains_what_was_predicted(
 
     def attempt(k: int) -> tuple[Summary, Summary]:
         a = profiled(ip, logdir, f"eager{k}", body, wait=wait)
-        assert a.diagnosis.verdict == "host", a.diagnosis.evidence
+        assert a.diagnosis.verdict == "host", said(a).evidence
         b = profiled(ip, logdir, f"jitted{k}", body.replace("layers(v)", "jitted(v)"), wait=wait)
         assert b.diagnosis.share_of("host") < a.diagnosis.share_of("host")
         return a, b
@@ -501,5 +507,5 @@ def test_jit_for_eager_jax_gains_what_was_predicted(
 
 def test_a_tiny_cell_has_no_verdict_but_a_gain(ip: Any, logdir: Path, torch_ready: None) -> None:
     s = profiled(ip, logdir, "tiny", "ran = 1\n")
-    assert s.diagnosis.verdict == "unknown" and not s.diagnosis.headline
+    assert s.diagnosis.verdict == "unknown" and not said(s).headline
     assert s.diagnosis.gain is not None and s.diagnosis.gain.step_s > 0

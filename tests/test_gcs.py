@@ -135,7 +135,7 @@ def test_a_cell_lands_complete_in_the_bucket_and_is_never_overwritten(
     mirror = _store.local_logdir(logdir)
     (local,) = _store.runs(mirror)
     assert "xprof: run first (ok)" in shown and f"stored in {local.path}\n" in shown, shown
-    assert "labelled blocks" in shown, shown
+    assert "labelled blocks" in shown, shown  # --no-display: no summary, so the text has them
     stored = objects("cells/plugins/profile/first/")
     xplane = f"{local.hosts[0]}.xplane.pb"
     assert stored[xplane] == (local.path / xplane).read_bytes()

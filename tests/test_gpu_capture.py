@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests._oracle_trace import _union_ns
+from tests._said import worded
 from tests.conftest import GPU_RUNS
 from xprof_magic._analysis.model.summary import Summary
 
@@ -75,7 +76,7 @@ def test_a_jitted_chain_of_matmuls_is_device_bound_at_the_gpus_pace(
     summaries: dict[str, Summary],
 ) -> None:
     s = summaries["gpu_device"]
-    d = s.diagnosis
+    d = worded(s)
     assert (d.verdict, d.level) == ("device", "info"), d.headline
     assert d.share is not None and d.share > 0.9
     assert "jax.jit" not in d.headline
@@ -86,21 +87,21 @@ def test_a_jitted_chain_of_matmuls_is_device_bound_at_the_gpus_pace(
 
 
 def test_eager_ops_are_host_bound_and_told_to_jit(summaries: dict[str, Summary]) -> None:
-    d = summaries["gpu_eager"].diagnosis
+    d = worded(summaries["gpu_eager"])
     assert (d.verdict, d.cause) == ("host", "eager"), d.headline
     assert d.line == 4 and "jax.jit" in d.fix
     assert d.gain is not None and d.gain.speedup > 5
 
 
 def test_a_new_shape_each_step_is_compile_bound(summaries: dict[str, Summary]) -> None:
-    d = summaries["gpu_shapes"].diagnosis
+    d = worded(summaries["gpu_shapes"])
     assert (d.verdict, d.cause) == ("compile", "changing shapes"), d.headline
     assert d.share is not None and d.share > 0.9
     assert not d.apart
 
 
 def test_padding_eagerly_is_compile_bound_at_the_pad(summaries: dict[str, Summary]) -> None:
-    d = summaries["gpu_shapes_fixed"].diagnosis
+    d = worded(summaries["gpu_shapes_fixed"])
     assert (d.verdict, d.cause, d.program) == ("compile", "eager shapes", "jit(_pad)")
     assert d.line == 3 and "jnp.pad" in d.where[-1]
     assert "Pad the inputs" not in d.headline and "np.pad" in d.fix
@@ -108,7 +109,7 @@ def test_padding_eagerly_is_compile_bound_at_the_pad(summaries: dict[str, Summar
 
 def test_a_read_back_each_step_is_named_at_its_line(summaries: dict[str, Summary]) -> None:
     s = summaries["gpu_sync"]
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "device", d.headline
     # The GPU's real busy share, not 0: 88 of the steps' 128 ms.
     assert d.share is not None and 0.55 < d.share < 0.8
@@ -124,7 +125,7 @@ def test_numpy_batches_copied_each_step_are_transfer_bound(
     summaries: dict[str, Summary],
 ) -> None:
     s = summaries["gpu_input_fixed"]
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "transfer", d.headline
     assert d.share is not None and d.share > 0.8
     assert "jax.jit" not in d.headline and "device_put the next batch" in d.fix
@@ -138,7 +139,7 @@ def test_numpy_batches_copied_each_step_are_transfer_bound(
 def test_a_cell_of_a_few_milliseconds_is_too_small_to_judge(
     run: str, summaries: dict[str, Summary]
 ) -> None:
-    d = summaries[run].diagnosis
+    d = worded(summaries[run])
     assert (d.verdict, d.headline) == ("unknown", "")
 
 

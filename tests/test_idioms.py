@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 import xprof_magic
+from tests._said import notes_of, said, worded
 from tests.conftest import names_of, run
 from xprof_magic._analysis import Summary, summarize
 from xprof_magic._analysis.diagnosis.breakdown import breakdown
@@ -165,11 +166,13 @@ def diagnosed(
 
 def no_input_alarm(s: Summary) -> None:
     """The verdict is the device's, and no note says the loop waits for its input."""
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "device", d.evidence
     assert d.headline.startswith("Device-bound: ") and d.level == "info"
     assert d.share_of("input") < 0.2, d.evidence
-    assert not [n.text for n in s.notes if "nput-bound" in n.text or "for the next batch" in n.text]
+    assert not [
+        n.text for n in notes_of(s) if "nput-bound" in n.text or "for the next batch" in n.text
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +204,7 @@ def test_mpdeviceloader_waits_for_the_device_not_for_data(
     assert rows["next(pl.MpDeviceLoader(ready, dev))"] > 0.5 * rows[d.where[0]]
     # before the timeline is read (a pending summary), the executions' time is not input
     quick = summarize(s.run_dir, budget_s=0.0)
-    assert quick.pending and quick.diagnosis.verdict == "device", quick.diagnosis.evidence
+    assert quick.pending and quick.diagnosis.verdict == "device", said(quick).evidence
 
 
 def test_a_steptrace_loop_and_a_dataloader_with_workers_are_device_bound(
@@ -252,7 +255,7 @@ def test_a_dataloader_without_workers_still_makes_the_step_wait(
         "    loss.backward()\n"
         "    xm.optimizer_step(small_opt, barrier=True)\n"
     )
-    d = diagnosed(ip, logdir, "inline", body).diagnosis
+    d = worded(diagnosed(ip, logdir, "inline", body))
     assert d.verdict == "input" and d.share is not None and d.share > 0.5, d.evidence
     assert d.where == ("for x, y in itertools.islice(inline, 6)",) and d.line == 2
     assert "num_workers > 0" in d.fix and d.level == "warning"
@@ -347,7 +350,7 @@ def jax_ready(ip: Any) -> Iterator[None]:
 
 def launched_by(s: Summary, statement: str, line: int, program: str) -> None:
     """The device's time is the launching statement's, with the program it launched."""
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "device", d.evidence
     assert d.where[-1] == statement and d.line == line, (d.where, d.line)
     assert d.program == program

@@ -7,8 +7,12 @@ where the device idles says why in the profiling guide's terms.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import numpy as np
 
+from tests._said import worded
 from tests.test_gain import _steps
 from xprof_magic._analysis.diagnosis.batches import as_input
 from xprof_magic._analysis.diagnosis.idle import idle_time
@@ -16,7 +20,6 @@ from xprof_magic._analysis.diagnosis.own import Sampled
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Aside, Breakdown
 from xprof_magic._analysis.model.summary import Summary
-from xprof_magic._analysis.render.headline import worded
 from xprof_magic._backends.jax_vocabulary import VOCABULARY as JAX_WORDS
 
 CELL = "\nfor i in range(8):\n    x = augment(raw)\n    W = train(W, x)\n    log(W)\n"
@@ -44,10 +47,10 @@ def _looks(per_step: list[tuple[int, int, int]]) -> Sampled:
     )
 
 
-def _diagnosed(parts: Breakdown, looks: Sampled | None) -> object:
-    s = Summary(run="r", run_dir="/r", cell=CELL)
+def _diagnosed(parts: Breakdown, looks: Sampled | None) -> Any:
+    s = Summary(run="r", run_dir="/r", cell=CELL, backend="jax")
     moved = as_input(parts, looks)
-    return worded(s, diagnose(s, JAX_WORDS, moved, looks=looks), JAX_WORDS)
+    return worded(replace(s, diagnosis=diagnose(s, JAX_WORDS, moved, looks=looks)))
 
 
 def test_host_time_that_made_batches_moves_to_input_per_step_and_for_the_cell() -> None:
@@ -85,45 +88,45 @@ def test_a_statement_outside_the_steps_that_made_batches_is_input() -> None:
 def test_batches_made_in_the_step_are_an_input_verdict_with_the_data_paths_fix() -> None:
     parts = _steps({"host": 0.09, "device": 0.01}, busy=0.01, n=4)
     d = _diagnosed(parts, _looks([(18, 0, 2)] * 4))
-    assert d.verdict == "input" and d.cause == "making batches"  # type: ignore[attr-defined]
-    assert d.line == 3 and d.where[-1] == "x = augment(raw)"  # type: ignore[attr-defined]
-    text = d.headline  # type: ignore[attr-defined]
+    assert d.verdict == "input" and d.cause == "making batches"
+    assert d.line == 3 and d.where[-1] == "x = augment(raw)"
+    text = d.headline
     assert text.startswith("Input-bound"), text
     assert "idle 90% of each step while the host makes batches in your Python at line 3" in text
-    fix = d.fix  # type: ignore[attr-defined]
+    fix = d.fix
     assert "vectorize the NumPy" in fix and "would not shorten it" in fix
 
 
 def test_waiting_on_a_loader_keeps_the_loaders_fix_and_is_said_as_such() -> None:
     parts = _steps({"input": 0.09, "device": 0.01}, busy=0.01, n=4)
     d = _diagnosed(parts, None)
-    assert d.verdict == "input" and d.cause == ""  # type: ignore[attr-defined]
-    assert "the host waits on the data iterator" in d.headline  # type: ignore[attr-defined]
-    assert "vectorize" not in d.fix  # type: ignore[attr-defined]
+    assert d.verdict == "input" and d.cause == ""
+    assert "the host waits on the data iterator" in d.headline
+    assert "vectorize" not in d.fix
 
 
 def test_other_own_python_stays_host_with_its_own_fix_and_the_idle_says_so() -> None:
     parts = _steps({"host": 0.08, "device": 0.02}, busy=0.02, n=4)
     d = _diagnosed(parts, _looks([(0, 16, 4)] * 4))
-    assert d.verdict == "host" and d.cause == "own code"  # type: ignore[attr-defined]
-    text = d.headline  # type: ignore[attr-defined]
+    assert d.verdict == "host" and d.cause == "own code"
+    text = d.headline
     assert "idle 80% of each step: while the host runs your Python at line 5 (64%)" in text
     assert "while the host runs the framework's dispatch and graph building at line 4" in text
 
 
 def test_every_verdict_where_the_device_idles_says_what_the_host_did() -> None:
     sync = _diagnosed(_steps({"sync": 0.06, "device": 0.04}, busy=0.04, n=4), None)
-    assert sync.verdict == "sync"  # type: ignore[attr-defined]
-    assert "idle 60% of each step while the host waits on a sync" in sync.headline  # type: ignore[attr-defined]
+    assert sync.verdict == "sync"
+    assert "idle 60% of each step while the host waits on a sync" in sync.headline
     compiled = _diagnosed(_steps({"compile": 0.07, "device": 0.03}, busy=0.03, n=4), None)
-    assert "idle 70% of each step while the host compiles" in compiled.headline  # type: ignore[attr-defined]
+    assert "idle 70% of each step while the host compiles" in compiled.headline
     copies = _diagnosed(_steps({"transfer": 0.05, "device": 0.05}, busy=0.05, n=4), None)
-    assert "while data is copied between host and device" in copies.headline  # type: ignore[attr-defined]
+    assert "while data is copied between host and device" in copies.headline
     device = _diagnosed(_steps({"host": 0.15, "device": 0.85}, busy=0.85, n=4), None)
-    assert device.verdict == "device"  # type: ignore[attr-defined]
-    assert "the device is idle 15% of each step while the host runs" in device.headline  # type: ignore[attr-defined]
+    assert device.verdict == "device"
+    assert "the device is idle 15% of each step while the host runs" in device.headline
     busy = _diagnosed(_steps({"host": 0.05, "device": 0.95}, busy=0.95, n=4), None)
-    assert "idle" not in busy.headline, "under a tenth idle: nothing to say"  # type: ignore[attr-defined]
+    assert "idle" not in busy.headline, "under a tenth idle: nothing to say"
 
 
 def test_the_idle_time_is_none_without_time_and_splits_input_from_compiles() -> None:
@@ -136,13 +139,11 @@ def test_the_idle_time_is_none_without_time_and_splits_input_from_compiles() -> 
 
 
 def test_moderate_input_made_in_the_users_python_is_noted_with_the_data_paths_fix() -> None:
-    from dataclasses import replace
-
     from xprof_magic._analysis.render.notes import diagnosis
 
     parts = _steps({"host": 0.09, "device": 0.01}, busy=0.01, n=4)
     looks = _looks([(1, 0, 8)] * 4)  # a ninth of the host's time makes batches
-    s = Summary(run="r", run_dir="/r", cell=CELL)
+    s = Summary(run="r", run_dir="/r", cell=CELL, backend="jax")
     d = diagnose(s, JAX_WORDS, as_input(parts, looks), looks=looks)
     assert d.verdict == "host"
     notes = [n.text for n in diagnosis(replace(s, diagnosis=d), JAX_WORDS)]

@@ -12,6 +12,7 @@ import pytest
 
 import xprof_magic
 from tests._agreement import figures_agree
+from tests._said import worded
 from tests.conftest import host_events, only_run, run, step_numbers
 from xprof_magic._analysis import render_text, summarize
 from xprof_magic._backends.detect import choose_backend
@@ -280,7 +281,7 @@ def test_jax_quickstart_notebook_executes(tmp_path: Path) -> None:
     # The verdict is the loop's steady steps', not the wider batch's compile after the loop:
     # that one is named apart at its own line, and no step absorbs it.
     s = xprof_magic.summarize(tmp_path / "plugins" / "profile" / "jax-train")
-    d = s.diagnosis
+    d = worded(s)
     assert s.steps is not None and d.scope == "steps"
     assert d.verdict != "compile" or d.cause != "warm-up", d.headline
     assert [round(x.total_s, 9) for x in d.breakdown.steps] == [

@@ -17,6 +17,7 @@ from nbclient.exceptions import CellExecutionError
 import xprof_magic
 from tests._agreement import figures_agree
 from tests._kernel import Kernel, free_port, plain, text
+from tests._said import worded
 from xprof_magic._runs import store as _store
 
 pytestmark = pytest.mark.kernel
@@ -231,7 +232,7 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     # first (that execution is its own, launched by its sync), the others are the same
     # short steps, mostly tracing on the host.
     s = xprof_magic.summarize(tmp_path / "plugins" / "profile" / "quickstart-train")
-    d = s.diagnosis
+    d = worded(s)
     assert s.steps is not None and d.warm_up == 1 and d.scope == "steps"
     steady = [s.steps.durations_s[i] for i in d.steady()]
     assert len(steady) >= 4 and max(steady) < s.steps.durations_s[0] / 20

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import xprof_magic
+from tests._said import notes_of, worded
 from tests.conftest import GPU_RUNS, only_run, run
 from tests.test_registry import ENTRY, FakeBackend, install
 from xprof_magic._analysis import render_html, render_text
@@ -148,7 +149,7 @@ def test_live_figures_at_block_ends_give_the_peak_and_a_leak(
     assert m.growth_per_step is not None and m.growth_steps == 6
     assert m.growth_per_step == pytest.approx(1e8, rel=0.01)  # a figure at the block's end
     leak = "Device memory grows step after step: +100.0 MB a step on average over 6 steps"
-    assert any(leak in n.text for n in s.notes), [n.text for n in s.notes]
+    assert any(leak in n.text for n in notes_of(s)), [n.text for n in notes_of(s)]
     assert {r.path: r.peak_bytes for r in s.labels}[("for i in range(6)", "step work")]
 
 
@@ -295,7 +296,7 @@ def test_a_cell_that_runs_out_of_memory_fails_once_and_is_explained(
     assert (shown.out + shown.err).count("Traceback (most recent call last)") == 1
     info = only_run(logdir)
     s = xprof_magic.summarize(info.path)
-    d = s.diagnosis
+    d = worded(s)
     assert s.status == "error" and d.verdict == "memory" and d.level == "error"
     assert (d.where, d.line) == (("y = x @ x",), 5)
     assert d.headline.startswith(
@@ -306,7 +307,7 @@ def test_a_cell_that_runs_out_of_memory_fails_once_and_is_explained(
         "Largest allocations: 12.9 GB f32[49152,65536] (`tanh`, model.py:77); 8.6 GB " in d.headline
     )
     assert "(`dot_general`, line 5)" in d.headline and "jax.checkpoint" in d.fix
-    texts = [n.text for n in s.notes]
+    texts = [n.text for n in notes_of(s)]
     assert texts.index(d.headline) == texts.index(s.device.statement) + 1
     assert "out of memory (compile): asked 22.3 GB, 16.6 GB available" in render_text(s)
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests._kernel import Kernel, free_port, text, with_server
+from tests._said import notes_of
 from xprof_magic import _analysis
 from xprof_magic._capture import ondemand as _ondemand
 from xprof_magic._runs import metadata as _metadata
@@ -166,7 +167,7 @@ def test_two_workers_and_a_dead_address_make_one_run_without_torch_xla(
     assert fast.busy_s and slow.busy_s and fast.busy_s > slow.busy_s
     assert summary.slowest_host == f"localhost_{b}"
     # The dead address stays in the run's summary (``%xprof summary pair`` says it later).
-    assert [n.level for n in summary.notes if f"localhost:{dead}" in n.text] == ["warning"]
+    assert [n.level for n in notes_of(summary) if f"localhost:{dead}" in n.text] == ["warning"]
     assert "localhost_" in _analysis.render_html(summary).split("Hosts — 2 captured")[1]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests._said import said, worded
 from tests.conftest import names_of
 from tests.test_idioms import diagnosed
 from xprof_magic._analysis.diagnosis.own import Sampled, feeds_the_step, own_python
@@ -81,7 +82,7 @@ def jax_own(ip: Any) -> Iterator[None]:
 def making_batches(s: Any, statement: str, line: int, advice: str) -> None:
     """The verdict: the input pipeline, the host's own Python making batches at ``line``,
     the data path's fix; the breakdown (table and chart) holds that time as input."""
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "input" and d.cause == "making batches", d.evidence
     assert d.where[-1] == statement and d.line == line, (d.where, d.line)
     assert d.headline.startswith("Input-bound"), d.headline
@@ -107,7 +108,7 @@ def test_jax_numpy_augment_in_the_loop_is_making_batches_at_its_line(
     )
     s = diagnosed(ip, logdir, "jaugment", body, "--backend jax")
     making_batches(s, "x = augment(raw)", 3, NO_FRAMEWORK_FIX[0])
-    assert "larger batch" in s.diagnosis.fix and "would not shorten it" in s.diagnosis.fix
+    assert "larger batch" in said(s).fix and "would not shorten it" in said(s).fix
     assert s.diagnosis.where[0] == "for i in range(8)"
 
 
@@ -156,7 +157,7 @@ def test_torch_xla_tiny_ops_traced_from_the_cells_line_stay_the_frameworks(
         "    torch_xla.sync()\n"
     )
     s = diagnosed(ip, logdir, "xtiny", body)
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "host" and d.cause not in ("own code", "making batches"), d
     assert d.own is None and "graph building" in d.headline
     assert d.framework is not None and d.framework.line == 5 and d.line == 5

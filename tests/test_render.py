@@ -13,7 +13,7 @@ VERDICT = (
 
 
 def summary() -> Summary:
-    return Summary(run="prose", run_dir="/tmp/prose", notes=(Note("warning", VERDICT),))
+    return Summary(run="prose", run_dir="/tmp/prose", warnings=(Note("warning", VERDICT),))
 
 
 def test_code_in_a_note_is_code_in_html() -> None:

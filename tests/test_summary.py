@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import xprof_magic
+from tests._said import notes_of, said, worded
 from xprof_magic._analysis import (
     SUMMARY_FILE,
     LabelRow,
@@ -35,7 +36,7 @@ from xprof_magic._analysis import (
     summarize,
     summarize_in_subprocess,
 )
-from xprof_magic._analysis.model.summary import Compiles, CompileSite
+from xprof_magic._analysis.model.summary import SUMMARY_SCHEMA, Compiles, CompileSite
 from xprof_magic._analysis.render.notes import notes_for
 from xprof_magic._analysis.render.text import plain
 from xprof_magic._analysis.summary.blocks import INPUT_PIPELINE
@@ -103,7 +104,7 @@ def test_the_device_is_said_plainly(shapes: Summary) -> None:
     assert shapes.device.on_cpu
     assert "PJRT_DEVICE=CPU" in shapes.device.statement
     assert "not on a TPU" in shapes.device.statement
-    assert shapes.notes[0].level == "warning" and "not on a TPU" in shapes.notes[0].text
+    assert notes_of(shapes)[0].level == "warning" and "not on a TPU" in notes_of(shapes)[0].text
     assert "not on a TPU" in render_text(shapes).splitlines()[1]
     groups = {g.name: g for g in shapes.device.threads}
     assert {"python", "tf_XLAPjRtCpuClient", "tf_xla-cpu-codegen"} <= set(groups)
@@ -128,7 +129,7 @@ def test_recompiles_are_counted_and_named(shapes: Summary) -> None:
         assert site.runs == 3 and site.compiled_runs == 3
         assert site.recompiled and not site.warm_up
     assert sum(site.compiles for site in compiles.sites) + compiles.outside_labels == compiles.count
-    warnings = [n.text for n in shapes.notes if n.level == "warning" and "Recompiled" in n.text]
+    warnings = [n.text for n in notes_of(shapes) if n.level == "warning" and "Recompiled" in n.text]
     again = "compiled again 2 times, in steps 1 and 2 (first compiled in step 0)"
     assert any(NONZERO_LABEL in text and again in text for text in warnings), warnings
     assert "Recompiled" in render_text(shapes)
@@ -141,7 +142,7 @@ def test_cpu_fallbacks_are_listed_with_a_hint(shapes: Summary) -> None:
     assert fallbacks["aten::nonzero"].count == counters["aten::nonzero"] == 3
     assert "torch.where" in fallbacks["aten::nonzero"].hint
     assert any(
-        "fell back to the CPU" in n.text and "aten::nonzero ×3" in n.text for n in shapes.notes
+        "fell back to the CPU" in n.text and "aten::nonzero ×3" in n.text for n in notes_of(shapes)
     )
     text = render_text(shapes)
     assert "aten::nonzero ×3 — its output shape depends on the data" in text
@@ -435,7 +436,7 @@ def test_a_summary_saved_before_the_analysis_was_staged_loads_and_shows_its_word
     ``warm_up``) loads, and shows the words it was saved with, not words made again."""
     saved = Path(__file__).parent / "data" / "summary_saved_before_stages.json"
     s = Summary.from_json(json.loads(saved.read_text(encoding="utf-8")))
-    d = s.diagnosis
+    d = worded(s)
     assert d.verdict == "host" and d.shares == () and d.warm_up == 0
     assert d.headline.startswith("Host-bound: 88% of each step after the 2 first (compiling)")
     assert ("warm-up steps", "2") in d.evidence and "torch_xla.compile" in d.fix
@@ -444,12 +445,42 @@ def test_a_summary_saved_before_the_analysis_was_staged_loads_and_shows_its_word
     assert "Host-bound: 88%" in render_html(s)
 
 
+def test_a_summary_saved_today_in_words_loads_and_shows_in_todays_words(tmp_path: Path) -> None:
+    """A summary saved on 2026-12-05 (schema 2, its words inside) by a run whose timeline is
+    gone loads from its file alone and shows what it said; beside its timeline, it is read
+    again instead, and the words are made from the figures when it is shown."""
+    from xprof_magic._analysis.cache import load_summary
+
+    saved = Path(__file__).parent / "data" / "saved-2026-12-05"
+    data = json.loads((saved / "xprof_magic_summary.json").read_text(encoding="utf-8"))
+    assert data["schema"] == 2 and data["diagnosis"]["headline"]
+    run = tmp_path / "xla_augment"
+    shutil.copytree(saved, run)
+    s = load_summary(run)
+    assert s is not None and s.schema == 2 and s.saved_words is not None
+    assert s.diagnosis.verdict == "host" and s.diagnosis.cause == "making batches"
+    assert said(s).headline == data["diagnosis"]["headline"] and xprof_magic.said(s) == said(s)
+    assert [n.text for n in notes_of(s)] == [n["text"] for n in data["notes"]]
+    text = render_text(s)
+    assert plain(data["diagnosis"]["headline"]) in text and "xla_augment" in text
+    assert "Host-bound: 87%" in render_html(s)
+    (run / "vm.xplane.pb").write_bytes(b"")
+    assert load_summary(run) is not None, "an empty timeline is none to read again"
+    (run / "vm.xplane.pb").write_bytes(b"\0")
+    assert load_summary(run) is None, "a timeline to read again: the old summary is not used"
+    fresh = replace(s, schema=SUMMARY_SCHEMA, saved_words=None)
+    again = Summary.from_json(json.loads(json.dumps(fresh.to_json())))
+    assert again == fresh and "saved_words" in fresh.to_json()
+    assert "headline" not in json.dumps(fresh.to_json()["diagnosis"])
+    assert said(again).headline.startswith("Host-bound: 87% of each step")
+
+
 def test_a_quick_summary_first_then_the_full_one(runs: dict[str, Path], tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(runs["shapes"], run)
     quick = summarize(run, budget_s=0)
     assert quick.pending and not quick.complete and quick.label_source == "metadata"
-    assert quick.notes[0].text.startswith("Quick summary from the metadata")
+    assert notes_of(quick)[0].text.startswith("Quick summary from the metadata")
     assert {row.path for row in quick.labels} == {tuple(x["path"]) for x in _meta(run)["labels"]}
     assert quick.fallbacks and quick.compiles.count is not None
     assert "was not read: it was left for the full summary" in render_text(quick)
@@ -499,7 +530,10 @@ def test_a_cell_that_raised_says_so_first(runs: dict[str, Path], tmp_path: Path)
     _metadata.write(run, replace(meta, status="error", error=RunError("ValueError", "bad shape")))
     summary = summarize(run)
     assert summary.status == "error" and summary.error == "ValueError: bad shape"
-    assert summary.notes[0].level == "error" and "ValueError: bad shape" in summary.notes[0].text
+    assert (
+        notes_of(summary)[0].level == "error"
+        and "ValueError: bad shape" in notes_of(summary)[0].text
+    )
     assert "error: ValueError: bad shape" in render_text(summary).splitlines()[0]
 
 
@@ -560,7 +594,7 @@ def _check_readable_result(summary: Summary, *words: str) -> None:
 def test_missing_folder(tmp_path: Path) -> None:
     summary = summarize(tmp_path / "nope")
     _check_readable_result(summary, "does not exist")
-    assert summary.notes[0].level == "error"
+    assert notes_of(summary)[0].level == "error"
 
 
 def test_corrupt_timeline_without_metadata(tmp_path: Path) -> None:
@@ -604,7 +638,7 @@ def test_metadata_of_the_wrong_shape(runs: dict[str, Path], tmp_path: Path) -> N
     (tmp_path / "run" / "xprof_magic.json").write_text(json.dumps(bad))
     summary = summarize(tmp_path / "run")
     assert summary.complete and summary.wall_s is None and summary.compiles.count is None
-    (warning,) = [n.text for n in summary.notes if "unusable fields" in n.text]
+    (warning,) = [n.text for n in notes_of(summary) if "unusable fields" in n.text]
     assert "wall_s" in warning and "those values are unknown" in warning
     render_text(summary)
 
@@ -801,7 +835,7 @@ def test_a_backend_brings_its_own_words_and_numbers(
     roles = {g.name: g.role for g in s.device.threads}
     assert roles["python"] == "fake role: the user's threads"
     assert roles["tf_XLAPjRtCpuClient"] == "other host threads"
-    notes = "\n".join(n.text for n in s.notes)
+    notes = "\n".join(n.text for n in notes_of(s))
     assert "in all. Fake recompile advice." in notes
     fell_back = "2 op(s) fell back to the CPU: fake.host/gather ×4, fake.host/scatter ×1."
     assert f"{fell_back} Fake effect of a fallback." in notes
@@ -972,7 +1006,7 @@ def test_one_call_that_compiles_many_graphs_is_flagged(
     summary = summarize(cap.result.run_dir, budget_s=None)
     (site,) = [s for s in summary.compiles.sites if s.path == (statement,)]
     assert site.runs == 1 and site.compiles >= 8 and site.recompiled
-    notes = [n.text for n in summary.notes if n.level == "warning"]
+    notes = [n.text for n in notes_of(summary) if n.level == "warning"]
     assert any(
         f"'{statement}' (in {statement}) compiled {site.compiles} graphs" in t for t in notes
     )

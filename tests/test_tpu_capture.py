@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import xprof_magic
+from tests._said import said, worded
 from xprof_magic._analysis.model.summary import Summary
 from xprof_magic._analysis.timeline import xspace
 from xprof_magic._analysis.timeline.facts import device_side
@@ -97,7 +98,7 @@ def test_host_offload_copies_are_transfer_and_the_verdict(capture: Any, summary:
     ]
     offload = _union_s(copies)
     assert offload > 70
-    d = summary.diagnosis
+    d = worded(summary)
     parts = d.breakdown
     assert parts.seconds("transfer", of_steps=False) >= offload * (1 - 1e-9)
     assert parts.offload_s == pytest.approx(offload, rel=1e-6)
@@ -123,7 +124,7 @@ def test_the_headline_gives_the_chips_busy_time(capture: Any, summary: Summary) 
     parts = summary.diagnosis.breakdown
     share = busy / parts.total_s(of_steps=False)
     assert 0.85 < share < 0.95
-    assert f"the device is busy {share:.0%}, computing" in summary.diagnosis.headline
+    assert f"the device is busy {share:.0%}, computing" in said(summary).headline
 
 
 def test_a_summary_saved_before_the_chips_waits_were_split_loads(summary: Summary) -> None:
@@ -202,7 +203,7 @@ def test_a_chip_bound_by_collectives_says_so(tmp_path: Path) -> None:
         ("ag", "%fusion.7 = f32[32] fusion(f32[8] %a), kind=kCustom", "all-gather fusion", 1, 69),
         ("fusion", "%fusion = f32[8] fusion(f32[8] %a), kind=kLoop", "loop fusion", 70, 30),
     ]
-    d = xprof_magic.summarize(_run(tmp_path, _space((0, 100), ops, ref=True))).diagnosis
+    d = worded(xprof_magic.summarize(_run(tmp_path, _space((0, 100), ops, ref=True))))
     assert d.verdict == "collective" and d.share == pytest.approx(0.70)
     assert d.headline.startswith("Collective-bound: 70% of the cell's time waits on collectives")
     assert "the device is busy 100%, computing 30%" in d.headline

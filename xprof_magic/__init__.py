@@ -19,6 +19,7 @@ from xprof_magic._version import __version__
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
     from xprof_magic._analysis.model.diagnosis import Diagnosis
+    from xprof_magic._analysis.render.headline import said
     from xprof_magic._capture.capture import Capture, CaptureResult, capture, last
     from xprof_magic._cell.labels import label, step
     from xprof_magic._marimo.profile import profile
@@ -34,6 +35,7 @@ _LAZY = {
     "last": "xprof_magic._capture.capture",
     "label": "xprof_magic._cell.labels",
     "profile": "xprof_magic._marimo.profile",
+    "said": "xprof_magic._analysis.render.headline",
     "Run": "xprof_magic._marimo.run",
     "step": "xprof_magic._cell.labels",
     "RunInfo": "xprof_magic._runs.store",
@@ -53,6 +55,7 @@ __all__ = [
     "load_ipython_extension",
     "profile",
     "runs",
+    "said",
     "step",
     "summarize",
     "summary_text",
@@ -82,9 +85,10 @@ def summarize(
 
     The summary saved beside the run when there is one; else reads the whole timeline
     (seconds for a 100 MB capture) and saves the summary. Its fields (``diagnosis``: the
-    bottleneck, where and the fix, a :class:`Diagnosis`; ``notes``, ``labels``,
-    ``steps``, ``compiles``, ``device`` …) are plain values; :func:`summary_text` renders it
-    as the magic prints it. Never raises for a damaged run: ``missing`` says what is absent.
+    bottleneck, where and the fix as figures, a :class:`Diagnosis`; ``labels``, ``steps``,
+    ``compiles``, ``device`` …) are plain values; :func:`said` gives its verdict in words
+    (headline, fix, evidence) and :func:`summary_text` renders it as the magic prints it.
+    Never raises for a damaged run: ``missing`` says what is absent.
     """
     from pathlib import Path
 

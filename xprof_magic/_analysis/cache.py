@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from xprof_magic._analysis.model.summary import Summary
+from xprof_magic._analysis.model.summary import SUMMARY_SCHEMA, Summary
 from xprof_magic._runs import store as _store
 from xprof_magic._runs.store import SUMMARY_FILE, write_json
 
@@ -49,12 +49,17 @@ def save_summary(summary: Summary, run_dir: str | os.PathLike[str] | None = None
 
 
 def load_summary(run_dir: str | os.PathLike[str]) -> Summary | None:
-    """The saved summary of ``run_dir``, or None when absent, unreadable or out of date."""
+    """The saved summary of ``run_dir``, or None when absent, unreadable or out of date: of
+    an unknown schema, or of an earlier one where the timeline is there to read again (a
+    summary of schema 2 alone still shows, in the words it was saved with)."""
     try:
         data = json.loads((Path(run_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))
-        return Summary.from_json(data)
+        summary = Summary.from_json(data)
     except (OSError, ValueError, TypeError):
         return None
+    if summary.schema != SUMMARY_SCHEMA and _store.xplane_bytes(run_dir) > 0:
+        return None
+    return summary
 
 
 def summarize_in_subprocess(run_dir: str | os.PathLike[str]) -> tuple[Summary | None, str]:

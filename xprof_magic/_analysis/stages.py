@@ -4,14 +4,12 @@
    timeline of the host it ran on (:mod:`.timeline`: ``<host>.xplane.pb`` -> plain facts),
    with the other hosts' for a multi-host run (:mod:`.summary.hosts`);
 2. build: metadata and facts -> the :class:`~.model.summary.Summary` (:mod:`.summary`);
-3. diagnose: its step-time breakdown and the verdict, as data (:mod:`.diagnosis`);
-4. word: the verdict's headline, fix and evidence, then every note, in the backend's words
-   (:mod:`.render.headline`, :mod:`.render.notes`), saved with the summary so that a saved
-   summary shows the words it was made with.
+3. diagnose: its step-time breakdown and the verdict, as data (:mod:`.diagnosis`).
 
-Rendering the finished summary (text, static HTML) is :mod:`.render`'s too; the summary
-displays itself through it. This module names no profiler: the backend's vocabulary,
-picked by the metadata's ``backend``, brings the words.
+The summary holds figures; its words (the verdict's headline, fix and evidence, the notes)
+are :mod:`.render`'s, made when it is shown, and nothing here imports it. This module names
+no profiler: the backend's vocabulary, picked by the metadata's ``backend``, says what the
+timeline's events mean.
 """
 
 from __future__ import annotations
@@ -27,8 +25,6 @@ from xprof_magic._analysis.diagnosis.oom import out_of_memory
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Diagnosis
 from xprof_magic._analysis.model.summary import HostRow, Note, Summary
-from xprof_magic._analysis.render.headline import worded
-from xprof_magic._analysis.render.notes import notes_for
 from xprof_magic._analysis.summary import blocks, hosts
 from xprof_magic._analysis.summary.blocks import input_shapes
 from xprof_magic._analysis.summary.build import build
@@ -65,7 +61,9 @@ def summarize(
             run=path.name,
             run_dir=str(path),
             missing=(f"the analysis failed ({type(error).__name__}: {error}); please report it",),
-            notes=(Note("error", f"No summary: the analysis failed with {type(error).__name__}."),),
+            warnings=(
+                Note("error", f"No summary: the analysis failed with {type(error).__name__}."),
+            ),
         )
     return replace(summary, read_s=round(time.perf_counter() - started, 4))
 
@@ -76,7 +74,7 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
             run=path.name,
             run_dir=str(path),
             missing=(f"the run folder {path} does not exist or is not a folder",),
-            notes=(Note("error", f"No capture at {path}: check the run name or --logdir."),),
+            warnings=(Note("error", f"No capture at {path}: check the run name or --logdir."),),
         )
     meta, missing, warnings = _read_metadata(path)
     words = get_vocabulary(meta.backend)
@@ -113,8 +111,8 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
     summary = replace(summary, hosts=host_table, slowest_host=hosts.slowest(host_table))
     found = _diagnose(summary, meta, words, facts)
     if found is not None:
-        summary = replace(summary, diagnosis=worded(summary, found, words))
-    return replace(summary, notes=(*notes_for(summary, words), *warnings))
+        summary = replace(summary, diagnosis=found)
+    return replace(summary, warnings=tuple(warnings))
 
 
 def _diagnose(

@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 
 from xprof_magic._backends import Backend, CaptureWords, MetricsSnapshot
 from xprof_magic._backends.registry import capabilities, get_backend, get_vocabulary
-from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Plan, server_by_default
+from xprof_magic._capture.options import Options
+from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Plan
 from xprof_magic._capture.record import Ended, run_metadata
 from xprof_magic._capture.result import CaptureResult, size_warning
 from xprof_magic._capture.trace import Trace, TraceWindow, collect_workers
@@ -357,7 +358,7 @@ def capture(
     sync: bool = False,
     server: bool | None = None,
     port: int = DEFAULT_PORT,
-    backend: str = "torch_xla",
+    backend: str = "auto",
 ) -> Capture:
     """Trace a block of a script into one run, with the magic's machinery.
 
@@ -367,18 +368,18 @@ def capture(
     ``steps=True`` marks steps, ``steps="100:103"`` traces only steps 100 to 102 (raises
     ``ValueError`` for a window that is not one, and
     :class:`~xprof_magic._runs.store.LogdirError` for a ``gs://`` location that is not one).
+    ``backend="auto"``, as for a cell, is the framework the calling module has imported.
     """
-    marks, window = parse_steps(steps)
-    plan = Plan(
-        logdir=_logdir.Logdir.parse(logdir),
+    checked = Options.parse(
+        logdir=logdir,
         name=name,
-        labels=False,
-        steps=marks,
-        step_window=window,
+        steps=steps,
         sync=sync,
-        server=server_by_default() if server is None else server,
+        labels=False,
+        server=server,
         port=port,
         backend=backend,
-        options={"api": True, "steps": steps, "sync": sync},
     )
+    options = {"api": True, "steps": steps, "sync": sync}
+    plan = checked.plan("", sys._getframe(1).f_globals, options=options)
     return Capture(plan)

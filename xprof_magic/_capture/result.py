@@ -96,14 +96,11 @@ class CaptureResult:
     def hosts(self) -> tuple[str, ...]:
         return _store.hosts(self.run_dir)
 
-    def text(
-        self,
-        labels: list[_labels.LabelStat] | None = None,
-        heading: str = "labelled blocks, host time, largest first:",
-    ) -> str:
+    def text(self, blocks: bool = True) -> str:
         """The short plain-text summary printed under a cell, its long lines broken between
-        words (:func:`~xprof_magic._units.wrapped`); ``labels``: the blocks' times to show
-        (default: the magic's timers), under ``heading``."""
+        words (:func:`~xprof_magic._units.wrapped`): the run, where it is stored, its steps
+        and, with ``blocks``, the labelled blocks by the magic's timers (left out where the
+        summary is shown: its table has the timeline's times, and a block is said once)."""
         outcome = "ok" if self.error is None else f"failed: {self.error['type']}"
         lines = [
             f"xprof: run {self.run} ({outcome}) — {seconds(self.wall_s)} on {self.device}",
@@ -113,9 +110,9 @@ class CaptureResult:
         steps = steps_line(len(self.steps), meta.step_rule, meta.step_window, meta.steps_first)
         if steps:
             lines.append(f"  {steps}")
-        rows = _label_rows(self.labels if labels is None else labels)
+        rows = _label_rows(self.labels) if blocks else []
         if rows:
-            lines.append(f"  {heading}")
+            lines.append("  labelled blocks, host time, largest first:")
             for depth, stat in rows[:_TEXT_LABEL_LINES]:
                 count = f"  ×{stat.count}" if stat.count > 1 else ""
                 lines.append(

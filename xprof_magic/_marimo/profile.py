@@ -26,18 +26,41 @@ import types
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from xprof_magic._backends import TraceAlreadyRunning
 from xprof_magic._backends.registry import DEFAULT_HEIGHT, DEFAULT_PORT, get_vocabulary
 from xprof_magic._capture import capture as _capture
+from xprof_magic._capture.options import Options
 from xprof_magic._cell import labels as _labels
 from xprof_magic._marimo.function import FunctionSource, read_source, rewritten
-from xprof_magic._marimo.options import Options
 from xprof_magic._marimo.run import Run, announce
 from xprof_magic._runs import store as _store
 
-__all__ = ["Options", "Profiled", "Profiler", "profile"]
+if TYPE_CHECKING:
+    from xprof_magic._viewer import ViewerStart
+
+__all__ = ["Options", "Profiled", "Profiler", "begin_viewer", "in_marimo", "profile"]
+
+
+def in_marimo() -> bool:
+    """Whether this runs in a marimo notebook or app (never imports marimo to find out)."""
+    marimo = sys.modules.get("marimo")
+    try:
+        return bool(marimo is not None and marimo.running_in_notebook())
+    except Exception:
+        return False
+
+
+def begin_viewer(options: Options) -> ViewerStart | None:
+    """The viewer, started now where a run will be shown (marimo), else None: a script
+    starts no server it does not ask for."""
+    if not in_marimo():
+        return None
+    from xprof_magic._viewer.process import manager
+
+    return manager.begin_viewer(options.logdir.local, port=options.viewer_port, kind=options.viewer)
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -136,13 +159,20 @@ class Profiled(Generic[P, R]):
         name = options.name or f"{datetime.now():%Y%m%d-%H%M%S}-{self.function.__name__}"
         namespace = self._namespace()
         source = self.source
-        plan = options.plan(name, source.text, source.text, namespace, source.editor_line)
+        plan = options.plan(
+            source.text,
+            namespace,
+            name=name,
+            cell=source.text,
+            first_line=source.editor_line,
+            options=options.recorded(api="profile"),
+        )
         capture = _capture.Capture(plan, namespace=namespace)
         try:
             capture.start()
         except (_store.LogdirError, TraceAlreadyRunning) as error:
             raise _refused(error, plan.backend) from None
-        run = self.run = Run(capture.plan, options, options.begin_viewer())
+        run = self.run = Run(capture.plan, options, begin_viewer(options))
         return run, capture
 
 
@@ -172,9 +202,9 @@ class Profiler:
     def __enter__(self) -> Run:
         caller = sys._getframe(1)
         namespace = {**caller.f_globals, **caller.f_locals}
-        plan = self.options.plan(self.options.name, "", None, namespace)
+        plan = self.options.plan("", namespace, options=self.options.recorded(api="profile"))
         capture = _capture.Capture(plan, namespace=namespace)
-        viewer = self.options.begin_viewer()
+        viewer = begin_viewer(self.options)
         stack = ExitStack()
         try:
             stack.enter_context(capture)

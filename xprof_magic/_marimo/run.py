@@ -14,8 +14,8 @@ from xprof_magic._capture import plan as _plan
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
+    from xprof_magic._capture.options import Options
     from xprof_magic._capture.result import CaptureResult
-    from xprof_magic._marimo.options import Options
     from xprof_magic._viewer import ViewerStart
 
 __all__ = ["Run", "announce"]

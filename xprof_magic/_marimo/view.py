@@ -67,8 +67,8 @@ from xprof_magic._viewer.tools import (
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
+    from xprof_magic._capture.options import Options
     from xprof_magic._capture.result import CaptureResult
-    from xprof_magic._marimo.options import Options
     from xprof_magic._viewer import ViewerStart
 
 __all__ = ["SUMMARY_BUDGET_S", "RunView", "announce", "location", "view_of"]

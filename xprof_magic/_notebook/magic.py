@@ -76,7 +76,8 @@ class XprofMagics(Magics):
         "iteration of the cell's loop (the innermost when nested; always so with JAX and "
         "TorchTPU, which run eagerly); your own StepTrace markers win. --steps A:B traces "
         "only steps A to B-1, numbered from 0 in the cell (A: and :B too); the cell still "
-        "runs whole.",
+        "runs whole, and a window never reached stores nothing and says how many steps ran. "
+        "The summary says which rule made the steps.",
     )
     @argument(
         "--sync",
@@ -230,49 +231,35 @@ class XprofMagics(Magics):
         return manager.begin_viewer(logdir, port=args.viewer_port, kind=args.viewer)
 
     def _plan(self, args: Any, cell: execute.Cell) -> _plan.Plan:
-        from xprof_magic._backends import detect as _detect
-        from xprof_magic._capture import plan as _plan
-        from xprof_magic._cell.step_window import parse_steps
-        from xprof_magic._runs import logdir as _logdir
-        from xprof_magic._runs import store as _store
+        """The line's options, checked as every front checks them, as the cell's plan."""
+        from xprof_magic._capture.options import Options
 
-        if not 0 < args.port < 65536:
-            raise UsageError(f"--port {args.port} is not a port; use a number from 1 to 65535")
-        if args.viewer_port is not None and not 0 < args.viewer_port < 65536:
-            raise UsageError(
-                f"--viewer-port {args.viewer_port} is not a port; use a number from 1 to 65535"
+        try:
+            options = Options.parse(
+                flags=True,
+                logdir=args.logdir or None,
+                name=args.name,
+                steps=args.steps,
+                sync=args.sync,
+                labels=not args.no_labels,
+                backend=args.backend,
+                server=False if args.no_server else None,
+                port=args.port,
+                viewer=args.viewer,
+                viewer_port=args.viewer_port,
+                height=args.height,
             )
-        if not 100 <= args.height <= 10000:
-            raise UsageError(f"--height {args.height} is out of range; use 100 to 10000 pixels")
-        try:
-            steps, window = parse_steps(args.steps)
-        except ValueError as error:
-            raise UsageError(f"--steps {error}") from None
-        try:
-            logdir = _logdir.Logdir.parse(args.logdir or None)
-        except _store.LogdirError as error:
+        except ValueError as error:  # LogdirError too
             raise UsageError(str(error)) from None
-        options = {key: value for key, value in vars(args).items() if value not in (None, False)}
-        backend = args.backend
-        if backend == "auto":
-            namespace = getattr(self.shell, "user_ns", {})
-            backend, message = _detect.choose_backend(cell.source, namespace)
-            if message:
-                print(wrapped(f"xprof: {message}"))
-        return _plan.Plan(
-            logdir=logdir,
-            name=args.name,
-            labels=not args.no_labels,
-            steps=steps,
-            step_window=window,
-            sync=args.sync,
-            server=_plan.server_by_default() and not args.no_server,
-            port=args.port,
-            backend=backend,
+        given = {key: value for key, value in vars(args).items() if value not in (None, False)}
+        return options.plan(
+            cell.source,
+            getattr(self.shell, "user_ns", {}),
             cell=cell.text,
             cell_number=cell.number,
-            cell_first_line=2,
-            options={"line": cell.line, **options},
+            first_line=2,
+            options={"line": cell.line, **given},
+            say=lambda message: print(wrapped(f"xprof: {message}")),
         )
 
 

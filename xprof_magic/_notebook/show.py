@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
     from xprof_magic._analysis import Summary
     from xprof_magic._capture.result import CaptureResult
-    from xprof_magic._cell.recorder import LabelStat
     from xprof_magic._notebook.context import Context
     from xprof_magic._notebook.widget import ViewerWidget
     from xprof_magic._runs.store import RunInfo
@@ -45,7 +44,6 @@ __all__ = [
     "show_run",
     "summary_bundle",
     "summary_now",
-    "timeline_labels",
     "viewer_line",
     "waits_for_updates",
 ]
@@ -226,10 +224,8 @@ def report(
 ) -> None:
     """The text summary, then the summary and viewer display; never fails the cell.
 
-    Where the summary is shown, the text's labelled blocks carry the summary's numbers,
-    which the timeline gives (:func:`timeline_labels`), so each block has one number under
-    the cell; where the summary has only the magic's timers yet (a big run's, pending), the
-    text says whose its numbers are.
+    Where the summary is shown, the text leaves the labelled blocks to it (its table has the
+    timeline's times), so each block is said once under the cell.
     """
     if result is None:
         return
@@ -240,26 +236,13 @@ def report(
     except Exception as error:
         print(wrapped(f"xprof: the summary of {result.run} failed: {error!r}"))
     try:
-        if summary is None:
-            print(result.text())
-        else:
-            timed = timeline_labels(summary, result.labels)
-            if timed is not None:
-                print(result.text(labels=timed))
-            else:
-                print(result.text(heading=TIMERS_HEADING))
+        print(result.text(blocks=summary is None))
         widget = sys.modules.get(WIDGET_MODULE)  # imported once a widget was shown
         found = widget.announce(logdir) if widget is not None else None
         if start is not None:
             show_run(shell, start, logdir, result.run_dir, height, found=found, summary=summary)
     except Exception as error:
         print(wrapped(f"xprof: the run was stored, but showing it failed: {error!r}"))
-
-
-TIMERS_HEADING = (
-    "labelled blocks, host time by the magic's timers (the summary's are read from the "
-    "timeline), largest first:"
-)
 
 
 def summary_now(shell: InteractiveShell | None, run_dir: Path) -> Summary:
@@ -273,29 +256,6 @@ def summary_now(shell: InteractiveShell | None, run_dir: Path) -> Summary:
         return _analysis.summary_of(
             run_dir, budget_s=SUMMARY_BUDGET_S, apart=not waits_for_updates(shell)
         )
-
-
-def timeline_labels(summary: Summary, labels: Sequence[LabelStat]) -> list[LabelStat] | None:
-    """``labels`` (the magic's timers) with the summary's times: its rows of the cell's own
-    thread, each under the path of its labels alone (a user's ``xp.Trace`` or step marker
-    between them left out); None when the summary did not read them from the timeline or
-    lacks one of them, and the magic's own numbers stand."""
-    from xprof_magic._cell.recorder import LabelStat
-
-    if summary.label_source != "trace":
-        return None
-    rows = {row.path: row for row in summary.labels if not row.thread}
-    times: dict[tuple[str, ...], tuple[float, int]] = {}
-    for path, row in rows.items():
-        if row.kind != "label":
-            continue
-        ancestors = (rows.get(path[: i + 1]) for i in range(len(path)))
-        own = tuple(a.path[-1] for a in ancestors if a is not None and a.kind == "label")
-        total, count = times.get(own, (0.0, 0))
-        times[own] = (total + row.total_s, count + row.count)
-    if not labels or any(stat.path not in times for stat in labels):
-        return None
-    return [LabelStat(s.path, times[s.path][1], times[s.path][0]) for s in labels]
 
 
 def show_run(

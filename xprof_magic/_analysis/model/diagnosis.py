@@ -289,10 +289,11 @@ class Diagnosis:
       ``first run`` or ``""``; for ``transfer``, ``host offload`` when most of it is the
       chip's own copies to and from host memory; for ``input``, ``making batches`` when
       most of it is the user's own Python making them (not a wait on a loader); for
-      ``host``, ``eager``, ``compiled step``, ``own code`` or ``printing``; ``shapes``: the input shapes seen, in
-      order, when they changed; ``changed``: what changed between the compilations, each
-      input once, ``(name, its shapes or values in order)`` (the name is a dict batch's key,
-      ``[i]`` a tuple's part, ``""`` for a lone tensor or a compiled program's input), and
+      ``host``, ``eager``, ``compiled step``, ``own code`` or ``printing``; ``shapes``:
+      the input shapes seen, in order, when they changed; ``changed``: what changed between
+      the compilations, each input once, ``(name, its shapes or values in order)`` (the
+      name is a dict batch's key, ``[i]`` a tuple's part, ``""`` for a lone tensor or a
+      compiled program's input), and
       ``changed_in`` where that was seen: ``items`` (the loop's), ``program inputs``,
       ``program outputs`` (a tensor made inside the step) or ``program constants``;
       ``offloaded``: for ``host offload``, the chip's copy ops and the array each moves
@@ -304,21 +305,16 @@ class Diagnosis:
     - ``level``: the headline's level: ``warning`` for a bottleneck, ``info`` otherwise;
     - ``breakdown``: every category, for the cell and per step.
 
-    Its words, which the render stage writes (:mod:`~xprof_magic._analysis.render.headline`)
-    when the summary is built and saves with it: ``evidence``, the numbers behind the verdict
-    as ``(name, value)`` text pairs; ``fix``, one sentence of advice in the backend's words;
-    ``headline``, the verdict in words, the summary's first note after the device line.
+    Its words (the headline, the fix in the backend's words, the evidence) are the render
+    stage's, made when the summary is shown (:func:`~xprof_magic._analysis.render.headline.said`).
     """
 
     verdict: str = "unknown"
     share: float | None = None
     where: tuple[str, ...] = ()
     line: int = 0
-    evidence: tuple[tuple[str, str], ...] = ()
-    fix: str = ""
     cause: str = ""
     shapes: tuple[str, ...] = ()
-    headline: str = ""
     level: str = "info"
     breakdown: Breakdown = Breakdown()
     shares: tuple[tuple[str, float], ...] = ()

@@ -2,7 +2,12 @@
 
 A summary is saved beside its capture and shown again in later sessions without the kernel
 that made it, so every field is a plain value (str, int, float, bool, None, tuples and nested
-dataclasses) and the JSON form round-trips exactly. Reading a file written by another version
+dataclasses) and the JSON form round-trips exactly. It holds figures and references (lines,
+paths, shares), not the words a reader sees: those are made when it is shown
+(:mod:`~xprof_magic._analysis.render`), so a summary saved today reads in tomorrow's words.
+
+Its ``schema`` is the format's version. A summary of schema 2 (saved before the words left it)
+still loads, with the words it was saved with (:class:`SavedWords`); one of an unknown schema
 fails loudly here (``ValueError``) and quietly in :func:`~xprof_magic._analysis.load_summary`,
 which then recomputes.
 """
@@ -15,7 +20,7 @@ from typing import Any
 from xprof_magic._analysis.model import shown
 from xprof_magic._analysis.model.diagnosis import Diagnosis
 from xprof_magic._analysis.model.memory import Memory
-from xprof_magic._analysis.model.plain import from_plain, to_plain
+from xprof_magic._codec import from_plain, to_plain
 
 __all__ = [
     "SUMMARY_SCHEMA",
@@ -28,13 +33,16 @@ __all__ = [
     "LabelRow",
     "Note",
     "OpRow",
+    "SavedWords",
     "StepStats",
     "Summary",
     "ThreadGroup",
     "Timed",
 ]
 
-SUMMARY_SCHEMA = 2
+SUMMARY_SCHEMA = 3
+SAVED_WORDS_SCHEMA = 2
+"""The last schema whose summaries were saved with their words (:class:`SavedWords`)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,17 @@ class Note:
 
     level: str
     text: str
+
+
+@dataclass(frozen=True)
+class SavedWords:
+    """The words a summary of schema 2 was saved with, shown as they were: its figures lack
+    some that today's words are made from (a verdict's ``shares``, ``warm_up``)."""
+
+    headline: str = ""
+    fix: str = ""
+    evidence: tuple[tuple[str, str], ...] = ()
+    notes: tuple[Note, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,11 +266,12 @@ class OpRow:
 class Summary:
     """What one run says at a glance. ``pending``: the timeline is still to be read.
 
-    ``diagnosis`` is its conclusion: the bottleneck, where and the fix (:class:`Diagnosis`).
-    ``notes`` are the headlines in words; they and the diagnosis's words are the render
-    stage's (:mod:`~xprof_magic._analysis.render.headline`,
-    :mod:`~xprof_magic._analysis.render.notes`), made once when the summary is built and saved
-    with it, so a summary saved by an older version shows the words it was saved with.
+    ``diagnosis`` is its conclusion: the bottleneck, where and the fix, as figures
+    (:class:`Diagnosis`); its words and the headlines are made when the summary is shown
+    (:func:`~xprof_magic._analysis.render.headline.said`,
+    :func:`~xprof_magic._analysis.render.notes.notes_of`). ``warnings`` are what reading the
+    run found wrong with it (its metadata's unusable fields, the capture's own messages, an
+    analysis that failed), as they were said then. ``saved_words``: a summary of schema 2's.
 
     ``programs`` are the XLA programs that ran in the capture, as XProf names them
     (``<module>(<program id>)``), with their seconds, most first: the process's earlier
@@ -278,7 +298,7 @@ class Summary:
     complete: bool = False
     pending: bool = False
     missing: tuple[str, ...] = ()
-    notes: tuple[Note, ...] = ()
+    warnings: tuple[Note, ...] = ()
     diagnosis: Diagnosis = field(default_factory=Diagnosis)
     device: DeviceInfo = field(
         default_factory=lambda: DeviceInfo("unknown", False, "The device is unknown.")
@@ -300,6 +320,7 @@ class Summary:
     hosts: tuple[HostRow, ...] = ()
     slowest_host: str = ""
     memory: Memory = field(default_factory=Memory)
+    saved_words: SavedWords | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_json` gives back an equal summary."""
@@ -309,10 +330,18 @@ class Summary:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Summary:
-        """The summary ``to_json`` wrote; ``ValueError`` if ``data`` is not one."""
-        if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
-            raise ValueError(f"not a summary of schema {SUMMARY_SCHEMA}")
-        return from_plain(cls, data)
+        """The summary ``to_json`` wrote, or one of schema 2 with the words it was saved
+        with; ``ValueError`` if ``data`` is neither."""
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if schema == SUMMARY_SCHEMA:
+            return from_plain(cls, data)
+        if schema != SAVED_WORDS_SCHEMA:
+            raise ValueError(f"not a summary of schema {SUMMARY_SCHEMA} or {SAVED_WORDS_SCHEMA}")
+        said = data.get("diagnosis")
+        said = said if isinstance(said, dict) else {}
+        words = {key: said[key] for key in ("headline", "fix", "evidence") if key in said}
+        saved = from_plain(SavedWords, {**words, "notes": data.get("notes", [])})
+        return from_plain(cls, {**data, "saved_words": to_plain(saved)})
 
     def verdict_window(self) -> tuple[float, float] | None:
         """The steps the verdict is about, as ``(start, end)`` seconds on the timeline (see

@@ -2,37 +2,35 @@
 
 The diagnosis stage decides (:mod:`~xprof_magic._analysis.diagnosis.verdict`: the category,
 its share and every other's, the cause, where in the cell, the chip's busy share, the
-offloaded arrays); this module says it. :func:`worded` runs once, when the summary is built,
-and the words are saved with the summary
-(:class:`~xprof_magic._analysis.model.diagnosis.Diagnosis`'s ``headline``, ``fix`` and
-``evidence``).
+offloaded arrays); this module says it, when the summary is shown: :func:`said`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.model.diagnosis import MIN_CELL_S
+from xprof_magic._analysis.model.diagnosis import MIN_CELL_S, Diagnosis
 from xprof_magic._analysis.render.idle import idle_words
 from xprof_magic._analysis.render.memory import oom_headline
 from xprof_magic._backends import Vocabulary
+from xprof_magic._backends.registry import get_vocabulary
 from xprof_magic._units import counted, seconds
 
 if TYPE_CHECKING:
-    from xprof_magic._analysis.model.diagnosis import Diagnosis
     from xprof_magic._analysis.model.summary import Summary
 
 __all__ = [
     "WITHOUT",
+    "Said",
     "changes",
     "evidence",
     "fix",
     "gained",
     "headline",
+    "said",
     "speedup",
     "split",
-    "worded",
 ]
 
 _WHAT = {
@@ -80,13 +78,34 @@ _TITLE = {
 }
 
 
-def worded(s: Summary, d: Diagnosis, words: Vocabulary) -> Diagnosis:
-    """``d`` (the diagnosis of ``s``) with its words: evidence, fix and headline."""
+@dataclass(frozen=True)
+class Said:
+    """A verdict in words: ``headline``, the summary's first note after the device line, at
+    ``level``; ``fix``, one sentence of advice in the backend's words; ``evidence``, the
+    numbers behind it as ``(name, value)`` text pairs."""
+
+    headline: str = ""
+    fix: str = ""
+    evidence: tuple[tuple[str, str], ...] = ()
+    level: str = "info"
+
+
+def said(s: Summary) -> Said:
+    """The verdict of summary ``s`` in its backend's words: the ``headline`` the summary
+    shows first, the ``fix`` and the ``evidence``, made now from its figures (a summary saved
+    with its words, schema 2: those words)."""
+    d = s.diagnosis
+    if s.saved_words is not None:
+        saved = s.saved_words
+        return Said(saved.headline, saved.fix, saved.evidence, d.level)
+    if d == Diagnosis():  # nothing to measure against: no timeline, no wall time
+        return Said(level=d.level)
+    words = get_vocabulary(s.backend)
     advice = fix(d, words)
     if d.verdict == "memory":
-        return replace(d, evidence=evidence(d), fix=advice, headline=oom_headline(s, d, advice))
+        return Said(oom_headline(s, d, advice), advice, evidence(d), d.level)
     read = words.advice.fixes.get("sync", "") if d.read_back is not None else ""
-    return replace(d, evidence=evidence(d), fix=advice, headline=headline(s, d, advice, read))
+    return Said(headline(s, d, advice, read), advice, evidence(d), d.level)
 
 
 def fix(d: Diagnosis, words: Vocabulary) -> str:

@@ -14,6 +14,7 @@ from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
 from xprof_magic._analysis.render.chart import BLUE, GREY, ORANGE, chart_svg
 from xprof_magic._analysis.render.chart import escape as _e
 from xprof_magic._analysis.render.memory import memory_lines, memory_svg
+from xprof_magic._analysis.render.notes import notes_of
 from xprof_magic._analysis.render.text import (
     CODE,
     header,
@@ -179,7 +180,7 @@ def _heading(s: Summary) -> list[str]:
         f'border-radius:4px;padding:1px 7px;font-weight:600">{_e(s.device.kind)}</span> '
         f"{_e(s.device.statement)}</div>"
     )
-    for note in s.notes:
+    for note in notes_of(s):
         if note.text == s.device.statement:
             continue
         color = _LEVEL_COLOR.get(note.level, BLUE)

@@ -12,12 +12,13 @@ from collections.abc import Callable, Iterator
 
 from xprof_magic._analysis.model.diagnosis import HIGHLY_INPUT, MODERATELY_INPUT
 from xprof_magic._analysis.model.summary import CompileSite, Note, Summary
+from xprof_magic._analysis.render.headline import said
 from xprof_magic._analysis.render.memory import growth_note
 from xprof_magic._backends import NEUTRAL, Vocabulary
-from xprof_magic._backends.registry import capabilities
+from xprof_magic._backends.registry import capabilities, get_vocabulary
 from xprof_magic._units import seconds
 
-__all__ = ["RULES", "Rule", "notes_for"]
+__all__ = ["RULES", "Rule", "notes_for", "notes_of"]
 
 Rule = Callable[[Summary, Vocabulary], Iterator[Note]]
 
@@ -47,8 +48,9 @@ def device(s: Summary, words: Vocabulary) -> Iterator[Note]:
 def diagnosis(s: Summary, words: Vocabulary) -> Iterator[Note]:
     """The verdict in words, first after the device; then input that is only moderate."""
     d = s.diagnosis
-    if d.headline:
-        yield Note(d.level, d.headline)
+    verdict = said(s)
+    if verdict.headline:
+        yield Note(verdict.level, verdict.headline)
     parts = d.breakdown
     if d.verdict not in ("input", "unknown") and parts.categories:
         of_steps = bool(parts.steps)
@@ -211,3 +213,13 @@ RULES: tuple[Rule, ...] = (
 def notes_for(summary: Summary, words: Vocabulary = NEUTRAL) -> tuple[Note, ...]:
     """Every rule's notes, in the order of :data:`RULES`."""
     return tuple(note for rule in RULES for note in rule(summary, words))
+
+
+def notes_of(summary: Summary) -> tuple[Note, ...]:
+    """The headlines a reader sees, in the summary's backend's words: every rule's, then what
+    reading the run found wrong (a summary of schema 2: the notes it was saved with)."""
+    if summary.saved_words is not None:
+        return summary.saved_words.notes
+    if any(note.level == "error" for note in summary.warnings):
+        return summary.warnings  # no analysis to word: only why (no run folder, a failure)
+    return (*notes_for(summary, get_vocabulary(summary.backend)), *summary.warnings)

@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from xprof_magic._analysis.render.memory import memory_lines
+from xprof_magic._analysis.render.notes import notes_of
 from xprof_magic._backends.registry import get_vocabulary
 from xprof_magic._units import NONE, data_size, percent, seconds
 
@@ -161,7 +162,7 @@ def render_text(summary: Summary) -> str:
     s = summary
     words = get_vocabulary(s.backend)
     out = [f"xprof summary — {header(s)}"]
-    out.extend(f"  {_LEVEL_MARK.get(n.level, '·')} {plain(n.text)}" for n in s.notes)
+    out.extend(f"  {_LEVEL_MARK.get(n.level, '·')} {plain(n.text)}" for n in notes_of(s))
     out.extend(hosts_lines(s))
     out.extend(_labels_lines(s))
     if s.steps:

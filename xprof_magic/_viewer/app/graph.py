@@ -111,11 +111,12 @@ _NOTICE = (
 )
 _OFFLINE = (
     b"'xprof: the graph renderer (graphviz, from www.gstatic.com) did not load: no internet "
-    b"here. Put it on this machine: make install, or the README\\'s \"Graph viewer offline\".'"
+    b'here. Put it on this machine: make install, or see "Graph viewer offline" in '
+    b"docs/guide/viewer.md.'"
 )
 _LOCAL_FAILED = (
     b"'xprof: the graph renderer served by this viewer did not load; reload the tool, or "
-    b"see the README\\'s \"Graph viewer offline\".'"
+    b'see "Graph viewer offline" in docs/guide/viewer.md.\''
 )
 
 
@@ -174,7 +175,8 @@ def install(folder: Path) -> str | None:
     npm = shutil.which("npm")
     if npm is None:
         return (
-            "npm is not on PATH: install Node.js, or copy the files by hand (README, Graph viewer)"
+            "npm is not on PATH: install Node.js, or copy the files by hand "
+            "(docs/guide/viewer.md, Graph viewer offline)"
         )
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:

@@ -1,0 +1,179 @@
+"""A capture's options as every front is given them, checked once, and the plan they make.
+
+``%%xprof``'s line, ``xprof_magic.profile(...)``'s keywords and ``xprof_magic.capture(...)``'s
+are one set of options with one set of defaults (``backend="auto"`` everywhere) and one set of
+refusals: :meth:`Options.parse` raises ``ValueError`` naming the bad option as its front
+spells it (``--port 0`` on the magic's line, ``port=0`` as a keyword) and the fix, before any
+code runs. IPython-free, marimo-free.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from xprof_magic._backends import detect as _detect
+from xprof_magic._backends.registry import BACKENDS, DEFAULT_HEIGHT, DEFAULT_PORT
+from xprof_magic._capture import plan as _plan
+from xprof_magic._cell.step_window import StepWindow, parse_steps
+from xprof_magic._runs import logdir as _logdir
+from xprof_magic._runs import store as _store
+
+__all__ = ["VIEWERS", "Options", "Viewer"]
+
+VIEWERS = ("xprof", "tensorboard")
+Viewer = Literal["xprof", "tensorboard"]
+"""What serves the captures (the viewer's own ``ViewerKind``)."""
+
+
+def _to_stderr(message: str) -> None:
+    print(f"xprof: {message}", file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a capture was asked, checked: the magic's options, by their keyword names."""
+
+    logdir: _logdir.Logdir
+    name: str | None = None
+    steps: bool = False
+    window: StepWindow | None = None
+    sync: bool = False
+    labels: bool = True
+    backend: str = "auto"
+    server: bool = True
+    port: int = DEFAULT_PORT
+    viewer: Viewer = "xprof"
+    viewer_port: int | None = None
+    height: int = DEFAULT_HEIGHT
+    given: dict[str, Any] = field(default_factory=dict)
+    """The options as given, those that say something (not None, not False)."""
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        flags: bool = False,
+        logdir: Any = None,
+        name: str | None = None,
+        steps: bool | str | None = False,
+        sync: bool = False,
+        labels: bool = True,
+        backend: str = "auto",
+        server: bool | None = None,
+        port: int = DEFAULT_PORT,
+        viewer: str = "xprof",
+        viewer_port: int | None = None,
+        height: int = DEFAULT_HEIGHT,
+    ) -> Options:
+        """The options, or ``ValueError`` naming the bad one and its fix (``LogdirError`` for
+        a log directory that is not one); ``flags``: name them as ``%%xprof``'s line does.
+
+        ``server`` None is the default (``XPROF_MAGIC_NO_SERVER``)."""
+
+        def named(key: str, value: object) -> str:
+            return f"--{key.replace('_', '-')} {value}" if flags else f"{key}={value!r}"
+
+        if not 0 < port < 65536:
+            raise ValueError(f"{named('port', port)} is not a port; use a number from 1 to 65535")
+        if viewer_port is not None and not 0 < viewer_port < 65536:
+            raise ValueError(
+                f"{named('viewer_port', viewer_port)} is not a port; use a number from 1 to 65535"
+            )
+        if not 100 <= height <= 10000:
+            raise ValueError(f"{named('height', height)} is out of range; use 100 to 10000 pixels")
+        if backend != "auto" and backend not in BACKENDS:
+            choices = ", ".join(["auto", *sorted(BACKENDS)])
+            raise ValueError(f"{named('backend', backend)} is not a backend; use one of {choices}")
+        if viewer not in VIEWERS:
+            raise ValueError(f"{named('viewer', viewer)} is not a viewer; use xprof or tensorboard")
+        try:
+            marks, window = parse_steps(steps)
+        except ValueError as error:
+            said = str(error)
+            if flags:
+                raise ValueError(f"--steps {said}") from None
+            said = said if said.startswith("steps=") else f"steps={steps!r}: {said}"
+            raise ValueError(said) from None
+        if name is not None:
+            try:  # a name with no usable character fails here, not once the capture starts
+                _store.safe_run_name(name)
+            except ValueError as error:
+                raise ValueError(f"{named('name', name)}: {error}") from None
+        given = {
+            "logdir": logdir,
+            "name": name,
+            "steps": steps,
+            "sync": sync,
+            "labels": labels,
+            "backend": backend,
+            "server": server,
+            "port": port,
+            "viewer": viewer,
+            "viewer_port": viewer_port,
+            "height": height,
+        }
+        return cls(
+            logdir=_logdir.Logdir.parse(logdir),
+            name=name,
+            steps=marks,
+            window=window,
+            sync=sync,
+            labels=labels,
+            backend=backend,
+            server=_plan.server_by_default() if server is None else server,
+            port=port,
+            viewer=cast("Viewer", viewer),
+            viewer_port=viewer_port,
+            height=height,
+            given={key: value for key, value in given.items() if value not in (None, False)},
+        )
+
+    def plan(
+        self,
+        source: str,
+        namespace: Mapping[str, object],
+        *,
+        name: str | None = None,
+        cell: str | None = None,
+        cell_number: int | None = None,
+        first_line: int = 1,
+        options: dict[str, Any] | None = None,
+        say: Callable[[str], None] = _to_stderr,
+    ) -> _plan.Plan:
+        """The capture's plan. ``source`` and ``namespace`` choose the backend for ``auto``
+        (the one line said of a guess goes to ``say``); ``name`` is the run's when the
+        options name none; ``first_line`` is the editor's number of ``cell``'s first line;
+        ``options`` are what the run's metadata keeps of how it was asked."""
+        backend = self.backend
+        if backend == "auto":
+            backend, message = _detect.choose_backend(source, namespace)
+            if message:
+                say(message)
+        return _plan.Plan(
+            logdir=self.logdir,
+            name=self.name if self.name is not None else name,
+            labels=self.labels,
+            steps=self.steps,
+            step_window=self.window,
+            sync=self.sync,
+            server=self.server,
+            port=self.port,
+            backend=backend,
+            cell=cell,
+            cell_number=cell_number,
+            cell_first_line=first_line,
+            options=self.recorded() if options is None else options,
+        )
+
+    def recorded(self, **extra: Any) -> dict[str, Any]:
+        """The options as the run's metadata keeps them (``extra`` first): JSON's own types,
+        else their text (a path)."""
+        return {**extra, **{k: _plain(v) for k, v in self.given.items()}}
+
+
+def _plain(value: Any) -> Any:
+    """An option as the run's metadata keeps it: JSON's own types, else its text (a path)."""
+    return value if isinstance(value, bool | int | float | str) else str(value)
