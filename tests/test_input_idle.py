@@ -150,3 +150,12 @@ def test_moderate_input_made_in_the_users_python_is_noted_with_the_data_paths_fi
     said = [n for n in notes if n.startswith("Moderately input-bound")]
     assert said and "is making batches in your own Python and NumPy" in said[0], notes
     assert "vectorize the NumPy" in said[0]
+
+
+def test_the_idle_time_is_never_said_as_more_than_the_device_was_idle() -> None:
+    """A chip's own copies count as transfer while the chip is busy: the host's, the
+    syncs' and the transfers' seconds are scaled to the idle time."""
+    parts = _steps({"transfer": 0.5, "device": 0.5}, busy=0.8, n=2)
+    idle = idle_time(parts, None, ())
+    assert idle is not None and idle.share == 0.2
+    assert sum(share for _, share, _ in idle.during) <= idle.share + 1e-9

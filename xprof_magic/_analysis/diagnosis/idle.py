@@ -46,6 +46,8 @@ def idle_time(
     if idle / total < MIN_IDLE:
         return None
     held = {c: basis.seconds(c, of_steps) for c in ("host", "sync", "transfer")}
+    if sum(held.values()) > idle:  # a chip's own copies (outfeed) count as transfer, busy
+        held = {c: s * idle / sum(held.values()) for c, s in held.items()}
     rest = max(0.0, idle - sum(held.values()))
     waited = {c: basis.seconds(c, of_steps) for c in ("input", "compile")}
     weight = sum(waited.values())
