@@ -217,8 +217,11 @@ def held_by(
     own = own_python(found, steady, cell, batches=False)
     theirs = None if own is not None else framework_python(found, steady, cell)
     held = own or theirs
-    if held is not None and prints(cell, held.line):
-        return own, theirs, "printing", held.of_host
+    if held is not None and found is not None and prints(cell, held.line):
+        pick = np.isin(found.step, list(steady)) if steady else np.ones(len(found.step), bool)
+        host = pick & found.host & ~found.batches()
+        at = float((host & (found.line == held.line)).sum()) / max(1, int(host.sum()))
+        return own, theirs, "printing", at
     if own is not None:
         return own, None, "own code", own.of_host
     return None, theirs, "", 1.0
