@@ -468,9 +468,14 @@ def report(rows: Sequence[Mapping[str, Any]], command: str) -> str:
             '`%%xprof`". "verdict" is `summary.diagnosis` (category, share of step time, '
             'cause, line in the cell); "device busy" is `summary.device.busy_share`, of the '
             "capture's window. The truth is the kind's (`bench/truth_kinds.py`, "
-            "`bench/truth_kinds_xla.py`), from the oracle's figures where it depends on them; "
+            "`bench/truth_kinds_xla.py`; the loops people write: `bench/truth_kinds_host.py`, "
+            "`bench/truth_kinds_loops.py`), from the oracle's figures where it depends on them; "
             '"match" also checks what the truth names besides the category (the line, the '
-            "cause, the fix, no alarm, the steps within the loop the cell timed). The timings "
+            "cause, the fix, no alarm, the steps within the loop the cell timed) and, for a "
+            "kind with a fixed cell (the verdict's own advice applied), that the fix saves at "
+            f"least {FIX_KEEPS:.0%} of the time the verdict promised (a promise under "
+            f"{FIX_CHECKED:.0%} is not checked), the fastest of {FIX_ROUNDS - 1} runs of the "
+            "fixed cell against the fastest plain run of the cell, interleaved. The timings "
             "of a shared 2-core machine vary between runs (up to 2×, a read-back's cost among "
             "them), so a truth that rests on a measured ratio can change from run to run; each "
             "row gives the ratio it used.",
