@@ -208,8 +208,16 @@ class StepTracker:
         loop that runs more than it (see the class's docstring)."""
         if self.rule == "iteration" and self._iter is None and self.window is None:
             # The steady state of a loop whose iterations are the steps: nothing but the
-            # user's own marker, on this thread, changes the rule now.
-            self._iter = self._begin(self.ended)
+            # user's own marker, on this thread, changes the rule now. _begin, inlined.
+            number = self.ended
+            marker: AbstractContextManager[Any] | None = None
+            try:
+                made = self._make_event(STEP_EVENT, _r=1, step_num=number)
+                made.__enter__()
+                marker = made
+            except Exception:
+                marker = None
+            self._iter = _Open(number, time.perf_counter_ns(), marker, True, 0)
             return
         with self._lock:
             self._iterated = True
