@@ -17,11 +17,12 @@ import contextlib
 import contextvars
 import itertools
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any
 
 __all__ = [
@@ -281,13 +282,30 @@ def loops_ahead() -> None:
             active.tracker.disarm()
 
 
-def loop() -> _Hook | _Nothing:
-    """The cell's loop: its first entry is where the first step starts."""
+class _Loop:
+    """The cell's loop: its first entry is where the first step starts. Entered, it gives
+    this module, which the rewritten loop binds (``as``) so that each iteration's hook is
+    one attribute away, not an ``__import__`` (1.8 µs an iteration)."""
+
+    __slots__ = ("_tracker",)
+
+    def __init__(self, tracker: StepTracker | None) -> None:
+        self._tracker = tracker
+
+    def __enter__(self) -> ModuleType:
+        if self._tracker is not None:
+            with contextlib.suppress(Exception):
+                self._tracker.arm(by_loop=True)
+        return sys.modules[__name__]
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def loop() -> _Loop:
+    """The cell's loop: its first entry is where the first step starts (:class:`_Loop`)."""
     active = _active
-    if active is None:
-        return _NOTHING
-    tracker = active.tracker
-    return _Hook(lambda: tracker.arm(by_loop=True), _nothing)
+    return _Loop(None if active is None else active.tracker)
 
 
 def keep(value: Any) -> Any:
