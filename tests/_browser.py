@@ -17,18 +17,11 @@ between two looks at one (:func:`wait_until`).
 from __future__ import annotations
 
 import contextlib
-import functools
-import gzip
-import http.client
 import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,44 +29,31 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import nbformat
 
-from tests._kernel import free_port
+from tests._notebook_servers import TOKEN, JupyterLab
+from tests._wait import wait_until
 from tests.conftest import ARTIFACTS
 from xprof_magic._notebook.frame import frame_name
 
 __all__ = [
-    "CHROMIUM",
+    "BACKDROP",
     "CHROMIUM_ARGS",
+    "FRAME_LOOK_MS",
     "LAB",
+    "MENU_PLACED",
     "NOTEBOOK6",
-    "PROXY_KERNEL",
-    "TOKEN",
+    "V2_KEY",
     "BrowserPage",
     "DataFetch",
     "DataFetches",
-    "JupyterLab",
     "NotebookPage",
-    "ToolView",
-    "check_every_tool",
     "find_chromium",
-    "in_frame",
-    "isolated",
-    "leftover_processes",
-    "machine_environment",
+    "launch_chromium",
     "offline",
-    "page_of",
-    "run_of",
     "select_run",
-    "shown_text",
-    "shut_down",
-    "start_classic_notebook",
-    "start_jupyterlab",
-    "stop_viewers",
     "tool_page",
-    "wait_until",
     "write_notebook",
 ]
 
-TOKEN = "xprof-magic-browser-test"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -83,23 +63,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-PROXY_KERNEL = "python3-proxy"
 DATA_ROUTE = "/data/plugin/profile/data"
 
 # JupyterLab's user settings: every cell stays in the DOM (no windowing), no news toasts.
-_LAB_SETTINGS = {
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
-        "fetchNews": "false",
-        "checkForUpdates": False,
-    },
-}
-_SERVER_CONFIG = {
-    "LabApp": {
-        "news_url": None,
-        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
-    },
-}
 
 
 LOOPBACK = ("http://127.0.0.1", "http://localhost", "ws://127.0.0.1", "ws://localhost")
@@ -157,28 +123,6 @@ def select_run(widget: Any, run: str) -> None:
     chosen = [t for t in labels if t.replace("\xa0", " ").split(" ")[0] == run]
     assert chosen, f"run {run!r} is not in the runs dropdown: {labels}"
     dropdown.select_option(label=chosen[0])
-
-
-def wait_until(
-    check: Callable[[], Any],
-    timeout: float,
-    what: str | Callable[[], str],
-    pause: Callable[[float], None] = time.sleep,
-) -> Any:
-    """Poll ``check`` until it returns something truthy; fail describing ``what`` after timeout.
-
-    With Playwright's sync API, pass ``pause=lambda s: page.wait_for_timeout(s * 1000)``:
-    events (responses, navigations) are only delivered while a Playwright call runs.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = what() if callable(what) else what
-            raise AssertionError(f"not within {timeout:g} s: {detail}")
-        pause(0.25)
 
 
 def write_notebook(path: Path, cells: list[str], kernel: str = "python3") -> None:
@@ -467,296 +411,6 @@ class NotebookPage(BrowserPage):
         print("Page errors:", *self.errors[-20:], sep="\n")
 
 
-@dataclass
-class JupyterLab:
-    """A JupyterLab server on a loopback port, with the test's token."""
-
-    process: subprocess.Popen[bytes]
-    port: int
-    home: Path
-    root: Path
-    env: dict[str, str]
-    log_path: Path
-    base_url: str = "/"
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def notebook_url(self, name: str, workspace: str) -> str:
-        """A notebook in a workspace of its own, so that no other tab is restored with it."""
-        return f"{self.origin}{self.base_url}lab/workspaces/{workspace}/tree/{name}?token={TOKEN}"
-
-    def request(self, method: str, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
-        """``method`` on an absolute ``path`` of the server, with the token."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            connection.request(method, path, headers={"Authorization": f"token {TOKEN}"})
-            response = connection.getresponse()
-            body = response.read()
-        finally:
-            connection.close()
-        if response.getheader("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        return response.status, body
-
-    def api(self, method: str, route: str, timeout: float = 10.0) -> Any:
-        """A REST call below the base URL (``route`` like ``/api/sessions``), as JSON."""
-        path = self.base_url.rstrip("/") + route
-        status, body = self.request(method, path, timeout)
-        if status >= 400:
-            raise RuntimeError(f"{method} {path}: HTTP {status} {body[:200]!r}")
-        return json.loads(body) if body else None
-
-    def answers(self) -> bool:
-        try:
-            return bool(self.api("GET", "/api/status", timeout=2.0))
-        except (OSError, RuntimeError, ValueError, http.client.HTTPException):
-            return False
-
-    def shutdown_kernels(self) -> None:
-        """End every session (which shuts its kernel down), then any kernel left."""
-        for session in self.api("GET", "/api/sessions"):
-            with contextlib.suppress(RuntimeError):
-                self.api("DELETE", f"/api/sessions/{session['id']}", timeout=30.0)
-        for kernel in self.api("GET", "/api/kernels"):
-            with contextlib.suppress(RuntimeError):
-                self.api("DELETE", f"/api/kernels/{kernel['id']}", timeout=30.0)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """Kernels first (through the API, as a user would), then the server itself."""
-        if self.process.poll() is None:
-            with contextlib.suppress(OSError, RuntimeError, ValueError, http.client.HTTPException):
-                self.shutdown_kernels()
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-
-
-def _write_json(path: Path, content: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(content))
-
-
-def _proxy_kernelspec(share: Path, python: str) -> None:
-    """A kernel whose environment routes the viewer through jupyter-server-proxy.
-
-    One JupyterLab serves both scenarios, and kernels inherit the server's environment, so
-    the proxy setting comes from the kernelspec's ``env``: the kernel sees exactly what it
-    would under a server started with the variable set (as binder/start does).
-    """
-    spec = {
-        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (XProf through the proxy)",
-        "language": "python",
-        "env": {"XPROF_MAGIC_PROXY_URL": "/proxy/%PORT%/"},
-    }
-    _write_json(share / "kernels" / PROXY_KERNEL / "kernel.json", spec)
-
-
-def isolated(home: Path, base: Mapping[str, str]) -> dict[str, str]:
-    """``base`` with every folder that Jupyter, IPython, Matplotlib and the viewer write to
-    moved under ``home``, captures in ``home/logs``, and no torch_xla profiler server (it
-    binds a fixed port on all interfaces)."""
-    (home / "home").mkdir(parents=True, exist_ok=True)
-    return {
-        **base,
-        "XPROF_MAGIC_NO_SERVER": "1",
-        "XPROF_MAGIC_VIEWER_DIR": str(home / "viewers"),
-        "XPROF_MAGIC_LOGDIR": str(home / "logs"),
-        "JUPYTER_CONFIG_DIR": str(home / "config"),
-        "JUPYTER_DATA_DIR": str(home / "data"),
-        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "JUPYTER_PATH": str(home / "share"),
-        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-        "HOME": str(home / "home"),
-        "IPYTHONDIR": str(home / "ipython"),
-        "MPLCONFIGDIR": str(home / "matplotlib"),
-    }
-
-
-def machine_environment() -> dict[str, str]:
-    """This machine's environment, on the CPU, without any proxy setting of its own."""
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    for name in ("XPROF_MAGIC_PROXY_URL", "TENSORBOARD_PROXY_URL", "JUPYTERHUB_SERVICE_PREFIX"):
-        env.pop(name, None)
-    return env
-
-
-def start_jupyterlab(
-    home: Path,
-    *,
-    base_env: Mapping[str, str] | None = None,
-    python: str = sys.executable,
-    launcher: Sequence[str] = (),
-    base_url: str = "/",
-    timeout: float = 120.0,
-) -> JupyterLab:
-    """JupyterLab on a free loopback port serving ``home/notebooks``, all its state in ``home``.
-
-    ``python`` runs the server (and the proxy kernel), started through ``launcher`` (such as
-    binder/start) in ``base_env`` (default: :func:`machine_environment`).
-    """
-    root = home / "notebooks"
-    root.mkdir(parents=True)
-    env = isolated(home, machine_environment() if base_env is None else base_env)
-    _write_json(Path(env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json", _SERVER_CONFIG)
-    for name, content in _LAB_SETTINGS.items():
-        _write_json(Path(env["JUPYTERLAB_SETTINGS_DIR"]) / name, content)
-    _proxy_kernelspec(Path(env["JUPYTER_PATH"]), python)
-    port = free_port()
-    log_path = home / "jupyterlab.log"
-    command = [
-        *launcher,
-        python,
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        "--allow-root",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        "--ServerApp.port_retries=0",
-        f"--ServerApp.token={TOKEN}",
-        f"--ServerApp.root_dir={root}",
-        f"--ServerApp.base_url={base_url}",
-    ]
-    return _launch(
-        command,
-        root,
-        env,
-        log_path,
-        lambda process: JupyterLab(process, port, home, root, env, log_path, base_url),
-        timeout,
-        "JupyterLab",
-    )
-
-
-def start_classic_notebook(
-    home: Path,
-    *,
-    kernels: Mapping[str, Mapping[str, Any]] = {},
-    python: str = sys.executable,
-    timeout: float = 120.0,
-) -> JupyterLab:
-    """Classic Notebook (6.x, the ipywidgets 7 frontend closest to Colab's) on a free loopback
-    port serving ``home/notebooks``, all its state in ``home``, with extra ``kernels``
-    (kernelspecs by name). Its REST API is JupyterLab's, so the same handle serves."""
-    root = home / "notebooks"
-    root.mkdir(parents=True)
-    env = isolated(home, machine_environment())
-    for name, spec in kernels.items():
-        _write_json(Path(env["JUPYTER_PATH"]) / "kernels" / name / "kernel.json", spec)
-    port = free_port()
-    log_path = home / "notebook.log"
-    command = [
-        python,
-        "-m",
-        "notebook",
-        "--no-browser",
-        "--allow-root",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        "--NotebookApp.port_retries=0",
-        f"--NotebookApp.token={TOKEN}",
-        f"--NotebookApp.notebook_dir={root}",
-    ]
-    return _launch(
-        command,
-        root,
-        env,
-        log_path,
-        lambda process: JupyterLab(process, port, home, root, env, log_path),
-        timeout,
-        "Notebook",
-    )
-
-
-def _launch(
-    command: list[str],
-    root: Path,
-    env: dict[str, str],
-    log_path: Path,
-    handle: Callable[[subprocess.Popen[bytes]], JupyterLab],
-    timeout: float,
-    what: str,
-) -> JupyterLab:
-    """Start a notebook server from ``command``, logging to ``log_path``, until it answers."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=root,
-            env=env,
-            start_new_session=True,
-        )
-    server = handle(process)
-    with contextlib.suppress(AssertionError):  # a timeout: said below, with the server's log
-        wait_until(lambda: process.poll() is not None or server.answers(), timeout, what)
-    if not server.answers():
-        server.stop()
-        raise RuntimeError(f"{what} did not start; its log:\n{server.log_tail()}")
-    return server
-
-
-def shut_down(server: JupyterLab, home: Path) -> None:
-    """Stop the server and the viewers its kernels started; fail if anything is left."""
-    server.stop()
-    stopped = stop_viewers(server.env)
-    left = leftover_processes(home)
-    for line in left:
-        os.kill(int(line.split(":", 1)[0]), 9)
-    assert not left, f"still running after teardown ({stopped}):\n" + "\n".join(left)
-
-
-def stop_viewers(env: Mapping[str, str], python: str = sys.executable) -> str:
-    """Stop every XProf viewer recorded in ``env``'s viewer folder (viewers outlive kernels)."""
-    code = (
-        "from xprof_magic import _viewer\n"
-        "print([_viewer.stop_viewer(v) for v in _viewer.list_viewers()])"
-    )
-    done = subprocess.run(
-        [python, "-c", code],
-        env=dict(env),
-        cwd=env.get("HOME"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return done.stdout + done.stderr
-
-
-def leftover_processes(marker: Path) -> list[str]:
-    """Live processes whose command line names ``marker`` (Linux): what teardown missed."""
-    found = []
-    needle = str(marker).encode()
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rpartition(")")[2].split()[:1]
-        except OSError:
-            continue
-        if needle in cmdline and state != ["Z"] and int(entry.name) != os.getpid():
-            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
-            found.append(f"{entry.name}: {command}")
-    return found
-
-
 @dataclass(frozen=True)
 class DataFetch:
     """One response of XProf's data route (``.../data/plugin/profile/data?run=&tag=``)."""
@@ -840,178 +494,6 @@ class DataFetches:
         return "\n".join(["data fetched:", *lines, "last profile requests:", *profile])
 
 
-@dataclass
-class ToolView:
-    """How one stack shows the widget's page: for :func:`check_every_tool`."""
-
-    widget: Any
-    """The widget (its ``.xprof-tools select``)."""
-    box: Any
-    """The element that holds the XProf frame: its bounds are what the user sees."""
-    frame: Callable[[str], Any]
-    """The XProf page's frame once it shows a tool (by its value in the dropdown)."""
-    data: DataFetches
-    pause: Callable[[float], None]
-    screenshot: Callable[[str], Any]
-    reason: Callable[[], str]
-    """The line the frame shows in place of a tool that has nothing for the run ("" while
-    it shows none)."""
-    place: Any = None
-    """The element the page, or the line in its place, takes on the page: it shrinks to the
-    line (None: not checked)."""
-    charts_note: Callable[[], str] | None = None
-    """The line under a page that draws charts where the chart library cannot load ("" while
-    it shows none; None: not checked)."""
-    under: Callable[[], str] | None = None
-    """The line under the page about XProf's page itself ("" while none shows; None: not
-    checked): on these CPU captures, the memory viewer's (``survey.CPU_MEMORY_VIEWER``)."""
-    charts_box: Any = None
-    """The charts note's element, and ``page_box`` the one XProf's page is drawn in: the
-    note shows outside the page, which keeps the height it has without it (None: not
-    checked)."""
-    page_box: Any = None
-    thread: str = "python"
-    """The name of the row that holds the labels in the trace viewer (marimo's: ``marimo``)."""
-    timeout_s: float = 90.0
-    idle_s: float = 30.0
-    """How long after a tool is chosen its page may still show a loading indicator."""
-
-
-def check_every_tool(view: ToolView, run: str, label: str, name: str) -> list[str]:
-    """Select each tool the dropdown offers, in turn, and check what the user sees.
-
-    A tool named with a reason ("(no device ops in a CPU capture)") shows that reason in
-    place of XProf's page, which is not loaded; any other must fetch its data (the graph
-    viewer: its graph, after "Search Graph") and show no loading indicator of XProf's
-    ``idle_s`` after it was chosen. No profile request answers 4xx/5xx, XProf's toolbar and
-    menu are not there (the dropdown is the navigation) and no backdrop covers the tool, and
-    in the trace viewer the ``python`` row (``label``'s thread) is inside the frame without
-    scrolling. The options are read once the widget says they are final. A reason's frame
-    shrinks to its line (:attr:`ToolView.place`), and the charts note shows under the pages
-    that draw charts, offline, and under no other. Returns the tools seen.
-    """
-    from tests._page_checks import nav_shown
-    from xprof_magic._notebook.widget import SURVEYED
-    from xprof_magic._viewer.survey import CPU_MEMORY_VIEWER
-    from xprof_magic._viewer.tools import TOOL_NAMES, uses_charts
-
-    # Until XProf has said which tools have data, the options (their order, their names)
-    # and a per-program tool's page can still change.
-    final = view.widget.locator(f".xprof-tools.{SURVEYED}")
-    _wait(view, lambda: final.count() == 1, f"the tools of {run} surveyed")
-    select = view.widget.locator(".xprof-tools select")
-    labels: list[str] = select.evaluate("s => Array.from(s.options).map(o => o.textContent)")
-    tools = {name: tool for tool, name in reversed(TOOL_NAMES.items())}
-    offered = []
-    for label_text in labels:
-        text = label_text.replace("\xa0", " ")
-        offered.append((tools[text.split(" (")[0]], text))
-    assert offered and offered[0][1] == "Trace viewer", offered
-    with_data = [v for v, text in offered if not text.endswith(")")]
-    assert offered[: len(with_data)] == [(v, t) for v, t in offered if v in with_data], offered
-    current = select.evaluate("s => s.options[s.selectedIndex].textContent")
-    page_height = 0.0
-    for (value, text), label_text in zip(offered, labels, strict=True):
-        if label_text != current:
-            select.select_option(label=label_text)
-            current = label_text
-        chosen = time.monotonic()
-        if text.endswith(")"):
-            why = text.rsplit("(", 1)[1].rstrip(")")
-            assert len(why) > 8, text
-            shown = _wait(view, functools.partial(_says, view, why), f"{value}: its reason")
-            assert shown and not view.data.failed, (value, view.data.failed)
-            if view.place is not None:
-                height = _wait(view, functools.partial(_height, view.place, 0, 100), "a line")
-                assert height, f"{value}: its reason takes {_height(view.place)} px"
-            view.screenshot(f"{name}-{value.rstrip('@')}")
-            continue
-        frame = view.frame(value)
-        view.box.scroll_into_view_if_needed()
-        if value.startswith("trace_viewer"):
-            found = functools.partial(view.data.find, run, "trace_viewer", frame, label)
-            _wait(view, found, f"{value} data of {run} with {label!r}")
-            row = frame.get_by_text(view.thread, exact=True).filter(visible=True).first
-            row.wait_for(timeout=view.timeout_s * 1000)
-            _inside(row.bounding_box(), view.box.bounding_box(), f"the {view.thread} row")
-        else:
-            if value == "graph_viewer":
-                search = frame.get_by_role("button", name="Search Graph")
-                search.wait_for(timeout=view.timeout_s * 1000)
-                _wait(view, search.is_enabled, "the graph viewer's op to search")
-                search.click()
-                # The graph comes into a frame of its own, by a //prefix//data/... URL.
-                graph = _wait(view, functools.partial(_graph, view.data, run), "the graph")
-                drawn = functools.partial(_has_graph, graph.frame)
-                _wait(view, drawn, f"a graph at {graph.url}")
-            else:
-                found = functools.partial(view.data.find, run, value, frame)
-                _wait(view, found, f"{value} data of {run}")
-            menu = _wait(view, functools.partial(_menu, frame), f"{value}: XProf's menu")
-            assert menu != "covering", f"{value}: XProf's menu covers the tool"
-        idle = wait_until(
-            functools.partial(_idle, frame),
-            max(0.0, chosen + view.idle_s - time.monotonic()),
-            f"{value}: still loading {view.idle_s:g} s after it was chosen",
-            view.pause,
-        )
-        assert idle and view.reason() == "", value
-        assert nav_shown(frame) == [], f"{value}: XProf's menu is open: {nav_shown(frame)}"
-        if view.place is not None:
-            assert _height(view.place, 300), f"{value}: the page in {_height(view.place)} px"
-        if view.under is not None:
-            line = CPU_MEMORY_VIEWER if value == "memory_viewer" else ""
-            said = functools.partial(_under_says, view, line)
-            assert _wait(view, said, f"{value}: the line under it"), view.under()
-        if view.page_box is not None and not page_height:
-            page_height = view.page_box.bounding_box()["height"]
-        if view.charts_note is not None:
-            if uses_charts(value):  # offline: Google's chart library cannot load
-                noted = functools.partial(_charts_noted, view.charts_note)
-                _wait(view, noted, f"{value}: the charts note")
-                if view.page_box is not None and page_height:
-                    _beside(view.charts_box.bounding_box(), view.page_box.bounding_box(), value)
-                    height = view.page_box.bounding_box()["height"]
-                    assert abs(height - page_height) <= 1, f"{value}: {height} of {page_height} px"
-            else:
-                said = view.charts_note()
-                assert said == "", f"{value} draws no charts, yet the frame says: {said}"
-        if not value.startswith("trace_viewer"):
-            # A Trace Viewer v2 choice saved here (no WebGPU adapter headless) is dropped by
-            # the next XProf page this origin loads.
-            saved = in_frame(frame, f"() => localStorage.getItem('{V2_KEY}')")
-            assert saved is None, f"{value}: a saved Trace Viewer v2 choice was kept"
-            in_frame(frame, f"() => localStorage.setItem('{V2_KEY}', 'true')")
-        view.screenshot(f"{name}-{value.rstrip('@')}")
-        assert not view.data.failed, (value, view.data.failed)
-    return [v for v, _ in offered]
-
-
-def _beside(note: Any, page: Any, tool: str) -> None:
-    """The charts note's box lies above or below the page's, not over it."""
-    apart = note["y"] >= page["y"] + page["height"] - 1 or note["y"] + note["height"] <= page["y"]
-    assert apart, f"{tool}: the charts note {note} covers the page {page}"
-
-
-def _under_says(view: ToolView, line: str) -> bool:
-    return view.under is not None and view.under() == line
-
-
-def _says(view: ToolView, why: str) -> bool:
-    return why in view.reason()
-
-
-def _charts_noted(note: Callable[[], str]) -> bool:
-    return "Google's charts" in note()
-
-
-def _height(place: Any, low: float = 0.0, high: float = float("inf")) -> float:
-    """``place``'s height on the page, when it is from ``low`` to ``high`` px (else 0)."""
-    box = place.bounding_box()
-    height = float(box["height"]) if box else 0.0
-    return height if low <= height <= high else 0.0
-
-
 def look_at(frame: Any) -> None:
     """Scroll ``frame``, and the frames that hold it, into the page's view, as a person looks
     at it: the page said while a run is prepared loads the run's timeline only in view."""
@@ -1024,92 +506,3 @@ def look_at(frame: Any) -> None:
     for one in reversed(chain):
         with contextlib.suppress(Error):
             one.frame_element().scroll_into_view_if_needed(timeout=10_000)
-
-
-def shown_text(line: Any) -> str:
-    """A locator's text while it is shown, else "" (for :attr:`ToolView.reason`)."""
-    from playwright.sync_api import Error
-
-    try:
-        return str(line.inner_text()) if line.count() and line.first.is_visible() else ""
-    except Error:
-        return ""
-
-
-def _idle(frame: Any) -> bool:
-    """No loading indicator of XProf's shows (:func:`tests._page_checks.busy`)."""
-    from playwright.sync_api import Error
-
-    from tests._page_checks import busy
-
-    try:
-        return not busy(frame)
-    except Error:
-        return False
-
-
-def in_frame(frame: Any, script: str) -> Any:
-    """``script`` (a function of the root element) evaluated in ``frame``'s document, within
-    :data:`FRAME_LOOK_MS`. ``Locator.evaluate`` waits for the document with a timeout, where
-    ``Frame.evaluate`` and ``Locator.count`` wait without one: a cross-origin frame whose
-    document never came back once held a test until the job was killed."""
-    return frame.locator(":root").evaluate(script, timeout=FRAME_LOOK_MS)
-
-
-_MENU_JS = f"""root => {{
-  if (!root.querySelector({json.dumps(MENU_PLACED)})) return null;
-  if (document.body && document.body.innerText.includes('Navigating.')) return null;
-  return root.querySelector({json.dumps(BACKDROP)}) ? 'covering' : 'placed';
-}}"""
-
-
-def _menu(frame: Any) -> str | None:
-    """Where XProf's full UI has put its menu, once it has: "placed" (docked, or closed) or
-    "covering" (over the tool, with a backdrop, which XProf shows in the same update); None
-    while its drawer has no mode yet or XProf is still navigating to the tool ("Navigating."),
-    the moment its classic menu would open over a narrow frame."""
-    from playwright.sync_api import Error
-
-    try:
-        found: str | None = in_frame(frame, _MENU_JS)
-    except Error:
-        return None
-    return found
-
-
-_GRAPH_JS = """root => ({
-  drawn: root.querySelector('#graph-container svg g.node') !== null,
-  notice: root.querySelector('.xprof-magic-graph-notice')?.textContent ?? null,
-})"""
-
-
-def _has_graph(frame: Any) -> bool:
-    """The graph drawn: graphviz's SVG with its nodes in XProf's graph page, offline (the
-    viewer serves the renderer), and no notice that it could not be."""
-    from playwright.sync_api import Error
-
-    try:
-        found = in_frame(frame, _GRAPH_JS)
-    except Error:
-        return False
-    assert found["notice"] is None, found["notice"]
-    return bool(found["drawn"])
-
-
-def _graph(data: DataFetches, run: str) -> DataFetch | None:
-    """The graph viewer's graph of ``run``, fetched into a frame of its own."""
-    found = [f for f in data.all() if f.run == run and f.status == 200 and "type=graph" in f.url]
-    return found[-1] if found else None
-
-
-def _wait(view: ToolView, condition: Callable[[], Any], what: str) -> Any:
-    return wait_until(
-        condition, view.timeout_s, lambda: f"{what}\n{view.data.describe()}", view.pause
-    )
-
-
-def _inside(inner: Any, outer: Any, what: str) -> None:
-    assert inner and outer, (what, inner, outer)
-    assert (
-        outer["y"] <= inner["y"] and inner["y"] + inner["height"] <= outer["y"] + outer["height"]
-    ), f"{what} at {inner} is outside the frame at {outer}"

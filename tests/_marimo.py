@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests._browser import TOKEN as LAB_TOKEN
-from tests._browser import JupyterLab, start_jupyterlab, wait_until
 from tests._kernel import free_port
+from tests._notebook_servers import TOKEN as LAB_TOKEN
+from tests._notebook_servers import JupyterLab, start_jupyterlab
+from tests._wait import wait_until
 
 __all__ = [
     "MARIMO",

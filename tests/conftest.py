@@ -1,4 +1,5 @@
-"""Shared fixtures: torch_xla on the CPU, an in-process IPython shell, log directories."""
+"""Shared fixtures: torch_xla on the CPU, an in-process IPython shell, log directories, and
+for the browser tests a JupyterLab and a Chromium (one of each per test module)."""
 
 from __future__ import annotations
 
@@ -231,3 +232,25 @@ def step_numbers(run_dir: Path, name: str = "step") -> list[int]:
         if event.name == name and str(stats.get("_r")) == "1":
             found.append(int(stats["step_num"]))
     return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real JupyterLab in a home of its own, for the module's browser tests."""
+    from tests._notebook_servers import shut_down, start_jupyterlab
+
+    home = tmp_path_factory.mktemp("jupyterlab")
+    server = start_jupyterlab(home)
+    try:
+        yield server
+    finally:
+        shut_down(server, home)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's Chromium through Playwright, on a profile of its own."""
+    from tests._browser import launch_chromium
+
+    with launch_chromium(tmp_path_factory.mktemp("chromium-home")) as launched:
+        yield launched

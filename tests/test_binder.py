@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import nbformat
 import pytest
 
-from tests._browser import isolated, leftover_processes, start_jupyterlab, stop_viewers
+from tests._notebook_servers import isolated, leftover_processes, start_jupyterlab, stop_viewers
 from tests.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.binder

@@ -11,7 +11,6 @@ origin as the notebook. One JupyterLab and one Chromium serve both.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -20,20 +19,13 @@ import pytest
 
 from tests._browser import (
     LAB,
-    PROXY_KERNEL,
-    JupyterLab,
     NotebookPage,
-    ToolView,
-    check_every_tool,
-    launch_chromium,
     offline,
     select_run,
-    shown_text,
-    shut_down,
-    start_jupyterlab,
     tool_page,
     write_notebook,
 )
+from tests._notebook_servers import PROXY_KERNEL, JupyterLab
 from tests._page_checks import (
     check_summary,
     controls,
@@ -43,6 +35,7 @@ from tests._page_checks import (
     steps_missed,
     visible_range,
 )
+from tests._tool_checks import ToolView, check_every_tool, shown_text
 from tests.conftest import ARTIFACTS
 
 # A guard against a hang only: each wait below fails sooner, naming what it waited for. On
@@ -70,22 +63,6 @@ def cells(route: str) -> list[str]:
         "torch_xla.sync()\n"
         "z.item()",
     ]
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
-    home = tmp_path_factory.mktemp("jupyterlab")
-    server = start_jupyterlab(home)
-    try:
-        yield server
-    finally:
-        shut_down(server, home)
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with launch_chromium(tmp_path_factory.mktemp("chromium-home")) as launched:
-        yield launched
 
 
 def fit(notebook: NotebookPage, widget: Any, width: int) -> None:

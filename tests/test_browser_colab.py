@@ -28,21 +28,17 @@ import pytest
 from tests._browser import (
     CHROMIUM_ARGS,
     NOTEBOOK6,
-    JupyterLab,
     NotebookPage,
-    ToolView,
-    check_every_tool,
     find_chromium,
     offline,
     select_run,
-    shown_text,
-    shut_down,
-    start_classic_notebook,
     tool_page,
     write_notebook,
 )
 from tests._kernel import free_port
+from tests._notebook_servers import JupyterLab, shut_down, start_classic_notebook
 from tests._page_checks import check_summary, first_thread, steps_missed, visible_range
+from tests._tool_checks import ToolView, check_every_tool, shown_text
 from tests.conftest import missing
 from xprof_magic._notebook import colab
 

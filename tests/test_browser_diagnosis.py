@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
 
 import pytest
 
-from tests._browser import (
-    LAB,
-    JupyterLab,
-    NotebookPage,
-    launch_chromium,
-    shut_down,
-    start_jupyterlab,
-    write_notebook,
-)
+from tests._browser import LAB, NotebookPage, launch_chromium, write_notebook
+from tests._notebook_servers import JupyterLab
 
 pytestmark = pytest.mark.browser
 
@@ -35,16 +27,6 @@ CELLS = [
     "    y = (x.to(dev) * 2).sum()\n"
     "    torch_xla.sync()",
 ]
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
-    home = tmp_path_factory.mktemp("jupyterlab")
-    server = start_jupyterlab(home)
-    try:
-        yield server
-    finally:
-        shut_down(server, home)
 
 
 def test_the_verdict_and_its_chart_show_under_the_cell(

@@ -27,27 +27,17 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import xprof_magic
-from tests._browser import (
-    BrowserPage,
-    ToolView,
-    check_every_tool,
-    launch_chromium,
-    leftover_processes,
-    machine_environment,
-    offline,
-    shown_text,
-    shut_down,
-    stop_viewers,
-    tool_page,
-)
+from tests._browser import BrowserPage, offline, tool_page
 from tests._marimo import (
     start_marimo,
     start_marimo_behind_jupyterlab,
     view_frames,
     write_marimo_notebook,
 )
+from tests._notebook_servers import leftover_processes, machine_environment, shut_down, stop_viewers
 from tests._page_checks import check_summary, controls, moved, one_line
 from tests._said import notes_of, said
+from tests._tool_checks import ToolView, check_every_tool, shown_text
 from xprof_magic._analysis.summary.blocks import line_of
 
 pytestmark = pytest.mark.browser
@@ -161,12 +151,6 @@ def app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         yield App(route, lab.origin, url, login, lab.env["XPROF_MAGIC_LOGDIR"], lab.log_tail)
     finally:
         shut_down(lab, home)
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with launch_chromium(tmp_path_factory.mktemp("chromium-home")) as launched:
-        yield launched
 
 
 def every_tool(watched: BrowserPage, view: Any, run: str, label: str, route: str) -> list[str]:

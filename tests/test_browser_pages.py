@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests._browser import launch_chromium, offline, wait_until
+from tests._browser import offline
 from tests._kernel import free_port
 from tests._page_checks import (
     RECORD_SHOWN_RANGES,
@@ -32,6 +32,7 @@ from tests._page_checks import (
     shown_ranges,
     visible_range,
 )
+from tests._wait import wait_until
 from tests.conftest import ARTIFACTS
 from xprof_magic._viewer.app import inline
 from xprof_magic._viewer.process import client, manager
@@ -108,12 +109,6 @@ def holder() -> Iterator[str]:
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with launch_chromium(tmp_path_factory.mktemp("chromium-home")) as launched:
-        yield launched
 
 
 class Framed:

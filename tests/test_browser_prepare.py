@@ -17,18 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests._browser import (
-    LAB,
-    JupyterLab,
-    NotebookPage,
-    launch_chromium,
-    machine_environment,
-    offline,
-    shown_text,
-    shut_down,
-    start_jupyterlab,
-    write_notebook,
-)
+from tests._browser import LAB, NotebookPage, launch_chromium, offline, write_notebook
+from tests._notebook_servers import JupyterLab, machine_environment, shut_down, start_jupyterlab
+from tests._tool_checks import shown_text
 from xprof_magic._viewer.prepare import convert, preview
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]

@@ -51,6 +51,7 @@ def test_a_runs_metadata_round_trips(tmp_path: Path) -> None:
     _metadata.write(tmp_path, FULL)
     assert _metadata.read(tmp_path) == FULL and _metadata.read(tmp_path).problems == ()
     saved = json.loads((tmp_path / "xprof_magic.json").read_text())
+    assert saved["memory"] == [[5, ["f"], 1.0, 2.0, 3.0]], "a figure is saved as a row"
     assert "problems" not in saved and saved["labels"][1] == {
         "path": ["for i in range(3)", "f"],
         "count": 3,

@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
-from tests._browser import wait_until
+from tests._wait import wait_until
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer.prepare import convert, preparing, preview
 from xprof_magic._viewer.prepare import preparer as prepare

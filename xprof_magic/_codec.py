@@ -2,7 +2,8 @@
 saves beside a run (``xprof_magic.json``, ``xprof_magic_summary.json``).
 
 Written: a dataclass as an object of its fields (a field whose ``metadata`` says
-``saved=False`` is left out), tuples as lists, dicts by their values. Read back by the
+``saved=False`` is left out; one whose class sets ``SAVED_AS_ROW`` as the list of its fields
+in order, a compact row), tuples as lists, dicts by their values. Read back by the
 dataclasses' type hints, each value checked: a field missing from the data takes its
 default, so a file saved before a field existed still loads, and a dataclass may also come as
 the list of its fields in order (how earlier versions wrote some rows).
@@ -30,6 +31,8 @@ _hints_cache: dict[type, dict[str, Any]] = {}
 def to_plain(value: Any) -> Any:
     """Dataclasses to dicts, tuples to lists, recursively."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if getattr(value, "SAVED_AS_ROW", False):
+            return [to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)]
         return {
             f.name: to_plain(getattr(value, f.name))
             for f in dataclasses.fields(value)

@@ -166,11 +166,6 @@ class XprofMagics(Magics):
             raise UsageError(f"%%xprof: {error}; %%xprof? lists the options") from None
         read = execute.read_cell(self.shell, line, cell)
         plan = self._plan(args, read)
-        namespace = getattr(self.shell, "user_ns", None)
-        try:
-            capture = _capture.Capture(plan, notify=print, namespace=namespace)
-        except ValueError as error:
-            raise UsageError(f"--name: {error}") from None
         try:
             code = execute.compile_cell(self.shell, read, plan)
         except SyntaxError:
@@ -179,7 +174,9 @@ class XprofMagics(Magics):
             assert self.shell is not None
             self.shell.showsyntaxerror()
             raise UsageError("the cell was not run: fix the syntax error above") from None
-        capture.plan = dataclasses.replace(capture.plan, cell_file=code.co_filename)
+        plan = dataclasses.replace(plan, cell_file=code.co_filename)
+        namespace = getattr(self.shell, "user_ns", None)
+        capture = _capture.Capture(plan, notify=print, namespace=namespace)
         return self._profile(capture, code, args, cell)
 
     def _profile(self, capture: _capture.Capture, code: CodeType, args: Any, cell: str) -> Any:

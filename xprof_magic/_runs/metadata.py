@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from xprof_magic._cell.labels import LabelStat as LabelTime
 from xprof_magic._codec import read_plain, to_plain
@@ -47,6 +47,9 @@ class MemoryFigure:
     """The device's memory as its runtime counted it at one moment of the cell (the end of a
     labelled block; ``path`` ``()``: the cell's start or end): bytes in use, the process's
     peak so far, and the limit (0: unknown). ``t_ns`` is wall-clock time."""
+
+    SAVED_AS_ROW: ClassVar[bool] = True
+    """Saved as ``[t_ns, path, in_use, peak, limit]``: a cell may have thousands."""
 
     t_ns: int
     path: tuple[str, ...]
