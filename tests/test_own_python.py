@@ -80,13 +80,20 @@ def jax_own(ip: Any) -> Iterator[None]:
 
 
 def making_batches(s: Any, statement: str, line: int, advice: str) -> None:
-    """The verdict: the host's own Python making batches at ``line``, the data path's fix."""
+    """The verdict: the input pipeline, the host's own Python making batches at ``line``,
+    the data path's fix; the breakdown (table and chart) holds that time as input."""
     d = worded(s)
-    assert d.verdict == "host" and d.cause == "making batches", d.evidence
+    assert d.verdict == "input" and d.cause == "making batches", d.evidence
     assert d.where[-1] == statement and d.line == line, (d.where, d.line)
+    assert d.headline.startswith("Input-bound"), d.headline
     assert "making batches in your own Python and NumPy" in d.headline
     assert f"(`{statement}`, line {line})" in d.headline
-    assert f"while the host runs your Python at line {line}" in d.headline
+    assert f"while the host makes batches in your Python at line {line}" in d.headline
+    basis = d.basis()
+    made = basis.made(bool(basis.steps))
+    assert made > 0.5 * basis.seconds("input", bool(basis.steps)), d.breakdown
+    assert basis.share("input", bool(basis.steps)) >= 0.5
+    assert "Without making those batches on the step's path" in d.headline
     assert "graph building" not in d.headline and advice in d.fix
     assert "it is the input pipeline" in d.fix
     assert "background thread" in d.fix or "num_workers" in d.fix

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from xprof_magic._analysis.cache import estimate_read_s
-from xprof_magic._analysis.diagnosis import attribution, breakdown, own
+from xprof_magic._analysis.diagnosis import attribution, batches, breakdown, own
 from xprof_magic._analysis.diagnosis.oom import out_of_memory
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Diagnosis
@@ -121,7 +121,8 @@ def _diagnose(
     """The diagnosis, from the timeline's breakdown, else from the metadata's (None: no
     timeline and no wall time to measure against)."""
     if facts is not None:
-        parts = breakdown.of_trace(facts, meta, words)
+        looks = own.sampled(facts, meta, words)
+        parts = batches.as_input(breakdown.of_trace(facts, meta, words), looks)
         return diagnose(
             summary,
             words,
@@ -131,7 +132,7 @@ def _diagnose(
             launched=attribution.of_trace(facts, meta, words),
             programs=facts.programs,
             activity=attribution.activity(facts, meta, words, summary.steps),
-            looks=own.sampled(facts, meta, words),
+            looks=looks,
         )
     if meta.wall_s:
         parts = breakdown.of_metadata(meta, words)

@@ -110,7 +110,13 @@ class JaxBackend(ProfilerBackend):
         jax.profiler.stop_trace()
 
     def event(self, name: str, **stats: Any) -> AbstractContextManager[Any]:
-        event: AbstractContextManager[Any] = jax.profiler.TraceAnnotation(name, **stats)
+        if stats and "#" not in name and all(type(v) is int for v in stats.values()):
+            # The profiler's own encoding of an event's stats, written here: a third
+            # cheaper than its keywords, which a loop of tiny steps pays each step.
+            encoded = ",".join(f"{key}={value}" for key, value in stats.items())
+            event: AbstractContextManager[Any] = jax.profiler.TraceAnnotation(f"{name}#{encoded}#")
+        else:
+            event = jax.profiler.TraceAnnotation(name, **stats)
         return event
 
     def wait_for_device(self) -> None:

@@ -100,6 +100,9 @@ VOCABULARY = words.Vocabulary(
             "step's path: vectorize the NumPy over the whole batch, make them once before the "
             "loop if they do not change, or prepare the next ones in a background thread (a "
             "prefetching iterator, or a loader with workers) while the jitted step runs.",
+            "printing": "Print less often (every N steps), and fetch what you print once "
+            "(jax.device_get): each print of a device array waits for the step and copies it "
+            "back; jax.jit would not shorten it.",
             "own code": "That line runs no JAX op, so jax.jit or lax.scan would not shorten "
             "it: do it less often (every N steps), vectorize it, or move it out of the loop.",
             "changing shapes": "Pad the inputs to a few fixed shapes (bucketing), so each "

@@ -63,6 +63,9 @@ FIXES = {
     "it: it is the input pipeline. Make the batches off the step's path: vectorize the NumPy "
     "over the whole batch, make them once before the loop if they do not change, or move the "
     "work into a Dataset's __getitem__ or collate_fn read by a DataLoader with num_workers > 0.",
+    "printing": "Print less often (every N steps), and move what you print to the host "
+    "once first (t.cpu(), loss.item()): printing an XLA tensor runs torch's formatting as "
+    "XLA ops, each traced, compiled and read back; torch_xla.compile would not shorten it.",
     "own code": "That line runs no torch op, so torch_xla.compile would not shorten it: do it "
     "less often (every N steps), vectorize it, or move it out of the loop.",
     "compile": "Keep shapes and Python values fixed between steps, so each graph compiles "

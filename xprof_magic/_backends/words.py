@@ -117,6 +117,9 @@ NEUTRAL_FIXES: Mapping[str, str] = {
     "the NumPy over the whole batch, make them once before the loop if they do not change, "
     "or have a background thread or a loader with worker processes prepare the next ones "
     "while the step runs.",
+    "printing": "Print less often (every N steps), and copy what you print to the host once: "
+    "each print of a device value waits for the step and reads it back; compiling the step "
+    "would not shorten it.",
     "own code": "That line runs no framework op, so compiling the step would not shorten "
     "it: do it less often (every N steps), vectorize it, or move it out of the loop.",
     "compile": "Keep shapes and Python values fixed between steps, so compiled programs are "

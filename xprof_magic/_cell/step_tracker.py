@@ -10,7 +10,6 @@ window, and what the user is told about a run's steps, are :mod:`xprof_magic._ce
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -61,7 +60,7 @@ class Window(Protocol):
         """Step ``number``, the last, has ended: stop the trace."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Open:
     """A step in progress: its number, its start, and its marker while the trace runs."""
 
@@ -208,6 +207,19 @@ class StepTracker:
     def iteration_started(self, deferred: bool = False) -> None:
         """An iteration of an innermost loop begins; ``deferred``: the loop sits in an outer
         loop that runs more than it (see the class's docstring)."""
+        if self.rule == "iteration" and self._iter is None and self.window is None:
+            # The steady state of a loop whose iterations are the steps: nothing but the
+            # user's own marker, on this thread, changes the rule now. _begin, inlined.
+            number = self.ended
+            marker: AbstractContextManager[Any] | None = None
+            try:
+                made = self._make_event(STEP_EVENT, _r=1, step_num=number)
+                made.__enter__()
+                marker = made
+            except Exception:
+                marker = None
+            self._iter = _Open(number, time.perf_counter_ns(), marker, True, 0)
+            return
         with self._lock:
             self._iterated = True
             if deferred and self.defer_nested and self.rule is None:
@@ -221,6 +233,11 @@ class StepTracker:
             self._iter = self._begin(self.ended)
 
     def iteration_ended(self) -> None:
+        if self.rule == "iteration" and self.window is None:
+            current, self._iter = self._iter, None
+            if current is not None:
+                self._end(current)
+            return
         with self._lock:
             current, self._iter = self._iter, None
             if current is None:
@@ -276,7 +293,8 @@ class StepTracker:
             self._kept.clear()
 
     def _begin(self, number: int, mark: bool = True) -> _Open:
-        traced = True if self.window is None else self.window.step_starts(number)
+        window = self.window
+        traced = True if window is None else window.step_starts(number)
         marker: AbstractContextManager[Any] | None = None
         if traced and mark:
             try:
@@ -284,22 +302,23 @@ class StepTracker:
                 marker.__enter__()
             except Exception:
                 marker = None
-        opened = 0 if self._labels is None else self._labels.opened_count()
+        # Only a sync splits the labels open at a step's start (:meth:`synced`).
+        labels = self._labels if self.rule != "iteration" else None
+        opened = 0 if labels is None else labels.opened_count()
         return _Open(number, time.perf_counter_ns(), marker, traced, opened)
 
     def _end(self, step: _Open) -> None:
         elapsed = time.perf_counter_ns() - step.start_ns
         if step.marker is not None:
-            with contextlib.suppress(Exception):
-                step.marker.__exit__(None, None, None)
+            _close(step.marker)
         self.ended = step.number + 1
-        if not step.traced or self.state != "inside":
+        window = self.window
+        if not step.traced or (window is not None and window.state != "inside"):
             return
         self._durations.append(elapsed)
         if self.first is None:
             self.first = step.number
         self.last = step.number
-        window = self.window
         if window is not None and window.is_last(step.number):
             if self._labels is not None:
                 self._labels.clip()
@@ -309,3 +328,11 @@ class StepTracker:
     def _drop(self, step: _Open | None) -> None:
         if step is not None and step.marker is not None:
             self._kept.append(step.marker)
+
+
+def _close(marker: AbstractContextManager[Any]) -> None:
+    """Close a step's marker; a profiler that fails to is no error of the cell's."""
+    try:
+        marker.__exit__(None, None, None)
+    except Exception:
+        return

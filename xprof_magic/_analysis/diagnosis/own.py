@@ -18,6 +18,7 @@ is about into an :class:`~xprof_magic._analysis.model.diagnosis.OwnPython`.
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.model.diagnosis import HostLooks
+from xprof_magic._analysis.model.diagnosis import Breakdown, HostLooks
 from xprof_magic._analysis.summary.blocks import main_line
 from xprof_magic._analysis.summary.step_spans import (
     device_work,
@@ -51,7 +52,9 @@ __all__ = [
     "Sampled",
     "feeds_the_step",
     "framework_python",
+    "held_by",
     "own_python",
+    "prints",
     "sampled",
 ]
 
@@ -71,13 +74,19 @@ _ELSEWHERE = ("compile", "transfer", "sync", "device", "collective")
 class Sampled:
     """Every look within the cell: its step (its position in the breakdown's steps; -1: in
     none), whether it was the host's time (no other category held the instant), the user's
-    own Python, the device busy then, and the cell's line."""
+    own Python, the device busy then, the cell's line, and whether that own Python was
+    making the step's data (``batch``: its line :func:`feeds_the_step`)."""
 
     step: NDArray[np.int64]
     host: NDArray[np.bool_]
     own: NDArray[np.bool_]
     device: NDArray[np.bool_]
     line: NDArray[np.int64]
+    batch: NDArray[np.bool_] | None = None
+
+    def batches(self) -> NDArray[np.bool_]:
+        """Whether each look was the user's own Python making batches."""
+        return self.batch if self.batch is not None else np.zeros(len(self.step), bool)
 
 
 def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled | None:
@@ -107,15 +116,43 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
     host = ~_within(elsewhere, t)
     flags = looks[:, 2]
     step = np.where(inside, at, -1)
-    theirs = ((flags & 1) > 0) | _made_ops(looks[:, 1], (flags & GREW) > 0, looks[:, 3])
+    grew = (flags & GREW) > 0
+    theirs = _frames(looks[:, 1], (flags & 1) > 0, grew) | _made_ops(looks[:, 1], grew, looks[:, 3])
     own = host & ~theirs & ~_within(framework, t) & (looks[:, 1] > 0)
+    feeding = [
+        v for v in np.unique(looks[own, 1]).tolist() if feeds_the_step(meta.numbered_cell, v)
+    ]
     return Sampled(
         step=step,
         host=host,
         own=own,
         device=_within(device, t),
         line=looks[:, 1],
+        batch=own & np.isin(looks[:, 1], feeding),
     )
+
+
+TRACING = 0.25
+"""Where the framework counts the ops it makes (torch_xla), the share of a line's looks after
+which it had made ops that its framework frames need to be its tracing."""
+
+
+def _frames(
+    line: NDArray[np.int64], frame: NDArray[np.bool_], grew: NDArray[np.bool_]
+) -> NDArray[np.bool_]:
+    """Whether each look's innermost frame is the framework's, and that is the framework's
+    time. Where it counts the ops it makes (any look ``grew``), a line whose looks made
+    ops after fewer than :data:`TRACING` of them is not its tracing: torch stacking CPU
+    tensors in a ``collate_fn``, or other Python of its that makes no device op, is the
+    user's own work, whose fix is never ``torch_xla.compile``."""
+    if not grew.any():
+        return frame
+    out: NDArray[np.bool_] = frame.copy()
+    for value in np.unique(line[frame]).tolist():
+        at = line == value
+        if grew[at].mean() < TRACING:
+            out[at] = False
+    return out
 
 
 def _made_ops(
@@ -145,10 +182,15 @@ def _within(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.bool_]:
     return (at >= 0) & (t < hi[np.maximum(at, 0)])
 
 
-def own_python(found: Sampled | None, steps: Sequence[int], cell: str) -> HostLooks | None:
+def own_python(
+    found: Sampled | None, steps: Sequence[int], cell: str, batches: bool | None = None
+) -> HostLooks | None:
     """The user's own Python in the looks of ``steps`` (positions; none: the whole cell),
-    when it is at least :data:`OWN_HOST` of the host's looks there; None otherwise."""
-    return _looks(found, steps, cell, "own")
+    when it is at least :data:`OWN_HOST` of the host's looks there; None otherwise.
+    ``batches``: only the looks making batches (True), only the others (False), any (None);
+    the host's looks counted against them leave out those making batches when False (their
+    time is the input pipeline's, :mod:`.batches`)."""
+    return _looks(found, steps, cell, "own", batches)
 
 
 def framework_python(found: Sampled | None, steps: Sequence[int], cell: str) -> HostLooks | None:
@@ -157,15 +199,61 @@ def framework_python(found: Sampled | None, steps: Sequence[int], cell: str) -> 
     return _looks(found, steps, cell, "framework")
 
 
-def _looks(found: Sampled | None, steps: Sequence[int], cell: str, whose: str) -> HostLooks | None:
+def held_by(
+    verdict: str, found: Sampled | None, steady: Sequence[int], cell: str, basis: Breakdown
+) -> tuple[HostLooks | None, HostLooks | None, str, float]:
+    """Whose Python holds a verdict's time: the user's own (its looks), the framework's
+    (its looks), the cause that says so (``""``: none), and the part of the verdict's time
+    a fix at that line removes. An ``input`` verdict whose input time is mostly batches
+    made in the user's Python (:attr:`Breakdown.made`) is ``making batches``, at the line
+    that makes them; a ``host`` verdict whose host time is mostly the user's other Python
+    is ``own code``, else the framework's at its line; either is ``printing`` when that
+    line prints (:func:`prints`: a print of device values waits for them, reads them back
+    and, in torch_xla, formats them with device ops), and a fix there removes that line's
+    part of the host's time."""
+    of_steps = bool(basis.steps)
+    if verdict == "input":
+        made = basis.made(of_steps)
+        if made <= 0 or made < 0.5 * basis.seconds("input", of_steps):
+            return None, None, "", 1.0
+        return own_python(found, steady, cell, batches=True), None, "making batches", 1.0
+    if verdict != "host":
+        return None, None, "", 1.0
+    own = own_python(found, steady, cell, batches=False)
+    theirs = None if own is not None else framework_python(found, steady, cell)
+    held = own or theirs
+    if held is not None and found is not None and prints(cell, held.line):
+        pick = np.isin(found.step, list(steady)) if steady else np.ones(len(found.step), bool)
+        host = pick & found.host & ~found.batches()
+        at = float((host & (found.line == held.line)).sum()) / max(1, int(host.sum()))
+        return own, theirs, "printing", at
+    if own is not None:
+        return own, None, "own code", own.of_host
+    return None, theirs, "", 1.0
+
+
+_PRINTS = re.compile(r"^\s*(?:print|(?:logging|logger|log|tqdm)\.\w+|\w+\.write)\s*\(")
+
+
+def prints(cell: str, line: int) -> bool:
+    """Whether the cell's ``line`` is a statement that prints or logs (``print(…)``,
+    ``logger.info(…)``, ``tqdm.write(…)``, ``f.write(…)``)."""
+    lines = cell.splitlines()
+    return 0 < line <= len(lines) and _PRINTS.match(lines[line - 1]) is not None
+
+
+def _looks(
+    found: Sampled | None, steps: Sequence[int], cell: str, whose: str, batches: bool | None = None
+) -> HostLooks | None:
     if found is None:
         return None
     pick = np.isin(found.step, list(steps)) if steps else np.ones(len(found.step), bool)
+    made = found.batches()
     looks = int(pick.sum())
-    host = int((pick & found.host).sum())
+    host = int((pick & found.host & (~made if batches is False else True)).sum())
     if whose == "own":
-        held = pick & found.own
-        enough = held.sum() >= OWN_HOST * host
+        held = pick & found.own & (made if batches else ~made if batches is False else True)
+        enough = held.sum() >= (MIN_LOOKS if batches else OWN_HOST * host)
     else:
         held = pick & found.host & ~found.own & (found.line > 0)
         enough = held.sum() >= MIN_LOOKS

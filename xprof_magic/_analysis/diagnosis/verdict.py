@@ -61,7 +61,8 @@ from xprof_magic._analysis.diagnosis.attribution import (
 from xprof_magic._analysis.diagnosis.breakdown import INPUT_PREFIX
 from xprof_magic._analysis.diagnosis.causes import Changes, compile_changes
 from xprof_magic._analysis.diagnosis.gain import gain_of
-from xprof_magic._analysis.diagnosis.own import Sampled, framework_python, own_python
+from xprof_magic._analysis.diagnosis.idle import idle_time
+from xprof_magic._analysis.diagnosis.own import Sampled, held_by
 from xprof_magic._analysis.model.diagnosis import (
     CHEAPEST_FIRST,
     HIGHLY_INPUT,
@@ -156,14 +157,10 @@ def diagnose(
     transfer_s = parts.seconds("transfer", of_steps=False)
     if verdict == "transfer" and transfer_s > 0 and parts.offload_s >= HOST_OFFLOAD * transfer_s:
         cause = "host offload"
-    own = own_python(looks, frame.steady(), s.cell) if verdict == "host" else None
     if verdict == "host":
         cause = _host_cause(parts, frame.steady(), activity, words, s.cell)
-    if own is not None:
-        cause = "making batches" if own.batches else "own code"
-    theirs = None
-    if verdict == "host" and own is None:
-        theirs = framework_python(looks, frame.steady(), s.cell)
+    own, theirs, whose, part = held_by(verdict, looks, frame.steady(), s.cell, basis)
+    cause = whose or cause
     where, line = _where(s, verdict, of_steps)
     held = own or theirs
     if held is not None and held.line and held.statement and cause != "eager shapes":
@@ -193,12 +190,13 @@ def diagnose(
         program=program,
         mixed=mixed,
         runner_up=runner_up(share, verdict),
-        gain=gain_of(basis, verdict, cause, own.of_host if own is not None else 1.0),
+        gain=gain_of(basis, verdict, cause, part),
         changed=changes.changed,
         changed_in=changes.found_in,
         read_back=read_back,
         own=own,
         framework=theirs,
+        idle=idle_time(basis, looks, frame.steady(), _where(s, "input", of_steps)[1]),
     )
 
 

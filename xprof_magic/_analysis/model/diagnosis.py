@@ -28,6 +28,7 @@ __all__ = [
     "Diagnosis",
     "Gain",
     "HostLooks",
+    "IdleTime",
     "ReadBack",
     "StepBreakdown",
 ]
@@ -106,6 +107,7 @@ class StepBreakdown:
     total_s: float
     seconds: tuple[float, ...]
     busy_s: float = 0.0
+    made_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,11 @@ class Breakdown:
     (a chip copying arrays between its memory and the host's); ``busy_s``: the seconds of
     the cell's window the device was busy, whichever category holds them. Summaries saved
     before these fields load with them empty.
+
+    ``made_s`` (a step's and the cell's): of the ``input`` seconds, those the host spent
+    making batches in the user's own Python and NumPy (inside the step or before the loop,
+    sampled: :mod:`~xprof_magic._analysis.diagnosis.batches`) rather than waiting on a
+    loader's ``next()``.
     """
 
     categories: tuple[str, ...] = ()
@@ -134,6 +141,14 @@ class Breakdown:
     offload_s: float = 0.0
     busy_s: float = 0.0
     outside: tuple[Aside, ...] = ()
+    made_s: float = 0.0
+
+    def made(self, of_steps: bool = True) -> float:
+        """The ``input`` seconds spent making batches in the user's own Python (``made_s``),
+        over the steps (``of_steps``, when there are any) or the cell."""
+        if of_steps and self.steps:
+            return sum(s.made_s for s in self.steps)
+        return self.made_s
 
     def seconds(self, category: str, of_steps: bool = True) -> float:
         """A category's seconds over the steps (``of_steps``, when there are any) or the cell."""
@@ -199,6 +214,21 @@ class HostLooks:
 
 
 @dataclass(frozen=True)
+class IdleTime:
+    """The device's idle time in the verdict's steps (the cell's time without steps), said
+    by what the host was doing meanwhile (:mod:`~xprof_magic._analysis.diagnosis.idle`):
+    ``share``, the idle part of the time the shares are of; ``during``, each thing the host
+    did while the device idled, largest first, as ``(what, its share of the same time, the
+    cell line holding it, 0: unknown)``. ``what`` is one of ``making batches`` (the user's
+    Python and NumPy making the step's data), ``loader`` (waiting on the data iterator),
+    ``own code`` (the user's other Python), ``framework`` (dispatch and graph building),
+    ``sync``, ``transfer``, ``compile``, or ``host`` (the host's time, not sampled)."""
+
+    share: float
+    during: tuple[tuple[str, float, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class ReadBack:
     """The steps read a value back from the device (``float(loss)``, ``np.asarray(x)``):
     ``steps`` of ``of`` steps did, ``reads`` times in all, at ``path`` (the loop) and
@@ -243,6 +273,11 @@ class Diagnosis:
       None when they don't;
     - ``busy``: the device's busy share of the same time: compute and the chip's own waits
       (collectives, infeed, outfeed, host-offload copies), not ``device`` alone;
+    - ``idle``: the device's idle time in the same time, by what the host did meanwhile
+      (:class:`IdleTime`), None under a tenth;
+    - ``own``, ``framework``: the sampled host time at the verdict's line that is the user's
+      own Python (batches it makes, for ``making batches``) or the framework's
+      (:class:`HostLooks`);
     - ``where``: the label path that carries most of it, and ``line``, its line in the cell
       (from 1; 0 when unknown); for ``device``, the block that launched the programs the
       device ran, not the one that waited for them, ending with the statement inside it that
@@ -252,10 +287,13 @@ class Diagnosis:
     - ``cause``: for ``compile``, why it compiled: ``growing graph``, ``changing shapes``,
       ``changing values`` (Python numbers baked into the compiled programs), ``warm-up``,
       ``first run`` or ``""``; for ``transfer``, ``host offload`` when most of it is the
-      chip's own copies to and from host memory; ``shapes``: the input shapes seen, in
-      order, when they changed; ``changed``: what changed between the compilations, each
-      input once, ``(name, its shapes or values in order)`` (the name is a dict batch's key,
-      ``[i]`` a tuple's part, ``""`` for a lone tensor or a compiled program's input), and
+      chip's own copies to and from host memory; for ``input``, ``making batches`` when
+      most of it is the user's own Python making them (not a wait on a loader); for
+      ``host``, ``eager``, ``compiled step``, ``own code`` or ``printing``; ``shapes``:
+      the input shapes seen, in order, when they changed; ``changed``: what changed between
+      the compilations, each input once, ``(name, its shapes or values in order)`` (the
+      name is a dict batch's key, ``[i]`` a tuple's part, ``""`` for a lone tensor or a
+      compiled program's input), and
       ``changed_in`` where that was seen: ``items`` (the loop's), ``program inputs``,
       ``program outputs`` (a tensor made inside the step) or ``program constants``;
       ``offloaded``: for ``host offload``, the chip's copy ops and the array each moves
@@ -295,6 +333,7 @@ class Diagnosis:
     read_back: ReadBack | None = None
     own: HostLooks | None = None
     framework: HostLooks | None = None
+    idle: IdleTime | None = None
 
     def apart_steps(self) -> frozenset[int]:
         """The positions of the steps unlike the others (:attr:`apart`)."""

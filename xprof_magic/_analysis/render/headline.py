@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xprof_magic._analysis.model.diagnosis import MIN_CELL_S, Diagnosis
+from xprof_magic._analysis.render.idle import idle_words
 from xprof_magic._analysis.render.memory_section import oom_headline
 from xprof_magic._backends import Vocabulary
 from xprof_magic._backends.registry import get_vocabulary
@@ -45,8 +46,16 @@ _OWN = {
     "making batches": "is making batches in your own Python and NumPy on the host (the input "
     "pipeline), which runs no framework op",
     "own code": "is your own Python and NumPy on the host, which runs no framework op",
+    "printing": "is printing on the host (each print of a device value waits for it and "
+    "reads it back)",
 }
-"""A host verdict whose time is the user's own code (:mod:`..diagnosis.own`), by its cause."""
+"""A verdict whose time is the user's own code (:mod:`..diagnosis.own`), by its cause: an
+input verdict's batches made in their Python, a host verdict's other Python."""
+_REMOVED = {
+    "making batches": "making those batches on the step's path",
+    "own code": "that Python",
+    "printing": "the prints",
+}
 _NAME = {"compile": "compilation", "transfer": "transfers", "collective": "collectives"}
 WITHOUT = {
     "input": "the input wait",
@@ -177,38 +186,20 @@ def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
         moved = sum((t.bytes or 0.0) for t in (s.to_device, s.from_device) if t is not None)
         if moved:
             text += f", {moved / 1e6:,.0f} MB moved"
-    if d.own is not None and d.cause in _OWN:
-        text += _idle(d)
-    elif d.verdict != "device":
+    idle = idle_words(d, each)
+    if d.verdict != "device":
         text += f"; the device is busy {_percent(d.busy)}"
-        if d.framework is not None and d.framework.idle > 0:
-            at = f" at line {d.framework.line}" if d.framework.line else ""
-            text += (
-                f", idle {_percent(d.framework.idle)} {_each(d)} while the host runs the "
-                f"framework's dispatch and graph building{at}"
-            )
         if d.breakdown.on_device:
             text += f", computing {_percent(d.share_of('device'))}"
+        text += f", {idle}" if idle else ""
+    elif idle:
+        text += f"; the device is {idle}"
     if d.verdict == "device" and d.read_back is not None:
         # The cheaper fix first, and the model's own compute is not yet the limit.
         parts: tuple[str, ...] = (f"{text}.", read_back(d), read_fix, asides(d))
     else:
         parts = (f"{text}.", gained(d), read_back(d), read_fix, advice, asides(d))
     return " ".join(part for part in parts if part)
-
-
-def _idle(d: Diagnosis) -> str:
-    """``; the device is idle 80% of each step while the host runs your Python at line 3``."""
-    own = d.own
-    assert own is not None
-    at = f" at line {own.line}" if own.line else ""
-    return (
-        f"; the device is idle {_percent(own.idle)} {_each(d)} while the host runs your Python{at}"
-    )
-
-
-def _each(d: Diagnosis) -> str:
-    return "of each step" if d.basis().steps else "of the cell's time"
 
 
 _HELD = {
@@ -307,7 +298,7 @@ def gained(d: Diagnosis) -> str:
             f"Everything else is {rest:.0%} of {unit}: without it {unit} would take about "
             f"{times} ({speedup(g.speedup)}); beyond that the gain lies in the model."
         )
-    removed = "that Python" if d.cause in _OWN else WITHOUT[g.category]
+    removed = _REMOVED.get(d.cause, WITHOUT[g.category])
     return f"Without {removed} {unit} would take about {times} ({speedup(g.speedup)})."
 
 

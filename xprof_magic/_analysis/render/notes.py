@@ -53,12 +53,18 @@ def diagnosis(s: Summary, words: Vocabulary) -> Iterator[Note]:
         yield Note(verdict.level, verdict.headline)
     parts = d.breakdown
     if d.verdict not in ("input", "unknown") and parts.categories:
-        share = parts.share("input", of_steps=bool(parts.steps))
+        of_steps = bool(parts.steps)
+        share = parts.share("input", of_steps)
+        made = parts.made(of_steps) >= 0.5 * parts.seconds("input", of_steps)
+        what = (
+            "is making batches in your own Python and NumPy" if made else "waits for the next batch"
+        )
+        advice = words.advice.fixes.get("making batches" if made else "input", "")
         if MODERATELY_INPUT <= share < HIGHLY_INPUT:
             yield Note(
                 "info",
-                f"Moderately input-bound (XProf: 5% to 20%): {share:.0%} of step time waits "
-                f"for the next batch. {words.advice.fixes.get('input', '')}".rstrip(),
+                f"Moderately input-bound (XProf: 5% to 20%): {share:.0%} of step time {what}. "
+                f"{advice}".rstrip(),
             )
 
 

@@ -1,0 +1,161 @@
+"""Batches made in the user's own Python counted as the input pipeline, and the device's idle
+time said by what the host did meanwhile, on breakdowns and looks written here (no
+framework): the breakdown moves the looks' share of host time to input, the verdict then
+says input with the data path's fix at the line that makes the batches, and every verdict
+where the device idles says why in the profiling guide's terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from tests._said import worded
+from tests.test_gain import _steps
+from xprof_magic._analysis.diagnosis.batches import as_input
+from xprof_magic._analysis.diagnosis.idle import idle_time
+from xprof_magic._analysis.diagnosis.own import Sampled
+from xprof_magic._analysis.diagnosis.verdict import diagnose
+from xprof_magic._analysis.model.diagnosis import Aside, Breakdown
+from xprof_magic._analysis.model.summary import Summary
+from xprof_magic._backends.jax_vocabulary import VOCABULARY as JAX_WORDS
+
+CELL = "\nfor i in range(8):\n    x = augment(raw)\n    W = train(W, x)\n    log(W)\n"
+
+
+def _looks(per_step: list[tuple[int, int, int]]) -> Sampled:
+    """Per step, ``(looks making batches at line 3, own looks at line 5, framework looks
+    at line 4)``; every look the host's and the device idle."""
+    step, own, batch, line = [], [], [], []
+    for at, (made, mine, theirs) in enumerate(per_step):
+        for _ in range(made):
+            step.append(at), own.append(True), batch.append(True), line.append(3)
+        for _ in range(mine):
+            step.append(at), own.append(True), batch.append(False), line.append(5)
+        for _ in range(theirs):
+            step.append(at), own.append(False), batch.append(False), line.append(4)
+    n = len(step)
+    return Sampled(
+        step=np.array(step),
+        host=np.ones(n, bool),
+        own=np.array(own),
+        device=np.zeros(n, bool),
+        line=np.array(line),
+        batch=np.array(batch),
+    )
+
+
+def _diagnosed(parts: Breakdown, looks: Sampled | None) -> Any:
+    s = Summary(run="r", run_dir="/r", cell=CELL, backend="jax")
+    moved = as_input(parts, looks)
+    return worded(replace(s, diagnosis=diagnose(s, JAX_WORDS, moved, looks=looks)))
+
+
+def test_host_time_that_made_batches_moves_to_input_per_step_and_for_the_cell() -> None:
+    parts = _steps({"host": 0.09, "device": 0.01}, busy=0.01, n=4)
+    looks = _looks([(9, 0, 1), (9, 0, 1), (2, 0, 8), (1, 0, 1)])  # the last: too few looks
+    moved = as_input(parts, looks)
+    host, put = parts.categories.index("host"), parts.categories.index("input")
+    assert [round(s.seconds[put], 4) for s in moved.steps] == [0.081, 0.081, 0.018, 0.0591]
+    assert [round(s.made_s, 4) for s in moved.steps] == [0.081, 0.081, 0.018, 0.0591]
+    for before, after in zip(parts.steps, moved.steps, strict=True):
+        assert round(after.seconds[host] + after.seconds[put], 9) == before.seconds[host]
+        assert after.total_s == before.total_s
+    assert moved.made() == sum(s.made_s for s in moved.steps)
+    assert as_input(parts, None) is parts
+    assert as_input(parts, _looks([(0, 3, 7)] * 4)) is parts, "no batches made: unchanged"
+
+
+def test_a_statement_outside_the_steps_that_made_batches_is_input() -> None:
+    parts = Breakdown(
+        categories=_steps({"host": 1.0}).categories,
+        outside=(Aside(0.5, "host", 0.4, path=("batches = [augment(raw) for _ in range(8)]",)),),
+    )
+    looks = Sampled(
+        step=np.full(10, -1),
+        host=np.ones(10, bool),
+        own=np.ones(10, bool),
+        device=np.zeros(10, bool),
+        line=np.full(10, 2),
+        batch=np.array([True] * 8 + [False] * 2),
+    )
+    aside = as_input(parts, looks).outside[0]
+    assert aside.category == "input" and round(aside.held_s, 4) == 0.32
+
+
+def test_batches_made_in_the_step_are_an_input_verdict_with_the_data_paths_fix() -> None:
+    parts = _steps({"host": 0.09, "device": 0.01}, busy=0.01, n=4)
+    d = _diagnosed(parts, _looks([(18, 0, 2)] * 4))
+    assert d.verdict == "input" and d.cause == "making batches"
+    assert d.line == 3 and d.where[-1] == "x = augment(raw)"
+    text = d.headline
+    assert text.startswith("Input-bound"), text
+    assert "idle 90% of each step while the host makes batches in your Python at line 3" in text
+    fix = d.fix
+    assert "vectorize the NumPy" in fix and "would not shorten it" in fix
+
+
+def test_waiting_on_a_loader_keeps_the_loaders_fix_and_is_said_as_such() -> None:
+    parts = _steps({"input": 0.09, "device": 0.01}, busy=0.01, n=4)
+    d = _diagnosed(parts, None)
+    assert d.verdict == "input" and d.cause == ""
+    assert "the host waits on the data iterator" in d.headline
+    assert "vectorize" not in d.fix
+
+
+def test_other_own_python_stays_host_with_its_own_fix_and_the_idle_says_so() -> None:
+    parts = _steps({"host": 0.08, "device": 0.02}, busy=0.02, n=4)
+    d = _diagnosed(parts, _looks([(0, 16, 4)] * 4))
+    assert d.verdict == "host" and d.cause == "own code"
+    text = d.headline
+    assert "idle 80% of each step: while the host runs your Python at line 5 (64%)" in text
+    assert "while the host runs the framework's dispatch and graph building at line 4" in text
+
+
+def test_every_verdict_where_the_device_idles_says_what_the_host_did() -> None:
+    sync = _diagnosed(_steps({"sync": 0.06, "device": 0.04}, busy=0.04, n=4), None)
+    assert sync.verdict == "sync"
+    assert "idle 60% of each step while the host waits on a sync" in sync.headline
+    compiled = _diagnosed(_steps({"compile": 0.07, "device": 0.03}, busy=0.03, n=4), None)
+    assert "idle 70% of each step while the host compiles" in compiled.headline
+    copies = _diagnosed(_steps({"transfer": 0.05, "device": 0.05}, busy=0.05, n=4), None)
+    assert "while data is copied between host and device" in copies.headline
+    device = _diagnosed(_steps({"host": 0.15, "device": 0.85}, busy=0.85, n=4), None)
+    assert device.verdict == "device"
+    assert "the device is idle 15% of each step while the host runs" in device.headline
+    busy = _diagnosed(_steps({"host": 0.05, "device": 0.95}, busy=0.95, n=4), None)
+    assert "idle" not in busy.headline, "under a tenth idle: nothing to say"
+
+
+def test_the_idle_time_is_none_without_time_and_splits_input_from_compiles() -> None:
+    assert idle_time(Breakdown(), None, ()) is None
+    parts = _steps({"input": 0.04, "compile": 0.04, "device": 0.02}, busy=0.02, n=2)
+    idle = idle_time(parts, None, (), cell_line=2)
+    assert idle is not None and idle.share == 0.8
+    assert dict((w, s) for w, s, _ in idle.during) == {"loader": 0.4, "compile": 0.4}
+    assert ("loader", 0.4, 2) in idle.during
+
+
+def test_moderate_input_made_in_the_users_python_is_noted_with_the_data_paths_fix() -> None:
+    from xprof_magic._analysis.render.notes import diagnosis
+
+    parts = _steps({"host": 0.09, "device": 0.01}, busy=0.01, n=4)
+    looks = _looks([(1, 0, 8)] * 4)  # a ninth of the host's time makes batches
+    s = Summary(run="r", run_dir="/r", cell=CELL, backend="jax")
+    d = diagnose(s, JAX_WORDS, as_input(parts, looks), looks=looks)
+    assert d.verdict == "host"
+    notes = [n.text for n in diagnosis(replace(s, diagnosis=d), JAX_WORDS)]
+    said = [n for n in notes if n.startswith("Moderately input-bound")]
+    assert said and "is making batches in your own Python and NumPy" in said[0], notes
+    assert "vectorize the NumPy" in said[0]
+
+
+def test_the_idle_time_is_never_said_as_more_than_the_device_was_idle() -> None:
+    """A chip's own copies count as transfer while the chip is busy: the host's, the
+    syncs' and the transfers' seconds are scaled to the idle time."""
+    parts = _steps({"transfer": 0.5, "device": 0.5}, busy=0.8, n=2)
+    idle = idle_time(parts, None, ())
+    assert idle is not None and idle.share == 0.2
+    assert sum(share for _, share, _ in idle.during) <= idle.share + 1e-9
