@@ -4,10 +4,12 @@
 // not a service worker: xprof_magic/_notebook/route.py.
 window.xprofRoute = (function () {
   var PROBE_MS = 1000, BUSY_MS = 1500, FIND_MS = 3000, HEALTH = '/xprof_magic/health';
-  var holder = window.frameElement, choosing = null, cache = null, blobs = [], waiting = 0;
+  var holder = window.frameElement, choosing = null, cache = null, waiting = 0;
   var current = null;
-  var LOCATION = /\bwindow\.location\??\.(href|origin|search|pathname)\b/g;
-  var SEARCH = /(^|[^.\w$])location\.search\b/g;
+  // The page's own location, read or moved: a stand-in (the page is about:srcdoc).
+  var LOCATION = /(^|[^.\w$])(?:window\.)?location\??\.(href|origin|search|pathname|hash|host)\b/g;
+  var MOVES = /(^|[^.\w$])(?:window\.)?location\.(replace|assign)\(/g;
+  var RELOAD = /(^|[^.\w$])(?:window\.)?location\.reload\(\)/g;
   var REFS = /(<script\b[^>]*\bsrc=|<link\b[^>]*\bhref=)(["'])([^"']+)\2/gi;
   function relay() {
     var box = holder && holder.closest('.xprof-viewer');
@@ -59,7 +61,9 @@ window.xprofRoute = (function () {
     url = collapse(url);
     return url.indexOf(base + '/') === 0 ? url.slice(base.length) : null;
   }
+  var asked = [];
   async function ask(page, path, busy) {
+    asked.push(path.split('?')[0]);
     var kept = page.version && path.indexOf('?') < 0 && /\.(js|css|woff2?|wasm)$/.test(path);
     var key = 'https://xprof-magic.invalid/' + encodeURIComponent(page.version) + path;
     var c = kept ? await store() : null;
@@ -86,7 +90,8 @@ window.xprofRoute = (function () {
     return reply;
   }
   function relocate(text) {
-    return text.replace(LOCATION, '__xprofLoc.$1').replace(SEARCH, '$1__xprofLoc.search');
+    return text.replace(MOVES, '$1__xprofGo(').replace(RELOAD, '$1__xprofGo(__xprofLoc.href)')
+      .replace(LOCATION, '$1__xprofLoc.$2');
   }
   // The page at `target` (a URL of the viewer's, as the port route would open it) written
   // into `inner`: its scripts and style sheets as blob: URLs, its requests to the viewer
@@ -110,8 +115,8 @@ window.xprofRoute = (function () {
         ? new Blob([relocate(await one.text())], {type: 'text/javascript'}) : await one.blob();
       made[ref] = URL.createObjectURL(blob);
     }));
-    blobs.forEach(function (b) { URL.revokeObjectURL(b); });
-    blobs = Object.keys(made).map(function (k) { return made[k]; });
+    (inner.xprofBlobs || []).forEach(function (b) { URL.revokeObjectURL(b); });
+    inner.xprofBlobs = Object.keys(made).map(function (k) { return made[k]; });
     html = html.replace(REFS, function (all, head, q, ref) {
       return made[ref] ? head + q + made[ref] + q : all;
     });
@@ -123,12 +128,24 @@ window.xprofRoute = (function () {
   }
   // Runs first in the page written through the kernel: its URL, and its requests.
   var SHIM = '(' + function (PAGE, BASE) {
-    var parentRoute = window.parent.xprofRoute;
+    var parentRoute = window.parent.xprofRoute || window.parent.__xprofRoute;
+    window.__xprofRoute = parentRoute;
     window.__xprofLoc = new URL(PAGE);
     function mine(url) {
       try { return parentRoute.within(new URL(String(url), PAGE).href, BASE); } catch (e) { return null; }
     }
     function asked(path) { return parentRoute.asked(path); }
+    // The page moves (XProf's "preparing" page reloads into the timeline), or opens a frame
+    // of its own on the viewer (its preview, the graph viewer's): through the kernel too.
+    window.__xprofGo = function (url) { parentRoute.open(window.frameElement, new URL(String(url), PAGE).href); };
+    var src = Object.getOwnPropertyDescriptor(HTMLIFrameElement.prototype, 'src');
+    Object.defineProperty(HTMLIFrameElement.prototype, 'src', {
+      configurable: true, enumerable: true, get: src.get,
+      set: function (v) {
+        if (mine(v) === null) src.set.call(this, v);
+        else parentRoute.open(this, new URL(String(v), PAGE).href);
+      },
+    });
     var nativeFetch = window.fetch;
     window.fetch = function (input, init) {
       var url = typeof input === 'string' || input instanceof URL ? input : input.url;
@@ -140,19 +157,27 @@ window.xprofRoute = (function () {
     function KernelXHR() {
       this.readyState = 0; this.status = 0; this.statusText = ''; this.responseType = '';
       this.response = null; this.responseText = ''; this.responseURL = ''; this.timeout = 0;
-      this.withCredentials = false; this.upload = new EventTarget(); this._events = new EventTarget();
-      this._headers = null; this._path = null;
+      this.withCredentials = false; this.upload = {addEventListener: function () {}};
+      this._on = {}; this._headers = null; this._path = null;
     }
     KernelXHR.UNSENT = 0; KernelXHR.OPENED = 1; KernelXHR.HEADERS_RECEIVED = 2;
     KernelXHR.LOADING = 3; KernelXHR.DONE = 4;
-    KernelXHR.prototype.addEventListener = function (t, f, o) { this._events.addEventListener(t, f, o); };
-    KernelXHR.prototype.removeEventListener = function (t, f, o) { this._events.removeEventListener(t, f, o); };
+    // Plain listener lists and event objects: the page's Web Components polyfill replaces
+    // EventTarget and Event with wrappers that take no object of ours.
+    KernelXHR.prototype.addEventListener = function (t, f) {
+      (this._on[t] = this._on[t] || []).push(f);
+    };
+    KernelXHR.prototype.removeEventListener = function (t, f) {
+      this._on[t] = (this._on[t] || []).filter(function (g) { return g !== f; });
+    };
     KernelXHR.prototype._fire = function (type, loaded) {
-      var e = type === 'readystatechange' ? new Event(type)
-        : new ProgressEvent(type, {lengthComputable: !!loaded, loaded: loaded || 0, total: loaded || 0});
-      this._events.dispatchEvent(e);
-      var own = this['on' + type];
-      if (typeof own === 'function') own.call(this, e);
+      var self = this, e = {type: type, target: self, currentTarget: self,
+        lengthComputable: !!loaded, loaded: loaded || 0, total: loaded || 0};
+      (self._on[type] || []).slice().forEach(function (f) {
+        if (typeof f === 'function') f.call(self, e); else if (f) f.handleEvent(e);
+      });
+      var own = self['on' + type];
+      if (typeof own === 'function') own.call(self, e);
     };
     KernelXHR.prototype._state = function (s) { this.readyState = s; this._fire('readystatechange'); };
     KernelXHR.prototype.open = function (method, url) {
@@ -200,8 +225,14 @@ window.xprofRoute = (function () {
     };
     window.XMLHttpRequest = KernelXHR;
   }.toString() + ')(__PAGE__, __BASE__);';
-  function asked(path) {
+  function byPage(path) {
     return current ? ask(current.page, path, current.busy) : Promise.reject(new Error('no page'));
   }
-  return {choose: choose, load: load, asked: asked, within: within};
+  function open(frame, url) {
+    if (current) load(frame, current.page, url, current.busy).catch(function (e) {
+      console.error('xprof_magic: through the kernel', url, e);
+    });
+  }
+  // `asked`: the paths asked through the kernel, in order (what a test can read).
+  return {choose: choose, load: load, asked: byPage, within: within, open: open, log: asked};
 })();

@@ -1,0 +1,226 @@
+"""Acceptance: the viewer under the cell through the kernel, in a real JupyterLab 4 and a
+real Chromium that reaches the notebook server and nothing else.
+
+Chromium's own request routing (Playwright's) refuses every request to any loopback port but
+the notebook server's, as a browser on a laptop sees a remote kernel's machine (VS Code over
+Remote-SSH, an SSH-tunnelled JupyterLab, Kaggle): the widget must find that out by itself
+and show the trace viewer through widget messages; its runs dropdown switches in place; a
+tool that needs the port says so in one line; no frame is ever the browser's error page.
+The same notebook with the port reachable still takes the port. A cell that keeps the
+kernel busy shows the waiting line, then the viewer without a click.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests._browser import (
+    LAB,
+    JupyterLab,
+    NotebookPage,
+    launch_chromium,
+    offline,
+    select_run,
+    shown_text,
+    shut_down,
+    start_jupyterlab,
+    write_notebook,
+)
+from xprof_magic._notebook.route import ROUTE_LINES
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
+
+RUN_TIMEOUT_S = 300.0
+LOAD_TIMEOUT_S = 120.0
+LOOPBACK = re.compile(r"^(?:https?|wss?)://(?:127\.0\.0\.1|localhost|\[::1\])(?::(\d+))?/")
+
+SETUP = "%load_ext xprof_magic\nimport jax, jax.numpy as jnp"
+
+
+def capture(name: str, label: str) -> str:
+    return (
+        f"%%xprof --name {name}\n"
+        "w = jnp.ones((64, 64))\n"
+        f"# xprof: {label}\n"
+        "w = jax.jit(lambda w: w @ w * 0.5)(w)\n"
+        "float(w.sum())"
+    )
+
+
+# The trace viewer's model holds an event of this title (the cell's label), once loaded.
+_HAS_EVENT = """(title) => {
+  const el = document.querySelector('tf-trace-viewer');
+  const model = el && el._traceViewer && el._traceViewer.model;
+  if (!model || el._isLoading) return false;
+  for (const t of model.getAllThreads())
+    for (const s of t.sliceGroup.slices) if (s.title === title) return true;
+  return false;
+}"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
+    home = tmp_path_factory.mktemp("jupyterlab")
+    server = start_jupyterlab(home)
+    try:
+        yield server
+    finally:
+        shut_down(server, home)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with launch_chromium(tmp_path_factory.mktemp("chromium-home")) as launched:
+        yield launched
+
+
+def only_the_notebook_server(context: Any, lab: JupyterLab, refused: list[str]) -> None:
+    """Abort every request to a loopback port other than the notebook server's (and, as
+    :func:`offline`, every one leaving the machine); ``refused`` collects them."""
+
+    def other_port(url: str) -> bool:
+        found = LOOPBACK.match(url)
+        return bool(found) and int(found.group(1) or 80) != lab.port
+
+    def abort(route: Any) -> None:
+        refused.append(route.request.url)
+        route.abort()
+
+    context.route(other_port, abort)
+
+
+def wrapper_route(widget: Any) -> str:
+    """The route the widget's wrapper frame chose (``data-route`` of its body)."""
+    body = widget.frame_locator("iframe.xprof-outer").locator("body")
+    found: str | None = body.get_attribute("data-route", timeout=10_000)
+    return found or ""
+
+
+def has_event(notebook: NotebookPage, widget: Any, title: str) -> bool:
+    from playwright.sync_api import Error
+
+    frame = notebook.xprof_frame(widget)
+    if frame is None:
+        return False
+    try:
+        return bool(frame.evaluate(_HAS_EVENT, title))
+    except Error:
+        return False
+
+
+def story(notebook: NotebookPage, widget: Any) -> str:
+    """What the wrapper says and what its inner frame holds, for a failure."""
+    wrapped = widget.frame_locator("iframe.xprof-outer")
+    frame = notebook.xprof_frame(widget)
+    inner = ""
+    with contextlib.suppress(Exception):
+        inner = frame.evaluate(_INNER)
+    lines = [shown_text(wrapped.locator(c)) for c in (".xprof-empty", ".xprof-route-busy")]
+    return f"lines {lines}; inner {inner!r}; console {notebook.console[-8:]}"
+
+
+_INNER = """() => {
+  const el = document.querySelector('tf-trace-viewer');
+  return JSON.stringify({scripts: Array.from(document.scripts).map(s => s.src.slice(0, 40)),
+    viewer: !!el, tv: !!(el && el._traceViewer), loading: el && el._isLoading,
+    threads: el && el._traceViewer && el._traceViewer.model ?
+      el._traceViewer.model.getAllThreads().map(t => t.name + ':' + t.sliceGroup.slices.length) : null,
+    asked: parent.xprofRoute ? parent.xprofRoute.log : null,
+    errors: window.__errs || [], title: document.title});
+}"""
+RECORD_ERRORS = """window.__errs = [];
+addEventListener('error', e => window.__errs.push(String(e.message) + ' ' + e.filename + ':' + e.lineno));
+addEventListener('unhandledrejection', e => window.__errs.push('rejection ' + String(e.reason)));"""
+
+
+def error_pages(page: Any) -> list[str]:
+    return [f.url for f in page.frames if f.url.startswith("chrome-error:")]
+
+
+def open_notebook(
+    lab: JupyterLab, browser: Any, name: str, cells: list[str], blocked: bool
+) -> tuple[Any, NotebookPage, list[str]]:
+    write_notebook(lab.root / name, cells)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    offline(context)
+    context.add_init_script(RECORD_ERRORS)
+    refused: list[str] = []
+    if blocked:
+        only_the_notebook_server(context, lab, refused)
+    notebook = NotebookPage(context.new_page(), lab, name, LAB, workspace=name.split(".")[0])
+    notebook.open(LOAD_TIMEOUT_S)
+    return context, notebook, refused
+
+
+def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any) -> None:
+    cells = [SETUP, capture("kr-train", "update"), capture("kr-eval", "evaluate")]
+    context, notebook, refused = open_notebook(lab, browser, "kernel.ipynb", cells, True)
+    try:
+        notebook.run_all(count=3, timeout=RUN_TIMEOUT_S)
+        outputs = notebook.outputs()
+        assert "Traceback" not in outputs, outputs
+        first = notebook.widgets.first
+        notebook.wait(lambda: wrapper_route(first) == "kernel", "the kernel route", 30)
+        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait(
+            lambda: has_event(notebook, first, "update"),
+            lambda: f"the trace viewer with 'update'; {story(notebook, first)}",
+            LOAD_TIMEOUT_S,
+        )
+        frame = notebook.xprof_frame(first)
+        assert frame.url == "about:srcdoc", frame.url
+        notebook.screenshot("kernel-route-trace-viewer", first)
+
+        # The runs dropdown switches the same frame to the other run.
+        select_run(first, "kr-eval")
+        notebook.wait(
+            lambda: has_event(notebook, first, "evaluate"),
+            "the other run's trace viewer with 'evaluate'",
+            LOAD_TIMEOUT_S,
+        )
+        assert notebook.xprof_frame(first) == frame, "a new frame replaced the XProf frame"
+
+        # A tool of XProf's Angular app says, in one line, that it needs the port.
+        first.locator(".xprof-tools select").select_option(label="Overview")
+        line = first.frame_locator("iframe.xprof-outer").locator(".xprof-empty")
+        port_only = ROUTE_LINES["port_only"].split("{port}")[0].replace("{name}", "")
+        notebook.wait(lambda: port_only in shown_text(line), "the port-only line", 30)
+
+        # Nothing reached the viewer's port but the probes; no error page anywhere.
+        ports = {urlsplit(u).port for u in refused}
+        assert len(ports) == 1 and lab.port not in ports, refused
+        assert all(urlsplit(u).path.endswith("/xprof_magic/health") for u in refused), refused
+        assert error_pages(notebook.page) == []
+    except BaseException:
+        with contextlib.suppress(Exception):
+            notebook.screenshot("kernel-route-failure")
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+def test_the_port_is_still_taken_where_it_answers(lab: JupyterLab, browser: Any) -> None:
+    cells = [SETUP, capture("port-train", "update")]
+    context, notebook, _ = open_notebook(lab, browser, "port.ipynb", cells, False)
+    try:
+        notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
+        first = notebook.widgets.first
+        notebook.wait(lambda: wrapper_route(first) == "direct", "the port route", 30)
+        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait(lambda: has_event(notebook, first, "update"), "the trace viewer", 120)
+        url = urlsplit(notebook.xprof_frame(first).url)
+        assert url.hostname == "127.0.0.1" and url.port not in (None, lab.port), url
+    except BaseException:
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
