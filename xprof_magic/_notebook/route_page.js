@@ -63,12 +63,12 @@ window.xprofRoute = (function () {
   }
   var asked = [];
   async function ask(page, path, busy) {
-    asked.push(path.split('?')[0]);
     var kept = page.version && path.indexOf('?') < 0 && /\.(js|css|woff2?|wasm)$/.test(path);
     var key = 'https://xprof-magic.invalid/' + encodeURIComponent(page.version) + path;
     var c = kept ? await store() : null;
     var hit = c ? await c.match(key) : null;
     if (hit) return hit;
+    asked.push(path.split('?')[0]);
     var r = relay();
     if (!r) throw new Error('the kernel route is gone');
     var taken = false;
@@ -233,6 +233,6 @@ window.xprofRoute = (function () {
       console.error('xprof_magic: through the kernel', url, e);
     });
   }
-  // `asked`: the paths asked through the kernel, in order (what a test can read).
+  // `log`: the paths asked of the kernel (not the browser's cache), in order, for tests.
   return {choose: choose, load: load, asked: byPage, within: within, open: open, log: asked};
 })();
