@@ -265,3 +265,47 @@ def test_a_busy_kernel_says_so_then_shows_the_viewer(lab: JupyterLab, browser: A
     finally:
         context.close()
         lab.shutdown_kernels()
+
+
+def test_the_kernel_route_can_be_forced(lab: JupyterLab, browser: Any) -> None:
+    """``XPROF_MAGIC_PROXY_URL=kernel`` takes the kernel route though the port answers."""
+    force = "import os\nos.environ['XPROF_MAGIC_PROXY_URL'] = 'kernel'"
+    cells = [SETUP + "\n" + force, capture("forced-train", "update")]
+    context, notebook, _ = open_notebook(lab, browser, "forced.ipynb", cells, False)
+    try:
+        notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
+        first = notebook.widgets.first
+        notebook.wait(lambda: wrapper_route(first) == "kernel", "the forced kernel route", 30)
+        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait(lambda: has_event(notebook, first, "update"), "the trace viewer", 120)
+        assert notebook.xprof_frame(first).url == "about:srcdoc"
+    except BaseException:
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+def test_no_route_is_one_line_not_an_error_page(lab: JupyterLab, browser: Any) -> None:
+    """The port refused and no kernel route (anywidget missing, as made here): the frame is
+    the one line saying what was tried and what to do, never the browser's error page."""
+    without = "import xprof_magic._notebook.route as r\nr._widget_class = lambda: None"
+    cells = [SETUP + "\n" + without, capture("none-train", "update")]
+    context, notebook, _ = open_notebook(lab, browser, "none.ipynb", cells, True)
+    try:
+        notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
+        first = notebook.widgets.first
+        notebook.wait(lambda: wrapper_route(first) == "none", "no route", 30)
+        line = first.frame_locator("iframe.xprof-outer").locator(".xprof-empty")
+        said = ROUTE_LINES["none"].split("{port}")[0]
+        notebook.wait(lambda: said in shown_text(line), "the line saying what was tried", 30)
+        assert "pip install anywidget" in shown_text(line)
+        assert error_pages(notebook.page) == []
+        notebook.screenshot("kernel-route-none", first)
+    except BaseException:
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
