@@ -20,6 +20,7 @@ i.e. event slices are drawn. From first byte back to sent is XProf's time on the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -69,12 +70,15 @@ def _one_view(page: Any, seen: set[Any], reps_label: str, kernel: bool = False) 
         page.wait_for_timeout(seconds * 1000)
 
     def new_frame() -> Any:
+        from playwright.sync_api import Error
+
         for frame in page.frames:
             if frame in seen or frame.is_detached():
                 continue
             if kernel and frame.name.startswith("xprof-") and frame.url == "about:srcdoc":
-                if frame.evaluate("window.__firstPaint ? 1 : 0"):
-                    return frame
+                with contextlib.suppress(Error):
+                    if frame.evaluate("window.__firstPaint ? 1 : 0"):
+                        return frame
             elif "trace_viewer_index.html" in frame.url:
                 return frame
         return None
@@ -84,7 +88,12 @@ def _one_view(page: Any, seen: set[Any], reps_label: str, kernel: bool = False) 
     cell.locator("iframe.xprof-outer").scroll_into_view_if_needed()
 
     def painted() -> Any:
-        found = frame.evaluate("window.__firstPaint || null")
+        from playwright.sync_api import Error
+
+        try:  # the page said while a cold run is prepared reloads into XProf's
+            found = frame.evaluate("window.__firstPaint || null")
+        except Error:
+            return None
         return found if found and found["paint"] else None
 
     def state() -> str:

@@ -175,6 +175,8 @@ def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any
         )
         frame = notebook.xprof_frame(first)
         assert frame.url == "about:srcdoc", frame.url
+        # "open in new tab" would open the port this browser cannot reach.
+        assert not first.locator("a.xprof-open").is_visible()
         notebook.screenshot("kernel-route-trace-viewer", first)
 
         # The runs dropdown switches the same frame to the other run.
@@ -225,6 +227,7 @@ def test_the_port_is_still_taken_where_it_answers(lab: JupyterLab, browser: Any)
         notebook.wait(lambda: wrapper_route(first) == "direct", "the port route", 30)
         first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
         notebook.wait(lambda: has_event(notebook, first, "update"), "the trace viewer", 120)
+        assert first.locator("a.xprof-open").is_visible()
         url = urlsplit(notebook.xprof_frame(first).url)
         assert url.hostname == "127.0.0.1" and url.port not in (None, lab.port), url
     except BaseException:

@@ -182,7 +182,7 @@ _WRAPPER_JS = """(function () {
     under.hidden = !(page.under && !instead);
     under.textContent = instead ? '' : page.under || '';
     if (page.v2) v2.href = page.v2;
-    v2.hidden = !(page.v2 && gpu);
+    v2.hidden = !(page.v2 && gpu && body.dataset.route === 'direct');
     inner.hidden = !!instead;
     empty.hidden = !instead;
     empty.textContent = instead;
@@ -220,6 +220,9 @@ _WRAPPER_JS = """(function () {
     }
     xprofRoute.choose(page).then(function (route) {
       body.dataset.route = route;
+      // A link to the port is no use where the browser cannot reach it.
+      var link = box && box.querySelector('.xprof-link');
+      if (link) link.style.visibility = route === 'direct' ? '' : 'hidden';
       if (shown !== target) return;
       if (route === 'direct') {
         if (inner.hasAttribute('srcdoc')) { inner.removeAttribute('srcdoc'); inner.src = target; }
