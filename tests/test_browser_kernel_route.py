@@ -32,7 +32,7 @@ from tests._browser import (
     start_jupyterlab,
     write_notebook,
 )
-from xprof_magic._notebook.route import ROUTE_LINES
+from xprof_magic._viewer.tools import ROUTE_LINES
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 

@@ -13,9 +13,17 @@ from typing import Any
 import pytest
 
 from tests.test_viewer_server import RUN, captures, logdir, viewer, viewer_dir
-from xprof_magic._notebook.route import ANSWER, ASK, forced_route, serve
 from xprof_magic._viewer.process.client import Viewer, proxy_template
-from xprof_magic._viewer.process.route import CHUNK, Head, answer, route_refusal
+from xprof_magic._viewer.process.route import (
+    ANSWER,
+    ASK,
+    CHUNK,
+    Head,
+    answer,
+    forced_route,
+    route_refusal,
+    serve,
+)
 
 __all__ = ["captures", "logdir", "viewer", "viewer_dir"]
 

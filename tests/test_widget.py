@@ -19,11 +19,11 @@ import xprof_magic
 from xprof_magic import _analysis, _viewer
 from xprof_magic._notebook import context as _context
 from xprof_magic._notebook import frame as _frame
-from xprof_magic._notebook import route as _route
 from xprof_magic._notebook import widget as _widget
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer import survey as _survey
 from xprof_magic._viewer import tools as _tools
+from xprof_magic._viewer.process import route as _route
 
 
 class Frames(HTMLParser):

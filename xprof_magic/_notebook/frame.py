@@ -25,12 +25,13 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from xprof_magic._notebook.route import PAGE_JS, ROUTE_LINES
 from xprof_magic._viewer.app.inline import BUSY_MESSAGE
+from xprof_magic._viewer.process.route import PAGE_JS
 from xprof_magic._viewer.tools import (
     BUSY_S,
     CHARTS_NOTE,
     CHARTS_URL,
+    ROUTE_LINES,
     notes,
 )
 

@@ -6,16 +6,16 @@ Jupyter server's proxy of it). Where the browser cannot reach that port (VS Code
 Remote-SSH, Colab in VS Code, Kaggle, Positron, a JupyterLab through an SSH tunnel) the one
 channel every front carries is the kernel's own: widget messages. :func:`route_widget`
 makes an invisible anywidget (``route_widget.js``) that answers, through ipywidgets' custom
-messages, the requests of the widget's wrapper frame (``route_page.js``); the kernel
-forwards each to its loopback viewer (:func:`xprof_magic._viewer.process.route.answer`: the
-same guard, secret and refusals) from a thread of its own, and sends the reply back in
+messages, the requests of the widget's wrapper frame (``_viewer/process/route_page.js``); the
+kernel forwards each to its loopback viewer (:func:`xprof_magic._viewer.process.route.serve`:
+the same guard, secret and refusals) from a thread of its own, and sends the reply back in
 chunks, each a binary buffer.
 
 The route is chosen in the browser, per widget (``route_page.js``): the viewer's port where
 a request to its health route answers within a second, else the kernel route, else one line
 saying what was tried. ``XPROF_MAGIC_PROXY_URL`` still forces a route: a proxy template
 forces that proxy (:mod:`.context`), ``kernel`` forces the kernel route
-(:func:`forced_route`).
+(:func:`~xprof_magic._viewer.process.route.forced_route`).
 
 How the page is shown through the kernel, and why that way: the wrapper asks the kernel for
 the page, its scripts and style sheets, makes each file a ``blob:`` URL of the notebook's
@@ -40,95 +40,17 @@ when a request has not been taken within 1.5 s, and the page continues when it i
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
-import os
 import threading
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from xprof_magic._viewer.process.client import KERNEL_ROUTE, PROXY_ENV, Viewer, proxy_template
-from xprof_magic._viewer.process.route import Head, answer
+from xprof_magic._viewer.process.client import Viewer
+from xprof_magic._viewer.process.route import serve
 
-__all__ = [
-    "ANSWER",
-    "ASK",
-    "PAGE_JS",
-    "ROUTE_LINES",
-    "RouteChoice",
-    "forced_route",
-    "route_widget",
-    "serve",
-    "xprof_version",
-]
+__all__ = ["route_widget"]
 
-ASK = "xprof-ask"
-ANSWER = "xprof-answer"
-RouteChoice = Literal["auto", "direct", "kernel"]
-ROUTE_LINES = {
-    "busy": "The kernel is running a cell: the viewer continues here when the cell ends.",
-    "port_only": (
-        "{name} opens only on the viewer's port {port}, which this browser cannot reach; "
-        "the trace viewer shows here through the kernel. Forward port {port} to this browser "
-        "(e.g. VS Code's Ports view, or ssh -L {port}:127.0.0.1:{port}) to see {name}."
-    ),
-    "none": (
-        "XProf cannot show here: this browser did not reach the viewer's port {port} within "
-        "1 s, and the kernel route is missing (it needs anywidget in the kernel: pip install "
-        "anywidget, then run the cell again). Or forward port {port} to this browser, or set "
-        "XPROF_MAGIC_PROXY_URL to a proxy that reaches it."
-    ),
-    "failed": (
-        "The viewer's page did not come through the kernel ({error}). Run the cell again; "
-        "or forward port {port} to this browser."
-    ),
-}
-"""The frame's lines about the route (``{name}``: the tool; ``{port}``: the viewer's)."""
 _HERE = Path(__file__).resolve().parent
-PAGE_JS = (_HERE / "route_page.js").read_text(encoding="utf-8")
-"""The wrapper frame's side: the route chosen, and pages loaded through the kernel."""
-
-
-def forced_route(environ: Mapping[str, str] | None = None) -> RouteChoice:
-    """The route the user's settings force: ``kernel`` for ``XPROF_MAGIC_PROXY_URL=kernel``,
-    ``direct`` for a proxy template (``XPROF_MAGIC_PROXY_URL``, ``TENSORBOARD_PROXY_URL``),
-    else ``auto``: the browser chooses."""
-    environ = os.environ if environ is None else environ
-    if environ.get(PROXY_ENV, "").strip().lower() == KERNEL_ROUTE:
-        return "kernel"
-    return "direct" if proxy_template(environ) else "auto"
-
-
-@functools.cache
-def xprof_version() -> str:
-    """XProf's version: the key its static files are cached under in the browser."""
-    try:
-        return importlib.metadata.version("xprof")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
-Send = Callable[[dict[str, Any], list[bytes]], None]
-
-
-def serve(viewer: Viewer, content: Any, send: Send) -> None:
-    """Answer one request of the browser's (``content``, a custom message) with ``send``:
-    ``taken`` at once, then the reply's head and body chunks as they are read, then
-    ``last``. Anything else than a request is ignored."""
-    if not isinstance(content, dict) or content.get("type") != ASK:
-        return
-    ident, path = content.get("id"), content.get("path")
-    send({"type": ANSWER, "id": ident, "taken": True}, [])
-    try:
-        for part in answer(viewer, path if isinstance(path, str) else ""):
-            if isinstance(part, Head):
-                head = {"status": part.status, "reason": part.reason, "headers": part.headers}
-                send({"type": ANSWER, "id": ident, "head": head}, [])
-            else:
-                send({"type": ANSWER, "id": ident}, [part])
-    finally:
-        send({"type": ANSWER, "id": ident, "last": True}, [])
 
 
 @functools.cache

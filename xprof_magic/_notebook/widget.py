@@ -29,11 +29,12 @@ from xprof_magic._backends.registry import DEFAULT_HEIGHT
 from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._notebook.frame import Areas, Frame, Page
-from xprof_magic._notebook.route import forced_route, route_widget, xprof_version
+from xprof_magic._notebook.route import route_widget
 from xprof_magic._notebook.summary_panel import SummaryPanel
 from xprof_magic._notebook.tools import ToolAnswer, ToolQuestions
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer.process.client import TRACE_VIEWER_TOOL, Viewer
+from xprof_magic._viewer.process.route import forced_route, xprof_version
 from xprof_magic._viewer.survey import Survey, survey_tools
 from xprof_magic._viewer.tools import (
     ToolLister,

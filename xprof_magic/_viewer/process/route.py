@@ -11,21 +11,51 @@ are the viewer's, never the browser's to choose, and a path outside the viewer's
 is refused here before any connection (:func:`route_refusal`).
 
 A reply is read and handed on in chunks of :data:`CHUNK` bytes (:func:`answer`): the kernel
-holds one chunk of a reply at a time, never a whole trace. Standard library only.
+holds one chunk of a reply at a time, never a whole trace. :func:`serve` turns one request
+of a widget's (a custom message) into its answer's messages, for both fronts' widgets; the
+browser's side, which both fronts' frames load, is ``route_page.js`` (:data:`PAGE_JS`).
+Standard library only.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import importlib.metadata
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
 from xprof_magic._viewer.app.graph import GRAPH_ROUTE
 from xprof_magic._viewer.app.guard import HEALTH_ROUTE, PROFILE_ROUTE
-from xprof_magic._viewer.process.client import Viewer
+from xprof_magic._viewer.process.client import KERNEL_ROUTE, PROXY_ENV, Viewer, proxy_template
 
-__all__ = ["CHUNK", "MAX_PATH", "ROUTES", "Head", "answer", "route_refusal"]
+__all__ = [
+    "ANSWER",
+    "ASK",
+    "CHUNK",
+    "MAX_PATH",
+    "PAGE_JS",
+    "ROUTES",
+    "Head",
+    "RouteChoice",
+    "Send",
+    "answer",
+    "forced_route",
+    "route_refusal",
+    "serve",
+    "xprof_version",
+]
+
+RouteChoice = Literal["auto", "direct", "kernel"]
+
+ASK = "xprof-ask"
+ANSWER = "xprof-answer"
+PAGE_JS = (Path(__file__).resolve().parent / "route_page.js").read_text(encoding="utf-8")
+"""The frame's side: the route chosen in the browser, and pages loaded through the kernel."""
 
 CHUNK = 1 << 20
 """The most bytes of a reply one widget message carries (and the kernel holds at a time)."""
@@ -96,3 +126,44 @@ def _said(status: int, reason: str, text: str) -> Iterator[Head | bytes]:
     body = text.encode()
     yield Head(status, reason, {"content-type": "text/plain; charset=utf-8"})
     yield body
+
+
+Send = Callable[[dict[str, Any], list[bytes]], None]
+
+
+def serve(viewer: Viewer, content: Any, send: Send) -> None:
+    """Answer one request of the browser's (``content``, a custom message) with ``send``:
+    ``taken`` at once, then the reply's head and body chunks as they are read, then
+    ``last``. Anything else than a request is ignored."""
+    if not isinstance(content, dict) or content.get("type") != ASK:
+        return
+    ident, path = content.get("id"), content.get("path")
+    send({"type": ANSWER, "id": ident, "taken": True}, [])
+    try:
+        for part in answer(viewer, path if isinstance(path, str) else ""):
+            if isinstance(part, Head):
+                head = {"status": part.status, "reason": part.reason, "headers": part.headers}
+                send({"type": ANSWER, "id": ident, "head": head}, [])
+            else:
+                send({"type": ANSWER, "id": ident}, [part])
+    finally:
+        send({"type": ANSWER, "id": ident, "last": True}, [])
+
+
+def forced_route(environ: Mapping[str, str] | None = None) -> RouteChoice:
+    """The route the user's settings force: ``kernel`` for ``XPROF_MAGIC_PROXY_URL=kernel``,
+    ``direct`` for a proxy template (``XPROF_MAGIC_PROXY_URL``, ``TENSORBOARD_PROXY_URL``),
+    else ``auto``: the browser chooses."""
+    environ = os.environ if environ is None else environ
+    if environ.get(PROXY_ENV, "").strip().lower() == KERNEL_ROUTE:
+        return "kernel"
+    return "direct" if proxy_template(environ) else "auto"
+
+
+@functools.cache
+def xprof_version() -> str:
+    """XProf's version: the key its static files are cached under in the browser."""
+    try:
+        return importlib.metadata.version("xprof")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
