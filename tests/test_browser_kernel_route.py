@@ -30,6 +30,7 @@ from tests._browser import (
     shown_text,
     shut_down,
     start_jupyterlab,
+    wait_until,
     write_notebook,
 )
 from xprof_magic._viewer.tools import ROUTE_LINES
@@ -80,13 +81,13 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield launched
 
 
-def only_the_notebook_server(context: Any, lab: JupyterLab, refused: list[str]) -> None:
+def only_the_notebook_server(context: Any, port: int, refused: list[str]) -> None:
     """Abort every request to a loopback port other than the notebook server's (and, as
     :func:`offline`, every one leaving the machine); ``refused`` collects them."""
 
     def other_port(url: str) -> bool:
         found = LOOPBACK.match(url)
-        return bool(found) and int(found.group(1) or 80) != lab.port
+        return bool(found) and int(found.group(1) or 80) != port
 
     def abort(route: Any) -> None:
         refused.append(route.request.url)
@@ -152,7 +153,7 @@ def open_notebook(
     context.add_init_script(RECORD_ERRORS)
     refused: list[str] = []
     if blocked:
-        only_the_notebook_server(context, lab, refused)
+        only_the_notebook_server(context, lab.port, refused)
     notebook = NotebookPage(context.new_page(), lab, name, LAB, workspace=name.split(".")[0])
     notebook.open(LOAD_TIMEOUT_S)
     return context, notebook, refused
@@ -312,3 +313,89 @@ def test_no_route_is_one_line_not_an_error_page(lab: JupyterLab, browser: Any) -
     finally:
         context.close()
         lab.shutdown_kernels()
+
+
+MARIMO_CELLS = [
+    """
+import os
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+import jax
+import jax.numpy as jnp
+import xprof_magic
+""",
+    """
+@xprof_magic.profile(name="marimo-kernel")
+def jax_train():
+    w = jnp.ones((64, 64))
+    # xprof: update
+    w = jax.jit(lambda w: w @ w * 0.5)(w)
+    return float(w.sum())
+
+value = jax_train()
+jax_train.run
+""",
+]
+
+
+def test_the_marimo_view_takes_the_kernel_route(
+    browser: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """marimo's view (an anywidget: ``model.send``) shows the trace viewer through the
+    kernel when only marimo's own port is reachable."""
+    from tests._browser import leftover_processes, machine_environment, stop_viewers
+    from tests._marimo import start_marimo, write_marimo_notebook
+
+    home = tmp_path_factory.mktemp("marimo-kernel")
+    (home / "app").mkdir()
+    notebook = home / "app" / "kernel.py"
+    write_marimo_notebook(notebook, MARIMO_CELLS)
+    env = {
+        **machine_environment(),
+        "XPROF_MAGIC_NO_SERVER": "1",
+        "XPROF_MAGIC_VIEWER_DIR": str(home / "viewers"),
+        "XPROF_MAGIC_LOGDIR": str(home / "logs"),
+    }
+    server = start_marimo(notebook, home, env)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    offline(context)
+    context.add_init_script(RECORD_ERRORS)
+    refused: list[str] = []
+    only_the_notebook_server(context, server.port, refused)
+    page = context.new_page()
+    try:
+        page.goto(server.url, timeout=LOAD_TIMEOUT_S * 1000)
+        view = page.locator(".xprof-view").first
+        view.wait_for(timeout=RUN_TIMEOUT_S * 1000)
+        body = view.frame_locator("iframe.xprof-outer").locator("body")
+
+        def routed() -> bool:
+            return body.get_attribute("data-route", timeout=10_000) == "kernel"
+
+        def wait(check: Any, what: str, timeout: float) -> None:
+            wait_until(check, timeout, what, lambda s: page.wait_for_timeout(s * 1000))
+
+        wait(routed, "the kernel route in marimo's view", 60)
+        view.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+
+        def has() -> bool:
+            from playwright.sync_api import Error
+
+            for frame in page.frames:
+                if frame.name.startswith("xprof-") and frame.url == "about:srcdoc":
+                    with contextlib.suppress(Error):
+                        if frame.evaluate(_HAS_EVENT, "update"):
+                            return True
+            return False
+
+        wait(has, "the trace viewer with 'update' through the kernel in marimo", LOAD_TIMEOUT_S)
+        assert all(urlsplit(u).path.endswith("/xprof_magic/health") for u in refused), refused
+        assert error_pages(page) == []
+    except BaseException:
+        print(server.log_tail())
+        raise
+    finally:
+        context.close()
+        server.stop()
+        stop_viewers(env)
+        left = leftover_processes(home)
+        assert not left, left

@@ -45,6 +45,7 @@ __all__ = [
     "Send",
     "answer",
     "forced_route",
+    "route_notes",
     "route_refusal",
     "serve",
     "xprof_version",
@@ -167,3 +168,16 @@ def xprof_version() -> str:
         return importlib.metadata.version("xprof")
     except importlib.metadata.PackageNotFoundError:
         return ""
+
+
+def route_notes(viewer: Viewer, where: tuple[str, str]) -> dict[str, Any]:
+    """What a front's frame needs for the route from the browser to ``viewer``: its root as
+    the browser sees it (``where``: ``(origin, prefix)``), the route a setting forces, XProf's
+    version (the browser's cache key) and the frame's code (:data:`PAGE_JS`)."""
+    origin, prefix = where
+    return {
+        "base": origin + prefix + viewer.base_path,
+        "route": forced_route(),
+        "version": xprof_version(),
+        "page_js": PAGE_JS,
+    }

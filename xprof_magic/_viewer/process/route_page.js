@@ -12,7 +12,7 @@ window.xprofRoute = (function () {
   var RELOAD = /(^|[^.\w$])(?:window\.)?location\.reload\(\)/g;
   var REFS = /(<script\b[^>]*\bsrc=|<link\b[^>]*\bhref=)(["'])([^"']+)\2/gi;
   function relay() {
-    var box = holder && holder.closest('.xprof-viewer');
+    var box = holder && holder.closest('.xprof-viewer, .xprof-view');
     var el = box && box.querySelector('.xprof-route');
     return el && el.xprofRoute ? el.xprofRoute : null;
   }
