@@ -45,6 +45,8 @@ REFUSED = [
     "/data/plugin/profile/http://evil.example/",
     "/data/plugin/profileX/runs",
     "/data/plugin/profile/" + "a" * 20_000,
+    "/data/plugin/profile/data?run=x\r\nHost: evil.example",
+    "/data/plugin/profile/data?run=a b",
 ]
 SERVED = [
     "/data/plugin/profile/runs",

@@ -67,6 +67,7 @@ viewer's renderer, the health check. A path must start with one of them (or be t
 # Headers handed to the browser: what XProf's pages read of a reply.
 _KEPT = ("content-type", "content-encoding", "content-length", "cache-control", "etag")
 _UNSAFE = re.compile(r"[\x00-\x20\x7f\\]")
+_CONTROL = re.compile(r"[\x00-\x20\x7f]")
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,8 @@ def route_refusal(path: str) -> str | None:
     if not isinstance(path, str) or not path.startswith("/") or len(path) > MAX_PATH:
         return "a path below the viewer's root, starting with /, is expected"
     route, _, _ = path.partition("?")
-    if _UNSAFE.search(route) or "//" in route or "://" in path.split("?", 1)[0]:
-        return "the path must be plain (no spaces, backslashes, // or a scheme)"
+    if _UNSAFE.search(route) or _CONTROL.search(path) or "//" in route or "://" in route:
+        return "the path must be plain (no spaces, control characters, backslashes, // or a scheme)"
     if "%" in route and re.search(r"%(2e|2f|5c|00)", route, re.IGNORECASE):
         return "the path must not encode dots, slashes or NUL"
     if any(part in (".", "..") for part in route.split("/")):
