@@ -27,7 +27,10 @@ A service worker would serve a real URL instead, but Chromium registers one only
 script served over HTTP from the page's own origin (never ``blob:``, ``data:`` or a
 ``srcdoc`` frame's), and the notebook server serves no file of ours without a server
 extension (VS Code's and Colab's output frames none at all); rewriting requests inside the
-frame needs nothing on the server. Only the trace viewer's page is shown this way: XProf's
+frame needs nothing on the server. The page's own moves (``location.replace``, as the page
+said while a run is prepared reloads into the timeline) and the frames it opens on the
+viewer (that page's preview) are written the same way, each with the same script. Only the
+trace viewer's page is shown this way: XProf's
 other tools are its Angular app, which routes on the real URL; through the kernel they say
 so in one line (``route_page.js``).
 
@@ -35,6 +38,8 @@ Static files (the trace viewer's 2.8 MB script) are kept in the browser's Cache 
 by XProf's version, so they cross the kernel once per browser, not per cell or per switch.
 A busy kernel reads no widget message until its cell ends: the frame says so in one line
 when a request has not been taken within 1.5 s, and the page continues when it is.
+(ipykernel's subshells would answer beside a running cell, but no frontend here opens one.)
+marimo's view takes the same route through its own anywidget (``_marimo/view.js``).
 """
 
 from __future__ import annotations
