@@ -198,11 +198,25 @@ def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any
         assert asked.count(script) == 1, asked
         assert asked.count("/data/plugin/profile/data") >= 2, asked
 
-        # A tool of XProf's Angular app says, in one line, that it needs the port.
-        first.locator(".xprof-tools select").select_option(label="Overview")
+        # Every other tool (XProf's Angular app) is one line: its reason for this run, or
+        # that it opens on the port, and how to forward it; never a page that cannot load.
         line = first.frame_locator("iframe.xprof-outer").locator(".xprof-empty")
-        port_only = ROUTE_LINES["port_only"].split("{port}")[0].replace("{name}", "")
-        notebook.wait(lambda: port_only in shown_text(line), "the port-only line", 30)
+        port_only = ROUTE_LINES["port_only"].split("{name}")[1].split("{port}")[0]
+        select = first.locator(".xprof-tools select")
+        notebook.wait(
+            lambda: first.locator(".xprof-tools.xprof-surveyed").count() == 1, "the survey", 120
+        )
+        tools = select.evaluate("s => Array.from(s.options).map(o => o.textContent)")
+        said = {}
+        for tool in tools:
+            if tool.replace("\xa0", " ").startswith("Trace viewer"):
+                continue
+            select.select_option(label=tool)
+            notebook.wait(lambda: shown_text(line), f"{tool}: its line", 30)
+            said[tool] = shown_text(line)
+            assert notebook.xprof_frame(first).url in ("about:blank", "about:srcdoc"), tool
+        assert len(said) >= 5, said
+        assert any(port_only in text for text in said.values()), said
 
         # Nothing reached the viewer's port but the probes; no error page anywhere.
         ports = {urlsplit(u).port for u in refused}
