@@ -14,7 +14,9 @@ __all__ = ["DATA_TIMING", "PROBE"]
 # Runs in every frame the page opens; only XProf's trace viewer page records anything.
 PROBE = """
 (() => {
-  if (!location.pathname.endsWith('trace_viewer_index.html')) return;
+  // The kernel route writes the page into its frame (about:srcdoc), named xprof-<id>.
+  const kernel = location.href === 'about:srcdoc' && window.name.startsWith('xprof-');
+  if (!location.pathname.endsWith('trace_viewer_index.html') && !kernel) return;
   const now = () => performance.timeOrigin + performance.now();
   const found = {page: performance.timeOrigin, tracks: null, paint: null};
   window.__firstPaint = found;

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import threading
 import types
 from collections.abc import Iterator, Sequence
@@ -21,6 +23,7 @@ from xprof_magic._notebook import widget as _widget
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer import survey as _survey
 from xprof_magic._viewer import tool_pages as _tools
+from xprof_magic._viewer.process import route as _route
 
 
 class Frames(HTMLParser):
@@ -39,6 +42,14 @@ def iframes(markup: str) -> list[dict[str, str | None]]:
     parser = Frames()
     parser.feed(markup)
     return parser.frames
+
+
+def first_page(outer: dict[str, str | None]) -> dict[str, Any]:
+    """The page the wrapper iframe ``outer`` starts on (its body's ``data-page``)."""
+    found = re.search(r'<body[^>]*\sdata-page="([^"]*)"', outer["srcdoc"] or "")
+    assert found, "the wrapper has no first page"
+    page: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    return page
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +112,10 @@ def test_widget_lists_runs_newest_first_and_selects_this_cells_run(
     (outer,) = iframes(view.frame.value)
     assert outer["class"] == "xprof-outer"
     (inner,) = iframes(outer["srcdoc"] or "")
-    assert inner["src"] == src
+    # The inner frame starts blank and goes to the wrapper's first page once the route from
+    # the browser is known (the port, else the kernel: no error page meanwhile).
+    assert inner["src"] == "about:blank"
+    assert first_page(outer)["src"] == src
     assert inner["name"] == _frame.frame_name(view.page_frame.frame_id)
     assert shown(view)["src"] == src
     assert 'class="xprof-open"' in view.link.value
@@ -128,8 +142,13 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
         "empty": "",
         "wait": "",
         "under": "",
+        "base": f"http://127.0.0.1:{viewer.port}/{viewer.secret}",
+        "route": "auto",
+        "kernel": False,
+        "version": _route.xprof_version(),
     }
     view.tools.value = "trace_viewer@"
+    assert shown(view)["kernel"] is True
     assert shown(view)["charts"] is False
     assert "xprof-charts-note" in wrapper(view) and "gstatic.com/charts/loader.js" in wrapper(view)
 
@@ -361,8 +380,7 @@ def test_the_summary_shows_whole_and_the_trace_viewer_opens_on_its_verdicts_step
         viewer, _context.Context("jupyter"), logdir, run="newer", window=(1.0, 2.0)
     )
     (outer,) = iframes(made.frame.value)
-    (inner,) = iframes(outer["srcdoc"] or "")
-    assert "view_start=970.000" in (inner["src"] or "")
+    assert "view_start=970.000" in first_page(outer)["src"]
 
 
 def test_a_pending_summarys_trace_viewer_waits_and_opens_first_on_the_verdicts_steps(

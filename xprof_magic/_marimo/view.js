@@ -46,6 +46,39 @@ function fill(select, options, value) {
   select.value = value;
 }
 
+// The kernel route's end in the view: requests as custom messages, replies in chunks
+// (xprof_magic/_viewer/process/route.py, serve); the wrapper frame finds it as the
+// `xprofRoute` of the view's `.xprof-route` element.
+function kernelRoute(model) {
+  const pending = new Map();
+  let next = 0;
+  model.on("msg:custom", (msg, buffers) => {
+    const asked = msg && msg.type === "xprof-answer" ? pending.get(msg.id) : null;
+    if (!asked) return;
+    if (msg.taken && asked.taken) asked.taken();
+    if (msg.head) asked.head = msg.head;
+    for (const b of buffers || []) {
+      asked.parts.push(
+        b instanceof ArrayBuffer ? new Uint8Array(b) : new Uint8Array(b.buffer, b.byteOffset, b.byteLength),
+      );
+    }
+    if (msg.last) {
+      pending.delete(msg.id);
+      const head = asked.head || { status: 502, reason: "Bad Gateway", headers: {} };
+      asked.resolve({ ...head, body: new Blob(asked.parts) });
+    }
+  });
+  return {
+    ask(path, taken) {
+      return new Promise((resolve, reject) => {
+        const id = ++next;
+        pending.set(id, { resolve, reject, taken, parts: [], head: null });
+        model.send({ type: "xprof-ask", id, path });
+      });
+    },
+  };
+}
+
 function render({ model, el }) {
   const notes = model.get("notes");
   const id = Math.random().toString(36).slice(2, 14);
@@ -68,11 +101,20 @@ function render({ model, el }) {
   const area = element("div", "xprof-page-area", root);
   const empty = element("div", "xprof-empty", area);
   const outer = element("iframe", "xprof-outer", area);
-  outer.srcdoc = WRAPPER.replace("NAME", `xprof-${id}`);
+  // The route from this browser to the viewer (xprof_magic/_viewer/process/route_page.js).
+  outer.srcdoc = WRAPPER.replace("NAME", `xprof-${id}`).replace(
+    "</body>",
+    () => `<script>${notes.page_js || ""}<\/script></body>`,
+  );
+  const relay = element("div", "xprof-route", root);
+  relay.hidden = true;
+  relay.xprofRoute = kernelRoute(model);
   const under = element("div", "xprof-note xprof-under", area);
   const chartsNote = element("div", "xprof-note xprof-charts-note", area, notes.charts_note);
   const slow = element("div", "xprof-note xprof-busy", area);
   let loaded = false;
+  let shown = null;
+  let routeLine = "";
   let charts = null; // null: not asked yet; "asking", "ok" or "blocked"
   let timer = null;
 
@@ -117,7 +159,7 @@ function render({ model, el }) {
   // it), or the trace viewer waiting for its window (the line keeps the frame's height).
   const instead = () => model.get("empty") || model.get("wait");
   const marks = () => {
-    const line = instead();
+    const line = instead() || routeLine;
     empty.textContent = line;
     empty.hidden = !line;
     empty.style.minHeight = model.get("wait") ? `${model.get("height")}px` : "";
@@ -129,13 +171,13 @@ function render({ model, el }) {
   const point = () => {
     const src = model.get("src");
     const line = instead();
-    outer.hidden = !src || !!line;
+    outer.hidden = !src || !!line || !!routeLine;
     outer.style.height = `${model.get("height")}px`;
     const frame = inner();
     const target = line ? "about:blank" : src;
-    if (frame && target && frame.getAttribute("src") !== target) {
+    if (frame && target && shown !== target) {
       calm();
-      frame.setAttribute("src", target);
+      go(frame, target);
     }
     if (model.get("charts") && charts === null) {
       charts = "asking";
@@ -156,6 +198,45 @@ function render({ model, el }) {
     outer.contentWindow.addEventListener("message", busy);
     point();
   });
+  const say = (line) => {
+    const port = notes.base ? new URL(notes.base, document.baseURI).port : "";
+    const name = tools.options[tools.selectedIndex]?.text || "this tool";
+    routeLine = line ? line.replace("{name}", name).replaceAll("{port}", port) : "";
+    point();
+    marks();
+  };
+  const waits = (on) => {
+    slow.textContent = notes.lines.busy;
+    slow.hidden = !on;
+  };
+  // The frame goes to a page once the route from this browser is known: the port, else
+  // the kernel (the trace viewer's page), else a line; never the browser's error page.
+  const go = (frame, target) => {
+    shown = target;
+    routeLine = "";
+    const route = outer.contentWindow.xprofRoute;
+    if (target === "about:blank" || !route || !notes.base) {
+      frame.removeAttribute("srcdoc");
+      frame.setAttribute("src", target);
+      return;
+    }
+    const kernel = target.includes("trace_viewer_index.html");
+    const page = { base: notes.base, route: notes.route, version: notes.version, kernel };
+    route.choose(page).then((chosen) => {
+      outer.contentDocument.body.dataset.route = chosen;
+      open.style.visibility = chosen === "direct" ? "" : "hidden";
+      if (shown !== target) return;
+      if (chosen === "direct") {
+        frame.removeAttribute("srcdoc");
+        frame.setAttribute("src", target);
+      } else if (chosen === "none") say(notes.lines.none);
+      else if (!kernel) say(notes.lines.port_only);
+      else
+        route.load(frame, page, target, waits).catch((e) => {
+          if (shown === target) say(notes.lines.failed.replace("{error}", String(e?.message || e)));
+        });
+    });
+  };
   const draw = () => {
     fill(runs, model.get("runs"), model.get("run"));
     fill(tools, model.get("tools"), model.get("tool"));

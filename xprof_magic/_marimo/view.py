@@ -48,11 +48,13 @@ from xprof_magic._viewer.process.client import (
     proxy_template,
     server_proxy_template,
 )
+from xprof_magic._viewer.process.route import route_notes, serve
 from xprof_magic._viewer.survey import Survey, survey_tools
 from xprof_magic._viewer.tool_pages import (
     BUSY_S,
     CHARTS_NOTE,
     CHARTS_URL,
+    ROUTE_LINES,
     ToolLister,
     ToolSurveyor,
     Window,
@@ -175,6 +177,9 @@ class RunView(anywidget.AnyWidget):
         self.logdir = Path(logdir)
         self.logdir_key = str(self.logdir.resolve())
         self.where = where or (location(viewer.port) if viewer is not None else ("", ""))
+        if viewer is not None:
+            self.notes = {**self.notes, **route_notes(viewer, self.where), "lines": ROUTE_LINES}
+            self.on_msg(self._on_msg)
         self._list_tools, self._survey = list_tools, survey
         self._tools: dict[str, list[str]] = {}
         self._surveys: dict[str, Survey] = {}
@@ -190,6 +195,12 @@ class RunView(anywidget.AnyWidget):
         self.observe(lambda _: self.refresh_runs(), names="refreshed")
         self.refresh_runs(select=run)
         _live.append(self)
+
+    def _on_msg(self, _: Any, content: Any, buffers: Any) -> None:
+        """A request of the kernel route (``route_page.js``), answered from a thread of its
+        own, so that marimo's kernel stays free while the viewer converts."""
+        send = lambda c, b: self.send(c, buffers=b or None)  # noqa: E731
+        threading.Thread(target=serve, args=(self.viewer, content, send), daemon=True).start()
 
     def refresh_runs(
         self, select: str | None = None, found: Sequence[_store.RunInfo] | None = None

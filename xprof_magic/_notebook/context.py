@@ -47,6 +47,13 @@ class Context:
         """Whether a widget can render (else the text/plain part is what the user sees)."""
         return self.kind != "terminal"
 
+    @property
+    def kernel_route(self) -> bool:
+        """Whether the widget carries the kernel route (:mod:`~xprof_magic._notebook.route`):
+        every widget frontend but Colab's, which shows pages through its own proxy and draws
+        no third-party widget without its custom widget manager."""
+        return self.has_widgets and self.kind != "colab"
+
     def locate(self, port: int) -> tuple[str, str]:
         """``(origin, prefix)`` for a port: the browser URL of a server path is
         ``origin + prefix + path``; a path that the page itself puts after

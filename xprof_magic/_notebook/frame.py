@@ -26,10 +26,12 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from xprof_magic._viewer.app.inline import BUSY_MESSAGE
+from xprof_magic._viewer.process.route import PAGE_JS
 from xprof_magic._viewer.tool_pages import (
     BUSY_S,
     CHARTS_NOTE,
     CHARTS_URL,
+    ROUTE_LINES,
     notes,
 )
 
@@ -73,6 +75,12 @@ class Page:
     (:data:`~xprof_magic._viewer.tool_pages.WAIT_NOTE`: the trace viewer waits for its window).
     ``under``: a line said under the page, about it (the survey's:
     :data:`~xprof_magic._viewer.survey.CPU_MEMORY_VIEWER`).
+
+    How the browser reaches the page (:mod:`~xprof_magic._notebook.route`): ``base``, the
+    viewer's root as the browser sees it (its health route is probed there); ``route``,
+    ``auto`` (the port where it answers, else the kernel), ``direct`` or ``kernel`` (forced);
+    ``kernel``: the page can be shown through the kernel (the trace viewer's); ``version``:
+    XProf's, the key its static files are cached under in the browser.
     """
 
     src: str
@@ -83,6 +91,10 @@ class Page:
     empty: str = ""
     wait: str = ""
     under: str = ""
+    base: str = ""
+    route: str = "auto"
+    kernel: bool = False
+    version: str = ""
 
 
 @dataclass(frozen=True)
@@ -141,8 +153,8 @@ _WRAPPER_JS = """(function () {
   var v2 = document.querySelector('.xprof-v2');
   var empty = document.querySelector('.xprof-empty'), slow = document.querySelector('.xprof-busy');
   var said = JSON.parse(body.dataset.notes), busyMs = Number(body.dataset.busyMs);
-  var page = JSON.parse(body.dataset.page), text = '', timer = null;
-  var shown = inner.getAttribute('src'), charts = null, gpu = null;
+  var page = JSON.parse(body.dataset.page), text = '', timer = null, routeLine = '';
+  var shown = 'about:blank', charts = null, gpu = null;
   function fill(line) {
     return line.replace('{name}', page.name || 'this tool').replace('{reason}', page.empty);
   }
@@ -153,7 +165,9 @@ _WRAPPER_JS = """(function () {
   function fit() {
     if (!holder) return;
     var below = 0;
-    [under, note, slow, v2].forEach(function (e) { if (!e.hidden) below += e.offsetHeight; });
+    [under, note, slow, v2, routed].forEach(function (e) {
+      if (!e.hidden) below += e.offsetHeight;
+    });
     var line = Math.max(32, empty.offsetHeight + 4);
     holder.style.height = (page.empty ? line : tall + below) + 'px';
   }
@@ -164,12 +178,12 @@ _WRAPPER_JS = """(function () {
     fit();
   }
   function marks() {
-    var instead = page.empty ? fill(said.empty) : page.wait || '';
+    var instead = page.empty ? fill(said.empty) : page.wait || routeLine;
     note.hidden = !(page.charts && !instead && charts === 'blocked');
     under.hidden = !(page.under && !instead);
     under.textContent = instead ? '' : page.under || '';
     if (page.v2) v2.href = page.v2;
-    v2.hidden = !(page.v2 && gpu);
+    v2.hidden = !(page.v2 && gpu && body.dataset.route === 'direct');
     inner.hidden = !!instead;
     empty.hidden = !instead;
     empty.textContent = instead;
@@ -186,13 +200,48 @@ _WRAPPER_JS = """(function () {
       fit();
     }, busyMs);
   });
+  var routed = document.querySelector('.xprof-route-busy'), lines = JSON.parse(body.dataset.route);
+  function port() {
+    try { return new URL(page.base, document.baseURI).port; } catch (e) { return ''; }
+  }
+  function say(line) {
+    routeLine = line ? line.replace('{name}', page.name || 'this tool')
+      .replace(/{port}/g, port()) : '';
+    marks();
+  }
+  function waits(on) { routed.hidden = !on; routed.textContent = lines.busy; fit(); }
+  // The inner frame goes to a page only once the route is known: the port's URL where this
+  // browser reaches it, else the page through the kernel (route_page.js), else a line.
+  function go(target) {
+    say('');
+    if (target === 'about:blank') {
+      inner.removeAttribute('srcdoc');
+      inner.contentWindow.location.replace(target);
+      return;
+    }
+    xprofRoute.choose(page).then(function (route) {
+      body.dataset.route = route;
+      // A link to the port is no use where the browser cannot reach it.
+      var link = box && box.querySelector('.xprof-link');
+      if (link) link.style.visibility = route === 'direct' ? '' : 'hidden';
+      if (shown !== target) return;
+      if (route === 'direct') {
+        if (inner.hasAttribute('srcdoc')) { inner.removeAttribute('srcdoc'); inner.src = target; }
+        else inner.contentWindow.location.replace(target);
+      } else if (route === 'none') say(lines.none);
+      else if (!page.kernel) say(lines.port_only);
+      else xprofRoute.load(inner, page, target, waits).catch(function (e) {
+        if (shown === target) say(lines.failed.replace('{error}', String(e && e.message || e)));
+      });
+    });
+  }
   function apply(next) {
     page = next;
     var target = page.empty || page.wait ? 'about:blank' : page.src;
     if (target !== shown) {
       shown = target;
       calm();
-      inner.contentWindow.location.replace(target);
+      go(target);
     }
     if (page.charts && charts === null) {
       charts = 'asking';
@@ -249,30 +298,34 @@ def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -
     script = _WRAPPER_JS.replace("__CHARTS_URL__", json.dumps(CHARTS_URL)).replace(
         "__BUSY__", json.dumps(BUSY_MESSAGE)
     )
-    first = "about:blank" if page.empty or page.wait else page.src
+    # The inner frame starts blank: it goes to the page once the route is chosen, so that it
+    # never shows the browser's error page for a port it cannot reach.
+    first = "about:blank"
     # XProf also calls history.replaceState on its parent: make that a no-op here.
     inner = (
         "<!doctype html><html><head><style>html,body{margin:0;height:100%;overflow:hidden}"
         "body{display:flex;flex-direction:column}"
         f"iframe{{{FRAMED};width:100%;flex:none;height:{int(height)}px}}"
-        ".xprof-under,.xprof-charts-note,.xprof-v2,.xprof-busy{font:12px monospace;color:#8a5a00;"
+        ".xprof-under,.xprof-charts-note,.xprof-v2,.xprof-busy,.xprof-route-busy"
+        "{font:12px monospace;color:#8a5a00;"
         f"padding:2px 4px}}.xprof-empty{{font:13px monospace;padding:8px;{FRAMED}}}"
         "</style><script>"
         "history.pushState=history.replaceState=function(){};</script></head>"
         f'<body data-frame="{html.escape(frame_id)}" '
         f'data-page="{html.escape(_page_json(page), quote=True)}" '
         f'data-notes="{html.escape(json.dumps(notes(True, busy_s)), quote=True)}" '
-        f'data-busy-ms="{int(busy_s * 1000)}" data-height="{int(height)}">'
+        f'data-busy-ms="{int(busy_s * 1000)}" data-height="{int(height)}" '
+        f'data-route="{html.escape(json.dumps(ROUTE_LINES), quote=True)}">'
         '<div class="xprof-empty" hidden></div>'
         f'<iframe class="xprof-inner" name="{frame_name(frame_id)}" '
         f'src="{html.escape(first, quote=True)}" '
         'allow="clipboard-write; fullscreen"></iframe>'
         '<div class="xprof-under" hidden></div>'
         f'<div class="xprof-charts-note" hidden>{html.escape(CHARTS_NOTE)}</div>'
-        '<div class="xprof-busy" hidden></div>'
+        '<div class="xprof-busy" hidden></div><div class="xprof-route-busy" hidden></div>'
         '<a class="xprof-v2" hidden target="_blank" rel="noopener">'
         "big run: open in Trace Viewer v2 (WebGPU) ↗</a>"
-        f"<script>{script}</script></body></html>"
+        f"<script>{PAGE_JS}</script><script>{script}</script></body></html>"
     )
     return (
         f'<iframe class="xprof-outer" srcdoc="{html.escape(inner, quote=True)}" '

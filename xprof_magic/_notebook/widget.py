@@ -29,10 +29,12 @@ from xprof_magic._backends.registry import DEFAULT_HEIGHT
 from xprof_magic._notebook import compat
 from xprof_magic._notebook.context import Context
 from xprof_magic._notebook.frame import Areas, Frame, Page
+from xprof_magic._notebook.route import route_widget
 from xprof_magic._notebook.summary_panel import SummaryPanel
 from xprof_magic._notebook.tool_survey import ToolAnswer, ToolQuestions
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer.process.client import TRACE_VIEWER_TOOL, Viewer
+from xprof_magic._viewer.process.route import forced_route, xprof_version
 from xprof_magic._viewer.survey import Survey, survey_tools
 from xprof_magic._viewer.tool_pages import (
     ToolLister,
@@ -157,6 +159,7 @@ class ViewerWidget:
         self.frame = widgets.HTML()
         self.page_state = widgets.HTML(layout=widgets.Layout(display="none"))
         self.status = widgets.HTML()
+        self.route = route_widget(self.viewer) if self.context.kernel_route else None
         for widget, css in (
             (self.runs, "xprof-runs"),
             (self.tools, "xprof-tools"),
@@ -172,7 +175,8 @@ class ViewerWidget:
             [self.runs, self.tools, self.hosts, self.refresh, self.link],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
-        self.box = widgets.VBox([controls, self.status, self.frame, self.page_state])
+        parts = [controls, self.status, self.frame, self.page_state]
+        self.box = widgets.VBox(parts + ([self.route] if self.route is not None else []))
         self.box.add_class("xprof-viewer")
 
     def _run_dir(self, run: str) -> Path:
@@ -307,7 +311,21 @@ class ViewerWidget:
         survey = self._surveys.get(self.runs.value or "", Survey())
         empty, under = survey.empty.get(tool, ""), survey.said.get(tool, "")
         wait = wait_line(tool, self.summaries.coming(self.runs.value))
-        return Page(src, full, charts, self.v2_url(), tool_label(tool), empty, wait, under)
+        origin, prefix = self.context.locate(self.viewer.port)
+        return Page(
+            src,
+            full,
+            charts,
+            self.v2_url(),
+            tool_label(tool),
+            empty,
+            wait,
+            under,
+            base=origin + prefix + self.viewer.base_path,
+            route=forced_route(),
+            kernel=tool == TRACE_VIEWER_TOOL and self.viewer.kind == "xprof",
+            version=xprof_version(),
+        )
 
     def urls(self) -> tuple[str | None, str | None]:
         """The embedded page's URL and the full UI's URL for the selection, as the browser

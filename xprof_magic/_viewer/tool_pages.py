@@ -27,6 +27,7 @@ __all__ = [
     "CHARTS_URL",
     "EMPTY_NOTE",
     "NEW_NAV",
+    "ROUTE_LINES",
     "TOOL_NAMES",
     "TOOL_ORDER",
     "WAIT_NOTE",
@@ -213,3 +214,24 @@ def view_range(window: tuple[float, float]) -> tuple[float, float]:
     start, end = window
     margin = (end - start) * VIEW_MARGIN
     return max(0.0, start - margin) * 1e3, (end + margin) * 1e3
+
+
+ROUTE_LINES = {
+    "busy": "The kernel is running a cell: the viewer continues here when the cell ends.",
+    "port_only": (
+        "{name} opens only on the viewer's port {port}, which this browser cannot reach; "
+        "the trace viewer shows here through the kernel. Forward port {port} to this browser "
+        "(e.g. VS Code's Ports view, or ssh -L {port}:127.0.0.1:{port}) to see {name}."
+    ),
+    "none": (
+        "XProf cannot show here: this browser did not reach the viewer's port {port} within "
+        "1 s, and the kernel route is missing (it needs anywidget in the kernel: pip install "
+        "anywidget, then run the cell again). Or forward port {port} to this browser, or set "
+        "XPROF_MAGIC_PROXY_URL to a proxy that reaches it."
+    ),
+    "failed": (
+        "The viewer's page did not come through the kernel ({error}). Run the cell again; "
+        "or forward port {port} to this browser."
+    ),
+}
+"""The frame's lines about the route (``{name}``: the tool; ``{port}``: the viewer's)."""

@@ -21,6 +21,7 @@ from xprof_magic._viewer.app.guard import HEALTH_ROUTE, PROFILE_ROUTE
 from xprof_magic._viewer.app.inline import INLINE_QUERY
 
 __all__ = [
+    "KERNEL_ROUTE",
     "KINDS",
     "NEW_NAV",
     "PROXY_ENV",
@@ -48,6 +49,8 @@ _LABELS = {"xprof": "XProf viewer", "tensorboard": "TensorBoard viewer"}
 PROXY_ENV = "XPROF_MAGIC_PROXY_URL"
 TENSORBOARD_PROXY_ENV = "TENSORBOARD_PROXY_URL"
 _OFF = ("none", "off", "0")
+KERNEL_ROUTE = "kernel"
+"""``XPROF_MAGIC_PROXY_URL=kernel``: no proxy; the widget shows pages through the kernel."""
 
 
 class ViewerError(Exception):
@@ -162,7 +165,7 @@ def proxy_template(environ: Mapping[str, str]) -> str | None:
     for name in (PROXY_ENV, TENSORBOARD_PROXY_ENV):
         value = environ.get(name, "").strip()
         if value:
-            return None if value.lower() in _OFF else value
+            return None if value.lower() in (*_OFF, KERNEL_ROUTE) else value
     return None
 
 

@@ -1,0 +1,389 @@
+"""Acceptance: the viewer under the cell through the kernel, in a real JupyterLab 4 and a
+real Chromium that reaches the notebook server and nothing else.
+
+Chromium's own request routing (Playwright's) refuses every request to any loopback port but
+the notebook server's, as a browser on a laptop sees a remote kernel's machine (VS Code over
+Remote-SSH, an SSH-tunnelled JupyterLab, Kaggle): the widget must find that out by itself
+and show the trace viewer through widget messages; its runs dropdown switches in place; a
+tool that needs the port says so in one line; no frame is ever the browser's error page.
+The same notebook with the port reachable still takes the port. A cell that keeps the
+kernel busy shows the waiting line, then the viewer without a click.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests._browser import LAB, NotebookPage, offline, select_run, write_notebook
+from tests._notebook_servers import JupyterLab
+from tests._tool_checks import shown_text
+from tests._wait import wait_until
+from xprof_magic._viewer.tool_pages import ROUTE_LINES
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
+
+RUN_TIMEOUT_S = 300.0
+LOAD_TIMEOUT_S = 120.0
+LOOPBACK = re.compile(r"^(?:https?|wss?)://(?:127\.0\.0\.1|localhost|\[::1\])(?::(\d+))?/")
+
+SETUP = "%load_ext xprof_magic\nimport jax, jax.numpy as jnp"
+
+
+def capture(name: str, label: str) -> str:
+    return (
+        f"%%xprof --name {name}\n"
+        "w = jnp.ones((64, 64))\n"
+        f"# xprof: {label}\n"
+        "w = jax.jit(lambda w: w @ w * 0.5)(w)\n"
+        "float(w.sum())"
+    )
+
+
+# The trace viewer's model holds an event of this title (the cell's label), once loaded.
+_HAS_EVENT = """(title) => {
+  const el = document.querySelector('tf-trace-viewer');
+  const model = el && el._traceViewer && el._traceViewer.model;
+  if (!model || el._isLoading) return false;
+  for (const t of model.getAllThreads())
+    for (const s of t.sliceGroup.slices) if (s.title === title) return true;
+  return false;
+}"""
+
+
+def only_the_notebook_server(context: Any, port: int, refused: list[str]) -> None:
+    """Abort every request to a loopback port other than the notebook server's (and, as
+    :func:`offline`, every one leaving the machine); ``refused`` collects them."""
+
+    def other_port(url: str) -> bool:
+        found = LOOPBACK.match(url)
+        return bool(found) and int(found.group(1) or 80) != port
+
+    def abort(route: Any) -> None:
+        refused.append(route.request.url)
+        route.abort()
+
+    context.route(other_port, abort)
+
+
+def wrapper_route(widget: Any) -> str:
+    """The route the widget's wrapper frame chose (``data-route`` of its body)."""
+    body = widget.frame_locator("iframe.xprof-outer").locator("body")
+    found: str | None = body.get_attribute("data-route", timeout=10_000)
+    return found or ""
+
+
+def has_event(notebook: NotebookPage, widget: Any, title: str) -> bool:
+    from playwright.sync_api import Error
+
+    frame = notebook.xprof_frame(widget)
+    if frame is None:
+        return False
+    try:
+        return bool(frame.evaluate(_HAS_EVENT, title))
+    except Error:
+        return False
+
+
+def story(notebook: NotebookPage, widget: Any) -> str:
+    """What the wrapper says and what its inner frame holds, for a failure."""
+    wrapped = widget.frame_locator("iframe.xprof-outer")
+    frame = notebook.xprof_frame(widget)
+    inner = ""
+    with contextlib.suppress(Exception):
+        inner = frame.evaluate(_INNER)
+    lines = [shown_text(wrapped.locator(c)) for c in (".xprof-empty", ".xprof-route-busy")]
+    return f"lines {lines}; inner {inner!r}; console {notebook.console[-8:]}"
+
+
+_INNER = """() => {
+  const el = document.querySelector('tf-trace-viewer');
+  return JSON.stringify({scripts: Array.from(document.scripts).map(s => s.src.slice(0, 40)),
+    viewer: !!el, tv: !!(el && el._traceViewer), loading: el && el._isLoading,
+    threads: el && el._traceViewer && el._traceViewer.model ? el._traceViewer.model
+      .getAllThreads().map(t => t.name + ':' + t.sliceGroup.slices.length) : null,
+    asked: parent.xprofRoute ? parent.xprofRoute.log : null,
+    errors: window.__errs || [], title: document.title});
+}"""
+RECORD_ERRORS = """window.__errs = [];
+addEventListener('error', e => window.__errs.push(`${e.message} ${e.filename}:${e.lineno}`));
+addEventListener('unhandledrejection', e => window.__errs.push('rejection ' + String(e.reason)));"""
+
+
+def error_pages(page: Any) -> list[str]:
+    return [f.url for f in page.frames if f.url.startswith("chrome-error:")]
+
+
+def open_notebook(
+    lab: JupyterLab, browser: Any, name: str, cells: list[str], blocked: bool
+) -> tuple[Any, NotebookPage, list[str]]:
+    write_notebook(lab.root / name, cells)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    offline(context)
+    context.add_init_script(RECORD_ERRORS)
+    refused: list[str] = []
+    if blocked:
+        only_the_notebook_server(context, lab.port, refused)
+    notebook = NotebookPage(context.new_page(), lab, name, LAB, workspace=name.split(".")[0])
+    notebook.open(LOAD_TIMEOUT_S)
+    return context, notebook, refused
+
+
+def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any) -> None:
+    cells = [SETUP, capture("kr-train", "update"), capture("kr-eval", "evaluate")]
+    context, notebook, refused = open_notebook(lab, browser, "kernel.ipynb", cells, True)
+    try:
+        notebook.run_all(count=3, timeout=RUN_TIMEOUT_S)
+        outputs = notebook.outputs()
+        assert "Traceback" not in outputs, outputs
+        first = notebook.widgets.first
+        notebook.wait(lambda: wrapper_route(first) == "kernel", "the kernel route", 30)
+        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait(
+            lambda: has_event(notebook, first, "update"),
+            lambda: f"the trace viewer with 'update'; {story(notebook, first)}",
+            LOAD_TIMEOUT_S,
+        )
+        frame = notebook.xprof_frame(first)
+        assert frame.url == "about:srcdoc", frame.url
+        # "open in new tab" would open the port this browser cannot reach.
+        assert not first.locator("a.xprof-open").is_visible()
+        notebook.screenshot("kernel-route-trace-viewer", first)
+
+        # The runs dropdown switches the same frame to the other run.
+        select_run(first, "kr-eval")
+        notebook.wait(
+            lambda: has_event(notebook, first, "evaluate"),
+            "the other run's trace viewer with 'evaluate'",
+            LOAD_TIMEOUT_S,
+        )
+        assert notebook.xprof_frame(first) == frame, "a new frame replaced the XProf frame"
+        # XProf's 2.8 MB script crossed the kernel once: the browser kept it for the next page.
+        asked = (
+            first.frame_locator("iframe.xprof-outer")
+            .locator("body")
+            .evaluate("() => window.xprofRoute.log")
+        )
+        script = "/data/plugin/profile/trace_viewer_index.js"
+        assert asked.count(script) == 1, asked
+        assert asked.count("/data/plugin/profile/data") >= 2, asked
+
+        # Every other tool (XProf's Angular app) is one line: its reason for this run, or
+        # that it opens on the port, and how to forward it; never a page that cannot load.
+        line = first.frame_locator("iframe.xprof-outer").locator(".xprof-empty")
+        port_only = ROUTE_LINES["port_only"].split("{name}")[1].split("{port}")[0]
+        select = first.locator(".xprof-tools select")
+        notebook.wait(
+            lambda: first.locator(".xprof-tools.xprof-surveyed").count() == 1, "the survey", 120
+        )
+        tools = select.evaluate("s => Array.from(s.options).map(o => o.textContent)")
+        said = {}
+        for tool in tools:
+            if tool.replace("\xa0", " ").startswith("Trace viewer"):
+                continue
+            select.select_option(label=tool)
+            notebook.wait(lambda: shown_text(line), f"{tool}: its line", 30)
+            said[tool] = shown_text(line)
+            assert notebook.xprof_frame(first).url in ("about:blank", "about:srcdoc"), tool
+        assert len(said) >= 5, said
+        assert any(port_only in text for text in said.values()), said
+
+        # Nothing reached the viewer's port but the probes; no error page anywhere.
+        ports = {urlsplit(u).port for u in refused}
+        assert len(ports) == 1 and lab.port not in ports, refused
+        assert all(urlsplit(u).path.endswith("/xprof_magic/health") for u in refused), refused
+        assert error_pages(notebook.page) == []
+    except BaseException:
+        with contextlib.suppress(Exception):
+            notebook.screenshot("kernel-route-failure")
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+def test_the_port_is_still_taken_where_it_answers(lab: JupyterLab, browser: Any) -> None:
+    cells = [SETUP, capture("port-train", "update")]
+    context, notebook, _ = open_notebook(lab, browser, "port.ipynb", cells, False)
+    try:
+        notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
+        first = notebook.widgets.first
+        notebook.wait(lambda: wrapper_route(first) == "direct", "the port route", 30)
+        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait(lambda: has_event(notebook, first, "update"), "the trace viewer", 120)
+        assert first.locator("a.xprof-open").is_visible()
+        url = urlsplit(notebook.xprof_frame(first).url)
+        assert url.hostname == "127.0.0.1" and url.port not in (None, lab.port), url
+    except BaseException:
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+def test_a_busy_kernel_says_so_then_shows_the_viewer(lab: JupyterLab, browser: Any) -> None:
+    """A cell that runs 20 s right after the capture: the frame says the viewer continues
+    when it ends, and then shows it, without a click."""
+    cells = [SETUP, capture("busy-train", "update"), "import time\ntime.sleep(20)"]
+    context, notebook, _ = open_notebook(lab, browser, "busy.ipynb", cells, True)
+    try:
+        notebook.ui.run_all(notebook.page)
+        notebook.wait(lambda: notebook.widgets.count() == 1, "the capture's widget", RUN_TIMEOUT_S)
+        first = notebook.widgets.first
+        line = first.frame_locator("iframe.xprof-outer").locator(".xprof-route-busy")
+        notebook.wait(
+            lambda: shown_text(line) == ROUTE_LINES["busy"],
+            lambda: f"the busy line; {story(notebook, first)}",
+            60,
+        )
+        assert not notebook.ui.ran(notebook.prompts()[2]), "the long cell ended already"
+        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait(
+            lambda: has_event(notebook, first, "update"),
+            lambda: f"the trace viewer after the cell; {story(notebook, first)}",
+            LOAD_TIMEOUT_S,
+        )
+        assert notebook.ui.ran(notebook.prompts()[2]), "the viewer came before the cell ended"
+        assert shown_text(line) == ""
+    except BaseException:
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+def test_the_kernel_route_can_be_forced(lab: JupyterLab, browser: Any) -> None:
+    """``XPROF_MAGIC_PROXY_URL=kernel`` takes the kernel route though the port answers."""
+    force = "import os\nos.environ['XPROF_MAGIC_PROXY_URL'] = 'kernel'"
+    cells = [SETUP + "\n" + force, capture("forced-train", "update")]
+    context, notebook, _ = open_notebook(lab, browser, "forced.ipynb", cells, False)
+    try:
+        notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
+        first = notebook.widgets.first
+        notebook.wait(lambda: wrapper_route(first) == "kernel", "the forced kernel route", 30)
+        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait(lambda: has_event(notebook, first, "update"), "the trace viewer", 120)
+        assert notebook.xprof_frame(first).url == "about:srcdoc"
+    except BaseException:
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+def test_no_route_is_one_line_not_an_error_page(lab: JupyterLab, browser: Any) -> None:
+    """The port refused and no kernel route (anywidget missing, as made here): the frame is
+    the one line saying what was tried and what to do, never the browser's error page."""
+    without = "import xprof_magic._notebook.route as r\nr._widget_class = lambda: None"
+    cells = [SETUP + "\n" + without, capture("none-train", "update")]
+    context, notebook, _ = open_notebook(lab, browser, "none.ipynb", cells, True)
+    try:
+        notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
+        first = notebook.widgets.first
+        notebook.wait(lambda: wrapper_route(first) == "none", "no route", 30)
+        line = first.frame_locator("iframe.xprof-outer").locator(".xprof-empty")
+        said = ROUTE_LINES["none"].split("{port}")[0]
+        notebook.wait(lambda: said in shown_text(line), "the line saying what was tried", 30)
+        assert "pip install anywidget" in shown_text(line)
+        assert error_pages(notebook.page) == []
+        notebook.screenshot("kernel-route-none", first)
+    except BaseException:
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+MARIMO_CELLS = [
+    """
+import os
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+import jax
+import jax.numpy as jnp
+import xprof_magic
+""",
+    """
+@xprof_magic.profile(name="marimo-kernel")
+def jax_train():
+    w = jnp.ones((64, 64))
+    # xprof: update
+    w = jax.jit(lambda w: w @ w * 0.5)(w)
+    return float(w.sum())
+
+value = jax_train()
+jax_train.run
+""",
+]
+
+
+def test_the_marimo_view_takes_the_kernel_route(
+    browser: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """marimo's view (an anywidget: ``model.send``) shows the trace viewer through the
+    kernel when only marimo's own port is reachable."""
+    from tests._marimo import start_marimo, write_marimo_notebook
+    from tests._notebook_servers import leftover_processes, machine_environment, stop_viewers
+
+    home = tmp_path_factory.mktemp("marimo-kernel")
+    (home / "app").mkdir()
+    notebook = home / "app" / "kernel.py"
+    write_marimo_notebook(notebook, MARIMO_CELLS)
+    env = {
+        **machine_environment(),
+        "XPROF_MAGIC_NO_SERVER": "1",
+        "XPROF_MAGIC_VIEWER_DIR": str(home / "viewers"),
+        "XPROF_MAGIC_LOGDIR": str(home / "logs"),
+    }
+    server = start_marimo(notebook, home, env)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    offline(context)
+    context.add_init_script(RECORD_ERRORS)
+    refused: list[str] = []
+    only_the_notebook_server(context, server.port, refused)
+    page = context.new_page()
+    try:
+        page.goto(server.url, timeout=LOAD_TIMEOUT_S * 1000)
+        view = page.locator(".xprof-view").first
+        view.wait_for(timeout=RUN_TIMEOUT_S * 1000)
+        body = view.frame_locator("iframe.xprof-outer").locator("body")
+
+        def routed() -> bool:
+            return body.get_attribute("data-route", timeout=10_000) == "kernel"
+
+        def wait(check: Any, what: str, timeout: float) -> None:
+            wait_until(check, timeout, what, lambda s: page.wait_for_timeout(s * 1000))
+
+        wait(routed, "the kernel route in marimo's view", 60)
+        view.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+
+        def has() -> bool:
+            from playwright.sync_api import Error
+
+            for frame in page.frames:
+                if frame.name.startswith("xprof-") and frame.url == "about:srcdoc":
+                    with contextlib.suppress(Error):
+                        if frame.evaluate(_HAS_EVENT, "update"):
+                            return True
+            return False
+
+        wait(has, "the trace viewer with 'update' through the kernel in marimo", LOAD_TIMEOUT_S)
+        assert all(urlsplit(u).path.endswith("/xprof_magic/health") for u in refused), refused
+        assert error_pages(page) == []
+    except BaseException:
+        print(server.log_tail())
+        raise
+    finally:
+        context.close()
+        server.stop()
+        stop_viewers(env)
+        left = leftover_processes(home)
+        assert not left, left
