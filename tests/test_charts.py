@@ -16,10 +16,11 @@ import pytest
 from tests._browser import launch_chromium
 from tests.conftest import ARTIFACTS
 from xprof_magic._analysis import StepStats, Summary, chart_svg
-from xprof_magic._analysis.diagnosis.breakdown import BREAKDOWN_CATEGORIES as NAMES
+from xprof_magic._analysis.model.categories import BREAKDOWN as NAMES
+from xprof_magic._analysis.model.categories import KIND
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, StepBreakdown
 from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
-from xprof_magic._analysis.render.svg import CATEGORY_COLOURS, Text, overlaps
+from xprof_magic._analysis.render.svg import Text, overlaps
 
 
 def _step(n: int, **seconds: float) -> StepBreakdown:
@@ -78,8 +79,8 @@ def test_the_legend_is_every_category_in_the_breakdowns_order_in_every_cell() ->
     same place."""
     one, other = _legend(breakdown_svg(INPUT_BOUND)), _legend(breakdown_svg(HEALTHY))
     assert [name for name, _, _ in one] == [name for name, _, _ in other] == list(NAMES)
-    assert [colour for _, colour, _ in one] == [CATEGORY_COLOURS[c] for c in NAMES]
-    assert [colour for _, colour, _ in other] == [CATEGORY_COLOURS[c] for c in NAMES]
+    assert [colour for _, colour, _ in one] == [KIND[c].colour for c in NAMES]
+    assert [colour for _, colour, _ in other] == [KIND[c].colour for c in NAMES]
     faint = {name for name, _, dim in other if dim}
     assert faint == set(NAMES) - {"compile", "device"}
     assert {name for name, _, dim in one if not dim} == {"input", "host", "compile", "sync"}

@@ -25,9 +25,10 @@ import xprof_magic
 from tests._said import said, worded
 from tests.test_diagnosis import headline
 from xprof_magic._analysis import Summary, compare
-from xprof_magic._analysis.diagnosis.breakdown import BREAKDOWN_CATEGORIES, breakdown
+from xprof_magic._analysis.diagnosis.breakdown import breakdown
 from xprof_magic._analysis.diagnosis.gain import gain_of, step_time
 from xprof_magic._analysis.diagnosis.verdict import diagnose
+from xprof_magic._analysis.model.categories import BREAKDOWN as BREAKDOWN_CATEGORIES
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, Gain, StepBreakdown
 from xprof_magic._analysis.render.headline import speedup
 from xprof_magic._analysis.timeline.read import read_planes

@@ -556,7 +556,7 @@ def test_the_breakdown_chart_cuts_a_compiling_first_step_and_keeps_its_mix() -> 
     first is cut, still shows its compile part, and says how long it was."""
     import re
 
-    from xprof_magic._analysis.diagnosis.breakdown import BREAKDOWN_CATEGORIES as names
+    from xprof_magic._analysis.model.categories import BREAKDOWN as names
     from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, StepBreakdown
     from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, TypeVar, Union
+from typing import Any, Literal, TypeVar, Union
 
 __all__ = ["from_plain", "read_plain", "to_plain"]
 
@@ -100,6 +100,10 @@ class _Reader:
 
     def value(self, hint: Any, value: Any, where: str) -> Any:
         origin = typing.get_origin(hint)
+        if origin is Literal:
+            if value in typing.get_args(hint):
+                return value
+            raise ValueError(f"{where}: {value!r} is not one of {typing.get_args(hint)}")
         if origin is Union or origin is types.UnionType:
             return self._union(hint, value, where)
         if origin is tuple:

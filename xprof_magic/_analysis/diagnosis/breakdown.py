@@ -44,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from xprof_magic._analysis.model.categories import BREAKDOWN
 from xprof_magic._analysis.model.diagnosis import Aside, Breakdown, StepBreakdown
 from xprof_magic._analysis.summary.blocks import main_line
 from xprof_magic._analysis.summary.step_spans import (
@@ -76,16 +77,8 @@ __all__ = [
     "waiting_for_data",
 ]
 
-BREAKDOWN_CATEGORIES = (
-    "input",
-    "host",
-    "compile",
-    "transfer",
-    "sync",
-    "device",
-    "collective",
-    "idle",
-)
+BREAKDOWN_CATEGORIES = BREAKDOWN
+"""The breakdown's columns (:data:`~xprof_magic._analysis.model.categories.BREAKDOWN`)."""
 PRIORITY = ("input", "compile", *DEVICE_SIDE, "device", "transfer", "sync")
 """The span keys (:attr:`TraceFacts.spans`) in the order they take an instant."""
 _COLUMN = {key: BREAKDOWN_CATEGORIES.index(DEVICE_SIDE.get(key, key)) for key in PRIORITY}

@@ -63,6 +63,7 @@ from xprof_magic._analysis.diagnosis.causes import Changes, compile_changes
 from xprof_magic._analysis.diagnosis.gain import gain_of
 from xprof_magic._analysis.diagnosis.idle import idle_time
 from xprof_magic._analysis.diagnosis.own import Sampled, held_by
+from xprof_magic._analysis.model.categories import BREAKDOWN, as_cause, as_verdict
 from xprof_magic._analysis.model.diagnosis import (
     CHEAPEST_FIRST,
     HIGHLY_INPUT,
@@ -86,7 +87,8 @@ from xprof_magic._backends.registry import capabilities
 
 __all__ = ["diagnose"]
 
-_CANDIDATES = ("host", "compile", "transfer", "sync", "device", "collective")
+_CANDIDATES = tuple(c for c in BREAKDOWN if c not in ("input", "idle"))
+"""The categories a verdict may name by :data:`MIN_SHARE` (input has a rule of its own)."""
 
 
 def diagnose(
@@ -176,11 +178,11 @@ def diagnose(
             (where, line), program = where_launched(s.cell, row, launched), launched.program
     return replace(
         frame,
-        verdict=verdict,
+        verdict=as_verdict(verdict),
         share=share[verdict],
         where=where,
         line=line,
-        cause=cause,
+        cause=as_cause(cause),
         shapes=changes.shapes if cause == "changing shapes" else (),
         level="info" if verdict == "device" or cause in ("warm-up", "first run") else "warning",
         shares=shares,

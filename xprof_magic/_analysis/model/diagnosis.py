@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from xprof_magic._analysis.model.categories import CHEAPEST_FIRST, VERDICTS, Cause, Verdict
+
 __all__ = [
     "APART_RATIO",
     "CHEAPEST_FIRST",
@@ -33,19 +35,6 @@ __all__ = [
     "StepBreakdown",
 ]
 
-VERDICTS = (
-    "input",
-    "host",
-    "compile",
-    "transfer",
-    "sync",
-    "device",
-    "collective",
-    "memory",
-    "unknown",
-)
-"""Every verdict a diagnosis can reach, the bottleneck's category (``unknown``: none;
-``memory``: the cell ran out of device memory)."""
 HIGHLY_INPUT = 0.20
 """Input's share that is XProf's "highly input-bound": the verdict, over every other."""
 MODERATELY_INPUT = 0.05
@@ -73,13 +62,6 @@ below it the verdict is about the cell, whose time is mostly outside its loop.""
 OUTSIDE_SHARE = 0.2
 """The share of the cell's time a statement outside the steps needs to be named beside a
 verdict about the steps."""
-CHEAPEST_FIRST = ("input", "sync", "transfer", "compile", "host", "collective", "device")
-"""The categories by the kind of fix that removes them, cheapest first: a loader's option or
-a line the loop can drop or move (workers or prefetch for the input; a sync, a copy), then
-how the step is compiled (fixed shapes, a sync per step), then the step's own code (fewer
-ops, a compiled step; fewer collectives), the device's own compute last (the model
-itself). Input first also keeps XProf's rule that a step waiting 20% for its input is
-input-bound."""
 
 
 @dataclass(frozen=True)
@@ -309,11 +291,11 @@ class Diagnosis:
     stage's, made when the summary is shown (:func:`~xprof_magic._analysis.render.headline.said`).
     """
 
-    verdict: str = "unknown"
+    verdict: Verdict = "unknown"
     share: float | None = None
     where: tuple[str, ...] = ()
     line: int = 0
-    cause: str = ""
+    cause: Cause = ""
     shapes: tuple[str, ...] = ()
     level: str = "info"
     breakdown: Breakdown = Breakdown()

@@ -1,21 +1,22 @@
 """The diagnosis's picture: each step's time as a stacked bar of its breakdown, inline SVG.
 
 Static like :mod:`.chart` (no script, so it renders in a saved notebook and in Colab). The
-categories keep the breakdown's order everywhere, bottom to top in each bar and left to
-right in the legend, each in its colour of :data:`~.svg.CATEGORY_COLOURS`, so that a
-category sits in the same place, in the same colour, in every cell; a category without
-time in this cell stays in the legend, faint. The bars are numbered by step (every n-th
-where many). Without steps, one bar for the cell. A first bar over three times the longest
-of the others (a step that compiled) is cut at 1.25 times that, its parts scaled to fit,
-and its length written in a row of its own above the plot.
+categories keep the breakdown's order everywhere, bottom to top in each bar and left to right in
+the legend, each in its colour (its record's in
+:data:`~xprof_magic._analysis.model.categories.KIND`), so that a category sits in the same
+place, in the same colour, in every cell; a category without time in this cell stays in the
+legend, faint. The bars are numbered by step (every n-th where many). Without steps, one bar for
+the cell. A first bar over three times the longest of the others (a step that compiled) is cut
+at 1.25 times that, its parts scaled to fit, and its length written in a row of its own above
+the plot.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xprof_magic._analysis.model.categories import KIND
 from xprof_magic._analysis.render.svg import (
-    CATEGORY_COLOURS,
     Text,
     axes,
     escape,
@@ -28,15 +29,19 @@ if TYPE_CHECKING:
     from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis
     from xprof_magic._analysis.model.summary import StepStats
 
-__all__ = ["COLOURS", "breakdown_svg"]
+__all__ = ["breakdown_svg"]
 
-COLOURS = CATEGORY_COLOURS
 MAX_BARS = 240
 _LEFT, _RIGHT, _TOP, _PLOT_H, _ROW = 70, 8, 18, 112, 15
 
 Bar = tuple[str, int, tuple[float, ...]]
 """A bar's name (``step 3``), the number it is shown by (-1: none), and its seconds per
 category."""
+
+
+def _colour(category: str) -> str:
+    kind = KIND.get(category)
+    return kind.colour if kind is not None else "#888"
 
 
 def breakdown_svg(d: Diagnosis, steps: StepStats | None = None, width: int = 640) -> str:
@@ -77,7 +82,7 @@ def breakdown_svg(d: Diagnosis, steps: StepStats | None = None, width: int = 640
             y -= h
             shapes.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(bar_w - gap, 0.6):.1f}" '
-                f'height="{h:.1f}" fill="{COLOURS.get(category, "#888")}">'
+                f'height="{h:.1f}" fill="{_colour(category)}">'
                 f"<title>{escape(name)}: {category} {seconds(value)}</title></rect>"
             )
         if clipped and totals[n] > ymax:
@@ -137,7 +142,7 @@ def _legend(parts: Breakdown, y: float, right: float) -> tuple[str, int]:
         faint = "" if timed else ' opacity="0.35"'
         out.append(
             f'<g class="xprof-legend"{faint}><rect x="{x:.1f}" y="{name.y - 9:.1f}" '
-            f'width="10" height="10" fill="{COLOURS.get(category, "#888")}"/>{name.svg()}</g>'
+            f'width="10" height="10" fill="{_colour(category)}"/>{name.svg()}</g>'
         )
         x += slot
     return "".join(out), row + 1

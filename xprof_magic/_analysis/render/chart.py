@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xprof_magic._analysis.model.categories import KIND
 from xprof_magic._analysis.render.svg import (
     BLUE,
-    CATEGORY_COLOURS,
     GREY,
     ORANGE,
     Text,
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BLUE", "GREY", "ORANGE", "chart_svg", "escape"]
 
-COMPILED = CATEGORY_COLOURS["compile"]
+COMPILED = KIND["compile"].colour
 """A step that compiled: the breakdown's compile colour, so that both charts agree."""
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xprof_magic._analysis.model.categories import KIND
 from xprof_magic._analysis.render.chart import ORANGE
 from xprof_magic._analysis.render.chart import escape as _e
-from xprof_magic._analysis.render.headline import WITHOUT, speedup
+from xprof_magic._analysis.render.headline import speedup
 from xprof_magic._analysis.render.html import BOX, HEADING, table
 from xprof_magic._units import NONE, data_size, seconds
 
@@ -59,7 +60,7 @@ def predicted_and_measured(c: Comparison) -> str:
     assert g is not None and measured is not None and steps is not None
     return (
         f"Predicted {speedup(g.speedup)}, measured {speedup(measured)}: A's step "
-        f"{seconds(steps[0])}, without {WITHOUT[g.category]} about {seconds(g.without_s)}; "
+        f"{seconds(steps[0])}, without {KIND[g.category].without} about {seconds(g.without_s)}; "
         f"B's {seconds(steps[1])}."
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from xprof_magic._analysis.model.categories import CHEAPEST_FIRST, KIND, OWN_CAUSES
 from xprof_magic._analysis.model.diagnosis import MIN_CELL_S, Diagnosis
 from xprof_magic._analysis.render.idle import idle_words
 from xprof_magic._analysis.render.memory_section import oom_headline
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from xprof_magic._analysis.model.summary import Summary
 
 __all__ = [
-    "WITHOUT",
     "Said",
     "changes",
     "evidence",
@@ -33,49 +33,8 @@ __all__ = [
     "split",
 ]
 
-_WHAT = {
-    "input": "waits for the next batch",
-    "host": "is Python and graph building on the host",
-    "compile": "is compilation",
-    "transfer": "copies data between host and device",
-    "sync": "waits for the device in mid-step",
-    "device": "runs on the device",
-    "collective": "waits on collectives between the chips (all-reduce and the like)",
-}
-_OWN = {
-    "making batches": "is making batches in your own Python and NumPy on the host (the input "
-    "pipeline), which runs no framework op",
-    "own code": "is your own Python and NumPy on the host, which runs no framework op",
-    "printing": "is printing on the host (each print of a device value waits for it and "
-    "reads it back)",
-}
-"""A verdict whose time is the user's own code (:mod:`..diagnosis.own`), by its cause: an
-input verdict's batches made in their Python, a host verdict's other Python."""
-_REMOVED = {
-    "making batches": "making those batches on the step's path",
-    "own code": "that Python",
-    "printing": "the prints",
-}
-_NAME = {"compile": "compilation", "transfer": "transfers", "collective": "collectives"}
-WITHOUT = {
-    "input": "the input wait",
-    "host": "the host's Python and graph building",
-    "compile": "the compilations",
-    "transfer": "the transfers",
-    "sync": "the syncs",
-    "collective": "the collectives",
-    "device": "the device's own work",
-}
-"""Each category's time as the thing a fix removes: "without the input wait"."""
-_TITLE = {
-    "input": "Input-bound",
-    "host": "Host-bound",
-    "compile": "Compile-bound",
-    "transfer": "Transfer-bound",
-    "sync": "Sync-bound",
-    "device": "Device-bound",
-    "collective": "Collective-bound",
-}
+TITLED = frozenset(CHEAPEST_FIRST)
+"""The verdicts a headline is written for: every category's but idle."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +114,7 @@ def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
     """The verdict in one paragraph, ending with ``advice`` (the fix), then what it leaves
     out (:func:`asides`); a read-back each step is said before the advice, with
     ``read_fix``; "" for ``unknown``."""
-    if d.verdict not in _TITLE:
+    if d.verdict not in TITLED:
         return ""
     each = "of each step" if d.basis().steps else "of the cell's time"
     if d.warm_up:
@@ -170,10 +129,11 @@ def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
     if d.mixed:
         text = f"No single bottleneck: {split(d)} {each}" + _cheapest(d, where)
     else:
-        title = _TITLE[d.verdict]
+        title = KIND[d.verdict].title
         if d.verdict == "input":
             title += " (highly, XProf's ≥ 20%)"
-        what = _OWN.get(d.cause, _WHAT[d.verdict])
+        own = OWN_CAUSES.get(d.cause)
+        what = own.what if own is not None else KIND[d.verdict].what
         text = f"{title}: {_percent(d.share or 0.0)} {each} {what}{where}"
     if d.verdict == "compile":
         text += _compiled(s, d)
@@ -268,21 +228,21 @@ def split(d: Diagnosis) -> str:
     """``device 39%, transfers 34%, host 27%``: the step's categories of 5% or more, largest
     first."""
     ranked = sorted((c for c, share in d.shares if share >= 0.05), key=lambda c: -d.share_of(c))
-    return ", ".join(f"{_NAME.get(c, c)} {d.share_of(c):.0%}" for c in ranked[:4])
+    return ", ".join(f"{KIND[c].noun} {d.share_of(c):.0%}" for c in ranked[:4])
 
 
 def _cheapest(d: Diagnosis, where: str) -> str:
     """The category of a mixed step the verdict names, and why it is the one."""
     if d.verdict == "device":
         return f"; the largest is the device's own compute{where}"
-    return f". Cheapest to remove: {WITHOUT[d.verdict]}{where}"
+    return f". Cheapest to remove: {KIND[d.verdict].without}{where}"
 
 
 def gained(d: Diagnosis) -> str:
     """What removing the verdict's time would leave of a step, and the speed-up; for
     ``device``, the most that a fix outside the model would gain."""
     g = d.gain
-    if g is None or g.step_s <= 0 or d.verdict not in _TITLE:
+    if g is None or g.step_s <= 0 or d.verdict not in TITLED:
         return ""
     steps = bool(d.basis().steps)
     unit = "a step" if steps else "the cell"
@@ -298,7 +258,8 @@ def gained(d: Diagnosis) -> str:
             f"Everything else is {rest:.0%} of {unit}: without it {unit} would take about "
             f"{times} ({speedup(g.speedup)}); beyond that the gain lies in the model."
         )
-    removed = _REMOVED.get(d.cause, WITHOUT[g.category])
+    own = OWN_CAUSES.get(d.cause)
+    removed = own.removed if own is not None else KIND[g.category].without
     return f"Without {removed} {unit} would take about {times} ({speedup(g.speedup)})."
 
 

@@ -6,8 +6,8 @@ safe side (:data:`CHAR_WIDTH` of the font size per character, above what system 
 fonts draw), and the layout keeps every two labels' boxes apart by construction;
 ``tests/test_browser_summary.py`` checks the boxes Chromium draws.
 
-:data:`CATEGORY_COLOURS` is the one table of the breakdown's categories and their colours:
-both charts and every cell use it, so a colour always means the same category.
+The categories' colours are their records' (:data:`~xprof_magic._analysis.model.categories.KIND`):
+both charts and every cell use them, so a colour always means the same category.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from xprof_magic._analysis.model import categories as _categories
+
 __all__ = [
     "BLUE",
-    "CATEGORY_COLOURS",
     "FONT",
     "GREY",
     "ORANGE",
@@ -29,18 +30,8 @@ __all__ = [
     "svg",
 ]
 
-BLUE, ORANGE, GREY = "#4e79a7", "#e8833a", "rgba(127,127,127,0.35)"
-CATEGORY_COLOURS = {
-    "input": "#e15759",
-    "host": "#f28e2b",
-    "compile": "#edc948",
-    "transfer": "#b07aa1",
-    "sync": "#9c755f",
-    "device": "#59a14f",
-    "collective": "#76b7b2",
-    "idle": GREY,
-}
-"""Each category of the step-time breakdown, and its colour in every chart."""
+BLUE, ORANGE = "#4e79a7", "#e8833a"
+GREY = _categories.GREY
 FONT = "system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
 FONT_SIZE = 11
 CHAR_WIDTH = 0.66
