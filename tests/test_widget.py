@@ -414,7 +414,7 @@ def test_a_pending_summarys_trace_viewer_waits_and_opens_first_on_the_verdicts_s
     ready: list[Any] = []
     monkeypatch.setattr(_context, "detect", lambda shell=None: _context.Context("jupyter"))
     monkeypatch.setattr(_context.Context, "frame", frame)
-    monkeypatch.setattr(show, "finish_summary", lambda run_dir, on_ready: ready.append(on_ready))
+    monkeypatch.setattr(show, "finish_apart", lambda run_dir, on_ready: ready.append(on_ready))
     run_dir = _store.run_path(logdir, "newer")
     whole = _analysis.summarize(run_dir, budget_s=None)
     starts = (0.010, 0.040, 0.042, 0.044)

@@ -37,6 +37,7 @@ import anywidget
 import traitlets
 
 from xprof_magic._backends.registry import DEFAULT_HEIGHT
+from xprof_magic._present.run import SummaryPages, finish_apart, viewer_said
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer.app.inline import BUSY_MESSAGE
 from xprof_magic._viewer.process import manager
@@ -183,8 +184,11 @@ class RunView(anywidget.AnyWidget):
         self._list_tools, self._survey = list_tools, survey
         self._tools: dict[str, list[str]] = {}
         self._surveys: dict[str, Survey] = {}
-        self._summaries = {run: summary_html} if run and summary_html else {}
-        self._windows: dict[str, Window | None] = {run: window} if run and window else {}
+        self._pages = SummaryPages(self.logdir, _missing)
+        if run and summary_html:
+            self._pages.give(run, summary_html, window)
+        elif run and window:
+            self._pages.give_window(run, window)
         self._coming = {run} if run and window_coming else set()
         self._lock = threading.RLock()
         self._quiet = False
@@ -262,7 +266,7 @@ class RunView(anywidget.AnyWidget):
             return
         survey = self._surveys.get(self.run)
         tool, host = self.tool or TRACE_VIEWER_TOOL, self.host or None
-        window = self._windows.get(self.run)
+        window = self._pages.window(self.run)
         # Set before the address: a page that waits is never loaded on the address without.
         self.wait = wait_line(tool, self.run in self._coming)
         self.src, self.full = page_urls(
@@ -323,8 +327,7 @@ class RunView(anywidget.AnyWidget):
 
         page = render_html(summary)
         with self._lock, self.hold_sync():
-            self._summaries[summary.run] = page
-            self._windows[summary.run] = summary.verdict_window()
+            self._pages.give(summary.run, page, summary.verdict_window())
             self._coming.discard(summary.run)
             if summary.run == self.run:
                 self.summary = page
@@ -334,17 +337,12 @@ class RunView(anywidget.AnyWidget):
         """The panel's HTML for ``run``: the summary given or saved, rendered once."""
         if not run:
             return f"<i>No runs in {html.escape(str(self.logdir))} yet.</i>"
-        page = self._summaries.get(run)
-        if page is None:
-            from xprof_magic import _analysis
+        return self._pages.page(run)
 
-            saved = _analysis.load_summary(_store.run_path(self.logdir, run))
-            if saved is None:
-                name = html.escape(run)
-                return f"<i>No summary of {name} yet: xprof_magic.summarize({name!r})</i>"
-            page = self._summaries[run] = _analysis.render_html(saved)
-            self._windows[run] = saved.verdict_window()
-        return page
+
+def _missing(run: str) -> str:
+    name = html.escape(run)
+    return f"<i>No summary of {name} yet: xprof_magic.summarize({name!r})</i>"
 
 
 def _run_label(run: _store.RunInfo) -> str:
@@ -363,14 +361,7 @@ def view_of(result: CaptureResult, options: Options, start: ViewerStart | None) 
         result.logdir, port=options.viewer_port, kind=options.viewer
     )
     summary = _analysis.summary_of(result.run_dir, budget_s=SUMMARY_BUDGET_S)
-    outcome = start.wait(timeout=VIEWER_WAIT_S)
-    viewer, status = None, ""
-    if isinstance(outcome, manager.Failed):
-        status = f"xprof: no viewer: {outcome.message}"
-    else:
-        viewer = outcome.viewer
-        if isinstance(outcome, manager.Restarted | manager.Launched):
-            status = f"xprof: {outcome.message}"
+    viewer, status = viewer_said(start.wait(timeout=VIEWER_WAIT_S))
     view = RunView(
         viewer,
         result.logdir,
@@ -382,17 +373,5 @@ def view_of(result: CaptureResult, options: Options, start: ViewerStart | None) 
         window_coming=summary.pending,
     )
     if summary.pending:
-        _finish_apart(result.run_dir, view)
+        finish_apart(result.run_dir, view.show_summary, name="xprof-view-summary")
     return view
-
-
-def _finish_apart(run_dir: Path, view: RunView) -> None:
-    """Read the whole timeline in a process of its own, then show that summary."""
-
-    def work() -> None:
-        from xprof_magic import _analysis
-
-        whole, _ = _analysis.summarize_in_subprocess(run_dir)
-        view.show_summary(whole or _analysis.summary_of(run_dir, budget_s=0.0))
-
-    threading.Thread(target=work, name="xprof-view-summary", daemon=True).start()

@@ -13,8 +13,7 @@ without ipywidgets gets the static summary and one line saying how to have the v
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.display import DisplayHandle, display
 
+from xprof_magic._present.run import finish_apart, viewer_said
 from xprof_magic._units import wrapped
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ __all__ = [
     "SUMMARY_BUDGET_S",
     "CellDisplay",
     "Rendered",
-    "finish_summary",
     "report",
     "show_run",
     "summary_bundle",
@@ -52,28 +51,6 @@ __all__ = [
 # 20 MB of timeline on a busy 2-core machine (bench: 10 MB in 0.3-0.5 s); a bigger one is
 # shown from the metadata first and finished in a process of its own.
 SUMMARY_BUDGET_S = 1.0
-
-
-def finish_summary(run_dir: Path, on_ready: Callable[[Summary], None]) -> threading.Thread:
-    """Read the whole timeline in a subprocess; call ``on_ready`` from a thread when done."""
-
-    def work() -> None:
-        from xprof_magic import _analysis
-        from xprof_magic._runs import store as _store
-
-        try:
-            with _store.working(run_dir):
-                summary, reason = _analysis.summarize_in_subprocess(run_dir)
-        except Exception as error:  # on_ready is called whatever happens: the display waits
-            summary, reason = None, repr(error)
-        if summary is None:
-            summary = _analysis.summary_of(run_dir, budget_s=0.0)
-            print(wrapped(f"xprof: the full summary of {run_dir.name} failed: {reason}"))
-        on_ready(summary)
-
-    thread = threading.Thread(target=work, name="xprof-summary", daemon=True)
-    thread.start()
-    return thread
 
 
 @dataclass(frozen=True)
@@ -272,27 +249,26 @@ def show_run(
     viewer of ``logdir`` (whose runs are ``found``, when the caller has listed them) under
     the cell; a pending summary updates in place."""
     from xprof_magic._notebook.context import detect
-    from xprof_magic._viewer.process import manager
 
     rendered = Rendered.of(summary or summary_now(shell, run_dir))
     outcome = start.wait(timeout=VIEWER_WAIT_S)
     view, where = None, ""
     context = detect(shell)
     widget = _widgets() if context.has_widgets else None
-    if isinstance(outcome, manager.Failed):
-        print(wrapped(f"xprof: no viewer: {outcome.message}"))
-    else:
-        if isinstance(outcome, manager.Restarted | manager.Launched):
-            print(wrapped(f"xprof: {outcome.message} Stop it with %xprof viewer stop."))
+    viewer, said = viewer_said(outcome)
+    if said:
+        stop = " Stop it with %xprof viewer stop." if viewer is not None else ""
+        print(wrapped(said + stop))
+    if viewer is not None:
         window = rendered.summary.verdict_window()
         if widget is not None:
             view = widget.ViewerWidget(
-                outcome.viewer,
+                viewer,
                 context,
                 logdir,
                 run=run_dir.name,
                 height=height,
-                frame=context.frame(outcome.viewer, height),
+                frame=context.frame(viewer, height),
                 found=found,
                 window=window,
                 window_coming=rendered.summary.pending,
@@ -300,10 +276,10 @@ def show_run(
         elif context.has_widgets:
             if not _said_no_widgets:
                 _said_no_widgets.append(True)
-                print(wrapped(NO_WIDGETS.format(port=outcome.viewer.port)))
+                print(wrapped(NO_WIDGETS.format(port=viewer.port)))
         else:
-            where = viewer_line(outcome.viewer, context, run_dir, window)
+            where = viewer_line(viewer, context, run_dir, window)
     shown = CellDisplay(rendered, view, widgets=view is not None, where=where)
     shown.show()
     if rendered.summary.pending and view is not None:
-        finish_summary(run_dir, shown.update)
+        finish_apart(run_dir, shown.update)

@@ -16,7 +16,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from xprof_magic._notebook import compat
-from xprof_magic._runs import store as _store
+from xprof_magic._present.run import SummaryPages
 from xprof_magic._viewer.tool_pages import Window
 
 __all__ = ["SummaryPanel"]
@@ -33,8 +33,7 @@ class SummaryPanel:
         self.panel = widgets.Accordion(children=[self.html], selected_index=0)
         self.panel.set_title(0, "Summary")
         self.panel.add_class("xprof-summary-panel")
-        self._pages: dict[str, str] = {}
-        self._windows: dict[str, Window | None] = {}
+        self._pages = SummaryPages(logdir, _missing)
         self._coming: set[str] = set()
         self._run: str | None = None
         self._lock = threading.Lock()
@@ -45,8 +44,7 @@ class SummaryPanel:
         shows that run, else kept for when it does; ``coming``: a pending summary, whose
         window comes with the full one."""
         with self._lock:
-            self._pages[run] = page
-            self._windows[run] = window
+            self._pages.give(run, page, window)
             (self._coming.add if coming else self._coming.discard)(run)
             if run == self._run:
                 self.html.value = page
@@ -56,7 +54,7 @@ class SummaryPanel:
         known yet, it comes with the summary (a pending one's, finished apart), which
         :meth:`show` gives."""
         with self._lock:
-            self._windows[run] = window
+            self._pages.give_window(run, window)
             if coming:
                 self._coming.add(run)
 
@@ -69,32 +67,20 @@ class SummaryPanel:
         """The viewer now shows ``run``: show its summary, given or saved."""
         with self._lock:
             self._run = run
-            self.html.value = self._page(run)
+            self.html.value = self._pages.page(run) if run is not None else ""
 
     def window(self, run: str | None) -> Window | None:
         """The seconds on ``run``'s timeline that its verdict is about (None: unknown)."""
         with self._lock:
-            if run is not None and run not in self._pages:
-                self._page(run)
-            return self._windows.get(run) if run is not None else None
-
-    def _page(self, run: str | None) -> str:
-        if run is None:
-            return ""
-        page = self._pages.get(run)
-        if page is None:
-            from xprof_magic import _analysis
-
-            saved = _analysis.load_summary(_store.run_path(self.logdir, run))
-            if saved is None:
-                name = html.escape(run)
-                return f"<i>No summary of {name} yet: %xprof summary {name}</i>"
-            page = self._pages[run] = _analysis.render_html(saved)
-            self._windows[run] = saved.verdict_window()
-        return page
+            return self._pages.window(run) if run is not None else None
 
     def widget_bundle(self) -> dict[str, Any]:
         """The panel's widget part of a MIME bundle (the caller adds text and HTML)."""
         bundle = compat.widget_bundle(self.panel)
         bundle.pop("text/plain", None)
         return bundle
+
+
+def _missing(run: str) -> str:
+    name = html.escape(run)
+    return f"<i>No summary of {name} yet: %xprof summary {name}</i>"

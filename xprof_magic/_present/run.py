@@ -1,0 +1,108 @@
+"""What the Jupyter and marimo fronts do alike with a finished run: the viewer's outcome said
+in one line, a pending summary finished in a process of its own, and each run's summary page
+(with its verdict's window), given or saved beside the run and rendered once. Each front
+keeps only its display calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xprof_magic._runs import store as _store
+from xprof_magic._units import wrapped
+from xprof_magic._viewer.process import manager
+from xprof_magic._viewer.tool_pages import Window
+
+if TYPE_CHECKING:
+    from xprof_magic._analysis import Summary
+    from xprof_magic._viewer import Viewer
+
+__all__ = ["SummaryPages", "finish_apart", "viewer_said"]
+
+
+def viewer_said(outcome: manager.ViewerOutcome) -> tuple[Viewer | None, str]:
+    """The viewer a start came to (None: it failed), and the line to say of it ("" when
+    there is nothing to say: a viewer found running)."""
+    if isinstance(outcome, manager.Failed):
+        return None, f"xprof: no viewer: {outcome.message}"
+    if isinstance(outcome, manager.Restarted | manager.Launched):
+        return outcome.viewer, f"xprof: {outcome.message}"
+    return outcome.viewer, ""
+
+
+def finish_apart(
+    run_dir: Path, on_ready: Callable[[Summary], None], name: str = "xprof-summary"
+) -> threading.Thread:
+    """Read the whole timeline in a process of its own; call ``on_ready`` from a thread when
+    done, whatever happens (a failure is said, and the metadata's summary given)."""
+
+    def work() -> None:
+        from xprof_magic import _analysis
+
+        try:
+            with _store.working(run_dir):
+                summary, reason = _analysis.summarize_in_subprocess(run_dir)
+        except Exception as error:  # on_ready is called whatever happens: the display waits
+            summary, reason = None, repr(error)
+        if summary is None:
+            summary = _analysis.summary_of(run_dir, budget_s=0.0)
+            print(wrapped(f"xprof: the full summary of {run_dir.name} failed: {reason}"))
+        on_ready(summary)
+
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+class SummaryPages:
+    """Each run's summary as static HTML and its verdict's window (the timeline's seconds the
+    trace viewer opens on): given by the front for its own run, else the summary saved beside
+    the run, rendered once (a millisecond or two). ``missing`` says, in the front's words,
+    how to get the summary of a run that has none saved yet."""
+
+    def __init__(self, logdir: Path, missing: Callable[[str], str]) -> None:
+        self.logdir = Path(logdir)
+        self.missing = missing
+        self._pages: dict[str, str] = {}
+        self._windows: dict[str, Window | None] = {}
+        self._lock = threading.RLock()
+
+    def give(self, run: str, page: str, window: Window | None = None) -> None:
+        """``run``'s page, rendered by the caller, and its window."""
+        with self._lock:
+            self._pages[run] = page
+            self._windows[run] = window
+
+    def give_window(self, run: str, window: Window | None) -> None:
+        """``run``'s window, known before its page."""
+        with self._lock:
+            self._windows[run] = window
+
+    def has(self, run: str) -> bool:
+        with self._lock:
+            return run in self._pages
+
+    def page(self, run: str) -> str:
+        """``run``'s page: given, else saved (rendered now, once), else the ``missing`` line."""
+        with self._lock:
+            page = self._pages.get(run)
+            if page is not None:
+                return page
+            from xprof_magic import _analysis
+
+            saved = _analysis.load_summary(_store.run_path(self.logdir, run))
+            if saved is None:
+                return self.missing(run)
+            page = self._pages[run] = _analysis.render_html(saved)
+            self._windows[run] = saved.verdict_window()
+            return page
+
+    def window(self, run: str) -> Window | None:
+        """``run``'s window (its saved summary read for it where none was given)."""
+        with self._lock:
+            if run not in self._pages and run not in self._windows:
+                self.page(run)
+            return self._windows.get(run)
