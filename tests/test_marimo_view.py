@@ -12,6 +12,7 @@ import pytest
 import xprof_magic
 from xprof_magic import _viewer
 from xprof_magic._marimo import view as _view
+from xprof_magic._present import run as _present
 from xprof_magic._viewer import survey as _survey
 
 
@@ -81,7 +82,7 @@ def test_a_new_run_in_the_log_directory_joins_the_views_shown_there(
 ) -> None:
     view = _view.RunView(viewer, logdir, "newer")
     _capture(logdir, "latest")
-    _view.announce(logdir)
+    _present.announce(logdir)
     assert view.runs[0][0] == "latest"
     assert view.run == "newer"  # the selection stays where the person left it
     view.refreshed += 1  # the Refresh button

@@ -20,6 +20,7 @@ from xprof_magic import _analysis, _viewer
 from xprof_magic._notebook import context as _context
 from xprof_magic._notebook import frame as _frame
 from xprof_magic._notebook import widget as _widget
+from xprof_magic._present import run as _present
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer import survey as _survey
 from xprof_magic._viewer import tool_pages as _tools
@@ -266,7 +267,7 @@ def test_a_new_capture_is_announced_to_shown_widgets(viewer: _viewer.Viewer, log
     view = _widget.ViewerWidget(viewer, _context.Context("jupyter"), logdir, run="older")
     with xprof_magic.capture(logdir=logdir, name="latest", server=False):
         pass
-    _widget.announce(logdir)
+    _present.announce(logdir)
     assert view.runs.options[0][1] == "latest"
     assert view.runs.value == "older"  # the user's selection stays
 

@@ -7,10 +7,10 @@ the short text the magic prints. IPython-free, marimo-free.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 from xprof_magic._capture import plan as _plan
+from xprof_magic._present import run as _present
 
 if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
@@ -91,10 +91,9 @@ class Run:
 
 
 def announce(run: Run) -> None:
-    """Tell the views already shown that a run was stored (when a view was ever shown)."""
-    view = sys.modules.get("xprof_magic._marimo.view")
-    if view is not None and run.result is not None:
-        view.announce(run.result.logdir)
+    """Tell the views shown lately that a run was stored."""
+    if run.result is not None:
+        _present.announce(run.result.logdir)
 
 
 class _Html:

@@ -23,8 +23,6 @@ first shown.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import html
 import os
 import threading
@@ -37,7 +35,7 @@ import anywidget
 import traitlets
 
 from xprof_magic._backends.registry import DEFAULT_HEIGHT
-from xprof_magic._present.run import SummaryPages, finish_apart, viewer_said
+from xprof_magic._present.run import SummaryPages, finish_apart, shown, viewer_said
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer.app.inline import BUSY_MESSAGE
 from xprof_magic._viewer.process import manager
@@ -74,7 +72,7 @@ if TYPE_CHECKING:
     from xprof_magic._capture.result import CaptureResult
     from xprof_magic._viewer import ViewerStart
 
-__all__ = ["SUMMARY_BUDGET_S", "RunView", "announce", "location", "view_of"]
+__all__ = ["SUMMARY_BUDGET_S", "RunView", "location", "view_of"]
 
 """Seconds on a run's timeline, from and to."""
 
@@ -93,22 +91,6 @@ def location(port: int, environ: Any = None) -> tuple[str, str]:
     if template is None and "JUPYTERHUB_SERVICE_PREFIX" in environ:
         template = server_proxy_template(environ)
     return locate(port, template)
-
-
-# The views shown lately, told of new runs in their log directory (marimo keeps every
-# cell's output alive, so only the most recent ones are kept up to date).
-_live: collections.deque[RunView] = collections.deque(maxlen=16)
-
-
-def announce(logdir: Path) -> None:
-    """A run was stored in ``logdir``: the views of that log directory list it."""
-    key = str(Path(logdir).resolve())
-    views = [view for view in list(_live) if view.logdir_key == key]
-    if views:
-        found = _store.runs(logdir)
-        for view in views:
-            with contextlib.suppress(Exception):  # a view whose cell ran again is closed
-                view.refresh_runs(found=found)
 
 
 class RunView(anywidget.AnyWidget):
@@ -198,7 +180,7 @@ class RunView(anywidget.AnyWidget):
         self.observe(self._on_view, names=["tool", "host"])
         self.observe(lambda _: self.refresh_runs(), names="refreshed")
         self.refresh_runs(select=run)
-        _live.append(self)
+        shown(self)
 
     def _on_msg(self, _: Any, content: Any, buffers: Any) -> None:
         """A request of the kernel route (``route_page.js``), answered from a thread of its

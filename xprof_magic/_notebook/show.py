@@ -12,7 +12,7 @@ without ipywidgets gets the static summary and one line saying how to have the v
 
 from __future__ import annotations
 
-import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.display import DisplayHandle, display
 
-from xprof_magic._present.run import finish_apart, viewer_said
+from xprof_magic._present.run import announce, finish_apart, viewer_said
 from xprof_magic._units import wrapped
 
 if TYPE_CHECKING:
@@ -157,13 +157,12 @@ def waits_for_updates(shell: InteractiveShell | None) -> bool:
 
 
 VIEWER_WAIT_S = 60.0
-WIDGET_MODULE = "xprof_magic._notebook.widget"
 NO_WIDGETS = (
     "xprof: the viewer is not shown under the cell without ipywidgets (pip install "
     "ipywidgets); XProf serves this log directory on 127.0.0.1:{port}"
 )
 """Said once per kernel where widgets would render but ipywidgets cannot be imported."""
-_said_no_widgets: list[bool] = []
+_said_no_widgets = threading.Event()
 
 
 def _widgets() -> ModuleType | None:
@@ -214,8 +213,7 @@ def report(
         print(wrapped(f"xprof: the summary of {result.run} failed: {error!r}"))
     try:
         print(result.text(blocks=summary is None))
-        widget = sys.modules.get(WIDGET_MODULE)  # imported once a widget was shown
-        found = widget.announce(logdir) if widget is not None else None
+        found = announce(logdir)
         if start is not None:
             show_run(shell, start, logdir, result.run_dir, height, found=found, summary=summary)
     except Exception as error:
@@ -274,8 +272,8 @@ def show_run(
                 window_coming=rendered.summary.pending,
             )
         elif context.has_widgets:
-            if not _said_no_widgets:
-                _said_no_widgets.append(True)
+            if not _said_no_widgets.is_set():
+                _said_no_widgets.set()
                 print(wrapped(NO_WIDGETS.format(port=viewer.port)))
         else:
             where = viewer_line(viewer, context, run_dir, window)

@@ -14,8 +14,6 @@ comes. The summary of the selected run shows in a panel of its own
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import html
 import threading
 from collections.abc import Sequence
@@ -32,6 +30,7 @@ from xprof_magic._notebook.frame import Areas, Frame, Page
 from xprof_magic._notebook.route import route_widget
 from xprof_magic._notebook.summary_panel import SummaryPanel
 from xprof_magic._notebook.tool_survey import ToolAnswer, ToolQuestions
+from xprof_magic._present import run as _run
 from xprof_magic._runs import store as _store
 from xprof_magic._viewer.process.client import TRACE_VIEWER_TOOL, Viewer
 from xprof_magic._viewer.process.route import forced_route, xprof_version
@@ -48,7 +47,7 @@ from xprof_magic._viewer.tool_pages import (
     wait_line,
 )
 
-__all__ = ["BIG_RUN_BYTES", "SURVEYED", "ViewerWidget", "announce"]
+__all__ = ["BIG_RUN_BYTES", "SURVEYED", "ViewerWidget"]
 
 V2 = "use_trace_viewer_v2=true"
 SURVEYED = "xprof-surveyed"
@@ -58,27 +57,6 @@ CHOICE_WIDTH = "270px"
 """Each dropdown's width: two, Refresh and the link fit an 848 px output on one line."""
 BIG_RUN_BYTES = 30 * 2**20
 """About a million events: where XProf starts thinning the classic trace viewer's events."""
-
-
-# ipywidgets keeps every widget alive, so only the most recent ones are kept up to date:
-# refreshing them all would cost more with every cell.
-LIVE_WIDGETS = 16
-_live: collections.deque[ViewerWidget] = collections.deque(maxlen=LIVE_WIDGETS)
-
-
-def announce(logdir: Path) -> list[_store.RunInfo] | None:
-    """Tell the widgets recently shown for ``logdir`` that a capture finished there. The runs
-    are listed once for all of them, and returned for the next widget (None: no widget was
-    there to tell, and nothing was listed)."""
-    resolved = str(Path(logdir).resolve())
-    views = [view for view in list(_live) if view.logdir_key == resolved]
-    if not views:
-        return None
-    found = _store.runs(logdir)
-    for view in views:
-        with contextlib.suppress(Exception):
-            view.refresh_runs(found=found)
-    return found
 
 
 class ViewerWidget:
@@ -131,7 +109,7 @@ class ViewerWidget:
         self.hosts.observe(self._on_view, names="value")
         self.refresh.on_click(lambda _: self.refresh_runs())
         self.refresh_runs(select=run, found=found)
-        _live.append(self)
+        _run.shown(self)
 
     def _build(self) -> None:
         """The dropdowns and the areas they fill: the viewer box, displayed apart from the

@@ -1,15 +1,17 @@
 """What the Jupyter and marimo fronts do alike with a finished run: the viewer's outcome said
-in one line, a pending summary finished in a process of its own, and each run's summary page
-(with its verdict's window), given or saved beside the run and rendered once. Each front
-keeps only its display calls.
+in one line, a pending summary finished in a process of its own, each run's summary page
+(with its verdict's window), given or saved beside the run and rendered once, and the views
+shown lately told of a new run. Each front keeps only its display calls.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xprof_magic._runs import store as _store
 from xprof_magic._units import wrapped
@@ -20,7 +22,15 @@ if TYPE_CHECKING:
     from xprof_magic._analysis import Summary
     from xprof_magic._viewer import Viewer
 
-__all__ = ["SummaryPages", "finish_apart", "viewer_said"]
+__all__ = [
+    "LIVE_VIEWS",
+    "Shown",
+    "SummaryPages",
+    "announce",
+    "finish_apart",
+    "shown",
+    "viewer_said",
+]
 
 
 def viewer_said(outcome: manager.ViewerOutcome) -> tuple[Viewer | None, str]:
@@ -106,3 +116,38 @@ class SummaryPages:
             if run not in self._pages and run not in self._windows:
                 self.page(run)
             return self._windows.get(run)
+
+
+class Shown(Protocol):
+    """A view under a cell that lists a log directory's runs (the Jupyter widget, marimo's
+    view): what :func:`announce` needs of it."""
+
+    logdir_key: str
+
+    def refresh_runs(self, *, found: list[_store.RunInfo] | None = None) -> Any: ...
+
+
+LIVE_VIEWS = 16
+"""The views kept up to date, the newest: the frontends keep every cell's output alive, and
+refreshing them all would cost more with every cell."""
+_live: collections.deque[Shown] = collections.deque(maxlen=LIVE_VIEWS)
+
+
+def shown(view: Shown) -> None:
+    """``view`` is under a cell now: :func:`announce` tells it of new runs."""
+    _live.append(view)
+
+
+def announce(logdir: Path) -> list[_store.RunInfo] | None:
+    """A run was stored in ``logdir``: the views shown lately for it list it. The runs are
+    listed once for all of them, and returned for the next view (None: no view was there to
+    tell, and nothing was listed)."""
+    key = str(Path(logdir).resolve())
+    views = [view for view in list(_live) if view.logdir_key == key]
+    if not views:
+        return None
+    found = _store.runs(logdir)
+    for view in views:
+        with contextlib.suppress(Exception):  # a view whose cell ran again is closed
+            view.refresh_runs(found=found)
+    return found
