@@ -17,6 +17,7 @@ import xprof_magic
 from tests._said import notes_of, said, worded
 from tests.conftest import run
 from xprof_magic._analysis import Summary, render_html, render_text, summarize
+from xprof_magic._analysis.render.notes import device_statement
 from xprof_magic._analysis.render.text import plain
 
 SETUP = """
@@ -45,7 +46,7 @@ def diagnosed(ip: Any, logdir: Path, name: str, body: str, warm: bool = True) ->
 def headline(summary: Summary) -> str:
     """The first note after the device line."""
     texts = [n.text for n in notes_of(summary)]
-    at = texts.index(summary.device.statement)
+    at = texts.index(device_statement(summary))
     return texts[at + 1]
 
 
@@ -213,7 +214,7 @@ def test_large_matmuls_are_device_bound_and_raise_no_alarm(
     busy, window = s.device.busy_s, s.device.window_s
     assert busy is not None and window is not None
     assert busy > 0.5 * (window - (s.compiles.trace_s or 0.0)), (busy, window)
-    alarms = [n for n in notes_of(s) if n.level != "info" and n.text != s.device.statement]
+    alarms = [n for n in notes_of(s) if n.level != "info" and n.text != device_statement(s)]
     assert alarms == []
 
 

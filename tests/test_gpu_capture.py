@@ -18,6 +18,7 @@ from tests._oracle_trace import _union_ns
 from tests._said import worded
 from tests.conftest import GPU_RUNS
 from xprof_magic._analysis.model.summary import Summary
+from xprof_magic._analysis.render.notes import device_statement
 
 RUNS = GPU_RUNS
 
@@ -67,7 +68,7 @@ def test_the_device_is_busy_as_its_plane_says_and_named(
     device = summaries[run].device
     union = _plane_union_s(runs[run])
     assert device.kind == "GPU" and device.name == "NVIDIA H200"
-    assert device.statement.startswith("Ran on GPU (NVIDIA H200)")
+    assert device_statement(summaries[run]).startswith("Ran on GPU (NVIDIA H200)")
     assert [d.name for d in device.devices] == ["/device:GPU:0"]
     assert device.busy_s == pytest.approx(union, rel=0.10), (device.busy_s, union)
 

@@ -37,7 +37,7 @@ from xprof_magic._analysis import (
     summarize_in_subprocess,
 )
 from xprof_magic._analysis.model.summary import SUMMARY_SCHEMA, Compiles, CompileSite
-from xprof_magic._analysis.render.notes import notes_for
+from xprof_magic._analysis.render.notes import device_statement, notes_for
 from xprof_magic._analysis.render.text import plain
 from xprof_magic._analysis.summary.blocks import INPUT_PIPELINE
 from xprof_magic._analysis.summary.device import device_info
@@ -102,8 +102,8 @@ def test_the_device_is_said_plainly(shapes: Summary) -> None:
     device = _meta(shapes.run_dir)["device"]
     assert shapes.device.kind == device == "CPU"  # these tests run with PJRT_DEVICE=CPU
     assert shapes.device.on_cpu
-    assert "PJRT_DEVICE=CPU" in shapes.device.statement
-    assert "not on a TPU" in shapes.device.statement
+    assert "PJRT_DEVICE=CPU" in device_statement(shapes)
+    assert "not on a TPU" in device_statement(shapes)
     assert notes_of(shapes)[0].level == "warning" and "not on a TPU" in notes_of(shapes)[0].text
     assert "not on a TPU" in render_text(shapes).splitlines()[1]
     groups = {g.name: g for g in shapes.device.threads}
@@ -461,6 +461,7 @@ def test_a_summary_saved_today_in_words_loads_and_shows_in_todays_words(tmp_path
     assert s.diagnosis.verdict == "host" and s.diagnosis.cause == "making batches"
     assert said(s).headline == data["diagnosis"]["headline"] and xprof_magic.said(s) == said(s)
     assert [n.text for n in notes_of(s)] == [n["text"] for n in data["notes"]]
+    assert device_statement(s) == data["device"]["statement"]
     text = render_text(s)
     assert plain(data["diagnosis"]["headline"]) in text and "xla_augment" in text
     assert "Host-bound: 87%" in render_html(s)
@@ -715,7 +716,9 @@ def test_tpu_busy_and_idle_share_from_device_planes() -> None:
     assert info.kind == "TPU" and not info.on_cpu
     assert info.busy_share == pytest.approx(0.2)
     assert info.devices[0].share == pytest.approx(0.2)
-    assert info.statement == "Ran on TPU: one TPU in the timeline."
+    assert device_statement(Summary(run="r", run_dir="/x", device=info)) == (
+        "Ran on TPU: one TPU in the timeline."
+    )
     text = render_text(Summary(run="r", run_dir="/x", device=info))
     assert "the device was busy 20.0 ms of the 100.0 ms window (20%); idle 80%" in text
     # Two chips: their busy time is a mean, and says so.
@@ -727,7 +730,8 @@ def test_tpu_busy_and_idle_share_from_device_planes() -> None:
 def test_a_tpu_run_without_device_activity_says_so() -> None:
     env = _Plane("Task Environment", [], (("profile_start_time", "1"), ("profile_stop_time", "2")))
     facts = read_planes([env])
-    assert "no TPU activity" in device_info("TPU", facts).statement
+    silent = Summary(run="r", run_dir="/x", device=device_info("TPU", facts))
+    assert "no TPU activity" in device_statement(silent)
 
 
 # --- the backend's words come from its vocabulary ------------------------------------------
@@ -831,7 +835,7 @@ def test_a_backend_brings_its_own_words_and_numbers(
         ("fake.host/gather", 4, "fake hint: gather on the device"),
         ("fake.host/scatter", 1, "fake default hint"),
     ]
-    assert s.device.statement == "Fake statement: ran on the CPU."
+    assert device_statement(s) == "Fake statement: ran on the CPU."
     roles = {g.name: g.role for g in s.device.threads}
     assert roles["python"] == "fake role: the user's threads"
     assert roles["tf_XLAPjRtCpuClient"] == "other host threads"
@@ -857,7 +861,7 @@ def test_an_unknown_backend_gets_neutral_words(runs: dict[str, Path], tmp_path: 
     assert s.complete and s.backend == "someone-elses-profiler"
     assert s.fallbacks == () and s.executions is None and s.to_device is None
     assert s.compiles.count is None and s.compiles.trace_count  # the timeline still counts
-    assert "not on an accelerator" in s.device.statement
+    assert "not on an accelerator" in device_statement(s)
     text, page = render_text(s), render_html(s)
     assert "\nRuntime, this cell only:\n  compilations (timeline): " in text
     for word in _torch_xla_words():

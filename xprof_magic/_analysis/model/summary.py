@@ -62,6 +62,7 @@ class SavedWords:
     fix: str = ""
     evidence: tuple[tuple[str, str], ...] = ()
     notes: tuple[Note, ...] = ()
+    device: str = ""
 
 
 @dataclass(frozen=True)
@@ -119,12 +120,14 @@ class DeviceInfo:
     streams); on the CPU, the time at least one XLA CPU client thread ran an execution
     (launch to completion), else, in a timeline without such events, an XLA op. ``name``:
     the device as the runtime or the timeline names it (``NVIDIA H200``), "" unknown.
-    ``silent``: the timeline was read and holds none of that device's activity.
+    ``silent``: the timeline was read and holds none of that device's activity;
+    ``planes``: how many of that kind's devices it shows (None: no timeline was read). The
+    device said in words is the render stage's
+    (:func:`~xprof_magic._analysis.render.notes.device_statement`).
     """
 
     kind: str
     on_cpu: bool
-    statement: str
     window_s: float | None = None
     busy_s: float | None = None
     busy_share: float | None = None
@@ -132,6 +135,7 @@ class DeviceInfo:
     threads: tuple[ThreadGroup, ...] = ()
     name: str = ""
     silent: bool = False
+    planes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -300,9 +304,7 @@ class Summary:
     missing: tuple[str, ...] = ()
     warnings: tuple[Note, ...] = ()
     diagnosis: Diagnosis = field(default_factory=Diagnosis)
-    device: DeviceInfo = field(
-        default_factory=lambda: DeviceInfo("unknown", False, "The device is unknown.")
-    )
+    device: DeviceInfo = field(default_factory=lambda: DeviceInfo("unknown", False))
     labels: tuple[LabelRow, ...] = ()
     label_source: str = "none"
     steps: StepStats | None = None
@@ -340,7 +342,11 @@ class Summary:
         said = data.get("diagnosis")
         said = said if isinstance(said, dict) else {}
         words = {key: said[key] for key in ("headline", "fix", "evidence") if key in said}
-        saved = from_plain(SavedWords, {**words, "notes": data.get("notes", [])})
+        device = data.get("device")
+        statement = device.get("statement", "") if isinstance(device, dict) else ""
+        saved = from_plain(
+            SavedWords, {**words, "notes": data.get("notes", []), "device": statement}
+        )
         return from_plain(cls, {**data, "saved_words": to_plain(saved)})
 
     def verdict_window(self) -> tuple[float, float] | None:

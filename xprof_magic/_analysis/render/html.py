@@ -14,7 +14,7 @@ from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
 from xprof_magic._analysis.render.chart import BLUE, GREY, ORANGE, chart_svg
 from xprof_magic._analysis.render.chart import escape as _e
 from xprof_magic._analysis.render.memory_section import memory_lines, memory_svg
-from xprof_magic._analysis.render.notes import notes_of
+from xprof_magic._analysis.render.notes import device_statement, notes_of
 from xprof_magic._analysis.render.text import (
     CODE,
     header,
@@ -171,6 +171,7 @@ def render_html(summary: Summary) -> str:
 
 def _heading(s: Summary) -> list[str]:
     """The title, the device badge with its statement, and the notes."""
+    statement = device_statement(s)
     parts = [
         f'<div style="font-weight:600;margin-bottom:4px">xprof summary — {_e(header(s))}</div>'
     ]
@@ -178,10 +179,10 @@ def _heading(s: Summary) -> list[str]:
     parts.append(
         f'<div style="margin:4px 0"><span style="background:{badge_color};color:#fff;'
         f'border-radius:4px;padding:1px 7px;font-weight:600">{_e(s.device.kind)}</span> '
-        f"{_e(s.device.statement)}</div>"
+        f"{_e(statement)}</div>"
     )
     for note in notes_of(s):
-        if note.text == s.device.statement:
+        if note.text == statement:
             continue
         color = _LEVEL_COLOR.get(note.level, BLUE)
         parts.append(

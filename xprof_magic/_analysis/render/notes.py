@@ -18,7 +18,7 @@ from xprof_magic._backends import NEUTRAL, Vocabulary
 from xprof_magic._backends.registry import capabilities, get_vocabulary
 from xprof_magic._units import seconds
 
-__all__ = ["RULES", "Rule", "notes_for", "notes_of"]
+__all__ = ["RULES", "Rule", "device_statement", "notes_for", "notes_of"]
 
 Rule = Callable[[Summary, Vocabulary], Iterator[Note]]
 
@@ -39,10 +39,31 @@ def incomplete(s: Summary, words: Vocabulary) -> Iterator[Note]:
         yield Note("warning", f"Incomplete summary: {s.missing[0]}.")
 
 
+def device_statement(s: Summary, words: Vocabulary | None = None) -> str:
+    """The device that ran the cell, said plainly (``words``: the summary's backend's)."""
+    d = s.device
+    what = f"{d.kind} ({d.name})" if d.name else d.kind
+    if s.saved_words is not None and s.saved_words.device:
+        return s.saved_words.device
+    if d.on_cpu:
+        return (words or get_vocabulary(s.backend)).advice.cpu_device
+    if d.kind == "unknown":
+        return "The device is unknown: no metadata and no device activity in the timeline."
+    if d.planes is None:
+        return f"Ran on {what}."
+    if not d.planes:
+        return (
+            f"Ran on {what}, but the timeline holds no {d.kind} activity: nothing reached the "
+            "device, or device tracing was off."
+        )
+    count = f"{d.planes} {d.kind}s" if d.planes > 1 else f"one {d.kind}"
+    return f"Ran on {what}: {count} in the timeline."
+
+
 def device(s: Summary, words: Vocabulary) -> Iterator[Note]:
     known = s.device.kind not in ("CPU", "unknown") and not s.device.silent
     level = "info" if known else "warning"
-    yield Note(level, s.device.statement)
+    yield Note(level, device_statement(s, words))
 
 
 def diagnosis(s: Summary, words: Vocabulary) -> Iterator[Note]:

@@ -36,8 +36,8 @@ def busy_ns(facts: TraceFacts) -> float | None:
 def device_info(
     declared: str, facts: TraceFacts | None, words: Vocabulary = NEUTRAL, name: str = ""
 ) -> DeviceInfo:
-    """The device said plainly: ``declared`` by the capture (``name``: as its runtime named
-    it), else as the timeline shows it (its device planes and the names they carry)."""
+    """The device that ran the cell: ``declared`` by the capture (``name``: as its runtime
+    named it), else as the timeline shows it (its device planes and the names they carry)."""
     declared = KINDS.get(declared.upper(), declared.upper())
     device_planes = [n for n in facts.planes if n.startswith("/device:")] if facts else []
     seen = {n.split(":")[1] for n in device_planes if n.count(":") >= 2}
@@ -52,25 +52,10 @@ def device_info(
     named = [facts.device_names[n] for n in mine if facts and n in facts.device_names]
     name = name if name and name.upper() != kind else ""
     name = name or (named[0] if named else "")
-    what = f"{kind} ({name})" if name else kind
     window_s = (facts.window[1] - facts.window[0]) / 1e9 if facts and facts.window else None
     on_cpu = kind == "CPU"
-    if on_cpu:
-        statement = words.advice.cpu_device
-    elif kind == "unknown":
-        statement = "The device is unknown: no metadata and no device activity in the timeline."
-    elif facts is not None and not mine:
-        statement = (
-            f"Ran on {what}, but the timeline holds no {kind} activity: nothing reached the "
-            "device, or device tracing was off."
-        )
-    elif facts is not None:
-        count = f"{len(mine)} {kind}s" if len(mine) > 1 else f"one {kind}"
-        statement = f"Ran on {what}: {count} in the timeline."
-    else:
-        statement = f"Ran on {what}."
     if facts is None:
-        return DeviceInfo(kind, on_cpu, statement, window_s, name=name)
+        return DeviceInfo(kind, on_cpu, window_s, name=name)
     roles = {**XLA_THREAD_ROLES, **words.timeline.thread_roles}
     threads = tuple(
         ThreadGroup(
@@ -101,7 +86,7 @@ def device_info(
     share = busy_s / window_s if busy_s is not None and window_s else None
     silent = not on_cpu and kind != "unknown" and not mine
     return DeviceInfo(
-        kind, on_cpu, statement, window_s, busy_s, share, devices, threads, name, silent
+        kind, on_cpu, window_s, busy_s, share, devices, threads, name, silent, planes=len(mine)
     )
 
 
