@@ -41,6 +41,8 @@ keep the device's busy time whichever category holds it
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -214,18 +216,30 @@ def _outside(
     cell. A statement's time is its block's, as the labels table has it, less only the steps
     it runs itself (a loop's): the device finishing the steps before it, while it runs, is
     not taken from it (one block, one time)."""
-    marked = sorted(b.start for b in mine if b.kind == STEP)
-    found: dict[str, NDArray[np.float64]] = {}
+    marked = sorted(b.start for b in mine if b.kind == STEP)[: len(steps)]
+    los: list[NDArray[np.float64]] = []
+    his: list[NDArray[np.float64]] = []
+    names: list[str] = []
     for b in mine:
         if b.parent >= 0 or b.kind == STEP or b.name in aside:
             continue
-        own = [s for s, at in zip(steps, marked, strict=False) if b.start <= at < b.end]
-        stepped = merge([([s.start for s in own], [s.end for s in own])])
-        lo, hi = subtract((np.array([b.start]), np.array([b.end])), stepped)
-        if not len(lo):
-            continue
-        rows, _ = _split(cover, lo, hi, None)
-        found[b.name] = found.get(b.name, 0.0) + rows.sum(axis=0)
+        # The steps it holds: those marked inside it (a search: a capture of another thread's
+        # loop may hold tens of thousands of top-level blocks).
+        own = steps[bisect.bisect_left(marked, b.start) : bisect.bisect_left(marked, b.end)]
+        lo, hi = np.array([b.start], np.float64), np.array([b.end], np.float64)
+        if own:
+            lo, hi = subtract((lo, hi), merge([([s.start for s in own], [s.end for s in own])]))
+        if len(lo):
+            los.append(lo)
+            his.append(hi)
+            names += [b.name] * len(lo)
+    if not los:
+        return ()
+    # Every statement's time split at once: the cover merged once, not once a statement.
+    rows, _ = _split(cover, np.concatenate(los), np.concatenate(his), None)
+    found: dict[str, NDArray[np.float64]] = {}
+    for name, row in zip(names, rows, strict=True):
+        found[name] = found[name] + row if name in found else row.copy()
     out = []
     for name, row in found.items():
         total = float(row.sum())
