@@ -7,9 +7,13 @@ microseconds). The loop's own time, measured inside the cell with ``time.perf_co
 - ``manual``: ``jax.profiler.start_trace`` / ``stop_trace`` by hand around the loop;
 - ``manual+steps``: the same, with a step marker by hand around each iteration
   (``jax.profiler.StepTraceAnnotation``), which is what ``--steps`` draws;
+- ``manual+stamps``: the same, each step's start appended to a list by the loop's iterator
+  in C (``map``/``zip``), as ``--steps`` records tiny steps: the floor of steps recorded
+  in Python;
 - ``manual+sampler``: the first, with the magic's line sampler
   (:mod:`xprof_magic._cell.sampler`) looking at the loop's thread: its cost alone;
-- ``xprof``: the cell under ``%%xprof --steps`` (labels, a step per iteration, the sampler).
+- ``xprof``: the cell under ``%%xprof --steps`` (labels, its first steps marked, the rest
+  recorded in Python and written into the timeline after the trace, the sampler).
 
 Prints the medians and each variant's ratio to ``manual``, and the same of the fastest runs
 (on a shared machine the least disturbed).
@@ -27,7 +31,7 @@ from typing import Any
 __all__ = ["main", "measure"]
 
 SETUP = """
-import sys, time, threading
+import operator, sys, time, threading
 import jax, jax.numpy as jnp
 from xprof_magic._cell.sampler import LineSampler, framework_folders
 
@@ -57,8 +61,20 @@ elapsed = time.perf_counter() - _t
 """
 
 
-def _manual(logdir: str, sampled: bool, stepped: bool = False) -> str:
+STAMPED = """
+_stamps = []
+_stamped = map(_stamps.append, iter(time.time_ns, None))
+for i in map(operator.itemgetter(0), zip(range(STEPS), _stamped)):
+    W = tiny(W)
+jax.block_until_ready(W)
+elapsed = time.perf_counter() - _t
+"""
+
+
+def _manual(logdir: str, sampled: bool, stepped: bool = False, stamped: bool = False) -> str:
     body = STEPPED if stepped else LOOP.replace("_t = time.perf_counter()", "")
+    if stamped:
+        body = STAMPED
     start = "_t = time.perf_counter()\n"
     if sampled:
         start = (
@@ -82,6 +98,7 @@ def measure(steps: int = 10_000, reps: int = 5) -> dict[str, Any]:
     variants = {
         "manual": _manual(str(tmp / "manual"), sampled=False),
         "manual+steps": _manual(str(tmp / "stepped"), sampled=False, stepped=True),
+        "manual+stamps": _manual(str(tmp / "stamped"), sampled=False, stamped=True),
         "manual+sampler": _manual(str(tmp / "sampled"), sampled=True),
         "xprof": f"%%xprof --logdir {tmp / 'xprof'} --no-display --steps --backend jax\n{LOOP}",
     }

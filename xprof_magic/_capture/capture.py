@@ -294,6 +294,25 @@ class Capture:
             return error
         return None
 
+    def _write_python_steps(self, run: _Running) -> None:
+        """Put the steps recorded in Python (a loop of tiny steps) into the saved timeline."""
+        steps = run.tracker.python_steps()
+        if not steps:
+            return
+        from xprof_magic._capture.step_events import write_steps  # numpy: only when needed
+
+        try:
+            written = write_steps(run.staging.path, steps)
+        except Exception as error:
+            written, reason = 0, f": {error}"
+        else:
+            reason = ": the timeline holds no step marker to find the cell's thread by"
+        if written < len(steps):
+            self._messages.append(
+                f"{len(steps)} steps were recorded without a marker each (tiny steps), and "
+                f"could not be added to the timeline{reason}"
+            )
+
     def _store(self, run: _Running, exc: BaseException | None, wall_s: float) -> None:
         """Stop the trace and store the run; a failure is told in one line, never raised."""
         plan = self.plan
@@ -306,6 +325,7 @@ class Capture:
             said = collect_workers(run.staging.path, len(run.trace.workers))
             if said:
                 self._messages.append(said)
+            self._write_python_steps(run)
             ended = Ended(wall_s, self._start_ns, time.time_ns(), exc)
             metadata = run_metadata(
                 plan,
