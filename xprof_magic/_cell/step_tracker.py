@@ -92,6 +92,19 @@ class _Fast:
     done: bool = False
 
 
+@dataclass(slots=True)
+class _Run:
+    """A loop's steps recorded in Python, once it ended: where they come among the marked
+    steps' durations, the first one's number, the starts (the first ``held``), and the end
+    of the last (None: it was still running, so it is no step)."""
+
+    position: int
+    first: int
+    stamps: list[int]
+    held: int
+    end_ns: int | None
+
+
 class StepTracker:
     """Decides where one capture's steps begin and end, and marks them for XProf.
 
@@ -172,7 +185,7 @@ class StepTracker:
         self._kept: list[AbstractContextManager[Any]] = []
         self._durations: list[int] = []
         self._fast: _Fast | None = None
-        self._written: list[tuple[int, int, int]] = []
+        self._runs: list[_Run] = []
 
     @property
     def ended(self) -> int:
@@ -190,7 +203,7 @@ class StepTracker:
         """The steps recorded in Python, with no marker on the timeline: each one's number,
         start and end (wall-clock ns)."""
         with self._lock:
-            return list(self._written)
+            return self._steps_ns()
 
     def go_fast(self) -> list[int] | None:
         """Between two iterations of a loop whose iterations are the steps: the list to
@@ -215,24 +228,47 @@ class StepTracker:
 
     def fast_done(self, end_ns: int | None) -> None:
         """The loop recorded in Python has ended at ``end_ns`` (wall-clock ns), its last step
-        with it; None: the last step was still running, so it is no step."""
+        with it; None: the last step was still running, so it is no step. Constant time, in
+        the cell's own time: the steps are made from the starts when asked for."""
         with self._lock:
             fast = self._fast
             if fast is None or fast.done:
                 return
             fast.done = True
-            stamps = list(fast.stamps)
-            ends = stamps[1:]
-            if end_ns is not None and stamps:
-                ends.append(max(end_ns, stamps[-1]))
-            for k, end in enumerate(ends):
-                number, start = fast.first + k, stamps[k]
-                self._durations.append(end - start)
-                self._written.append((number, start, end))
-                if self.first is None:
-                    self.first = number
-                self.last = number
-            self._ended = fast.first + len(ends)
+            held = len(fast.stamps)  # a user's marker: the loop goes on appending
+            count = held if end_ns is not None else max(held - 1, 0)
+            if not count:
+                return
+            self._runs.append(_Run(len(self._durations), fast.first, fast.stamps, held, end_ns))
+            if self.first is None:
+                self.first = fast.first
+            self.last = fast.first + count - 1
+            self._ended = fast.first + count
+
+    def _steps_ns(self) -> list[tuple[int, int, int]]:
+        """Each step recorded in Python: its number, start and end (wall-clock ns)."""
+        found: list[tuple[int, int, int]] = []
+        for run in self._runs:
+            starts = run.stamps[: run.held]
+            ends = starts[1:] if run.end_ns is None else [*starts[1:], run.end_ns]
+            found.extend(
+                (run.first + k, start, max(end, start))
+                for k, (start, end) in enumerate(zip(starts, ends, strict=False))
+            )
+        return found
+
+    def _all_ns(self) -> list[int]:
+        """Each step's host time (ns), marked ones and those recorded in Python, in order."""
+        out: list[int] = []
+        at = 0
+        for run in self._runs:
+            out.extend(self._durations[at : run.position])
+            at = run.position
+            starts = run.stamps[: run.held]
+            ends = starts[1:] if run.end_ns is None else [*starts[1:], run.end_ns]
+            out.extend(max(end - start, 0) for start, end in zip(starts, ends, strict=False))
+        out.extend(self._durations[at:])
+        return out
 
     @property
     def state(self) -> str:
@@ -242,7 +278,7 @@ class StepTracker:
     def durations(self) -> list[float]:
         """Host time of each step in the trace, in seconds."""
         with self._lock:
-            return [ns / 1e9 for ns in self._durations]
+            return [ns / 1e9 for ns in self._all_ns()]
 
     def arm(self, by_loop: bool = False) -> None:
         """The first step starts now: at the cell's loop (``by_loop``), or the cell."""
