@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import xprof_magic
+from tests._said import worded
 from tests.conftest import FakeEvent, run, step_numbers
 from xprof_magic._cell import labels as _labels
 from xprof_magic._cell import step_tracker as _steps
@@ -169,6 +170,11 @@ def test_jax_tiny_steps_are_in_the_timeline_and_the_summary(
     assert len(starts) == count
     gaps = np.diff(starts)[FIRST:]
     assert np.allclose(gaps, np.array(meta.steps[FIRST:-1]), atol=2e-6), (gaps, meta.steps)
+    # The breakdown has every step, with the summary's step times.
+    d = worded(s)
+    assert [round(x.total_s, 9) for x in d.breakdown.steps] == [
+        round(x, 9) for x in s.steps.durations_s
+    ]
 
 
 def test_torch_xla_tiny_steps_are_in_the_timeline(
