@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from xprof_magic._backends import Backend, CaptureWords, MetricsSnapshot
 from xprof_magic._backends.registry import capabilities, get_backend, get_vocabulary
-from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Options, Plan
+from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Options, Plan, with_block
 from xprof_magic._capture.result import CaptureResult, size_warning
 from xprof_magic._capture.run_record import Ended, run_metadata
 from xprof_magic._capture.trace_window import Trace, TraceWindow, collect_workers
@@ -170,6 +170,7 @@ class Capture:
                 _sampler.framework_folders(),
                 made if made() >= 0 else None,
                 lambda: run.tracker.ended,
+                code=self.plan.cell_code,
             )
             lines.start()
             cell.callback(lambda: run.recorder.lines.extend(lines.stop()))
@@ -195,6 +196,9 @@ class Capture:
         return self.result
 
     def __enter__(self) -> Capture:
+        if self.plan.options.get("api") is True and not self.plan.cell:
+            # The script API's block (``with xprof_magic.capture(...)``) is the run's cell.
+            self.plan = with_block(self.plan, sys._getframe(1))
         self.start()
         self._begin()
         return self

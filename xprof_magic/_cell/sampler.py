@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import FrameType
+from types import CodeType, FrameType
 
 __all__ = [
     "FRAMEWORKS",
@@ -68,7 +68,8 @@ class LineSampler:
     ``ops``: the framework's count of the ops it has made, where making one leaves no event
     on the timeline (torch_xla's lazy tensors): a look after which it grew says so
     (:data:`GREW`), wherever the innermost Python frame was (``x * 2`` traced from the cell's
-    line); the analysis decides which line made them."""
+    line); the analysis decides which line made them. ``code``: a profiled function's code,
+    whose frame's line is the one taken (its callers may share its file: a script)."""
 
     def __init__(
         self,
@@ -77,8 +78,9 @@ class LineSampler:
         frameworks: Sequence[str],
         ops: Callable[[], int] | None = None,
         steps: Callable[[], int] | None = None,
+        code: CodeType | None = None,
     ) -> None:
-        self._thread, self._file = thread, cell_file
+        self._thread, self._file, self._code = thread, cell_file, code
         self._frameworks = tuple(frameworks)
         self._ops, self._steps = ops, steps
         self._made = ops() if ops is not None else 0
@@ -135,8 +137,9 @@ class LineSampler:
         framework = bool(self._frameworks) and frame.f_code.co_filename.startswith(self._frameworks)
         line = 0
         at: FrameType | None = frame
+        code = self._code
         while at is not None:
-            if at.f_code.co_filename == self._file:
+            if at.f_code.co_filename == self._file and (code is None or at.f_code is code):
                 line = at.f_lineno or 0
             at = at.f_back
         del frame
