@@ -13,6 +13,7 @@ from typing import Any
 
 from xprof_magic._analysis.model import display
 from xprof_magic._analysis.model.diagnosis import Gain
+from xprof_magic._analysis.model.summary import Gap
 
 __all__ = ["CompareRow", "Comparison"]
 
@@ -56,7 +57,7 @@ class Comparison:
     verdicts: tuple[tuple[str, float | None], ...] = ()
     moves: tuple[tuple[str, float, float], ...] = ()
     devices: tuple[str, str] = ("", "")
-    incomplete: tuple[tuple[str, str], ...] = ()
+    incomplete: tuple[tuple[str, Gap], ...] = ()
     predicted: Gain | None = None
     step_s: tuple[float, float] | None = None
 

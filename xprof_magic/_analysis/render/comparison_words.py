@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from xprof_magic._analysis.model.categories import KIND
 from xprof_magic._analysis.render.chart import ORANGE
 from xprof_magic._analysis.render.chart import escape as _e
+from xprof_magic._analysis.render.gaps import gap_said
 from xprof_magic._analysis.render.headline import speedup
 from xprof_magic._analysis.render.html import BOX, HEADING, table
 from xprof_magic._units import NONE, data_size, seconds
@@ -50,7 +51,7 @@ def comparison_notes(c: Comparison) -> tuple[str, ...]:
             f"The runs used different devices ({kind_a} vs {kind_b}): "
             "their times are not comparable."
         )
-    notes.extend(f"{which} is incomplete: {missing}" for which, missing in c.incomplete)
+    notes.extend(f"{which} is incomplete: {gap_said(gap)}" for which, gap in c.incomplete)
     return tuple(notes)
 
 

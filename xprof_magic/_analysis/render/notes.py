@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from xprof_magic._analysis.model.diagnosis import HIGHLY_INPUT, MODERATELY_INPUT
 from xprof_magic._analysis.model.summary import CompileSite, Note, Summary
+from xprof_magic._analysis.render.gaps import gap_said, shown_flaws
 from xprof_magic._analysis.render.headline import said
 from xprof_magic._analysis.render.memory_section import growth_note
 from xprof_magic._backends import NEUTRAL, Vocabulary
@@ -36,7 +37,7 @@ def incomplete(s: Summary, words: Vocabulary) -> Iterator[Note]:
             "the time budget.",
         )
     elif s.missing:
-        yield Note("warning", f"Incomplete summary: {s.missing[0]}.")
+        yield Note("warning", f"Incomplete summary: {gap_said(s.missing[0])}.")
 
 
 def device_statement(s: Summary, words: Vocabulary | None = None) -> str:
@@ -241,6 +242,7 @@ def notes_of(summary: Summary) -> tuple[Note, ...]:
     reading the run found wrong (a summary of schema 2: the notes it was saved with)."""
     if summary.saved_words is not None:
         return summary.saved_words.notes
-    if any(note.level == "error" for note in summary.warnings):
-        return summary.warnings  # no analysis to word: only why (no run folder, a failure)
-    return (*notes_for(summary, get_vocabulary(summary.backend)), *summary.warnings)
+    flaws, alone = shown_flaws(summary)
+    if alone:
+        return flaws  # no analysis to word: only why (no run folder, a failure)
+    return (*notes_for(summary, get_vocabulary(summary.backend)), *flaws)
