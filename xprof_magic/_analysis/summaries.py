@@ -65,5 +65,6 @@ def summary_of(
 def _metadata_only(run_dir: Path, size: int) -> Summary:
     """A summary from the metadata alone, saying why the timeline was not read."""
     quick = summarize(run_dir, budget_s=0.0)
-    too_large = Gap("timeline too large", mb=size / 2**20)
-    return replace(quick, pending=False, missing=(*quick.missing, too_large))
+    too_large = Gap("timeline too large", mb=size / 2**20)  # the reason it was not read
+    kept = tuple(gap for gap in quick.missing if gap.what != "timeline not read")
+    return replace(quick, pending=False, missing=(*kept, too_large))
