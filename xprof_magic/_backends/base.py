@@ -26,6 +26,7 @@ __all__ = [
     "guarded",
     "hooked",
     "installed_version",
+    "once",
     "patched",
     "refused_if_running",
     "reset_profile_state",
@@ -235,22 +236,33 @@ def _rebound(
                 names[key] = value
 
 
+def once(on_user_trace: OnUserTrace) -> OnUserTrace:
+    """``on_user_trace`` told on the first call only: a capture's guards share one."""
+    told = False
+
+    def first(call: str) -> None:
+        nonlocal told
+        if not told:
+            told = True
+            with contextlib.suppress(Exception):
+                on_user_trace(call)
+
+    return first
+
+
 def guarded(
     call: str,
     original: Callable[..., Any],
-    on_user_trace: Callable[[str], None],
-    fired: list[bool],
+    on_user_trace: OnUserTrace,
     applies: Callable[[tuple[Any, ...], dict[str, Any]], bool] | None = None,
 ) -> Callable[..., Any]:
     """``original``, a call that starts the user's own trace, telling ``on_user_trace(call)``
-    first, once per capture (``fired`` is shared by a capture's guards), where ``applies``
-    to its arguments (always without it)."""
+    first, where ``applies`` to its arguments (always without it); a capture's guards share
+    one :func:`once`, so that it is told once per capture."""
 
     def guard(*args: Any, **kwargs: Any) -> Any:
-        if not fired[0] and (applies is None or applies(args, kwargs)):
-            fired[0] = True
-            with contextlib.suppress(Exception):
-                on_user_trace(call)
+        if applies is None or applies(args, kwargs):
+            on_user_trace(call)
         return original(*args, **kwargs)
 
     return guard

@@ -50,6 +50,7 @@ from xprof_magic._backends.base import (
     Patch,
     ProfilerBackend,
     guarded,
+    once,
     refused_if_running,
 )
 from xprof_magic._backends.torch_tpu_private import Private, private_api, tpu
@@ -238,7 +239,7 @@ class TorchTpuBackend(ProfilerBackend):
         the user's goes ahead as without the capture. The capture's own starts use the
         original. Worker processes are not intercepted."""
         impl, call = self._api.impl, "torch_tpu._internal.profiler._impl.start_trace"
-        return [(impl, "start_trace", guarded(call, impl.start_trace, on_user_trace, [False]))]
+        return [(impl, "start_trace", guarded(call, impl.start_trace, once(on_user_trace)))]
 
     def sync(self) -> None:
         """``torch.accelerator.synchronize()`` where a device exists; nothing otherwise."""

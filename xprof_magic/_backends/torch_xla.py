@@ -33,6 +33,7 @@ from xprof_magic._backends.base import (
     Patch,
     ProfilerBackend,
     guarded,
+    once,
     patched,
 )
 from xprof_magic._backends.ports import listens_here
@@ -140,9 +141,9 @@ class TorchXlaBackend(ProfilerBackend):
         import start_trace`` in an earlier cell, are rebound to the guarded ones while the
         hooks are open, and given back after.
         """
-        fired = [False]
+        tell = once(on_user_trace)
         patches: list[Patch] = [
-            (xp, name, guarded(f"xp.{name}", getattr(xp, name), on_user_trace, fired, applies))
+            (xp, name, guarded(f"xp.{name}", getattr(xp, name), tell, applies))
             for name, applies in (
                 ("start_trace", None),
                 ("trace", _targets_here),
