@@ -5,8 +5,8 @@ The profiler server's lifecycle, the versions a run records, a second trace refu
 patch-and-restore of the profiler functions they hook.
 
 A backend subclasses :class:`ProfilerBackend`, names its server and its packages, starts its server
-in :meth:`~ProfilerBackend._serve`, and overrides only the hooks it has; each module's ``create() ->
-Backend`` is where mypy checks the result against the protocol.
+in :meth:`~ProfilerBackend._serve`, and overrides only the hooks it has; each module's
+``create() -> Backend`` is where mypy checks the result against the protocol.
 """
 
 from __future__ import annotations
@@ -232,9 +232,9 @@ def patched(patches: Sequence[Patch]) -> Iterator[None]:
 def hooked(patches: Sequence[Patch], namespace: dict[str, Any] | None) -> Iterator[None]:
     """:func:`patched`, with the user's names bound to a replaced function rebound while open.
 
-    The user's names in ``namespace`` bound to a replaced function (``from torch_xla.debug.profiler
-    import start_trace`` in an earlier cell) are rebound to its replacement while open; those still
-    bound to it after are given back.
+    The user's names in ``namespace`` bound to a replaced function
+    (``from torch_xla.debug.profiler import start_trace`` in an earlier cell) are rebound to its
+    replacement while open; those still bound to it after are given back.
     """
     replacements = {id(getattr(owner, name)): value for owner, name, value in patches}
     with patched(patches), _rebound(namespace, replacements):

@@ -222,13 +222,11 @@ class JaxBackend(ProfilerBackend):
 
     @contextlib.contextmanager
     def _explaining(self) -> Iterator[None]:
-        """Collect JAX's explanations of why a function traced and compiled again (cache misses).
+        """Collect JAX's explanations of why a function traced and compiled again.
 
-        They explain tracing-cache misses.
-
-        ``jax_explain_cache_misses`` is turned on for the capture when the user had not. Then its
-        log records are kept from the cell's output, which stays as it would be without the magic;
-        when the user had, they are also shown as usual.
+        They explain its tracing-cache misses; ``jax_explain_cache_misses`` is turned on for the
+        capture when the user had not. Then its log records are kept from the cell's output, which
+        stays as it would be without the magic; when the user had, they are also shown as usual.
         """
         handler = _Explanations(self._notes, self._lock)
         loggers = [logging.getLogger(name) for name in _EXPLAINING_LOGGERS]

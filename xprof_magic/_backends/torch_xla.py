@@ -135,9 +135,9 @@ class TorchXlaBackend(ProfilerBackend):
         from this process (see :mod:`.torch_xla_workers`). ``nprocs=1`` runs the function here,
         inside this process's trace.
 
-        The user's names bound to these functions, e.g. by ``from torch_xla.debug.profiler import
-        start_trace`` in an earlier cell, are rebound to the guarded ones while the hooks are open,
-        and given back after.
+        The user's names bound to these functions, e.g. by
+        ``from torch_xla.debug.profiler import start_trace`` in an earlier cell, are rebound to the
+        guarded ones while the hooks are open, and given back after.
         """
         fired = [False]
         patches: list[Patch] = [

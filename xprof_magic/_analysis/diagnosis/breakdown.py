@@ -92,10 +92,10 @@ def _split(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Seconds per category in each interval, and the chip's own waits alone.
 
-    First, seconds per category of :data:`BREAKDOWN_CATEGORIES` (columns) in each interval ``[lo[k],
-    hi[k])`` (rows); ``busy`` is where the cell's thread ran (the rest is idle), None: all of it.
-    Second, the same of the chip's own waits alone (:data:`DEVICE_SIDE`), with the host-offload
-    copies' seconds in a last column.
+    First, seconds per category of :data:`BREAKDOWN_CATEGORIES` (columns) in each interval
+    ``[lo[k], hi[k])`` (rows); ``busy`` is where the cell's thread ran (the rest is idle), None: all
+    of it. Second, the same of the chip's own waits alone (:data:`DEVICE_SIDE`), with the
+    host-offload copies' seconds in a last column.
     """
     out = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES)))
     side = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES) + 1))

@@ -51,7 +51,7 @@ def compare(a: Summary, b: Summary) -> Comparison:
 
 
 def _predicted(a: Summary, x: dict[str, float], y: dict[str, float]) -> Gain | None:
-    """A's estimate of its fix's gain, where B shows the fix removed at least :data:`MOVED` of it.
+    """A's estimate of its fix's gain, where B, the run after the fix, shows the fix removed time.
 
     Only where A's verdict has a cost to remove and B, the run after the fix, has at least
     :data:`MOVED` less of it (else no fix, nothing to measure).

@@ -272,7 +272,8 @@ def _host_cause(
 def _out_of_memory(s: Summary, parts: Breakdown, source: str) -> Diagnosis:
     """The cell ran out of device memory: that is the verdict, whatever its time did.
 
-    Where is the cell's line of XLA's largest allocation, when it is the cell's.
+    Where it happened (``where``, ``line``) is the cell's line of XLA's largest allocation, when it
+    is the cell's.
     """
     oom = s.memory.oom
     assert oom is not None

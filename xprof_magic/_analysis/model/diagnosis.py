@@ -212,11 +212,11 @@ class IdleTime:
 
     In the cell's time when it has no steps; found by :mod:`~xprof_magic._analysis.diagnosis.idle`.
     ``share``: the idle part of the time the shares are of; ``during``: each thing the host did
-    while the device idled, largest first, as ``(what, its share of the same time, the cell line
-    holding it, 0: unknown)``. ``what`` is one of ``making batches`` (the user's Python and NumPy
-    making the step's data), ``loader`` (waiting on the data iterator), ``own code`` (the user's
-    other Python), ``framework`` (dispatch and graph building), ``sync``, ``transfer``, ``compile``,
-    or ``host`` (the host's time, not sampled).
+    while the device idled, largest first, as
+    ``(what, its share of the same time, the cell line holding it, 0: unknown)``. ``what`` is one of
+    ``making batches`` (the user's Python and NumPy making the step's data), ``loader`` (waiting on
+    the data iterator), ``own code`` (the user's other Python), ``framework`` (dispatch and graph
+    building), ``sync``, ``transfer``, ``compile``, or ``host`` (the host's time, not sampled).
     """
 
     share: float

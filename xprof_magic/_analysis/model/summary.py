@@ -123,7 +123,7 @@ class SavedWords:
 
 @dataclass(frozen=True)
 class DeviceBusy:
-    """How much of the capture window one accelerator was busy, and how much of that copied memory.
+    """How much of the capture window one accelerator was busy, and of that, how much it copied.
 
     Busy is its lines' union (a chip's programs, a GPU's streams); ``copy_s``: of that, the time
     copying between host and device memory where its plane says so (a GPU's copies; None: not told
@@ -457,8 +457,8 @@ class Summary:
 def _as_saved(missing: Any, warnings: Any) -> dict[str, Any]:
     """A schema 2 or 3 summary's ``missing`` and ``warnings`` as the gaps and flaws they said.
 
-    ``missing`` and ``warnings`` are sentences and notes; they are worded as they were (``as
-    saved``). One that was loaded so and saved again holds them so already.
+    ``missing`` and ``warnings`` are sentences and notes; they are worded as they were
+    (``as saved``). One that was loaded so and saved again holds them so already.
     """
     said = missing if isinstance(missing, list) else []
     notes = warnings if isinstance(warnings, list) else []

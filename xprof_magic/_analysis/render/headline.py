@@ -42,8 +42,8 @@ class Said:
     """A verdict in words: its headline, the fix, and the evidence.
 
     ``headline``: the summary's first note after the device line, at ``level``; ``fix``: one
-    sentence of advice in the backend's words; ``evidence``: the numbers behind it as ``(name,
-    value)`` text pairs.
+    sentence of advice in the backend's words; ``evidence``: the numbers behind it as
+    ``(name, value)`` text pairs.
     """
 
     headline: str = ""
