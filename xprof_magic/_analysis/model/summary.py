@@ -109,8 +109,10 @@ class Note:
 
 @dataclass(frozen=True)
 class SavedWords:
-    """The words a summary of schema 2 was saved with, shown as they were: its figures lack
-    some that today's words are made from (a verdict's ``shares``, ``warm_up``)."""
+    """The words a summary of schema 2 was saved with, shown as they were.
+
+    Its figures lack some that today's words are made from (a verdict's ``shares``, ``warm_up``).
+    """
 
     headline: str = ""
     fix: str = ""
@@ -121,9 +123,12 @@ class SavedWords:
 
 @dataclass(frozen=True)
 class DeviceBusy:
-    """How much of the capture window one accelerator was busy (its lines' union: a chip's
-    programs, a GPU's streams), and of that, ``copy_s``, copying between host and device
-    memory where its plane says so (a GPU's copies; None: not told apart)."""
+    """How much of the capture window one accelerator was busy, and of that, how much it copied.
+
+    Busy is its lines' union (a chip's programs, a GPU's streams); ``copy_s``: of that, the time
+    copying between host and device memory where its plane says so (a GPU's copies; None: not told
+    apart).
+    """
 
     name: str
     busy_s: float
@@ -386,8 +391,10 @@ class Summary:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Summary:
-        """The summary ``to_json`` wrote, or one of schema 3 or 2 (its gaps and notes, and
-        schema 2's words, as they were saved); ``ValueError`` if ``data`` is none of them."""
+        """The summary ``to_json`` wrote, or one of schema 3 or 2; ``ValueError`` if it is neither.
+
+        An older schema's gaps and notes, and schema 2's words, are kept as they were saved.
+        """
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema == SUMMARY_SCHEMA:
             return from_plain(cls, data)
@@ -410,15 +417,17 @@ class Summary:
         return from_plain(cls, {**data, "saved_words": to_plain(saved)})
 
     def verdict_window(self) -> tuple[float, float] | None:
-        """The steps the verdict is about, as ``(start, end)`` seconds on the timeline (see
-        :attr:`StepStats.starts_s`): from the start of the first steady step (after the
-        warm-up, the compiling first steps, and after any step unlike the others before it,
-        which the verdict names apart) to the end of the last steady one, as the breakdown
-        counts it (until the device has finished what it launched). A step unlike the others
-        between steady ones stays in view; one before or after them only touches the
-        window's edge (the trace viewer's margin shows its end, or its start). Without the
-        breakdown's steps, from the first step after the warm-up to the last. None without
-        the steps' times, or for a verdict about the cell."""
+        """The steps the verdict is about, as ``(start, end)`` seconds on the timeline.
+
+        Seconds as :attr:`StepStats.starts_s` counts them: from the start of the first steady step
+        (after the warm-up, the compiling first steps, and after any step unlike the others before
+        it, which the verdict names apart) to the end of the last steady one, as the breakdown
+        counts it (until the device has finished what it launched). A step unlike the others between
+        steady ones stays in view; one before or after them only touches the window's edge (the
+        trace viewer's margin shows its end, or its start). Without the breakdown's steps, from the
+        first step after the warm-up to the last. None without the steps' times, or for a verdict
+        about the cell.
+        """
         steps = self.steps
         if steps is None or not steps.starts_s or len(steps.starts_s) != len(steps.durations_s):
             return None
@@ -438,15 +447,19 @@ class Summary:
         return (start, end) if end > start else None
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        """``text/plain`` and static ``text/html``, for IPython's display of a cell's value: the
-        render stage's (:mod:`~xprof_magic._analysis.model.display`)."""
+        """``text/plain`` and static ``text/html``, for IPython's display of a cell's value.
+
+        Both are the render stage's (:mod:`~xprof_magic._analysis.model.display`).
+        """
         return display.bundle(self)
 
 
 def _as_saved(missing: Any, warnings: Any) -> dict[str, Any]:
-    """A summary of schema 2 or 3's ``missing`` and ``warnings`` (sentences, notes) as the
-    gaps and flaws they said, worded as they were (``as saved``). One that was loaded so
-    and saved again holds them so already."""
+    """A schema 2 or 3 summary's ``missing`` and ``warnings`` as the gaps and flaws they said.
+
+    ``missing`` and ``warnings`` are sentences and notes; they are worded as they were
+    (``as saved``). One that was loaded so and saved again holds them so already.
+    """
     said = missing if isinstance(missing, list) else []
     notes = warnings if isinstance(warnings, list) else []
     return {

@@ -31,9 +31,12 @@ __all__ = [
 
 
 def comparison_notes(c: Comparison) -> tuple[str, ...]:
-    """What differs in kind: the verdicts and the categories that moved, ``Diagnosis: input
-    (82%) → device (71%); input 82% → 6%, device 3% → 71%``; A's predicted gain beside the
-    measured one; different devices; a run that is incomplete."""
+    """What differs in kind between the two runs, one note each.
+
+    The verdicts and the categories that moved,
+    ``Diagnosis: input (82%) → device (71%); input 82% → 6%, device 3% → 71%``; A's predicted gain
+    beside the measured one; different devices; a run that is incomplete.
+    """
     notes: list[str] = []
     if c.verdicts:
         (x, x_share), (y, y_share) = c.verdicts

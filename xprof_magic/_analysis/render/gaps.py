@@ -83,8 +83,10 @@ def _fatal_note(gap: Gap) -> Note:
 
 
 def shown_flaws(summary: Summary) -> tuple[tuple[Note, ...], bool]:
-    """The notes of what reading the run found wrong, and whether they are all a reader
-    should see (nothing could be analysed: no run folder, an analysis that failed)."""
+    """The notes of what reading the run found wrong, and whether they are all a reader should see.
+
+    They are all when nothing could be analysed: no run folder, an analysis that failed.
+    """
     fatal = tuple(_fatal_note(gap) for gap in summary.missing if gap.what in FATAL)
     flaws = tuple(flaw_note(flaw) for flaw in summary.warnings)
     if fatal or any(note.level == "error" for note in flaws):

@@ -77,10 +77,12 @@ def table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int])
 
 
 def section(title: str, body: Sequence[str], opened: bool = False) -> str:
-    """A part of the summary under its heading, folded (``<details>``, which needs no
-    script) unless ``opened``: the summary stays whole in the output, never clipped. The
-    heading keeps its disclosure triangle where a notebook's style sheet takes it away
-    (Notebook 6 makes ``summary`` a block)."""
+    """A part of the summary under its heading, folded (``<details>``) unless ``opened``.
+
+    ``<details>`` needs no script: the summary stays whole in the output, never clipped. The heading
+    keeps its disclosure triangle where a notebook's style sheet takes it away (Notebook 6 makes
+    ``summary`` a block).
+    """
     state = " open" if opened else ""
     return (
         f'<details class="xprof-magic-section"{state} style="margin:8px 0 2px 0">'

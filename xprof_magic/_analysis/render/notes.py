@@ -123,8 +123,11 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
 
 
 def _again(site: CompileSite) -> str:
-    """Which later runs (or steps) compiled again: "in run 4 of its 6 (first compiled in run
-    1)", or by the numbers of the steps they ran in, as the profiler numbers them."""
+    """Which later runs (or steps) compiled again.
+
+    "in run 4 of its 6 (first compiled in run 1)", or by the numbers of the steps they ran in, as
+    the profiler numbers them.
+    """
     in_steps = len(site.first_steps) == len(site.first_runs) > 0
     numbers = site.first_steps if in_steps else tuple(i + 1 for i in site.first_runs)
     if not numbers:
@@ -145,8 +148,10 @@ def _again(site: CompileSite) -> str:
 
 
 def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
-    """A function compiled more than once in the cell, or once when the backend says it had
-    compiled before (in an earlier cell), with the backend's reason where it gave one."""
+    """A function compiled more than once in the cell, with the backend's reason where it gave one.
+
+    Or once, when the backend says it had compiled before (in an earlier cell).
+    """
     reasons = dict(reversed(s.compiles.reasons))
     for name, count, total_s in s.compiles.functions:
         inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
@@ -238,8 +243,11 @@ def notes_for(summary: Summary, words: Vocabulary = NEUTRAL) -> tuple[Note, ...]
 
 
 def notes_of(summary: Summary) -> tuple[Note, ...]:
-    """The headlines a reader sees, in the summary's backend's words: every rule's, then what
-    reading the run found wrong (a summary of schema 2: the notes it was saved with)."""
+    """The headlines a reader sees, in the summary's backend's words.
+
+    Every rule's, then what reading the run found wrong (a summary of schema 2: the notes it was
+    saved with).
+    """
     if summary.saved_words is not None:
         return summary.saved_words.notes
     flaws, alone = shown_flaws(summary)

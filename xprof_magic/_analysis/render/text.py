@@ -261,8 +261,11 @@ def _device_lines(s: Summary) -> list[str]:
 
 
 def per_thread(group: ThreadGroup) -> float:
-    """A thread group's busy share of the window per thread: its thread time adds its
-    threads up, so the whole group's share would pass 100% with two threads busy."""
+    """A thread group's busy share of the window per thread.
+
+    Its thread time adds its threads up, so the whole group's share would pass 100% with two threads
+    busy.
+    """
     return group.share / group.threads if group.threads else group.share
 
 
