@@ -27,6 +27,7 @@ from xprof_magic._analysis.summary.step_spans import STALE_NS
 from xprof_magic._analysis.summary.where import call_line, own_steps, paths_at
 from xprof_magic._analysis.timeline.facts import LAUNCH, READ, TraceFacts
 from xprof_magic._analysis.timeline.intervals import merge
+from xprof_magic._analysis.timeline.line_arrays import Floats
 from xprof_magic._backends import Vocabulary
 from xprof_magic._runs.metadata import RunMetadata
 
@@ -85,6 +86,8 @@ def activity(
         return None
     lo = np.asarray(steps.starts_s, np.float64) * 1e9
     hi = lo + np.asarray(steps.durations_s, np.float64) * 1e9
+    if len(steps.host_starts_s) == len(lo):
+        lo, hi = host_parts(lo, hi, np.asarray(steps.host_starts_s, np.float64) * 1e9)
 
     def count(keys: list[str]) -> tuple[int, ...]:
         times = [np.asarray(a, np.float64) for key in keys for a, _ in facts.spans.get(key, [])]
@@ -112,6 +115,21 @@ def activity(
         read_path=path,
         program=top[len(LAUNCH) :] if top and by_program[top] else "",
     )
+
+
+def host_parts(lo: Floats, hi: Floats, host: Floats) -> tuple[Floats, Floats]:
+    """Each step's span on the host's side, where the host launches and reads its work.
+
+    A step's span (``lo`` to ``hi``) lasts until the device has finished it; where the host ran
+    ahead (a jitted step dispatched asynchronously), the host launched it earlier, at ``host``,
+    and launched the next one before this one ended. So each step is counted from its host start
+    to the next one's, or to its own end where the host waited for it (the gap between steps
+    left out); the last to its end.
+    """
+    start = np.minimum(lo, host)
+    end = hi.copy()
+    end[:-1] = np.where(start[1:] < hi[:-1], np.maximum(start[1:], start[:-1]), hi[:-1])
+    return start, end
 
 
 def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Launch | None:
