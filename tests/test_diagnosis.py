@@ -291,6 +291,8 @@ def test_a_jitted_step_dispatched_ahead_of_the_device_is_a_compiled_step(
     if d.verdict == "host":
         assert d.cause == "compiled step", d.evidence
         assert "already one jitted call" in d.fix and "put it under jax.jit" not in d.fix
+        assert "dispatch around the compiled step" in d.headline, d.headline
+        assert "graph building" not in d.headline
 
 
 def test_a_steps_host_part_runs_from_its_launch_to_the_next_where_the_host_ran_ahead() -> None:

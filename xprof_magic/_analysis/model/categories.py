@@ -20,6 +20,7 @@ __all__ = [
     "KIND",
     "OWN_CAUSES",
     "VERDICTS",
+    "WORDED_CAUSES",
     "Category",
     "Cause",
     "Kind",
@@ -159,6 +160,18 @@ OWN_CAUSES: dict[str, OwnCause] = {
     ),
 }
 """The causes whose time is the user's own code (:mod:`..diagnosis.own`)."""
+
+WORDED_CAUSES: dict[str, OwnCause] = {
+    **OWN_CAUSES,
+    "compiled step": OwnCause(
+        "host",
+        "is Python and the framework's dispatch around the compiled step on the host",
+        "the host's Python and dispatch",
+    ),
+}
+"""The causes whose time a headline names in words of their own, not their category's: the
+user's own code, and the host's time around a step that already runs as one compiled call
+(no graph is built there)."""
 
 
 def as_verdict(value: str) -> Verdict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.model.categories import CHEAPEST_FIRST, KIND, OWN_CAUSES
+from xprof_magic._analysis.model.categories import CHEAPEST_FIRST, KIND, WORDED_CAUSES
 from xprof_magic._analysis.model.diagnosis import MIN_CELL_S, Diagnosis
 from xprof_magic._analysis.render.idle import idle_words
 from xprof_magic._analysis.render.memory_section import oom_headline
@@ -139,7 +139,7 @@ def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
         title = KIND[d.verdict].title
         if d.verdict == "input":
             title += " (highly, XProf's ≥ 20%)"
-        own = OWN_CAUSES.get(d.cause)
+        own = WORDED_CAUSES.get(d.cause)
         what = own.what if own is not None else KIND[d.verdict].what
         text = f"{title}: {_percent(d.share or 0.0)} {each} {what}{where}"
     if d.verdict == "compile":
@@ -272,7 +272,7 @@ def gained(d: Diagnosis) -> str:
             f"Everything else is {rest:.0%} of {unit}: without it {unit} would take about "
             f"{times} ({speedup(g.speedup)}); beyond that the gain lies in the model."
         )
-    own = OWN_CAUSES.get(d.cause)
+    own = WORDED_CAUSES.get(d.cause)
     removed = own.removed if own is not None else KIND[g.category].without
     return f"Without {removed} {unit} would take about {times} ({speedup(g.speedup)})."
 
