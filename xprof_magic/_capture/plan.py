@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from types import CodeType
 from typing import Any, Literal, cast
 
 from xprof_magic._backends import detect as _detect
@@ -64,6 +65,9 @@ class Plan:
     cell_file: str = ""
     """The file name the cell's code is compiled under, once it is (see
     :attr:`~xprof_magic._runs.metadata.RunMetadata.cell_file`)."""
+    cell_code: CodeType | None = field(default=None, compare=False, repr=False)
+    """The cell's compiled code, once it is: the frame the line sampler reads the cell's line
+    from (IPython's frame that runs the magic has the cell's file name too)."""
     options: dict[str, Any] = field(default_factory=dict)
 
     def with_name(self) -> Plan:

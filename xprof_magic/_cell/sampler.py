@@ -5,11 +5,12 @@ sync, a copy), and the labels which statement of the cell runs; neither says whi
 inside a loop's body holds the time, nor whether the Python running there is the user's own
 (numpy, a tokenizer, a log line) or the framework's (an op traced from Python, torch_xla's
 lazy tensors leave no event). A thread that looks at the cell's thread every
-:data:`INTERVAL_S` does: for each look, the wall-clock time (the timeline's clock), the
-cell's line that runs (the outermost frame of the cell's file: the statement of the cell's
-own code, not a line inside a function it calls) and whether the innermost Python frame is
-the framework's (a file under one of ``frameworks``' folders), and whether the framework
-made ops since the last look.
+:data:`INTERVAL_S` does. For each look: the wall-clock time (the timeline's clock); the
+cell's line that runs, read from the frame of the cell's own ``code`` (else the outermost
+frame of its file), so the statement of the cell, not a line inside a function it calls
+(IPython's frame that runs the magic has the cell's file name too, so that tracebacks show
+the user's lines); whether the innermost Python frame is the framework's (a file under one
+of ``frameworks``' folders); and whether the framework made ops since the last look.
 
 One look costs a few microseconds of the interpreter's lock, :data:`INTERVAL_S` apart: below
 what the bench can measure (``python -m bench tiny-steps`` measures it). Standard library only.
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import FrameType
+from types import CodeType, FrameType
 
 __all__ = [
     "FRAMEWORKS",
@@ -75,8 +76,9 @@ class LineSampler:
         frameworks: Sequence[str],
         ops: Callable[[], int] | None = None,
         steps: Callable[[], int] | None = None,
+        code: CodeType | None = None,
     ) -> None:
-        self._thread, self._file = thread, cell_file
+        self._thread, self._file, self._code = thread, cell_file, code
         self._frameworks = tuple(frameworks)
         self._ops, self._steps = ops, steps
         self._made = ops() if ops is not None else 0
@@ -122,7 +124,10 @@ class LineSampler:
         line = 0
         at: FrameType | None = frame
         while at is not None:
-            if at.f_code.co_filename == self._file:
+            if at.f_code is self._code:
+                line = at.f_lineno or 0
+                break
+            if self._code is None and at.f_code.co_filename == self._file:
                 line = at.f_lineno or 0
             at = at.f_back
         del frame
