@@ -170,7 +170,7 @@ class Capture:
                 _sampler.framework_folders(),
                 made if made() >= 0 else None,
                 lambda: run.tracker.ended,
-                code=self.plan.cell_code,
+                self.plan.cell_code,
             )
             lines.start()
             cell.callback(lambda: run.recorder.lines.extend(lines.stop()))

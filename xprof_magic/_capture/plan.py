@@ -69,8 +69,9 @@ class Plan:
     """The file name the cell's code is compiled under, once it is (see
     :attr:`~xprof_magic._runs.metadata.RunMetadata.cell_file`)."""
     cell_code: CodeType | None = field(default=None, compare=False, repr=False)
-    """A profiled function's code: the line sampled is its frame's, not that of a caller in
-    the same file (a script calling it); None for a cell, whose file is its own."""
+    """The code whose frame the line sampler reads the line from: the cell's compiled code
+    (IPython's frame that runs the magic has the cell's file name too), a profiled
+    function's (a script calling it shares its file), or a ``with`` block's frame's."""
     options: dict[str, Any] = field(default_factory=dict)
 
     def with_name(self) -> Plan:

@@ -5,11 +5,12 @@ sync, a copy), and the labels which statement of the cell runs; neither says whi
 inside a loop's body holds the time, nor whether the Python running there is the user's own
 (numpy, a tokenizer, a log line) or the framework's (an op traced from Python, torch_xla's
 lazy tensors leave no event). A thread that looks at the cell's thread every
-:data:`INTERVAL_S` does: for each look, the wall-clock time (the timeline's clock), the
-cell's line that runs (the outermost frame of the cell's file: the statement of the cell's
-own code, not a line inside a function it calls) and whether the innermost Python frame is
-the framework's (a file under one of ``frameworks``' folders), and whether the framework
-made ops since the last look.
+:data:`INTERVAL_S` does. For each look: the wall-clock time (the timeline's clock); the
+cell's line that runs, read from the frame of the cell's own ``code`` (else the outermost
+frame of its file), so the statement of the cell, not a line inside a function it calls
+(IPython's frame that runs the magic has the cell's file name too, so that tracebacks show
+the user's lines); whether the innermost Python frame is the framework's (a file under one
+of ``frameworks``' folders); and whether the framework made ops since the last look.
 
 One look costs a few microseconds of the interpreter's lock, :data:`INTERVAL_S` apart: below
 what the bench can measure (``python -m bench tiny-steps`` measures it). Standard library only.
@@ -68,8 +69,9 @@ class LineSampler:
     ``ops``: the framework's count of the ops it has made, where making one leaves no event
     on the timeline (torch_xla's lazy tensors): a look after which it grew says so
     (:data:`GREW`), wherever the innermost Python frame was (``x * 2`` traced from the cell's
-    line); the analysis decides which line made them. ``code``: a profiled function's code,
-    whose frame's line is the one taken (its callers may share its file: a script)."""
+    line); the analysis decides which line made them. ``code``: the code whose frame's line
+    is the one taken (the cell's, a profiled function's: a script calling it shares its
+    file); without it, the outermost frame of ``cell_file``."""
 
     def __init__(
         self,
@@ -137,9 +139,11 @@ class LineSampler:
         framework = bool(self._frameworks) and frame.f_code.co_filename.startswith(self._frameworks)
         line = 0
         at: FrameType | None = frame
-        code = self._code
         while at is not None:
-            if at.f_code.co_filename == self._file and (code is None or at.f_code is code):
+            if at.f_code is self._code:
+                line = at.f_lineno or 0
+                break
+            if self._code is None and at.f_code.co_filename == self._file:
                 line = at.f_lineno or 0
             at = at.f_back
         del frame
