@@ -90,6 +90,19 @@ def test_an_exception_ends_the_last_python_step_there() -> None:
     check_python_steps(traced(source), 151)
 
 
+def test_each_run_of_an_inner_loop_is_marked_first_then_recorded_in_python() -> None:
+    tracker = traced("for epoch in range(3):\n    for i in range(100):\n        pass\n")
+    runs = [range(100 * k, 100 * k + FIRST) for k in range(3)]
+    assert marked() == [n for run in runs for n in run]
+    python = [n for n, _, _ in tracker.python_steps()]
+    assert python == [n for k in range(3) for n in range(100 * k + FIRST, 100 * (k + 1))]
+    assert len(tracker.durations()) == 300 and (tracker.first, tracker.last) == (0, 299)
+    # The durations are in step order: each run's marked steps, then its recorded ones.
+    ns = [round(d * 1e9) for d in tracker.durations()]
+    by_number = {n: end - start for n, start, end in tracker.python_steps()}
+    assert [ns[n] for n in python] == [by_number[n] for n in python]
+
+
 def test_long_steps_keep_a_marker_each(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_steps, "FAST_BELOW_NS", 0)
     tracker = traced("for i in range(100):\n    pass\n")
