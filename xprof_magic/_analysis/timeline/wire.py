@@ -26,9 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from google.protobuf.message import DecodeError
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline import xspace
+from xprof_magic._analysis.timeline import framing, xspace
 from xprof_magic._analysis.timeline.line_arrays import Ints
 from xprof_magic._analysis.timeline.varint import (
     BYTE,
@@ -118,8 +119,16 @@ class EventColumns:
     stats: Stats
 
 
+WALK_FROM = 1 << 20
+"""A line this long or longer is framed by numpy (:mod:`.framing`), not by the runtime."""
+
+
 def decode_line(serialized: Buffer) -> EventColumns:
     """A serialized ``XLine`` as columns; :class:`WireError` where the layout is unexpected."""
+    if len(serialized) >= WALK_FROM:
+        first = _first_event(serialized, none=-1)
+        if first >= 0:  # else a line without events: the runtime's to read
+            return _walked(serialized, first)
     raw = xspace.RawXLine()
     raw.ParseFromString(serialized)
     lengths = np.fromiter(map(len, raw.events), np.int64, len(raw.events))
@@ -153,9 +162,34 @@ def decode_line(serialized: Buffer) -> EventColumns:
     return EventColumns(name, timestamp_ns, metadata_id, offset_ps, duration_ps, stats)
 
 
-def _first_event(serialized: Buffer) -> int:
+def _walked(serialized: Buffer, first: int) -> EventColumns:
+    """:func:`decode_line` with the events framed by numpy (:mod:`.framing`): the line's
+    other fields, before and after its events, parsed by the runtime."""
+    if len(serialized) >= 1 << 31:
+        raise WireError("a line of 2 GB or more")
+    data = np.frombuffer(serialized, np.uint8)
+    field_at, stop = framing.event_headers(data, first)
+    lengths, sizes = varints(data, field_at + 1)
+    raw = xspace.RawXLine()
+    try:
+        raw.ParseFromString(bytes(serialized[:first]) + bytes(serialized[stop:]))
+    except DecodeError as error:
+        raise WireError("the line's other fields") from error
+    if len(raw.events):
+        raise WireError("events apart from the others")
+    at = field_at + 1 + sizes
+    del field_at, sizes
+    metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(
+        data, at, at + lengths.astype(np.int64)
+    )
+    stats = Stats(ptr, ids, stat_at, data)
+    return EventColumns(raw.name, int(raw.timestamp_ns), metadata_id, offset_ps, duration_ps, stats)
+
+
+def _first_event(serialized: Buffer, none: int | None = None) -> int:
     """Where the line's first ``events`` field starts: after its other fields, in Python
-    (a line has a handful of fields before its events)."""
+    (a line has a handful of fields before its events); ``none`` where it has none (if
+    given, else :class:`WireError`)."""
     data = np.frombuffer(serialized, np.uint8)
     pos = 0
     while pos < len(serialized):
@@ -177,6 +211,8 @@ def _first_event(serialized: Buffer) -> int:
             pos += 5
         else:
             raise WireError("a group in a line")
+    if none is not None:
+        return none
     raise WireError("the line's events were not found")
 
 
@@ -301,14 +337,20 @@ def _stats(
     counts = np.zeros(len(cur), np.int64)
     if not owners:
         return counts, (np.zeros(0, np.int32), np.zeros(0, np.int32))
-    owner = np.concatenate(owners)
-    order = np.argsort(owner, kind="stable")  # rounds in order: a stable merge of sorted runs
-    counts += np.bincount(owner, minlength=len(cur))
-    stat_id = np.concatenate([f[0] for f in found])[order]
-    if len(stat_id) and (stat_id.min() < 0 or stat_id.max() >= 1 << 31):
-        raise WireError("a stat metadata id over 31 bits")
-    stat_at = np.concatenate([f[1] for f in found])[order]
-    return counts, (stat_id.astype(np.int32), stat_at.astype(np.int32))
+    # Round k holds the k-th stat of each event it names: each goes to its event's k-th place.
+    for owner in owners:
+        counts[owner] += 1
+    place = np.cumsum(counts) - counts
+    total = int(counts.sum())
+    stat_id = np.empty(total, np.int32)
+    stat_at = np.empty(total, np.int32)
+    for k, (owner, (ids, begin)) in enumerate(zip(owners, found, strict=True)):
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= 1 << 31):
+            raise WireError("a stat metadata id over 31 bits")
+        where = place[owner] + k
+        stat_id[where] = ids
+        stat_at[where] = begin
+    return counts, (stat_id, stat_at)
 
 
 def _stat_ids(data: Bytes, at: Ints, end: Ints) -> Ints:
