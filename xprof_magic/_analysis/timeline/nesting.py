@@ -81,15 +81,24 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     small = np.int16 if levels < 1 << 15 else np.int64
     every = np.argsort(depth.astype(small), kind="stable")  # by level, then position
     by_level = every[pushed[every]]
-    keys = depth[by_level] * n + by_level
+    keys = depth[by_level]
+    keys *= n
+    keys += by_level
     inner = every[depth[every] >= 1]  # sorted as the keys they look for: a fast search
+    del every
     if len(inner):
-        at = np.searchsorted(keys, (depth[inner] - 1) * n + inner) - 1
+        sought = depth[inner]
+        sought -= 1
+        sought *= n
+        sought += inner
+        at = np.searchsorted(keys, sought)
+        del sought
+        at -= 1
         if at.min() < 0 or np.any(keys[at] // n != depth[inner] - 1):
             return walk(start, end, pushed)
         parent[inner] = by_level[at]
         del at
-    del every, by_level, keys, inner
+    del by_level, keys, inner
     kids = positions[parent[positions] >= 0]
     if np.any(end[kids] > end[parent[kids]]):
         return walk(start, end, pushed)

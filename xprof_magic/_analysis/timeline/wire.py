@@ -177,11 +177,13 @@ def _walked(serialized: Buffer, first: int) -> EventColumns:
         raise WireError("the line's other fields") from error
     if len(raw.events):
         raise WireError("events apart from the others")
-    at = field_at + 1 + sizes
+    at = field_at
+    at += 1
+    at += sizes
     del field_at, sizes
-    metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(
-        data, at, at + lengths.astype(np.int64)
-    )
+    end = lengths.view(np.int64)  # in place: the line's arrays are as long as its events
+    end += at
+    metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(data, at, end)
     stats = Stats(ptr, ids, stat_at, data)
     return EventColumns(raw.name, int(raw.timestamp_ns), metadata_id, offset_ps, duration_ps, stats)
 
@@ -228,7 +230,8 @@ def _event_fields(
     chunk of events at a time."""
     n = len(at)
     metadata_id, offset_ps, duration_ps = (np.zeros(n, np.int64) for _ in _FIELDS)
-    counts = np.zeros(n, np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    counts = ptr[1:]  # each event's stats, summed into the pointer in place below
     ids: list[NDArray[np.int32]] = []
     starts: list[NDArray[np.int32]] = []
     for lo in range(0, n, _CHUNK):
@@ -240,8 +243,7 @@ def _event_fields(
         counts[lo:hi], (chunk_ids, chunk_at) = _stats(data, cur, stop)
         ids.append(chunk_ids)
         starts.append(chunk_at)
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=ptr[1:])
+    np.cumsum(counts, out=counts)
     if not ids:
         return (
             metadata_id,
