@@ -72,7 +72,19 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     depth = np.cumsum(is_pushed)
     depth -= is_pushed
     del is_pushed
-    depth -= _at_or_before(np.sort(end[pushed], kind="stable"), start)  # nearly in order: few runs
+    ends = end[pushed]
+    by_end = np.argsort(ends, kind="stable")  # nearly in order: few runs
+    closing = _at_or_before(ends[by_end], start)
+    del ends
+    depth -= closing
+    # Where each pushed event closes: the first start at or after its end. ``closing[i]``
+    # counts the ends at or before start ``i``, so the starts before the ``k``-th end (in
+    # order) are those with ``closing`` at most ``k``: counted, not searched.
+    before = np.cumsum(np.bincount(closing, minlength=len(by_end) + 1)[: len(by_end)])
+    del closing
+    close_at = np.empty(len(by_end), np.int64)
+    close_at[by_end] = before
+    del by_end, before
     parent = np.full(n, -1, np.int64)
     positions = np.flatnonzero(pushed)
     levels = int(depth.max(initial=0)) + 1
@@ -103,7 +115,6 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     if np.any(end[kids] > end[parent[kids]]):
         return walk(start, end, pushed)
     del kids
-    close_at = np.searchsorted(start, end[positions], side="left")
     # By closing position, deeper first (a child closes before its parent): one key.
     order = close_at * levels + (levels - 1 - depth[positions])
     closed = positions[np.argsort(order, kind="stable")]
