@@ -46,8 +46,8 @@ def event_headers(data: Bytes, first: int) -> tuple[Ints, int]:
 
     :class:`~.varint.WireError` where a length runs past the end of the line."""
     n = len(data)
-    if n < 2 or not 0 <= first < n:
-        raise WireError("no events to walk")
+    if n < 2 or not 0 <= first < n or n >= 1 << 31:
+        raise WireError("no events to walk, or a line of 2 GB or more")
     probe, stop, state = _walk_alone(data, first, _PROBE)
     if state != _RUNNING:  # a short line: walked already
         if state == _BROKEN:
@@ -118,7 +118,7 @@ def _walk_together(data: Bytes, starts: Ints) -> tuple[Ints, int]:
     count = len(starts)
     here = starts.copy()
     state = np.full(count, _RUNNING, np.int64)
-    rounds: list[tuple[Ints, Ints]] = []  # each round: who stepped, from where
+    rounds = _Steps(count, 2 * _EVENTS_A_BLOCK + 4 * _MARK_AFTER)
     for _ in range(_MARK_AFTER):
         _round(data, here, state, rounds, np.flatnonzero(state == _RUNNING))
     marked = state == _RUNNING  # walkers whose mark may be met
@@ -146,20 +146,45 @@ def _walk_together(data: Bytes, starts: Ints) -> tuple[Ints, int]:
     return _stitched(starts, here, state, met, mark, rounds)
 
 
-def _round(
-    data: Bytes, here: Ints, state: Ints, rounds: list[tuple[Ints, Ints]], who: Ints
-) -> None:
+class _Steps:
+    """Where each walker stood at each of its steps: round ``k``'s row holds the ``k``-th
+    step of the walkers that took one (a walker steps in every round until it stops). One
+    array, grown by doubling, not an array per round: the line's part of the heap stays in
+    one piece."""
+
+    def __init__(self, walkers: int, rounds: int):
+        self.at = np.zeros((rounds, walkers), np.int32)
+        self.taken = np.zeros(walkers, np.int64)
+        self.rounds = 0
+
+    def add(self, who: Ints, where: Ints) -> None:
+        if self.rounds == len(self.at):
+            self.at = np.concatenate((self.at, np.zeros_like(self.at)))
+        self.at[self.rounds, who] = where
+        self.taken[who] += 1
+        self.rounds += 1
+
+    def path(self, walkers: list[int], first: Ints) -> Ints:
+        """The steps of ``walkers``, in turn, each from its step ``first[i]`` on."""
+        chosen = np.array(walkers, np.int64)
+        step = np.arange(self.rounds)[:, None]
+        keep = (step >= first[None, :]) & (step < self.taken[chosen][None, :])
+        found: Ints = self.at[: self.rounds, chosen].T[keep.T].astype(np.int64)
+        return found
+
+
+def _round(data: Bytes, here: Ints, state: Ints, rounds: _Steps, who: Ints) -> None:
     """One step of each walker in ``who``: its event kept where it stood on one."""
     if not len(who):
         return
     where = here[who]
     after, now = _step(data, where)
     if now is None:
-        rounds.append((who, where))
+        rounds.add(who, where)
         here[who] = after
         return
     running = now == _RUNNING
-    rounds.append((who[running], where[running]))
+    rounds.add(who[running], where[running])
     here[who[running]] = after[running]
     state[who[~running]] = now[~running]
 
@@ -174,30 +199,19 @@ def _next_marked(marked: np.ndarray) -> Ints:
 
 
 def _stitched(
-    starts: Ints, here: Ints, state: Ints, met: Ints, mark: Ints, rounds: list[tuple[Ints, Ints]]
+    starts: Ints, here: Ints, state: Ints, met: Ints, mark: Ints, rounds: _Steps
 ) -> tuple[Ints, int]:
     """The true path: the first walker's events up to the mark it met, then those of the
     walker it met from there (its steps from its mark on), and so on to the walker that
-    reached the end. A walker steps in every round until it stops, so its ``k``-th step
-    is in round ``k``."""
-    count = len(starts)
-    first_step = np.zeros(count, np.int64)  # each walker's steps on the path: from this one
-    on_path = np.zeros(count, bool)
+    reached the end."""
+    del starts, mark  # the first walker's path starts at its start, each other's at its mark
     walker = 0
-    on_path[0] = True
+    chain = [0]
     while state[walker] == _MET:
         walker = int(met[walker])
-        on_path[walker] = True
-        first_step[walker] = _MARK_AFTER
+        chain.append(walker)
     if state[walker] != _ENDED:
         raise WireError("an event runs past the end of its line")
-    steps = np.zeros(count, np.int64)
-    for who, _ in rounds:
-        steps[who] += 1
-    kept = np.where(on_path, steps - first_step, 0)
-    offset = np.cumsum(kept) - kept - first_step  # where a walker's step 0 would go
-    positions = np.empty(int(kept.sum()), np.int64)
-    for k, (who, where) in enumerate(rounds):
-        mine = on_path[who] & (first_step[who] <= k)
-        positions[offset[who[mine]] + k] = where[mine]
-    return positions, int(here[walker])
+    first = np.full(len(chain), _MARK_AFTER, np.int64)
+    first[0] = 0
+    return rounds.path(chain, first), int(here[walker])
