@@ -86,7 +86,6 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     close_at[by_end] = before
     del by_end, before
     parent = np.full(n, -1, np.int64)
-    positions = np.flatnonzero(pushed)
     levels = int(depth.max(initial=0)) + 1
     # Each event's parent: the last pushed event one level up before it. The pushed
     # events keyed by (level, position), sorted, answer every event in one search.
@@ -104,13 +103,16 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
         sought *= n
         sought += inner
         at = np.searchsorted(keys, sought)
-        del sought
         at -= 1
-        if at.min() < 0 or np.any(keys[at] // n != depth[inner] - 1):
+        # The key found (the last one before the one sought) must be on the level up.
+        sought -= inner
+        if at.min() < 0 or np.any(keys[at] < sought):
             return walk(start, end, pushed)
+        del sought
         parent[inner] = by_level[at]
         del at
     del by_level, keys, inner
+    positions = np.flatnonzero(pushed)
     kids = positions[parent[positions] >= 0]
     if np.any(end[kids] > end[parent[kids]]):
         return walk(start, end, pushed)
