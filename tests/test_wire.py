@@ -154,7 +154,7 @@ def _equal(new: Any, old: Any, where: str = "facts") -> None:
 
 
 def _through_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(data: bytes) -> Any:
+    def refuse(data: bytes, release: Any = None) -> Any:
         raise wire.WireError("read through the runtime")
 
     monkeypatch.setattr(wire, "decode_line", refuse)

@@ -85,7 +85,6 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     close_at = np.empty(len(by_end), np.int64)
     close_at[by_end] = before
     del by_end, before
-    parent = np.full(n, -1, np.int64)
     levels = int(depth.max(initial=0)) + 1
     # Each event's parent: the last pushed event one level up before it. The pushed
     # events keyed by (level, position), sorted, answer every event in one search.
@@ -108,10 +107,13 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
         sought -= inner
         if at.min() < 0 or np.any(keys[at] < sought):
             return walk(start, end, pushed)
-        del sought
+        del sought, keys
+        parent = np.full(n, -1, np.int64)  # made here: a big line's arrays above are gone
         parent[inner] = by_level[at]
         del at
-    del by_level, keys, inner
+    else:
+        parent = np.full(n, -1, np.int64)
+    del by_level, inner
     positions = np.flatnonzero(pushed)
     kids = positions[parent[positions] >= 0]
     if np.any(end[kids] > end[parent[kids]]):

@@ -152,6 +152,7 @@ class Reader:
             self.facts.launch_ids.append(found)
         for allocator, events in allocations(line, order, start, name_id).items():
             self.facts.memory.setdefault(allocator, []).append(events)
+        del order, flag, pushed  # a big line's: the tables make arrays as long as it
         self.tables(start, end, dur, name_id, names, nest, cat)
 
     def _categories(

@@ -23,6 +23,7 @@ field, on every stored capture.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,12 +124,17 @@ WALK_FROM = 1 << 20
 """A line this long or longer is framed by numpy (:mod:`.framing`), not by the runtime."""
 
 
-def decode_line(serialized: Buffer) -> EventColumns:
-    """A serialized ``XLine`` as columns; :class:`WireError` where the layout is unexpected."""
+Release = Callable[[int, int], None]
+"""``release(lo, hi)``: bytes ``lo:hi`` of the line are decoded (their pages may go)."""
+
+
+def decode_line(serialized: Buffer, release: Release | None = None) -> EventColumns:
+    """A serialized ``XLine`` as columns; :class:`WireError` where the layout is unexpected.
+    A big line's bytes are told to ``release`` part by part as they are decoded."""
     if len(serialized) >= WALK_FROM:
         first = _first_event(serialized, none=-1)
         if first >= 0:  # else a line without events: the runtime's to read
-            return _walked(serialized, first)
+            return _walked(serialized, first, release)
     raw = xspace.RawXLine()
     raw.ParseFromString(serialized)
     lengths = np.fromiter(map(len, raw.events), np.int64, len(raw.events))
@@ -162,7 +168,7 @@ def decode_line(serialized: Buffer) -> EventColumns:
     return EventColumns(name, timestamp_ns, metadata_id, offset_ps, duration_ps, stats)
 
 
-def _walked(serialized: Buffer, first: int) -> EventColumns:
+def _walked(serialized: Buffer, first: int, release: Release | None) -> EventColumns:
     """:func:`decode_line` with the events framed by numpy (:mod:`.framing`): the line's
     other fields, before and after its events, parsed by the runtime."""
     if len(serialized) >= 1 << 31:
@@ -183,7 +189,7 @@ def _walked(serialized: Buffer, first: int) -> EventColumns:
     del field_at, sizes
     end = lengths.view(np.int64)  # in place: the line's arrays are as long as its events
     end += at
-    metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(data, at, end)
+    metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(data, at, end, release)
     stats = Stats(ptr, ids, stat_at, data)
     return EventColumns(raw.name, int(raw.timestamp_ns), metadata_id, offset_ps, duration_ps, stats)
 
@@ -223,7 +229,7 @@ _CHUNK = 1 << 15
 
 
 def _event_fields(
-    data: Bytes, at: Ints, end: Ints
+    data: Bytes, at: Ints, end: Ints, release: Release | None = None
 ) -> tuple[Ints, Ints, Ints, Ints, NDArray[np.int32], NDArray[np.int32]]:
     """The fields of the events whose payloads are ``data[at[i]:end[i]]``: metadata id,
     offset, duration, and their stats' pointer, ids and starts (see :class:`Stats`), a
@@ -234,6 +240,7 @@ def _event_fields(
     counts = ptr[1:]  # each event's stats, summed into the pointer in place below
     ids: list[NDArray[np.int32]] = []
     starts: list[NDArray[np.int32]] = []
+    released = 0
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
         cur = at[lo:hi].copy()
@@ -243,6 +250,9 @@ def _event_fields(
         counts[lo:hi], (chunk_ids, chunk_at) = _stats(data, cur, stop)
         ids.append(chunk_ids)
         starts.append(chunk_at)
+        if release is not None:  # the events decoded so far (the stats read later fault
+            release(released, int(end[hi - 1]))  # their pages in again from the file)
+            released = int(end[hi - 1])
     np.cumsum(counts, out=counts)
     if not ids:
         return (
