@@ -350,8 +350,7 @@ def _stats(
     if not owners:
         return counts, (np.zeros(0, np.int32), np.zeros(0, np.int32))
     # Round k holds the k-th stat of each event it names: each goes to its event's k-th place.
-    for owner in owners:
-        counts[owner] += 1
+    counts += np.bincount(np.concatenate(owners), minlength=len(cur))
     place = np.cumsum(counts) - counts
     total = int(counts.sum())
     stat_id = np.empty(total, np.int32)
@@ -359,7 +358,8 @@ def _stats(
     for k, (owner, (ids, begin)) in enumerate(zip(owners, found, strict=True)):
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= 1 << 31):
             raise WireError("a stat metadata id over 31 bits")
-        where = place[owner] + k
+        where = place[owner]
+        where += k
         stat_id[where] = ids
         stat_at[where] = begin
     return counts, (stat_id, stat_at)
