@@ -154,7 +154,7 @@ def forget_failed_v2(page: bytes) -> bytes:
 
 
 def _change(environ: dict[str, Any]) -> tuple[Callable[[bytes], bytes], bool] | None:
-    """How a reply to this request is changed, and whether it must be HTML to be; None if it isn't.
+    """How a reply to this request is changed, and whether it must be HTML to be.
 
     Changed are the trace data, XProf's index page and the graph viewer's graph page; None for
     any other.

@@ -263,7 +263,7 @@ def hurry(pid: int) -> bool:
 def _priority(urgent: bool) -> None:
     """Die with the viewer (``PR_SET_PDEATHSIG``) and, unless ``urgent``, run only on idle CPUs.
 
-    Only where the CPUs have nothing else to do: nice 19, and ``SCHED_IDLE`` where Linux has it.
+    Idle: the CPUs have nothing else to do; nice 19, and ``SCHED_IDLE`` where Linux has it.
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
