@@ -78,10 +78,12 @@ _CLASSES = message_classes(
 
 
 def write_steps(folder: Path, steps: Sequence[tuple[int, int, int]]) -> int:
-    """Add ``steps`` (number, start and end in wall-clock ns) to the host timeline under
-    ``folder``, on the line of the cell's thread: the one holding the most ``step`` markers
-    already (a loop's first steps are marked while they run, before their length is known);
-    return how many were written (0 where no line holds a marker)."""
+    """Add ``steps`` to the host timeline under ``folder``; return how many were written.
+
+    Each step is (number, start, end) in wall-clock ns. They go on the line of the cell's thread:
+    the one holding the most ``step`` markers already (a loop's first steps are marked while they
+    run, before their length is known). 0 are written where no line holds a marker.
+    """
     if not steps:
         return 0
     for path in sorted(folder.rglob("*.xplane.pb")):
