@@ -1,5 +1,6 @@
-"""Acceptance: the viewer under the cell through the kernel, in a real JupyterLab 4 and a
-real Chromium that reaches the notebook server and nothing else.
+"""Acceptance: the viewer under the cell through the kernel, in a real JupyterLab 4,
+Notebook 7, classic Notebook 6.5 with ipywidgets 7 (Colab's stack, run there) and marimo,
+and a real Chromium that reaches the notebook server and nothing else.
 
 Chromium's own request routing (Playwright's) refuses every request to any loopback port but
 the notebook server's, as a browser on a laptop sees a remote kernel's machine (VS Code over
@@ -14,15 +15,26 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests._browser import LAB, NotebookPage, offline, select_run, write_notebook
-from tests._notebook_servers import JupyterLab
+from tests._browser import (
+    LAB,
+    NOTEBOOK6,
+    NOTEBOOK7,
+    Frontend,
+    NotebookPage,
+    offline,
+    select_run,
+    write_notebook,
+)
+from tests._notebook_servers import JupyterLab, shut_down, start_classic_notebook, start_jupyterlab
 from tests._tool_checks import shown_text
 from tests._wait import wait_until
+from tests.conftest import missing
 from xprof_magic._viewer.tool_pages import ROUTE_LINES
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
@@ -119,7 +131,12 @@ def error_pages(page: Any) -> list[str]:
 
 
 def open_notebook(
-    lab: JupyterLab, browser: Any, name: str, cells: list[str], blocked: bool
+    lab: JupyterLab,
+    browser: Any,
+    name: str,
+    cells: list[str],
+    blocked: bool,
+    ui: Frontend = LAB,
 ) -> tuple[Any, NotebookPage, list[str]]:
     write_notebook(lab.root / name, cells)
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -128,9 +145,57 @@ def open_notebook(
     refused: list[str] = []
     if blocked:
         only_the_notebook_server(context, lab.port, refused)
-    notebook = NotebookPage(context.new_page(), lab, name, LAB, workspace=name.split(".")[0])
+    notebook = NotebookPage(context.new_page(), lab, name, ui, workspace=name.split(".")[0])
     notebook.open(LOAD_TIMEOUT_S)
     return context, notebook, refused
+
+
+def reads_and_switches(
+    server: JupyterLab, browser: Any, ui: Frontend, name: str, blocked: bool
+) -> None:
+    """Two captures in ``ui``: the route the browser can take (the kernel where ``blocked``,
+    else the port) shows the first cell's trace in the trace viewer, and the runs dropdown
+    switches the same frame to the second's; no frame is the browser's error page."""
+    prefix = name.split(".")[0]
+    cells = [SETUP, capture(f"{prefix}-train", "update"), capture(f"{prefix}-eval", "evaluate")]
+    context, notebook, refused = open_notebook(server, browser, name, cells, blocked, ui)
+    route = "kernel" if blocked else "direct"
+    try:
+        notebook.run_all(count=3, timeout=RUN_TIMEOUT_S)
+        outputs = notebook.outputs()
+        assert "Traceback" not in outputs, outputs
+        first = notebook.widgets.first
+        notebook.wait(lambda: wrapper_route(first) == route, f"the {route} route", 30)
+        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+        notebook.wait(
+            lambda: has_event(notebook, first, "update"),
+            lambda: f"the trace viewer with 'update'; {story(notebook, first)}",
+            LOAD_TIMEOUT_S,
+        )
+        frame = notebook.xprof_frame(first)
+        url = urlsplit(frame.url)
+        if blocked:
+            assert frame.url == "about:srcdoc", frame.url
+        else:
+            assert url.hostname == "127.0.0.1" and url.port not in (None, server.port), url
+        notebook.screenshot(f"{prefix}-trace-viewer", first)
+        select_run(first, f"{prefix}-eval")
+        notebook.wait(
+            lambda: has_event(notebook, first, "evaluate"),
+            lambda: f"the other run's trace viewer; {story(notebook, first)}",
+            LOAD_TIMEOUT_S,
+        )
+        assert notebook.xprof_frame(first) == frame, "a new frame replaced the XProf frame"
+        assert all(urlsplit(u).path.endswith("/xprof_magic/health") for u in refused), refused
+        assert error_pages(notebook.page) == []
+    except BaseException:
+        with contextlib.suppress(Exception):
+            notebook.screenshot(f"{prefix}-failure")
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        server.shutdown_kernels()
 
 
 def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any) -> None:
@@ -301,6 +366,56 @@ def test_no_route_is_one_line_not_an_error_page(lab: JupyterLab, browser: Any) -
     finally:
         context.close()
         lab.shutdown_kernels()
+
+
+@pytest.fixture(scope="module")
+def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
+    """A real Notebook 7 server (the ``notebook`` package, 7.x) in a home of its own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("notebook")
+    except PackageNotFoundError:
+        found = "none"
+    if not found.split(".")[0].isdigit() or int(found.split(".")[0]) < 7:
+        missing(f"Notebook 7 is not installed (notebook {found}): `make install` installs it")
+    home = tmp_path_factory.mktemp("notebook7")
+    server = start_jupyterlab(home, app="notebook")
+    try:
+        yield server
+    finally:
+        shut_down(server, home)
+
+
+@pytest.mark.parametrize("blocked", [True, False], ids=["ports-refused", "port-reachable"])
+def test_notebook7_reads_the_cell_and_switches_runs(
+    notebook7: JupyterLab, browser: Any, blocked: bool
+) -> None:
+    name = f"nb7{'k' if blocked else 'p'}.ipynb"
+    reads_and_switches(notebook7, browser, NOTEBOOK7, name, blocked)
+
+
+@pytest.fixture(scope="module")
+def notebook6(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
+    """Classic Notebook 6.5 with ipywidgets 7 (Colab's stack: ``make test`` runs this in
+    .venv-colab), in a home of its own."""
+    home = tmp_path_factory.mktemp("notebook6-route")
+    server = start_classic_notebook(home)
+    try:
+        yield server
+    finally:
+        shut_down(server, home)
+
+
+@pytest.mark.pinned
+@pytest.mark.parametrize("blocked", [True, False], ids=["ports-refused", "port-reachable"])
+def test_ipywidgets7_on_notebook6_reads_the_cell_and_switches_runs(
+    notebook6: JupyterLab, browser: Any, blocked: bool
+) -> None:
+    """anywidget's classic-Notebook extension draws the route's widget beside ipywidgets
+    7's, so the kernel route works there as on JupyterLab."""
+    name = f"nb6{'k' if blocked else 'p'}.ipynb"
+    reads_and_switches(notebook6, browser, NOTEBOOK6, name, blocked)
 
 
 MARIMO_CELLS = [
