@@ -14,6 +14,7 @@ kernel busy shows the waiting line, then the viewer without a click.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -35,7 +36,7 @@ from tests._notebook_servers import JupyterLab, shut_down, start_classic_noteboo
 from tests._tool_checks import shown_text
 from tests._wait import wait_until
 from tests.conftest import missing
-from xprof_magic._viewer.tool_pages import ROUTE_LINES
+from xprof_magic._viewer.tool_pages import ROUTE_LINES, TOOL_NAMES
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -124,6 +125,51 @@ _INNER = """() => {
 RECORD_ERRORS = """window.__errs = [];
 addEventListener('error', e => window.__errs.push(`${e.message} ${e.filename}:${e.lineno}`));
 addEventListener('unhandledrejection', e => window.__errs.push('rejection ' + String(e.reason)));"""
+
+
+_TOOL_SHOWN = """(page) => {
+  const loc = window.__xprofLoc;
+  if (!loc || !loc.pathname.endsWith('/' + page) || !document.querySelector('main-page'))
+    return false;
+  return document.body.innerText.trim().length > 40;
+}"""
+
+
+def tool_shown(notebook: NotebookPage, widget: Any, page: str) -> bool:
+    """XProf's Angular app in the widget's frame, through the kernel, routed to ``page``
+    (on its stand-in location), with content and no loading indicator of XProf's."""
+    from playwright.sync_api import Error
+
+    from tests._page_checks import busy
+
+    frame = notebook.xprof_frame(widget)
+    if frame is None or frame.url != "about:srcdoc":
+        return False
+    try:
+        return bool(frame.evaluate(_TOOL_SHOWN, page)) and not busy(frame)
+    except Error:
+        return False
+
+
+def graph_drawn(notebook: NotebookPage, widget: Any) -> bool:
+    """graphviz's SVG, with its nodes, in the frame XProf's graph viewer opened."""
+    from playwright.sync_api import Error
+
+    frame = notebook.xprof_frame(widget)
+    for child in frame.child_frames if frame is not None else []:
+        with contextlib.suppress(Error):
+            if child.evaluate("() => !!document.querySelector('#graph-container svg g.node')"):
+                return True
+    return False
+
+
+def viewer_paths(notebook: NotebookPage, port: int) -> list[str]:
+    """Requests the notebook server (``port``) answered for a path of the viewer's."""
+    return [
+        u
+        for u in notebook.data.urls
+        if urlsplit(u).port == port and ("/data/plugin/profile" in u or "/xprof_magic/" in u)
+    ]
 
 
 def error_pages(page: Any) -> list[str]:
@@ -237,30 +283,47 @@ def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any
         assert asked.count(script) == 1, asked
         assert asked.count("/data/plugin/profile/data") >= 2, asked
 
-        # Every other tool (XProf's Angular app) is one line: its reason for this run, or
-        # that it opens on the port, and how to forward it; never a page that cannot load.
+        # Every other tool (XProf's Angular app) shows through the kernel too: XProf's page
+        # on that tool, with its content and no loading indicator left (the graph viewer: its
+        # graph drawn, in the frame the page opens for it); a tool with nothing for this
+        # run, its one line.
         line = first.frame_locator("iframe.xprof-outer").locator(".xprof-empty")
-        port_only = ROUTE_LINES["port_only"].split("{name}")[1].split("{port}")[0]
         select = first.locator(".xprof-tools select")
         notebook.wait(
             lambda: first.locator(".xprof-tools.xprof-surveyed").count() == 1, "the survey", 120
         )
         tools = select.evaluate("s => Array.from(s.options).map(o => o.textContent)")
-        said = {}
+        pages = {name: tool for tool, name in TOOL_NAMES.items()}
+        shown, said = [], {}
         for tool in tools:
-            if tool.replace("\xa0", " ").startswith("Trace viewer"):
+            plain = tool.replace("\xa0", " ")
+            if plain.startswith("Trace viewer"):
                 continue
             select.select_option(label=tool)
-            notebook.wait(lambda: shown_text(line), f"{tool}: its line", 30)
-            said[tool] = shown_text(line)
-            assert notebook.xprof_frame(first).url in ("about:blank", "about:srcdoc"), tool
-        assert len(said) >= 5, said
-        assert any(port_only in text for text in said.values()), said
+            if plain not in pages:  # named with its reason
+                notebook.wait(lambda: shown_text(line), f"{plain}: its line", 30)
+                said[plain] = shown_text(line)
+                continue
+            page = pages[plain]
+            notebook.wait(
+                functools.partial(tool_shown, notebook, first, page),
+                lambda what=plain: f"{what} through the kernel; {story(notebook, first)}",
+                LOAD_TIMEOUT_S,
+            )
+            if page == "graph_viewer":
+                notebook.wait(
+                    lambda: graph_drawn(notebook, first), "the graph through the kernel", 60
+                )
+            shown.append(plain)
+            notebook.screenshot(f"kernel-route-{page}", first)
+        assert len(shown) >= 5 and said, (shown, said)
 
         # Nothing reached the viewer's port but the probes; no error page anywhere.
         ports = {urlsplit(u).port for u in refused}
         assert len(ports) == 1 and lab.port not in ports, refused
         assert all(urlsplit(u).path.endswith("/xprof_magic/health") for u in refused), refused
+        # Nor did any of the viewer's paths go to the notebook server instead.
+        assert not viewer_paths(notebook, lab.port), viewer_paths(notebook, lab.port)
         assert error_pages(notebook.page) == []
     except BaseException:
         with contextlib.suppress(Exception):
