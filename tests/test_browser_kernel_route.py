@@ -554,6 +554,24 @@ def test_the_marimo_view_takes_the_kernel_route(
             return False
 
         wait(has, "the trace viewer with 'update' through the kernel in marimo", LOAD_TIMEOUT_S)
+
+        # XProf's Angular app too: the overview, through the kernel.
+        view.locator(".xprof-tools.xprof-surveyed").wait_for(timeout=LOAD_TIMEOUT_S * 1000)
+        view.locator(".xprof-tools select").select_option("overview_page")
+
+        def overview() -> bool:
+            from playwright.sync_api import Error
+
+            from tests._page_checks import busy
+
+            for frame in page.frames:
+                if frame.name.startswith("xprof-") and frame.url == "about:srcdoc":
+                    with contextlib.suppress(Error):
+                        if frame.evaluate(_TOOL_SHOWN, "overview_page") and not busy(frame):
+                            return True
+            return False
+
+        wait(overview, "the overview through the kernel in marimo", LOAD_TIMEOUT_S)
         assert all(urlsplit(u).path.endswith("/xprof_magic/health") for u in refused), refused
         assert error_pages(page) == []
     except BaseException:

@@ -50,7 +50,9 @@ Static files (the trace viewer's 2.8 MB script) are kept in the browser's Cache 
 by XProf's version, so they cross the kernel once per browser, not per cell or per switch.
 A busy kernel reads no widget message until its cell ends: the frame says so in one line
 when a request has not been taken within 1.5 s, and the page continues when it is.
-(ipykernel's subshells would answer beside a running cell, but no frontend here opens one.)
+(JupyterLab ≥ 4.4 sends widget messages on a subshell, but ipykernel 7.4 hands them to the
+shell the widget last sent from, the main shell; docs/guide/viewer.md, "A busy kernel",
+says why the route does not take the frontend's subshell instead.)
 marimo's view takes the same route through its own anywidget (``_marimo/view.js``).
 """
 
