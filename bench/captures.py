@@ -19,6 +19,10 @@ per step: about 12 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
 - ``parse_bare``: the same with the schema's module loaded alone (protobuf and the parse:
   the floor without this package's imports; ``--routes ... parse_bare``).
 
+``--against DIR`` (a checkout of the code before a change, e.g. ``git worktree add DIR
+main``) runs the ``summary`` route with that code too, in turns with the others: before and
+after, side by side in one run.
+
 Each time counts from before the imports the route needs to its end (Python's own start
 excluded); the CPU time beside it is the process's, which the other work on a shared
 machine disturbs less than the wall time.
@@ -166,7 +170,7 @@ if route.startswith("summary"):
     from xprof_magic._analysis import summarize
     import pathlib
     s = summarize(pathlib.Path(path).parent, budget_s=None)
-    assert not s.missing or all("only host" in m for m in s.missing), s.missing
+    assert all(gap.what == "other hosts" for gap in s.missing), s.missing
 elif route == "overview_page":
     from xprof.convert.raw_to_tool_data import xspace_to_tool_data
     data, _ = xspace_to_tool_data([path], "overview_page", {})
@@ -201,20 +205,32 @@ print(json.dumps({
 """
 
 
-def _run_child(code: str, *args: str) -> Any:
-    """``python -c code args`` in a fresh process; the JSON of its last line of output."""
+def _run_child(code: str, *args: str, tree: Path = ROOT) -> Any:
+    """``python -c code args`` in a fresh process, in ``tree`` (a checkout of this project)
+    with its code importable; the JSON of its last line of output."""
+    env = child_env()
+    if tree != ROOT:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
     out = subprocess.run(
         [sys.executable, "-c", code, *args],
         check=True,
         capture_output=True,
         text=True,
-        cwd=ROOT,
-        env=child_env(),
+        cwd=tree,
+        env=env,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _child(route: str, xplane: Path) -> dict[str, float]:
+AGAINST = "summary_against"
+"""The ``summary`` route run with another checkout's code (``--against DIR``)."""
+
+
+def _child(route: str, xplane: Path, against: Path | None = None) -> dict[str, float]:
+    if route == AGAINST:
+        assert against is not None, "--against DIR names the other checkout"
+        found: dict[str, float] = _run_child(_CHILD, "summary", str(xplane), tree=against)
+        return found
     result: dict[str, float] = _run_child(_CHILD, route, str(xplane))
     return result
 
@@ -229,18 +245,31 @@ def _clean_caches(run_dir: Path) -> None:
             p.unlink()
 
 
-def measure(names: list[str], routes: list[str], reps: int = 3) -> list[dict[str, Any]]:
-    """Each route on each capture, in fresh processes: median time and median peak RSS."""
+def measure(
+    names: list[str], routes: list[str], reps: int = 3, against: Path | None = None
+) -> list[dict[str, Any]]:
+    """Each route on each capture, in fresh processes, the routes taking turns in each
+    repetition: median time and median peak RSS. With ``against`` (another checkout: the
+    code before a change), the ``summary`` route with its code too (:data:`AGAINST`), each
+    checkout's bytecode written first."""
+    if against is not None and AGAINST not in routes:
+        routes = [*routes, AGAINST]
     rows = []
     for name, run_dir in ensure_captures(names).items():
         xplane = next(run_dir.glob("*.xplane.pb"))
         row: dict[str, Any] = {"capture": name, "mb": xplane.stat().st_size / 1e6}
-        for route in routes:
-            runs = []
-            for _ in range(reps):
+        if against is not None:
+            for warm in ("summary", AGAINST):
+                _child(warm, xplane, against)
+        runs: dict[str, list[dict[str, float]]] = {route: [] for route in routes}
+        for _ in range(reps):
+            for route in routes:
                 _clean_caches(run_dir)
-                runs.append(_child(route, xplane))
-            row[route] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+                runs[route].append(_child(route, xplane, against))
+        for route in routes:
+            row[route] = {
+                key: statistics.median(r[key] for r in runs[route]) for key in runs[route][0]
+            }
             print(f"{name} {route}: {row[route]}", file=sys.stderr)
         _clean_caches(run_dir)
         rows.append(row)
@@ -374,6 +403,16 @@ def report(result: dict[str, Any]) -> str:
             cells.append("")
         cells.append(f"{summary['rss_mb'] / row['mb']:.1f}" if summary else "")
         lines.append("| " + " | ".join(cells) + " |")
+    for row in result["summary"]:
+        other = row.get(AGAINST)
+        if other:
+            cpu = other["cpu_s"] + other.get("workers_cpu_s", 0.0)
+            parse = row.get("parse")
+            lines.append(
+                f"- {row['capture']}, the summary with the other checkout's code (--against): "
+                f"{other['s']:.2f} s ({cpu:.2f} s of CPU), {other['rss_mb']:.0f} MB"
+                + (f"; CPU / parse CPU {cpu / parse['cpu_s']:.2f}" if parse else "")
+            )
     windows = result.get("step_window", [])
     if windows:
         lines += [
@@ -406,6 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--routes", nargs="*", default=["summary", "summary_serial", "overview_page", "parse"]
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout (e.g. a git worktree of main): its summary beside this one's",
+    )
     parser.add_argument("--viewer", action="store_true", help="also time trace_viewer@ calls")
     parser.add_argument(
         "--window", action="store_true", help="also capture a step window against the whole loop"
@@ -417,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
         size = sum(p.stat().st_size for p in run_dir.glob("*.xplane.pb")) / 1e6
         print(f"{run_dir}: {size:.1f} MB in {time.perf_counter() - started:.0f} s")
         return 0
-    result: dict[str, Any] = {"summary": measure(args.sizes, args.routes, args.reps)}
+    against = args.against.resolve() if args.against else None
+    result: dict[str, Any] = {"summary": measure(args.sizes, args.routes, args.reps, against)}
     if args.viewer:
         result["trace_viewer"] = trace_viewer_costs()
     if args.window:

@@ -7,9 +7,15 @@ microseconds). The loop's own time, measured inside the cell with ``time.perf_co
 - ``manual``: ``jax.profiler.start_trace`` / ``stop_trace`` by hand around the loop;
 - ``manual+steps``: the same, with a step marker by hand around each iteration
   (``jax.profiler.StepTraceAnnotation``), which is what ``--steps`` draws;
+- ``manual+stamps``: the same, each step's start appended to a list by the loop's iterator
+  in C (``map``/``zip``), as ``--steps`` records tiny steps: the floor of steps recorded
+  in Python;
 - ``manual+sampler``: the first, with the magic's line sampler
   (:mod:`xprof_magic._cell.sampler`) looking at the loop's thread: its cost alone;
-- ``xprof``: the cell under ``%%xprof --steps`` (labels, a step per iteration, the sampler).
+- ``xprof (markers)``: the cell under ``%%xprof --steps`` with a profiler marker on every
+  step, as before tiny steps were recorded in Python;
+- ``xprof``: the cell under ``%%xprof --steps`` (labels, its first steps marked, the rest
+  recorded in Python and written into the timeline after the trace, the sampler).
 
 Prints the medians and each variant's ratio to ``manual``, and the same of the fastest runs
 (on a shared machine the least disturbed).
@@ -27,7 +33,7 @@ from typing import Any
 __all__ = ["main", "measure"]
 
 SETUP = """
-import sys, time, threading
+import operator, sys, time, threading
 import jax, jax.numpy as jnp
 from xprof_magic._cell.sampler import LineSampler, framework_folders
 
@@ -57,8 +63,20 @@ elapsed = time.perf_counter() - _t
 """
 
 
-def _manual(logdir: str, sampled: bool, stepped: bool = False) -> str:
+STAMPED = """
+_stamps = []
+_stamped = map(_stamps.append, iter(time.time_ns, None))
+for i in map(operator.itemgetter(0), zip(range(STEPS), _stamped)):
+    W = tiny(W)
+jax.block_until_ready(W)
+elapsed = time.perf_counter() - _t
+"""
+
+
+def _manual(logdir: str, sampled: bool, stepped: bool = False, stamped: bool = False) -> str:
     body = STEPPED if stepped else LOOP.replace("_t = time.perf_counter()", "")
+    if stamped:
+        body = STAMPED
     start = "_t = time.perf_counter()\n"
     if sampled:
         start = (
@@ -82,16 +100,29 @@ def measure(steps: int = 10_000, reps: int = 5) -> dict[str, Any]:
     variants = {
         "manual": _manual(str(tmp / "manual"), sampled=False),
         "manual+steps": _manual(str(tmp / "stepped"), sampled=False, stepped=True),
+        "manual+stamps": _manual(str(tmp / "stamped"), sampled=False, stamped=True),
         "manual+sampler": _manual(str(tmp / "sampled"), sampled=True),
+        "xprof (markers)": (
+            f"%%xprof --logdir {tmp / 'marked'} --no-display --steps --backend jax\n{LOOP}"
+        ),
         "xprof": f"%%xprof --logdir {tmp / 'xprof'} --no-display --steps --backend jax\n{LOOP}",
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     for cell in variants.values():  # warm each once
         assert ip.run_cell(cell).success
+    from xprof_magic._cell import step_tracker as _steps
+
+    fast_below = _steps.FAST_BELOW_NS
     order = list(variants)
     for rep in range(reps):
         for name in order[rep % len(order) :] + order[: rep % len(order)]:
-            assert ip.run_cell(variants[name]).success
+            # "xprof (markers)": a marker per step throughout, as before steps were recorded
+            # in Python (no step is short enough to be).
+            _steps.FAST_BELOW_NS = 0 if name == "xprof (markers)" else fast_below
+            try:
+                assert ip.run_cell(variants[name]).success
+            finally:
+                _steps.FAST_BELOW_NS = fast_below
             times[name].append(float(ip.user_ns["elapsed"]))
     medians = {name: statistics.median(values) for name, values in times.items()}
     least = {name: min(values) for name, values in times.items()}
@@ -115,7 +146,7 @@ def main(argv: list[str]) -> int:
         per = median / result["steps"] * 1e6
         ratio, least = result["ratio"][name], result["min_ratio"][name]
         print(
-            f"{name:16s} median {median * 1e3:8.1f} ms  {per:6.1f} µs/step  {ratio:.3f}× manual"
+            f"{name:17s} median {median * 1e3:8.1f} ms  {per:6.1f} µs/step  {ratio:.3f}× manual"
             f"  (fastest run: {least:.3f}× manual's fastest)"
         )
     return 0

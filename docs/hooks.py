@@ -142,11 +142,25 @@ def summary_table() -> str:
     return f"Schema {SUMMARY_SCHEMA}.\n\n{fields_table(Summary)}"
 
 
+def gaps_table() -> str:
+    from typing import get_args
+
+    from xprof_magic._analysis.model.summary import Fault, Flaw, Gap, Lack
+
+    kinds = ", ".join(f"`{k}`" for k in get_args(Lack))
+    faults = ", ".join(f"`{k}`" for k in get_args(Fault))
+    return (
+        f"`Gap` (`what`: {kinds}):\n\n{fields_table(Gap)}\n\n"
+        f"`Flaw` (`what`: {faults}):\n\n{fields_table(Flaw)}"
+    )
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "options": options_table,
     "api": api_section,
     "metadata": metadata_table,
     "summary": summary_table,
+    "gaps": gaps_table,
 }
 
 

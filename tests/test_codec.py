@@ -94,5 +94,5 @@ def test_a_summary_is_read_strictly() -> None:
     assert Summary.from_json(json.loads(json.dumps(s.to_json()))) == s
     with pytest.raises(ValueError, match=r"Summary.wall_s: 'slow' does not fit"):
         from_plain(Summary, {**s.to_json(), "wall_s": "slow"})
-    with pytest.raises(ValueError, match="not a summary of schema 3 or 2"):
+    with pytest.raises(ValueError, match="not a summary of schema 4, 3 or 2"):
         Summary.from_json({**s.to_json(), "schema": 1})

@@ -11,12 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import xprof_magic
 from tests._said import notes_of, said, worded
 from tests.conftest import run
 from xprof_magic._analysis import Summary, render_html, render_text, summarize
+from xprof_magic._analysis.diagnosis import attribution
+from xprof_magic._analysis.diagnosis.attribution import host_parts
 from xprof_magic._analysis.render.notes import device_statement
 from xprof_magic._analysis.render.text import plain
 
@@ -252,6 +255,52 @@ def test_jax_loops_get_input_and_host_verdicts(ip: Any, logdir: Path) -> None:
     s = xprof_magic.summarize(logdir / "plugins" / "profile" / "jhost")
     assert s.diagnosis.verdict == "host", said(s).evidence
     assert headline(s).startswith("Host-bound: ") and "jax.jit" in said(s).fix
+
+
+JAX_JITTED = """
+import jax, jax.numpy as jnp
+@jax.jit
+def train_step(w, x):
+    return w - 0.01 * (x.T @ (x @ w)), (x @ w).sum()
+jw, jx = jnp.eye(8), jnp.ones((4, 8))  # not w: the torch tests' weights
+"""
+
+
+def test_a_jitted_step_dispatched_ahead_of_the_device_is_a_compiled_step(
+    ip: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JAX dispatches a jitted call and returns: in a short loop the host launches every step
+    while the device still runs the first, so a step's launches are counted where the host made
+    them, not in its span on the device (where there were none, and the verdict could not tell
+    a jitted step from eager code: "put it under jax.jit" for a step that is jitted).
+
+    Whether such a loop reads host- or device-bound depends on how far ahead the host got (it
+    queued the steps during the first); every step's launch is counted either way."""
+    seen: list[attribution.StepActivity | None] = []
+    activity = attribution.activity
+    monkeypatch.setattr(attribution, "activity", lambda *a: seen.append(activity(*a)) or seen[-1])
+    assert ip.run_cell(JAX_JITTED).success
+    body = "for i in range(8):\n    jw, loss = train_step(jw, jx)\n"
+    assert run(ip, logdir, body, "--steps --backend jax --name jjitted").success
+    s = xprof_magic.summarize(logdir / "plugins" / "profile" / "jjitted")
+    d = worded(s)
+    (counted,) = seen
+    assert counted is not None and counted.program == "PjitFunction(train_step)", counted
+    assert counted.named == (1,) * 8, counted
+    assert d.verdict in ("host", "device"), d.evidence
+    if d.verdict == "host":
+        assert d.cause == "compiled step", d.evidence
+        assert "already one jitted call" in d.fix and "put it under jax.jit" not in d.fix
+        assert "dispatch around the compiled step" in d.headline, d.headline
+        assert "graph building" not in d.headline
+
+
+def test_a_steps_host_part_runs_from_its_launch_to_the_next_where_the_host_ran_ahead() -> None:
+    lo, hi = np.array([10.0, 30.0, 50.0]), np.array([30.0, 50.0, 70.0])
+    start, end = host_parts(lo, hi, np.array([1.0, 2.0, 3.0]))  # ahead: launched together
+    assert start.tolist() == [1.0, 2.0, 3.0] and end.tolist() == [2.0, 3.0, 70.0]
+    start, end = host_parts(lo, hi - 5, lo)  # in step: each waits, the gaps stay out
+    assert start.tolist() == lo.tolist() and end.tolist() == (hi - 5).tolist()
 
 
 def test_eager_jax_calls_with_three_shapes_are_no_recompile(ip: Any, logdir: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 import xprof_magic
 from tests.conftest import missing
+from xprof_magic._analysis.render.gaps import gaps_said
 from xprof_magic._runs import store as _store
 
 
@@ -187,7 +188,8 @@ def test_a_timeline_too_big_to_read_gets_a_metadata_summary(
         summaries.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=True),
     ):
         assert not summary.pending
-        assert any("too large to read" in reason for reason in summary.missing)
+        assert [gap.what for gap in summary.missing] == ["timeline too large"]
+        assert "too large to read" in gaps_said(summary)[0]
         assert [row.path for row in summary.labels] == [("work",)]
     monkeypatch.setattr(summaries, "FULL_SUMMARY_MAX_BYTES", 2**30)
     full = summaries.summary_of(run_dir, budget_s=SUMMARY_BUDGET_S, apart=True)

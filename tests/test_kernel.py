@@ -238,6 +238,13 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     assert len(steady) >= 4 and max(steady) < s.steps.durations_s[0] / 20
     assert d.verdict == "host", d.headline
     assert d.headline.startswith("Host-bound: ") and "after the first (compiling)" in d.headline
+    # A notebook's cell has no final newline, and then IPython's frame that runs the magic has
+    # the cell's file too: the sampler looks at the cell's own lines, never at its %%xprof line,
+    # and the step's tracing is the framework's, not the user's own Python.
+    looked = {line for _, line, _, _ in train["lines"]} - {0}  # 0: outside the cell's code
+    assert looked and looked <= set(range(2, 14)), looked
+    assert d.cause != "own code" and "your own Python" not in d.headline, d.headline
+    assert d.line is not None and 2 < d.line < 14 and "<empty>" not in d.headline, d.headline
     shown = "".join(
         output.get("text", "") or output.get("data", {}).get("text/plain", "")
         for cell in nb.cells

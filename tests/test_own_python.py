@@ -212,6 +212,47 @@ def test_the_sampler_names_the_cells_line_and_the_frameworks_frames(tmp_path: Pa
     assert {fw for _, _, fw, _ in one} == {0}, "one op (a tensor moved to the device) is no tracing"
 
 
+def test_pure_python_between_calls_that_release_the_lock_gets_its_share_of_looks(
+    tmp_path: Path,
+) -> None:
+    """A loop whose step is a call that gives up the interpreter's lock (a jitted call, here
+    a sleep) and then pure Python holding it (a print's formatting) for 92% of the step: a
+    look waits for the lock, so at the default switch interval nearly every look landed on
+    the call; the sampler's shorter interval, and its waits drawn at random (no locking onto
+    a step as long as its interval), give the Python line most of them."""
+    source = (
+        "def spin(s):\n"
+        "    t = time.perf_counter()\n"
+        "    while time.perf_counter() - t < s:\n"
+        "        pass\n"
+        "end = time.perf_counter() + 0.6\n"
+        "while time.perf_counter() < end:\n"
+        "    time.sleep(0.0001)\n"
+        "    spin(0.0018)\n"
+    )
+    cell = tmp_path / "cell.py"
+    code = compile(source, str(cell), "exec")
+    ready = threading.Event()
+    ident: list[int] = []
+
+    def target() -> None:
+        ident.append(threading.get_ident())
+        ready.wait()
+        exec(code, {"time": time})
+
+    worker = threading.Thread(target=target)
+    worker.start()
+    while not ident:
+        time.sleep(0.001)
+    sampler = LineSampler(ident[0], str(cell), ())
+    sampler.start()
+    ready.set()
+    worker.join()
+    looks = [line for _, line, _, _ in sampler.stop() if line in (7, 8)]
+    assert len(looks) >= 50
+    assert looks.count(8) >= 0.5 * len(looks), (looks.count(7), looks.count(8))
+
+
 def test_a_statement_feeds_the_step_when_a_later_call_or_loop_takes_its_name() -> None:
     cell = (
         "\n"

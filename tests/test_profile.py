@@ -216,6 +216,61 @@ def test_a_jax_function_is_profiled_with_jax_and_its_loop_iterations_are_steps(
     assert step_numbers(info.path) == [0, 1, 2, 3]
 
 
+def test_a_profiled_function_is_sampled_at_its_own_lines_not_its_callers(logdir: Path) -> None:
+    """The sampler looks for the line that runs in the function's own frame: the caller,
+    here in the same file (as a script calling its function), is not the function's line."""
+    import inspect
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    step = jax.jit(lambda w, x: w - 0.01 * x.mean())
+    raw = np.random.default_rng(0).random((512, 512))
+
+    @xprof_magic.profile(logdir=logdir, name="sampled")
+    def train(w: Any) -> Any:
+        for _ in range(20):
+            x = np.sort(raw + 1.0, axis=0)
+            w = step(w, x[:4])
+        return w
+
+    train(step(jnp.ones(4), raw[:4]))  # compiled before the call: the loop's time is the sort's
+    meta = _metadata.read(only_run(logdir).path)
+    assert meta is not None and meta.cell_file == __file__
+    source, first = inspect.getsourcelines(train.function)
+    (sort,) = [first + k for k, text in enumerate(source) if "np.sort" in text]
+    lines = [line for _, line, _, _ in meta.lines if line]
+    assert lines and set(lines) <= set(range(first, first + len(source))), lines
+    assert max(set(lines), key=lines.count) == sort, lines
+
+
+@pytest.mark.parametrize("api", ["capture", "profile"])
+def test_a_with_block_is_its_runs_cell_sampled_at_its_statements(logdir: Path, api: str) -> None:
+    """A script's ``with xprof_magic.capture()`` block, and ``with xprof_magic.profile()``:
+    the block is the run's cell, at its file's lines, and the looks name its statements."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    step = jax.jit(lambda w, x: w - 0.01 * x.mean())
+    raw = np.random.default_rng(0).random((512, 512))
+    w = step(jnp.ones(4), raw[:4])  # compiled before the block: the loop's time is the sort's
+    opened = getattr(xprof_magic, api)(logdir=logdir, name=api, backend="jax")
+    with opened:
+        for _ in range(20):
+            x = np.sort(raw + 1.0, axis=0)
+            w = step(w, x[:4])
+    meta = _metadata.read(only_run(logdir).path)
+    assert meta is not None and meta.cell_file == __file__
+    assert meta.cell.startswith("    with opened:\n"), meta.cell
+    cell = meta.cell.splitlines()
+    (sort,) = [meta.first_line + k for k, text in enumerate(cell) if "np.sort" in text]
+    lines = [line for _, line, _, _ in meta.lines if line]
+    assert lines and set(lines) <= set(range(meta.first_line, meta.first_line + len(cell)))
+    assert max(set(lines), key=lines.count) == sort, lines
+
+
 def test_a_trace_already_running_refuses_the_call_with_nothing_run(logdir: Path) -> None:
     import torch_xla.debug.profiler as xp
 

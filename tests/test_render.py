@@ -4,7 +4,7 @@ cell's line, a program) is code in the HTML and plain in the text, never a liter
 from __future__ import annotations
 
 from xprof_magic._analysis import render_html, render_text
-from xprof_magic._analysis.model.summary import Note, Summary
+from xprof_magic._analysis.model.summary import Flaw, Summary
 
 VERDICT = (
     "Host-bound: 61% of each step is Python on the host (`optimizer.step()`, line 9); "
@@ -13,7 +13,7 @@ VERDICT = (
 
 
 def summary() -> Summary:
-    return Summary(run="prose", run_dir="/tmp/prose", warnings=(Note("warning", VERDICT),))
+    return Summary(run="prose", run_dir="/tmp/prose", warnings=(Flaw("capture message", VERDICT),))
 
 
 def test_code_in_a_note_is_code_in_html() -> None:

@@ -37,6 +37,7 @@ from xprof_magic._analysis import (
     summarize_in_subprocess,
 )
 from xprof_magic._analysis.model.summary import SUMMARY_SCHEMA, Compiles, CompileSite
+from xprof_magic._analysis.render.gaps import gaps_said
 from xprof_magic._analysis.render.notes import device_statement, notes_for
 from xprof_magic._analysis.render.text import plain
 from xprof_magic._analysis.summary.blocks import INPUT_PIPELINE
@@ -476,6 +477,58 @@ def test_a_summary_saved_today_in_words_loads_and_shows_in_todays_words(tmp_path
     assert said(again).headline.startswith("Host-bound: 87% of each step")
 
 
+def test_a_summary_of_schema_3_loads_with_its_gaps_and_warnings_as_it_said_them(
+    tmp_path: Path,
+) -> None:
+    """Two summaries saved by schema 3 (gaps and warnings as sentences) of the H200's sync
+    loop, whose timelines are gone: the complete one shows in today's words, made from its
+    figures; the damaged one (its timeline cut short, a metadata field unusable) shows what
+    it lacked and what was wrong in the words it was saved with."""
+    from xprof_magic._analysis.cache import load_summary
+
+    saved = Path(__file__).parent / "data" / "saved-schema-3"
+    whole = load_summary(shutil.copytree(saved / "gpu_sync", tmp_path / "gpu_sync"))
+    assert whole is not None and whole.schema == 3 and whole.complete and not whole.missing
+    assert whole.saved_words is None and whole.diagnosis.verdict == "device"
+    assert said(whole).headline.startswith("Device-bound: 66% of each step runs on the device")
+    damaged = load_summary(shutil.copytree(saved / "damaged", tmp_path / "damaged"))
+    data = json.loads((saved / "damaged" / "xprof_magic_summary.json").read_text("utf-8"))
+    assert damaged is not None and damaged.schema == 3 and not damaged.complete
+    assert [gap.what for gap in damaged.missing] == ["as saved"]
+    assert gaps_said(damaged) == tuple(data["missing"])
+    assert [(n.level, n.text) for n in notes_of(damaged)][-1] == (
+        "warning",
+        "xprof_magic.json has unusable fields: wall_s; those values are unknown.",
+    )
+    assert f"Incomplete summary: {data['missing'][0]}." in render_text(damaged)
+    again = Summary.from_json(json.loads(json.dumps(damaged.to_json())))
+    assert again == damaged, "read again as schema 3: the gaps stay as they were said"
+
+
+def test_a_summarys_gaps_are_data_worded_when_shown(tmp_path: Path) -> None:
+    """What a summary lacks and what was wrong are saved as what and where, not sentences;
+    the words are made when it is shown, and a damaged run says both."""
+    run = tmp_path / "damaged"
+    shutil.copytree(Path(__file__).parent / "data" / "saved-schema-3" / "damaged", run)
+    (run / "xprof_magic_summary.json").unlink()
+    (run / "vm.xplane.pb").write_bytes(b"\x0a\xff\xff")
+    s = summarize(run)
+    assert [gap.what for gap in s.missing] == ["timeline unreadable"]
+    assert s.missing[0].path == "vm.xplane.pb" and s.missing[0].error
+    assert [(flaw.what, flaw.said) for flaw in s.warnings] == [
+        ("metadata fields", "xprof_magic.json has unusable fields: wall_s")
+    ]
+    saved = json.dumps(s.to_json())
+    assert "could not be read" not in saved and "those values are unknown" not in saved
+    assert gaps_said(s)[0].startswith("the timeline vm.xplane.pb could not be read (")
+    assert notes_of(s)[-1].text.endswith("; those values are unknown.")
+    gone = summarize(tmp_path / "nothing-here")
+    assert [gap.what for gap in gone.missing] == ["no run folder"]
+    assert [n.text for n in notes_of(gone)] == [
+        f"No capture at {tmp_path / 'nothing-here'}: check the run name or --logdir."
+    ]
+
+
 def test_a_quick_summary_first_then_the_full_one(runs: dict[str, Path], tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(runs["shapes"], run)
@@ -584,10 +637,10 @@ def test_the_breakdown_chart_cuts_a_compiling_first_step_and_keeps_its_mix() -> 
 def _check_readable_result(summary: Summary, *words: str) -> None:
     assert not summary.complete
     assert summary.missing
-    joined = " ".join(summary.missing)
+    joined = " ".join(gaps_said(summary))
     for word in words:
         assert word in joined, (word, joined)
-    assert summary.missing[0] in render_text(summary)
+    assert gaps_said(summary)[0] in render_text(summary)
     render_html(summary)
     assert Summary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from xprof_magic._analysis.timeline import varint, wire, xspace
+from xprof_magic._analysis.timeline import framing, varint, wire, xspace
 from xprof_magic._analysis.timeline.read import read_trace
 from xprof_magic._backends import NEUTRAL
 from xprof_magic._backends.jax_vocabulary import VOCABULARY as JAX_WORDS
@@ -78,10 +78,54 @@ def _same_as_the_runtime(data: bytes) -> int:
     return events
 
 
+@pytest.mark.parametrize("walked", [False, True], ids=["as-sized", "every-line-walked"])
 @pytest.mark.parametrize("name", [name for name, _ in STORED])
-def test_every_stored_capture_decodes_as_the_runtime_parses_it(name: str) -> None:
+def test_every_stored_capture_decodes_as_the_runtime_parses_it(
+    name: str, walked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines under :data:`wire.WALK_FROM` are framed by the runtime, longer ones by numpy
+    (:mod:`~xprof_magic._analysis.timeline.framing`); ``every-line-walked``: all by numpy."""
+    if walked:
+        monkeypatch.setattr(wire, "WALK_FROM", 0)
     path = dict(STORED)[name]
     assert _same_as_the_runtime(_bytes(path)) > 0
+
+
+def _tricky_line(events: int) -> bytes:
+    """A line whose events' bytes hold many ``0x22`` (stats' values of them, lengths of 34)
+    and vary in size (one to three hundred bytes: one- and two-byte lengths), and with
+    fields after its events (``duration_ps``, ``display_name``: field numbers 9 and 11):
+    guesses of where an event starts land on stats and values."""
+    rng = np.random.default_rng(7)
+    line = xspace.XLine(name="python", timestamp_ns=11)
+    for i in range(events):
+        event = line.events.add(metadata_id=1 + i % 40, offset_ps=i * 1000, duration_ps=i % 7)
+        for k in range(int(rng.integers(0, 6))):
+            value = bytes(rng.choice([0x22, 0x08, 0x80, 0x41], int(rng.integers(0, 300))))
+            event.stats.add(metadata_id=k + 1, bytes_value=value)
+            event.stats.add(metadata_id=34, uint64_value=int(rng.integers(0, 2**40)))
+    return line.SerializeToString() + b"\x48\x05\x5a\x01t"
+
+
+@pytest.mark.parametrize("block", [96, 1])
+def test_a_tricky_line_is_walked_as_the_runtime_frames_it(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Walkers that start on stats, inside values or on events alike (blocks of one event:
+    a walker for each) find the events the runtime finds; a cut line is refused."""
+    monkeypatch.setattr(wire, "WALK_FROM", 0)
+    monkeypatch.setattr(framing, "_EVENTS_A_BLOCK", block)
+    data = _tricky_line(3000)
+    columns = wire.decode_line(data)
+    parsed = xspace.XLine.FromString(data)
+    assert (columns.name, columns.timestamp_ns) == ("python", 11)
+    want = [(e.metadata_id, e.offset_ps, e.duration_ps) for e in parsed.events]
+    got = np.stack([columns.metadata_id, columns.offset_ps, columns.duration_ps], 1)
+    assert got.tolist() == [list(e) for e in want]
+    assert np.diff(columns.stats.ptr).tolist() == [len(e.stats) for e in parsed.events]
+    for cut in (len(data) - 1, len(data) // 2 + 1):
+        with pytest.raises(wire.WireError):
+            wire.decode_line(data[:cut])
 
 
 def test_a_cpu_capture_decodes_as_the_runtime_parses_it(cpu_capture: Path) -> None:
@@ -110,7 +154,7 @@ def _equal(new: Any, old: Any, where: str = "facts") -> None:
 
 
 def _through_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(data: bytes) -> Any:
+    def refuse(data: bytes, release: Any = None) -> Any:
         raise wire.WireError("read through the runtime")
 
     monkeypatch.setattr(wire, "decode_line", refuse)

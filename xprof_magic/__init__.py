@@ -80,15 +80,16 @@ def __dir__() -> list[str]:
 def summarize(
     run: str | os.PathLike[str] | CaptureResult, logdir: str | os.PathLike[str] | None = None
 ) -> Summary:
-    """The summary of a run: a :class:`CaptureResult`, a run folder, or a run's name in
-    ``logdir`` (default ``$XPROF_MAGIC_LOGDIR``, else ``./xprof_logs``).
+    """The summary of a run: a :class:`CaptureResult`, a run folder, or a run's name in ``logdir``.
 
-    The summary saved beside the run when there is one; else reads the whole timeline
-    (seconds for a 100 MB capture) and saves the summary. Its fields (``diagnosis``: the
-    bottleneck, where and the fix as figures, a :class:`Diagnosis`; ``labels``, ``steps``,
-    ``compiles``, ``device`` …) are plain values; :func:`said` gives its verdict in words
-    (headline, fix, evidence) and :func:`summary_text` renders it as the magic prints it.
-    Never raises for a damaged run: ``missing`` says what is absent.
+    ``logdir`` defaults to ``$XPROF_MAGIC_LOGDIR``, else ``./xprof_logs``.
+
+    The summary saved beside the run when there is one; else reads the whole timeline (seconds for a
+    100 MB capture) and saves the summary. Its fields (``diagnosis``: the bottleneck, where and the
+    fix as figures, a :class:`Diagnosis`; ``labels``, ``steps``, ``compiles``, ``device`` …) are
+    plain values; :func:`said` gives its verdict in words (headline, fix, evidence) and
+    :func:`summary_text` renders it as the magic prints it. Never raises for a damaged run:
+    ``missing`` says what is absent.
     """
     from pathlib import Path
 
@@ -109,8 +110,10 @@ def summarize(
 
 
 def summary_text(summary: Summary) -> str:
-    """A summary as plain text, as ``%xprof summary`` shows it in a terminal: the text
-    renderer a summary's own display uses (a summary shows itself as a cell's value)."""
+    """A summary as plain text, as ``%xprof summary`` shows it in a terminal.
+
+    It is the text renderer a summary's own display uses (a summary shows itself as a cell's value).
+    """
     from xprof_magic._analysis.render.text import render_text
 
     return render_text(summary)

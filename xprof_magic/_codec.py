@@ -1,18 +1,19 @@
-"""Frozen dataclasses to plain JSON values and back: the one codec of the files xprof_magic
-saves beside a run (``xprof_magic.json``, ``xprof_magic_summary.json``).
+"""Frozen dataclasses to plain JSON values and back: the one codec of the files saved beside a run.
 
-Written: a dataclass as an object of its fields (a field whose ``metadata`` says
-``saved=False`` is left out; one whose class sets ``SAVED_AS_ROW`` as the list of its fields
-in order, a compact row), tuples as lists, dicts by their values. Read back by the
-dataclasses' type hints, each value checked: a field missing from the data takes its
-default, so a file saved before a field existed still loads, and a dataclass may also come as
-the list of its fields in order (how earlier versions wrote some rows).
+The files are ``xprof_magic.json`` and ``xprof_magic_summary.json``.
 
-- :func:`from_plain` is strict: a value of the wrong type fails (``ValueError``), as a summary
-  is read (one that fails is read again from its timeline).
-- :func:`read_plain` is lenient, as a run's metadata is read (it may come from an older
-  version, another tool or a damaged disk): a value that does not fit takes its default, a
-  list or dict keeps the items that fit, and the fields where anything was left out are named.
+Written: a dataclass as an object of its fields (a field whose ``metadata`` says ``saved=False`` is
+left out; one whose class sets ``SAVED_AS_ROW`` as the list of its fields in order, a compact row),
+tuples as lists, dicts by their values. Read back by the dataclasses' type hints, each value
+checked: a field missing from the data takes its default, so a file saved before a field existed
+still loads, and a dataclass may also come as the list of its fields in order (how earlier versions
+wrote some rows).
+
+- :func:`from_plain` is strict: a value of the wrong type fails (``ValueError``), as a summary is
+  read (one that fails is read again from its timeline).
+- :func:`read_plain` is lenient, as a run's metadata is read (it may come from an older version,
+  another tool or a damaged disk): a value that does not fit takes its default, a list or dict keeps
+  the items that fit, and the fields where anything was left out are named.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ def from_plain(cls: type[T], data: Any) -> T:
 
 
 def read_plain(cls: type[T], data: Any) -> tuple[T, tuple[str, ...]]:
-    """Rebuild dataclass ``cls`` from ``data`` as far as it fits, and the names of its
-    top-level fields where something did not (taken as its default, or left out of a list).
-    Data that is not an object gives the defaults and names no field."""
+    """Rebuild dataclass ``cls`` from ``data`` as far as it fits, and the fields where it did not.
+
+    The names are of its top-level fields where something did not fit (taken as its default, or left
+    out of a list). Data that is not an object gives the defaults and names no field.
+    """
     reader = _Reader(lenient=True)
     if not isinstance(data, dict):
         return cls(), ()
@@ -61,8 +64,10 @@ def read_plain(cls: type[T], data: Any) -> tuple[T, tuple[str, ...]]:
 
 
 class _Reader:
-    """One reading: strict (any misfit raises), or lenient (misfits noted in :attr:`bad`,
-    under the top-level field they are in)."""
+    """One reading: strict (any misfit raises), or lenient (misfits noted in :attr:`bad`).
+
+    A lenient reading notes each misfit under the top-level field it is in.
+    """
 
     def __init__(self, lenient: bool) -> None:
         self.lenient = lenient

@@ -1,9 +1,8 @@
-"""Numbers as a person reads them fastest: seconds, bytes and shares of a whole; and lines
-of text as a notebook prints them.
+"""Numbers as a person reads them fastest (seconds, bytes, shares); lines as a notebook prints them.
 
-One formatter per kind of number, shared by everything that prints them (the capture's
-one-line report, the summary's text and HTML), so the same time never reads two ways.
-IPython-free and import-free.
+One formatter per kind of number, shared by everything that prints them (the capture's one-line
+report, the summary's text and HTML), so the same time never reads two ways. IPython-free and
+import-free.
 """
 
 from __future__ import annotations
@@ -55,10 +54,12 @@ def percent(share: float | None) -> str:
 
 
 def wrapped(text: str, width: int = TEXT_WIDTH) -> str:
-    """``text`` with each line longer than ``width`` broken at spaces, the rest of it
-    indented two spaces under the line's start. A notebook's output area breaks a printed
-    line too long for it at any character, mid-word (JupyterLab's ``word-break:
-    break-all``); a word longer than ``width`` (a path) stays whole."""
+    """``text`` with each line longer than ``width`` broken at spaces, the rest indented two spaces.
+
+    The rest of a broken line is indented two spaces under the line's start. A notebook's output
+    area breaks a printed line too long for it at any character, mid-word (JupyterLab's
+    ``word-break: break-all``); a word longer than ``width`` (a path) stays whole.
+    """
     out: list[str] = []
     for line in text.split("\n"):
         indent = " " * (len(line) - len(line.lstrip(" ")) + 2)

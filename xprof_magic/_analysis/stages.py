@@ -24,7 +24,7 @@ from xprof_magic._analysis.diagnosis import attribution, batches, breakdown, own
 from xprof_magic._analysis.diagnosis.oom import out_of_memory
 from xprof_magic._analysis.diagnosis.verdict import diagnose
 from xprof_magic._analysis.model.diagnosis import Diagnosis
-from xprof_magic._analysis.model.summary import HostRow, Note, Summary
+from xprof_magic._analysis.model.summary import Flaw, Gap, HostRow, Summary
 from xprof_magic._analysis.summary import blocks, hosts
 from xprof_magic._analysis.summary.blocks import input_shapes
 from xprof_magic._analysis.summary.build import build
@@ -60,10 +60,7 @@ def summarize(
         summary = Summary(
             run=path.name,
             run_dir=str(path),
-            missing=(f"the analysis failed ({type(error).__name__}: {error}); please report it",),
-            warnings=(
-                Note("error", f"No summary: the analysis failed with {type(error).__name__}."),
-            ),
+            missing=(Gap("analysis failed", error=str(error), names=(type(error).__name__,)),),
         )
     return replace(summary, read_s=round(time.perf_counter() - started, 4))
 
@@ -73,8 +70,7 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
         return Summary(
             run=path.name,
             run_dir=str(path),
-            missing=(f"the run folder {path} does not exist or is not a folder",),
-            warnings=(Note("error", f"No capture at {path}: check the run name or --logdir."),),
+            missing=(Gap("no run folder", path=str(path)),),
         )
     meta, missing, warnings = _read_metadata(path)
     words = get_vocabulary(meta.backend)
@@ -86,10 +82,7 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
     pending = False
     host_table: tuple[HostRow, ...] = ()
     if host_file is None:
-        missing.append(
-            f"no <host>.xplane.pb in {path}: the profiler wrote no timeline, so labels from "
-            "the trace, compile sites, ops and busy time are absent"
-        )
+        missing.append(Gap("no timeline", path=str(path)))
     else:
         facts, pending = _read_host(host_file, xplanes, meta, runtime, budget_s, deadline, missing)
     if host_file is not None and len(xplanes) > 1:
@@ -101,8 +94,8 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
             except ReadAborted:
                 pending = True
         if not host_table:
-            others = ", ".join(p.name for p in xplanes if p != host_file)
-            missing.append(f"only host {host_file.name} is summarized; also captured: {others}")
+            others = tuple(p.name for p in xplanes if p != host_file)
+            missing.append(Gap("other hosts", path=host_file.name, names=others))
     summary = build(path, meta, words, facts, host_file, tuple(missing), pending)
     if meta.status == "error" and meta.error is not None:
         oom = out_of_memory(meta.error.message, meta.cell_file)
@@ -168,7 +161,7 @@ def _read_host(
     runtime: TimelineNames,
     budget_s: float | None,
     deadline: float | None,
-    missing: list[str],
+    missing: list[Gap],
 ) -> tuple[TraceFacts | None, bool]:
     """The facts of the host the summary reads in depth, unless the budget says not now
     (then ``pending``); what is missing for want of them goes into ``missing``."""
@@ -186,22 +179,14 @@ def _read_host(
         except ReadAborted:
             pending = True
         except (ValueError, OSError) as error:
-            missing.append(f"the timeline {host_file.name} could not be read ({error})")
+            missing.append(Gap("timeline unreadable", path=host_file.name, error=str(error)))
     if pending:
         size_mb = sum(p.stat().st_size for p in xplanes) / 1e6
-        why = (
-            f"reading it takes longer than the {budget_s:g} s budget"
-            if budget_s
-            else "it was left for the full summary"
-        )
-        missing.append(
-            f"the timeline ({size_mb:.1f} MB) was not read: {why}, so labels and steps "
-            "come from the magic's timers and compile sites, ops and busy time are absent"
-        )
+        missing.append(Gap("timeline not read", mb=size_mb, budget_s=budget_s or None))
     return facts, pending
 
 
-def _read_metadata(path: Path) -> tuple[RunMetadata, list[str], list[Note]]:
+def _read_metadata(path: Path) -> tuple[RunMetadata, list[Gap], list[Flaw]]:
     """The metadata; what is missing for want of it; warnings on fields that were unusable.
 
     A file of which nothing could be used makes the summary incomplete; a file with a few
@@ -209,19 +194,12 @@ def _read_metadata(path: Path) -> tuple[RunMetadata, list[str], list[Note]]:
     """
     meta = _metadata.read(path)
     if meta is None:
-        return (
-            RunMetadata(),
-            [
-                f"no {METADATA_FILE}: wall time, status and the backend's metrics (compiles, "
-                "transfers, CPU fallbacks) are unknown; was the run made by xprof_magic?"
-            ],
-            [],
-        )
+        return RunMetadata(), [Gap("no metadata", path=METADATA_FILE)], []
     if meta.problems and meta == RunMetadata():
-        return meta, [f"{meta.problems[0]}; metrics and wall time are unknown"], []
-    warnings = [Note("warning", f"{p}; those values are unknown.") for p in meta.problems]
+        return meta, [Gap("metadata unusable", path=METADATA_FILE, error=meta.problems[0])], []
+    warnings = [Flaw("metadata fields", problem) for problem in meta.problems]
     # What the capture itself said, e.g. which address of an on-demand capture gave nothing.
-    warnings += [Note("warning", message) for message in meta.messages]
+    warnings += [Flaw("capture message", message) for message in meta.messages]
     return meta, [], warnings
 
 

@@ -20,7 +20,7 @@ from xprof_magic._analysis.cache import (
     save_summary,
     summarize_in_subprocess,
 )
-from xprof_magic._analysis.model.summary import Summary
+from xprof_magic._analysis.model.summary import Gap, Summary
 from xprof_magic._analysis.stages import summarize
 from xprof_magic._capture.result import PROTOBUF_LIMIT_BYTES
 from xprof_magic._runs import store as _store
@@ -65,9 +65,6 @@ def summary_of(
 def _metadata_only(run_dir: Path, size: int) -> Summary:
     """A summary from the metadata alone, saying why the timeline was not read."""
     quick = summarize(run_dir, budget_s=0.0)
-    reason = (
-        f"the timeline ({size / 2**20:.0f} MB) is too large to read: protobuf cannot parse "
-        "a message over 2 GB, so labels, steps and the backend's metrics come from the "
-        "capture's metadata; profile fewer steps next time (--steps A:B traces only a window)"
-    )
-    return replace(quick, pending=False, missing=(*quick.missing, reason))
+    too_large = Gap("timeline too large", mb=size / 2**20)  # the reason it was not read
+    kept = tuple(gap for gap in quick.missing if gap.what != "timeline not read")
+    return replace(quick, pending=False, missing=(*kept, too_large))

@@ -91,9 +91,16 @@ class Backend(Protocol):
     def step_hooks(
         self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
     ) -> AbstractContextManager[None]:
-        """While open, report each sync, at any depth, after it launched the pending work
-        (``True`` when there was work to launch), and where the user's own step markers
-        begin (``True``) and end (``False``). Must not start the runtime."""
+        """While open, report each sync and the user's own step markers.
+
+        Must not start the runtime.
+
+        Args:
+            on_sync: called at each sync, at any depth, after it launched the pending work (``True``
+                when there was work to launch).
+            on_user_step: called where the user's own step markers begin (``True``) and end
+                (``False``).
+        """
 
     def user_hooks(
         self,
@@ -101,11 +108,17 @@ class Backend(Protocol):
         on_workers: Callable[[str, bool], str | None],
         namespace: dict[str, Any] | None,
     ) -> AbstractContextManager[None]:
-        """While open, call ``on_user_trace(call)`` before the user's own trace starts (one
-        trace per process: the capture stops its own), and ``on_workers(start_method,
-        traceable)`` when the code starts worker processes; a folder it returns is where
-        the workers trace themselves. Names in ``namespace`` (the user's) bound to the
-        hooked functions are hooked too. A backend that intercepts nothing opens nothing."""
+        """While open, tell the capture before the user's own trace starts and when workers start.
+
+        Names in ``namespace`` (the user's) bound to the hooked functions are hooked too. A backend
+        that intercepts nothing opens nothing.
+
+        Args:
+            on_user_trace: called as ``on_user_trace(call)`` before the user's own trace starts (one
+                trace per process: the capture stops its own).
+            on_workers: called as ``on_workers(start_method, traceable)`` when the code starts
+                worker processes; a folder it returns is where the workers trace themselves.
+        """
 
     def sync(self) -> None:
         """Cut and run the pending lazy graph (only when the user asked for it)."""
@@ -117,24 +130,32 @@ class Backend(Protocol):
         """The kind of device that runs the work, e.g. ``TPU``, ``GPU`` or ``CPU``."""
 
     def device_name(self) -> str:
-        """The device's own name as the runtime reports it (``NVIDIA H200``,
-        ``TPU v6 lite``); "" where unknown or not started. Must not start the runtime."""
+        """The device's own name as the runtime reports it (``NVIDIA H200``, ``TPU v6 lite``).
+
+        "" where unknown or not started. Must not start the runtime.
+        """
 
     def memory(self) -> tuple[float, float, float] | None:
-        """The first device's memory now, as its runtime counts it: bytes in use, the
-        process's peak, and the limit (0 where unknown); None where the runtime keeps no such
-        figures (the CPU client). Raises ``LookupError`` while the runtime has not started
-        (a first cell's start): it may have them later. Cheap: no sync, no device work."""
+        """The first device's memory now, as its runtime counts it: in use, peak, limit.
+
+        Bytes in use, the process's peak, and the limit (0 where unknown); None where the runtime
+        keeps no such figures (the CPU client). Raises ``LookupError`` while the runtime has not
+        started (a first cell's start): it may have them later. Cheap: no sync, no device work.
+        """
 
     def ops_made(self) -> int:
-        """How many ops the framework has made so far in this process, where its timeline
-        shows no event for making them (torch_xla's lazy tensors: its ``CreateXlaTensor``
-        counter); -1 where the timeline shows them itself (JAX's dispatch). Cheap: the line
-        sampler asks it 500 times a second, from its own thread."""
+        """How many ops the framework made so far in this process, where its timeline shows none.
+
+        Counted where the timeline shows no event for making them (torch_xla's lazy tensors: its
+        ``CreateXlaTensor`` counter); -1 where the timeline shows them itself (JAX's dispatch).
+        Cheap: the line sampler asks it 500 times a second, from its own thread.
+        """
 
     def versions(self) -> dict[str, str]:
         """Versions of the libraries that made the capture."""
 
     def watch(self) -> AbstractContextManager[None]:
-        """While open (one capture, from before its first metrics to after its last), gather
-        what :meth:`metrics` reports that the runtime does not count by itself."""
+        """While open, gather what :meth:`metrics` reports that the runtime does not count itself.
+
+        Open for one capture, from before its first metrics to after its last.
+        """

@@ -1,10 +1,12 @@
-"""What the backends share, written once: the profiler server's lifecycle, the versions a run
-records, a second trace refused as :class:`~xprof_magic._backends.TraceAlreadyRunning`, a
-failed export forgotten, and the patch-and-restore of the profiler functions they hook.
+"""What the backends share, written once: the profiler server's lifecycle, versions, trace guards.
 
-A backend subclasses :class:`ProfilerBackend`, names its server and its packages, starts its
-server in :meth:`~ProfilerBackend._serve`, and overrides only the hooks it has; each
-module's ``create() -> Backend`` is where mypy checks the result against the protocol.
+The profiler server's lifecycle, the versions a run records, a second trace refused as
+:class:`~xprof_magic._backends.TraceAlreadyRunning`, a failed export forgotten, and the
+patch-and-restore of the profiler functions they hook.
+
+A backend subclasses :class:`ProfilerBackend`, names its server and its packages, starts its server
+in :meth:`~ProfilerBackend._serve`, and overrides only the hooks it has; each module's
+``create() -> Backend`` is where mypy checks the result against the protocol.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "guarded",
     "hooked",
     "installed_version",
+    "once",
     "patched",
     "refused_if_running",
     "reset_profile_state",
@@ -47,9 +50,12 @@ def installed_version(dist: str) -> str | None:
 
 
 class ProfilerBackend:
-    """The parts every backend has alike. ``server`` names the profiler server in messages,
-    ``packages`` are the distributions whose versions a run records, ``server_refusals`` the
-    errors of :meth:`_serve` that mean the server did not start (said, not raised)."""
+    """The parts every backend has alike.
+
+    ``server`` names the profiler server in messages, ``packages`` are the distributions whose
+    versions a run records, ``server_refusals`` the errors of :meth:`_serve` that mean the server
+    did not start (said, not raised).
+    """
 
     name: str
     server = "the profiler server"
@@ -57,18 +63,20 @@ class ProfilerBackend:
     server_refusals: tuple[type[Exception], ...] = ()
 
     def __init__(self, profiler: Any) -> None:
-        """``profiler``: the profiler module that keeps the running trace in its
-        ``_profile_state``."""
+        """Keep ``profiler``, the module that keeps the running trace in its ``_profile_state``."""
         self._profiler = profiler
         self._server_status: ServerStatus | None = None
         self._asked_port: int | None = None
         self._told_port = False
 
     def start_server(self, port: int) -> ServerStatus:
-        """Once per process: the port is checked first (the servers bind every interface and
-        serve nothing on a busy port), and a port another process holds gives way to the
-        next free one, named (:func:`~xprof_magic._backends.ports.server_port`); a later
-        ``--port`` is told once that it cannot apply."""
+        """Start the profiler server on ``port``, once per process, or on the next free port.
+
+        The port is checked first (the servers bind every interface and serve nothing on a busy
+        port), and a port another process holds gives way to the next free one, named
+        (:func:`~xprof_magic._backends.ports.server_port`); a later ``--port`` is told once that it
+        cannot apply.
+        """
         running = self._server_status
         if running is not None and running.started:
             if port not in (running.port, self._asked_port) and not self._told_port:
@@ -101,8 +109,10 @@ class ProfilerBackend:
             self._start(log_dir)
 
     def stop_trace(self) -> None:
-        """Stop the trace; one that a failed export (a full disk) left behind is forgotten
-        all the same, or every later capture in the process would be refused."""
+        """Stop the trace; one that a failed export (a full disk) left behind is forgotten too.
+
+        Else every later capture in the process would be refused.
+        """
         try:
             self._stop()
         finally:
@@ -117,8 +127,10 @@ class ProfilerBackend:
         raise NotImplementedError
 
     def _own_server(self, port: int) -> str:
-        """What to say when this process already serves on ``port`` (the user's own server);
-        "" says it as any busy port."""
+        """What to say when this process already serves on ``port`` (the user's own server).
+
+        "" says it as any busy port.
+        """
         return ""
 
     def device_name(self) -> str:
@@ -137,8 +149,10 @@ class ProfilerBackend:
     def step_hooks(
         self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
     ) -> AbstractContextManager[None]:
-        """Nothing syncs and the user has no markers to see: a step is one iteration of the
-        cell's loop (or what ``xprof_magic.step()`` marks)."""
+        """Nothing to hook: nothing syncs and the user has no markers to see.
+
+        A step is one iteration of the cell's loop (or what ``xprof_magic.step()`` marks).
+        """
         return contextlib.nullcontext()
 
     def user_hooks(
@@ -147,13 +161,17 @@ class ProfilerBackend:
         on_workers: Callable[[str, bool], str | None],
         namespace: dict[str, Any] | None = None,
     ) -> AbstractContextManager[None]:
-        """While open, the profiler functions of :meth:`_user_patches` are replaced, and
-        the user's names bound to them rebound (:func:`hooked`)."""
+        """While open, the profiler functions of :meth:`_user_patches` are replaced.
+
+        The user's names bound to them are rebound too (:func:`hooked`).
+        """
         return hooked(self._user_patches(on_user_trace, on_workers), namespace)
 
     def _user_patches(self, on_user_trace: OnUserTrace, on_workers: OnWorkers) -> list[Patch]:
-        """The user's calls that start a trace of their own (:func:`guarded`) or worker
-        processes, wrapped to tell the capture first; none by default."""
+        """The user's calls that start a trace of their own, or worker processes, wrapped.
+
+        Wrapped to tell the capture first (a trace's: :func:`guarded`); none by default.
+        """
         return []
 
     def watch(self) -> AbstractContextManager[None]:
@@ -163,8 +181,11 @@ class ProfilerBackend:
 
 @contextlib.contextmanager
 def refused_if_running() -> Iterator[None]:
-    """A profiler's refusal to start a second trace ("... already ...") as
-    :class:`~xprof_magic._backends.TraceAlreadyRunning`; other errors as they are."""
+    """A profiler's refusal to start a second trace, as ``TraceAlreadyRunning``.
+
+    The refusal says "... already ..." and is raised as
+    :class:`~xprof_magic._backends.TraceAlreadyRunning`; other errors as they are.
+    """
     try:
         yield
     except RuntimeError as error:
@@ -191,8 +212,10 @@ _ABSENT = object()
 
 @contextlib.contextmanager
 def patched(patches: Sequence[Patch]) -> Iterator[None]:
-    """Replace each ``(owner, name, value)`` while open, and put back exactly what was there:
-    the owner's own value, or none where it inherited the name (a class's base method)."""
+    """Replace each ``(owner, name, value)`` while open, and put back exactly what was there.
+
+    That is the owner's own value, or none where it inherited the name (a class's base method).
+    """
     saved = [(owner, name, vars(owner).get(name, _ABSENT)) for owner, name, _ in patches]
     for owner, name, value in patches:
         setattr(owner, name, value)
@@ -208,9 +231,12 @@ def patched(patches: Sequence[Patch]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def hooked(patches: Sequence[Patch], namespace: dict[str, Any] | None) -> Iterator[None]:
-    """:func:`patched`, and the user's names in ``namespace`` bound to a replaced function
-    (``from torch_xla.debug.profiler import start_trace`` in an earlier cell) rebound to its
-    replacement while open; those still bound to it after are given back."""
+    """:func:`patched`, with the user's names bound to a replaced function rebound while open.
+
+    The user's names in ``namespace`` bound to a replaced function
+    (``from torch_xla.debug.profiler import start_trace`` in an earlier cell) are rebound to its
+    replacement while open; those still bound to it after are given back.
+    """
     replacements = {id(getattr(owner, name)): value for owner, name, value in patches}
     with patched(patches), _rebound(namespace, replacements):
         yield
@@ -235,22 +261,35 @@ def _rebound(
                 names[key] = value
 
 
+def once(on_user_trace: OnUserTrace) -> OnUserTrace:
+    """``on_user_trace`` told on the first call only: a capture's guards share one."""
+    told = False
+
+    def first(call: str) -> None:
+        nonlocal told
+        if not told:
+            told = True
+            with contextlib.suppress(Exception):
+                on_user_trace(call)
+
+    return first
+
+
 def guarded(
     call: str,
     original: Callable[..., Any],
-    on_user_trace: Callable[[str], None],
-    fired: list[bool],
+    on_user_trace: OnUserTrace,
     applies: Callable[[tuple[Any, ...], dict[str, Any]], bool] | None = None,
 ) -> Callable[..., Any]:
-    """``original``, a call that starts the user's own trace, telling ``on_user_trace(call)``
-    first, once per capture (``fired`` is shared by a capture's guards), where ``applies``
-    to its arguments (always without it)."""
+    """``original``, a call that starts the user's own trace, telling ``on_user_trace`` first.
+
+    It tells ``on_user_trace(call)`` where ``applies`` to its arguments (always without it); a
+    capture's guards share one :func:`once`, so that it is told once per capture.
+    """
 
     def guard(*args: Any, **kwargs: Any) -> Any:
-        if not fired[0] and (applies is None or applies(args, kwargs)):
-            fired[0] = True
-            with contextlib.suppress(Exception):
-                on_user_trace(call)
+        if applies is None or applies(args, kwargs):
+            on_user_trace(call)
         return original(*args, **kwargs)
 
     return guard

@@ -24,8 +24,10 @@ def _root(module: object) -> str:
 
 
 def _meanings() -> dict[str, str]:
-    """Each package a rule names and what it means: a backend's name, or the package itself
-    where backends share it (``torch``)."""
+    """Each package a rule names and what it means.
+
+    A backend's name, or the package itself where backends share it (``torch``).
+    """
     meaning: dict[str, str] = {}
     for name, entry in BACKENDS.items():
         for package in entry.detection.shares:
@@ -51,9 +53,11 @@ def _imported_by(tree: ast.AST, meaning: Mapping[str, str]) -> set[str]:
 
 
 def _owner(value: object, meaning: Mapping[str, str]) -> str:
-    """What a namespace value means: a module, or an object (an array, a jitted function, a
-    tensor) whose type comes from a framework's package; a value of a shared package may be
-    one backend's by its own rule (a tensor on TorchTPU's device)."""
+    """What a namespace value means: a module, or an object whose type is a framework's.
+
+    Such an object's type comes from a framework's package: an array, a jitted function, a tensor; a
+    value of a shared package may be one backend's by its own rule (a tensor on TorchTPU's device).
+    """
     module = getattr(value, "__name__", None) if isinstance(value, _Module) else None
     if module is None:
         module = getattr(type(value), "__module__", "")

@@ -41,10 +41,12 @@ __all__ = ["JaxBackend", "create"]
 
 
 def _library_names() -> frozenset[str]:
-    """Names of JAX's primitives and of its library functions: an eager op compiles as
-    ``jit(<primitive>)``, and ``jax.numpy`` helpers (``unstack`` when a loop iterates over an
-    array) as ``jit(<helper>)``, once per shape, which is no recompile of the user's code.
-    A function of the user's named like one of them is counted among them."""
+    """Names of JAX's primitives and of its library functions.
+
+    An eager op compiles as ``jit(<primitive>)``, and ``jax.numpy`` helpers (``unstack`` when a loop
+    iterates over an array) as ``jit(<helper>)``, once per shape, which is no recompile of the
+    user's code. A function of the user's named like one of them is counted among them.
+    """
     import jax.lax
     import jax.nn
     import jax.numpy
@@ -60,8 +62,11 @@ def _library_names() -> frozenset[str]:
 
 
 def _unregister(callback: Callable[..., None]) -> None:
-    """Remove exactly our listener: the public call where the version has it (jax 0.8+),
-    else the private one of jax 0.7 (``_unregister_event_duration_listener_by_callback``)."""
+    """Remove exactly our listener.
+
+    With the public call where the version has it (jax 0.8+), else the private one of jax 0.7
+    (``_unregister_event_duration_listener_by_callback``).
+    """
     public = getattr(jax.monitoring, "unregister_event_duration_listener", None)
     if public is not None:
         public(callback)
@@ -120,9 +125,11 @@ class JaxBackend(ProfilerBackend):
         return event
 
     def wait_for_device(self) -> None:
-        """Wait for every live array: those the cell bound to names, its value, and any
-        other still referenced. ``jax.effects_barrier()`` alone waits only for effects.
-        Never starts the runtime (on a TPU that torch_xla holds, starting it would fail)."""
+        """Wait for every live array: the cell's names', its value, and any other still referenced.
+
+        ``jax.effects_barrier()`` alone waits only for effects. Never starts the runtime (on a TPU
+        that torch_xla holds, starting it would fail).
+        """
         if not self.runtime_started():
             return
         arrays = [a for a in jax.live_arrays() if not a.is_deleted()]
@@ -144,9 +151,11 @@ class JaxBackend(ProfilerBackend):
     def step_hooks(
         self, on_sync: Callable[[bool], None], on_user_step: Callable[[bool], None]
     ) -> AbstractContextManager[None]:
-        """JAX never syncs, so only the user's ``StepTraceAnnotation`` markers are reported,
-        on the cell's thread, where they begin and end; otherwise a step is one iteration
-        of the cell's loop."""
+        """Report where the user's ``StepTraceAnnotation`` markers begin and end.
+
+        Only those on the cell's thread. JAX never syncs, so only these are reported; otherwise a
+        step is one iteration of the cell's loop.
+        """
         owner = threading.get_ident()
         step_class = jax.profiler.StepTraceAnnotation
         init, exit_ = step_class.__init__, step_class.__exit__
@@ -213,10 +222,12 @@ class JaxBackend(ProfilerBackend):
 
     @contextlib.contextmanager
     def _explaining(self) -> Iterator[None]:
-        """Collect JAX's explanations of tracing-cache misses (why a function traced and
-        compiled again), turning ``jax_explain_cache_misses`` on for the capture when the
-        user had not. Then its log records are kept from the cell's output, which stays as
-        it would be without the magic; when the user had, they are also shown as usual."""
+        """Collect JAX's explanations of why a function traced and compiled again.
+
+        They explain its tracing-cache misses; ``jax_explain_cache_misses`` is turned on for the
+        capture when the user had not. Then its log records are kept from the cell's output, which
+        stays as it would be without the magic; when the user had, they are also shown as usual.
+        """
         handler = _Explanations(self._notes, self._lock)
         loggers = [logging.getLogger(name) for name in _EXPLAINING_LOGGERS]
         config = jax.config
@@ -306,8 +317,10 @@ class _Explanations(logging.Handler):
 
 
 def explanation(message: str) -> str:
-    """``train_step: different input types: at w, now f32[4] and before f32[3]`` from JAX's
-    ``TRACING CACHE MISS`` message; "" for other messages and first compilations."""
+    """What JAX's ``TRACING CACHE MISS`` message says changed; "" for others and first compiles.
+
+    As ``train_step: different input types: at w, now f32[4] and before f32[3]``.
+    """
     lines = [line.strip() for line in message.splitlines()]
     if not lines or not lines[0].startswith(_MISS) or len(lines) < 3:
         return ""
@@ -324,8 +337,11 @@ def explanation(message: str) -> str:
 
 
 def _options() -> dict[str, Any]:
-    """No Python tracer: it records every Python call (tens of thousands of events for a
-    small cell, and the magic's own frames), burying the labels; torch_xla's default too."""
+    """The profiler's options: no Python tracer (torch_xla's default too).
+
+    The Python tracer records every Python call (tens of thousands of events for a small cell, and
+    the magic's own frames), burying the labels.
+    """
     make = getattr(jax.profiler, "ProfileOptions", None)
     if make is None:
         return {}

@@ -1,6 +1,8 @@
-"""The profiler servers' port checks, shared by the backends: whether a port is free, which
-port a server starts on (the next free one when another kernel holds the asked one), why
-none, whether this very process listens there."""
+"""The profiler servers' port checks, shared by the backends.
+
+Whether a port is free, which port a server starts on (the next free one when another kernel holds
+the asked one), why none, whether this very process listens there.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ the machine (a second notebook, a restarted one) holds one while it lives."""
 
 
 def port_is_free(port: int) -> bool:
-    """Whether nothing listens on ``port`` on any interface; an unexpected bind error
-    (other than the port being in use, or no IPv6) is raised.
+    """Whether nothing listens on ``port`` on any interface.
 
-    The profiler servers bind the dual-stack wildcard and do not raise on a busy port (they
-    log and serve nothing), so the port is checked first, the way they will bind it.
+    An unexpected bind error (other than the port being in use, or no IPv6) is raised.
+
+    The profiler servers bind the dual-stack wildcard and do not raise on a busy port (they log and
+    serve nothing), so the port is checked first, the way they will bind it.
     """
     for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
         try:
@@ -40,12 +43,16 @@ def port_is_free(port: int) -> bool:
 def server_port(
     port: int, server: str, own: str = "", tries: int = PORT_TRIES
 ) -> tuple[int | None, str]:
-    """The port ``server`` ("JAX's profiler server") starts on, and what to say about it,
-    once: ``port`` when it is free (nothing to say); when another process holds it (a second
-    notebook's kernel finds the first's server there), the next free one of the ``tries``
-    from it, named; or None and, in one line, why none. ``own``: what to say when this very
-    process already listens on ``port`` (the user's own server); "" takes it as any busy
-    port."""
+    """The port ``server`` starts on, and what to say about it, once; or None and why.
+
+    Args:
+        server: its name in messages ("JAX's profiler server").
+        port: the port asked for, returned when it is free (nothing to say); when another process
+            holds it (a second notebook's kernel finds the first's server there), the next free one
+            of the ``tries`` from it, named; or None and, in one line, why none.
+        own: what to say when this very process already listens on ``port`` (the user's own server);
+            "" takes it as any busy port.
+    """
     try:
         if port_is_free(port):
             return port, ""

@@ -73,9 +73,11 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class Entry:
-    """One backend: its name (``--backend NAME``, ``RunMetadata.backend``), the factory of
-    its process-wide :class:`~xprof_magic._backends.Backend`, its words, its detection rule
-    and its capabilities."""
+    """One backend: its name, factory, words, detection rule and capabilities.
+
+    Its name is ``--backend NAME`` and ``RunMetadata.backend``; the factory makes its process-wide
+    :class:`~xprof_magic._backends.Backend`.
+    """
 
     name: str
     create: Callable[[], Backend]
@@ -167,8 +169,10 @@ nothing tells them apart, and where two shared a package (plain ``torch``)."""
 
 
 class _Choices:
-    """``--backend``'s choices, ``auto`` and the backends registered when asked (argparse
-    reads them at each parse, so an entry registered after ``%load_ext`` is a choice too)."""
+    """``--backend``'s choices: ``auto`` and the backends registered when asked.
+
+    argparse reads them at each parse, so an entry registered after ``%load_ext`` is a choice too.
+    """
 
     def __contains__(self, value: object) -> bool:
         return value == "auto" or value in BACKENDS

@@ -50,6 +50,7 @@ from xprof_magic._backends.base import (
     Patch,
     ProfilerBackend,
     guarded,
+    once,
     refused_if_running,
 )
 from xprof_magic._backends.torch_tpu_private import Private, private_api, tpu
@@ -89,11 +90,11 @@ def _has_device() -> bool:
 
 
 def step_recompiles(starts: dict[int, int], end: int) -> str:
-    """The note for steps after the first that compiled, from TorchTPU's compile count at
-    each step's start and at the end; "" when none did.
+    """The note for steps after the first that compiled; "" when none did.
 
-    ``starts`` maps a step number to ``num_compilations`` when it began. The first step
-    compiling is warm-up; a later one compiling means the count grew across steps.
+    From TorchTPU's compile count at each step's start and at the end: ``starts`` maps a step number
+    to ``num_compilations`` when it began. The first step compiling is warm-up; a later one
+    compiling means the count grew across steps.
     """
     numbers = sorted(starts)
     grew: list[str] = []
@@ -109,8 +110,10 @@ def step_recompiles(starts: dict[int, int], end: int) -> str:
 
 
 class _Event:
-    """A ``record_function`` event, with ``stats`` in TraceMe's ``name#k=v,...#`` encoding;
-    a step's event also notes the compile count where it starts."""
+    """A ``record_function`` event, with ``stats`` in TraceMe's ``name#k=v,...#`` encoding.
+
+    A step's event also notes the compile count where it starts.
+    """
 
     def __init__(self, backend: TorchTpuBackend, name: str, stats: dict[str, Any]) -> None:
         self._backend = backend
@@ -151,8 +154,10 @@ class TorchTpuBackend(ProfilerBackend):
         self._watching = False
 
     def _serve(self, port: int) -> None:
-        """TorchTPU's profiler server (tsl's gRPC server), which binds ``[::]:port``: every
-        interface."""
+        """Start TorchTPU's profiler server (tsl's gRPC server), which binds ``[::]:port``.
+
+        That is every interface.
+        """
         self._api.start_server(port)
 
     def _own_server(self, port: int) -> str:
@@ -233,12 +238,14 @@ class TorchTpuBackend(ProfilerBackend):
             return True
 
     def _user_patches(self, on_user_trace: OnUserTrace, on_workers: OnWorkers) -> list[Patch]:
-        """The cell's own ``_impl.start_trace`` (also behind TorchTPU's ``profile()``) first
-        calls ``on_user_trace``, which stops the capture's trace: one trace per process, and
-        the user's goes ahead as without the capture. The capture's own starts use the
-        original. Worker processes are not intercepted."""
+        """The cell's own ``_impl.start_trace``, wrapped to call ``on_user_trace`` first.
+
+        It is also behind TorchTPU's ``profile()``. ``on_user_trace`` stops the capture's trace: one
+        trace per process, and the user's goes ahead as without the capture. The capture's own
+        starts use the original. Worker processes are not intercepted.
+        """
         impl, call = self._api.impl, "torch_tpu._internal.profiler._impl.start_trace"
-        return [(impl, "start_trace", guarded(call, impl.start_trace, on_user_trace, [False]))]
+        return [(impl, "start_trace", guarded(call, impl.start_trace, once(on_user_trace)))]
 
     def sync(self) -> None:
         """``torch.accelerator.synchronize()`` where a device exists; nothing otherwise."""
@@ -270,8 +277,11 @@ class TorchTpuBackend(ProfilerBackend):
         return int(getattr(stats, "num_compilations", 0) or 0) if stats is not None else 0
 
     def metrics(self) -> MetricsSnapshot:
-        """``torch.tpu._get_cache_stats()``'s counts (zero without a TPU), the compile time
-        its entries report, and the note of steps that compiled after the first."""
+        """TorchTPU's compile counts and time, and the note of steps that compiled after the first.
+
+        ``torch.tpu._get_cache_stats()``'s counts (zero without a TPU) and the compile time its
+        entries report.
+        """
         stats = self._stats()
         counters: dict[str, int] = {}
         metrics: dict[str, tuple[int, float]] = {}

@@ -42,9 +42,11 @@ class Private:
 
 
 def _label_callback() -> Callable[[], None]:
-    """``torch_tpu::XProfCallbackHandler::Register()`` in TorchTPU's already loaded glue
-    library: it adds the RecordFunction callback that turns labels and aten ops into
-    timeline events, once per process (a static inside). Nothing else is loaded."""
+    """``torch_tpu::XProfCallbackHandler::Register()`` in TorchTPU's already loaded glue library.
+
+    It adds the RecordFunction callback that turns labels and aten ops into timeline events, once
+    per process (a static inside). Nothing else is loaded.
+    """
     with open("/proc/self/maps", encoding="utf-8") as maps:
         paths = {line.split()[-1] for line in maps if _GLUE in line and "torch_tpu" in line}
     for path in sorted(paths):

@@ -33,6 +33,7 @@ from xprof_magic._backends.base import (
     Patch,
     ProfilerBackend,
     guarded,
+    once,
     patched,
 )
 from xprof_magic._backends.ports import listens_here
@@ -122,27 +123,26 @@ class TorchXlaBackend(ProfilerBackend):
         return patched(_sync_hooks(owner, on_sync) + _step_marker_hooks(on_user_step))
 
     def _user_patches(self, on_user_trace: OnUserTrace, on_workers: OnWorkers) -> list[Patch]:
-        """Call ``on_user_trace`` before the user's first own trace starts, and
-        ``on_workers`` when the code starts worker processes.
+        """Call ``on_user_trace`` before the user's first own trace, ``on_workers`` for workers.
 
-        The user's ``xp.start_trace``, ``xp.trace`` and ``xp.trace_detached`` (whose thread
-        calls ``xp.trace``) would fail, or capture nothing, while the capture's own trace
-        runs: one profiling session per process. ``on_user_trace`` stops it, so the user's
-        call goes ahead as without the capture.
+        The user's ``xp.start_trace``, ``xp.trace`` and ``xp.trace_detached`` (whose thread calls
+        ``xp.trace``) would fail, or capture nothing, while the capture's own trace runs: one
+        profiling session per process. ``on_user_trace`` stops it, so the user's call goes ahead as
+        without the capture.
 
-        ``xmp.spawn`` is what ``torch_xla.launch`` calls too. ``on_workers(start_method,
-        traced)`` returns a folder when the workers should trace themselves into it: only
-        forked workers can, since they inherit this module's hooks; each first drops the
-        profiling session it inherited from this process (see :mod:`.torch_xla_workers`).
-        ``nprocs=1`` runs the function here, inside this process's trace.
+        ``xmp.spawn`` is what ``torch_xla.launch`` calls too. ``on_workers(start_method, traced)``
+        returns a folder when the workers should trace themselves into it: only forked workers can,
+        since they inherit this module's hooks; each first drops the profiling session it inherited
+        from this process (see :mod:`.torch_xla_workers`). ``nprocs=1`` runs the function here,
+        inside this process's trace.
 
-        The user's names bound to these functions, e.g. by ``from torch_xla.debug.profiler
-        import start_trace`` in an earlier cell, are rebound to the guarded ones while the
-        hooks are open, and given back after.
+        The user's names bound to these functions, e.g. by
+        ``from torch_xla.debug.profiler import start_trace`` in an earlier cell, are rebound to the
+        guarded ones while the hooks are open, and given back after.
         """
-        fired = [False]
+        tell = once(on_user_trace)
         patches: list[Patch] = [
-            (xp, name, guarded(f"xp.{name}", getattr(xp, name), on_user_trace, fired, applies))
+            (xp, name, guarded(f"xp.{name}", getattr(xp, name), tell, applies))
             for name, applies in (
                 ("start_trace", None),
                 ("trace", _targets_here),
@@ -181,8 +181,12 @@ class TorchXlaBackend(ProfilerBackend):
         return int(met.counter_value("CreateXlaTensor") or 0)
 
     def memory(self) -> tuple[float, float, float] | None:
-        """``xm.get_memory_info`` of the default device: ``bytes_used``, ``peak_bytes_used``,
-        ``bytes_limit`` (the CPU client has none: UNIMPLEMENTED)."""
+        """The default device's ``xm.get_memory_info``: bytes used, peak bytes used, bytes limit.
+
+        As ``bytes_used``, ``peak_bytes_used``, ``bytes_limit``.
+
+        The CPU client has none: UNIMPLEMENTED.
+        """
         if not self.runtime_started():
             raise LookupError("the runtime has not started: no memory figures yet")
         try:
@@ -205,8 +209,10 @@ _start_trace, _stop_trace = xp.start_trace, xp.stop_trace
 
 
 def _sync_hooks(owner: int, on_sync: Callable[[bool], None]) -> list[Patch]:
-    """What every sync runs, wrapped to report the syncs of thread ``owner`` (see
-    :meth:`TorchXlaBackend.step_hooks`)."""
+    """What every sync runs, wrapped to report the syncs of thread ``owner``.
+
+    See :meth:`TorchXlaBackend.step_hooks`.
+    """
     step_marker = _XLAC._xla_step_marker
     run_closures = xm._run_step_closures
     marked_step = xp.get_tracer_marked_step
@@ -288,8 +294,10 @@ def _targets_here(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 
 def _executions() -> int:
-    """Graphs looked up for launch so far: counted in the launching call, where the
-    ``ExecuteComputation`` counter moves later, on the thread that runs the graph."""
+    """Graphs looked up for launch so far, counted in the launching call.
+
+    The ``ExecuteComputation`` counter moves later, on the thread that runs the graph.
+    """
     return sum(int(met.counter_value(name) or 0) for name in ("CachedCompile", "UncachedCompile"))
 
 

@@ -1,9 +1,10 @@
-"""torch_xla's worker launches, traced: ``xmp.spawn`` (behind ``torch_xla.launch`` too)
-wrapped so that forked workers trace themselves into the capture's folder.
+"""torch_xla's worker launches, traced: forked workers trace themselves into the capture's folder.
 
-Part of the torch_xla backend (:mod:`.torch_xla` hooks ``xmp.spawn`` with :func:`spawning`
-while a cell runs), apart because a worker's own trace is its own concern: what it inherits
-from this process at the fork, and when it starts and stops.
+``xmp.spawn`` (behind ``torch_xla.launch`` too) is wrapped so that they do.
+
+Part of the torch_xla backend (:mod:`.torch_xla` hooks ``xmp.spawn`` with :func:`spawning` while a
+cell runs), apart because a worker's own trace is its own concern: what it inherits from this
+process at the fork, and when it starts and stops.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from xprof_magic._backends import Backend, CaptureWords, MetricsSnapshot
 from xprof_magic._backends.registry import capabilities, get_backend, get_vocabulary
-from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Options, Plan
+from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Options, Plan, with_block
 from xprof_magic._capture.result import CaptureResult, size_warning
 from xprof_magic._capture.run_record import Ended, run_metadata
 from xprof_magic._capture.trace_window import Trace, TraceWindow, collect_workers
@@ -170,6 +170,7 @@ class Capture:
                 _sampler.framework_folders(),
                 made if made() >= 0 else None,
                 lambda: run.tracker.ended,
+                self.plan.cell_code,
             )
             lines.start()
             cell.callback(lambda: run.recorder.lines.extend(lines.stop()))
@@ -195,6 +196,9 @@ class Capture:
         return self.result
 
     def __enter__(self) -> Capture:
+        if self.plan.options.get("api") is True and not self.plan.cell:
+            # The script API's block (``with xprof_magic.capture(...)``) is the run's cell.
+            self.plan = with_block(self.plan, sys._getframe(1))
         self.start()
         self._begin()
         return self
@@ -294,6 +298,25 @@ class Capture:
             return error
         return None
 
+    def _write_python_steps(self, run: _Running) -> None:
+        """Put the steps recorded in Python (a loop of tiny steps) into the saved timeline."""
+        steps = run.tracker.python_steps()
+        if not steps:
+            return
+        from xprof_magic._capture.step_events import write_steps  # numpy: only when needed
+
+        try:
+            written = write_steps(run.staging.path, steps)
+        except Exception as error:
+            written, reason = 0, f": {error}"
+        else:
+            reason = ": the timeline holds no step marker to find the cell's thread by"
+        if written < len(steps):
+            self._messages.append(
+                f"{len(steps)} steps were recorded without a marker each (tiny steps), and "
+                f"could not be added to the timeline{reason}"
+            )
+
     def _store(self, run: _Running, exc: BaseException | None, wall_s: float) -> None:
         """Stop the trace and store the run; a failure is told in one line, never raised."""
         plan = self.plan
@@ -306,6 +329,7 @@ class Capture:
             said = collect_workers(run.staging.path, len(run.trace.workers))
             if said:
                 self._messages.append(said)
+            self._write_python_steps(run)
             ended = Ended(wall_s, self._start_ns, time.time_ns(), exc)
             metadata = run_metadata(
                 plan,

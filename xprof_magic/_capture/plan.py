@@ -12,11 +12,14 @@ the fix, before any code runs. :meth:`Options.plan` makes the :class:`Plan` (whi
 
 from __future__ import annotations
 
+import ast
+import linecache
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from types import CodeType, FrameType
 from typing import Any, Literal, cast
 
 from xprof_magic._backends import detect as _detect
@@ -33,6 +36,7 @@ __all__ = [
     "Plan",
     "Viewer",
     "server_by_default",
+    "with_block",
 ]
 
 NO_SERVER_ENV = "XPROF_MAGIC_NO_SERVER"
@@ -64,6 +68,10 @@ class Plan:
     cell_file: str = ""
     """The file name the cell's code is compiled under, once it is (see
     :attr:`~xprof_magic._runs.metadata.RunMetadata.cell_file`)."""
+    cell_code: CodeType | None = field(default=None, compare=False, repr=False)
+    """The code whose frame the line sampler reads the line from: the cell's compiled code
+    (IPython's frame that runs the magic has the cell's file name too), a profiled
+    function's (a script calling it shares its file), or a ``with`` block's frame's."""
     options: dict[str, Any] = field(default_factory=dict)
 
     def with_name(self) -> Plan:
@@ -231,3 +239,35 @@ class Options:
 def _plain(value: Any) -> Any:
     """An option as the run's metadata keeps it: JSON's own types, else its text (a path)."""
     return value if isinstance(value, bool | int | float | str) else str(value)
+
+
+def with_block(plan: Plan, frame: FrameType) -> Plan:
+    """The plan of a ``with`` block that ``frame`` (a script's, a marimo cell's) is entering
+    at its current line: the block's text as the cell, at its file's lines, and its frame's
+    code as the one the sampler reads the line in (:attr:`Plan.cell_code`), so that the
+    summary names the block's statement that holds the time. The plan unchanged where the
+    source cannot be read or no ``with`` statement starts there (``start()`` and ``stop()``
+    by hand)."""
+    code = frame.f_code
+    lines = linecache.getlines(code.co_filename, frame.f_globals)
+    try:
+        tree = ast.parse("".join(lines))
+    except (SyntaxError, ValueError):
+        return plan
+    at = frame.f_lineno or 0
+    blocks = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.With | ast.AsyncWith) and node.lineno <= at < node.body[0].lineno
+    ]
+    if not blocks:
+        return plan
+    found = max(blocks, key=lambda node: node.lineno)  # the innermost one
+    text = "".join(lines[found.lineno - 1 : found.end_lineno or found.lineno])
+    return replace(
+        plan,
+        cell=text,
+        cell_first_line=found.lineno,
+        cell_file=code.co_filename,
+        cell_code=code,
+    )

@@ -16,11 +16,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import operator
 import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import ModuleType, TracebackType
 from typing import Any
@@ -39,10 +40,11 @@ __all__ = [
     "outer_iteration",
     "recording",
     "step",
+    "steps",
 ]
 
 from xprof_magic._cell.label_times import LabelStat, Recorder
-from xprof_magic._cell.step_tracker import StepTracker
+from xprof_magic._cell.step_tracker import FAST_AFTER, StepTracker
 
 SHAPES_EVENT = "xprof.shapes "
 """The name that starts the marker :func:`inputs` leaves when the items' shapes change."""
@@ -264,6 +266,99 @@ def iteration(deferred: bool = False) -> _Iteration | _Nothing:
     if active is None:
         return _NOTHING
     return active.iterations[deferred]
+
+
+def steps(iterable: Iterable[Any], deferred: bool = False) -> Iterable[Any]:
+    """The iterable of a ``for`` loop the rewriter chose, each item an iteration: a step when
+    nothing syncs (as :func:`iteration`, which a ``while`` loop's body calls instead).
+
+    The first iterations report to the step tracker, a marker each. A loop over a built-in
+    container (a ``range``, a list …: nothing to wait for between items) whose steps the
+    tracker finds short goes on in C (:func:`itertools.chain` of ``map`` and ``zip``), which
+    appends each step's start (``time.time_ns()``) to the tracker's list and calls nothing
+    in Python: the per-step cost of ``--steps`` on tiny steps is then about that of the
+    ``for`` statement itself (``python -m bench tiny-steps``). Items, exceptions and
+    ``StopIteration`` pass through unchanged.
+    """
+    active = _active
+    if active is None:
+        return iterable
+    ready = isinstance(iterable, _READY) and not deferred
+    return itertools.chain.from_iterable(_parts(iter(iterable), active.tracker, deferred, ready))
+
+
+class _Open:
+    """Whether an iteration the loop reported is still open (a ``break`` or an exception in
+    it leaves it open: the loop's end closes it)."""
+
+    __slots__ = ("open",)
+
+    def __init__(self) -> None:
+        self.open = False
+
+
+def _parts(
+    it: Iterator[Any], tracker: StepTracker, deferred: bool, ready: bool
+) -> Iterator[Iterator[Any]]:
+    """The loop's items in parts, each an iterator: reported ones, :data:`FAST_AFTER` at a
+    time, until the tracker lets the rest be recorded in C (see :func:`steps`)."""
+    __tracebackhide__ = True
+    state = _Open()
+    fast: list[int] | None = None
+    try:
+        while True:
+            left = _Left(it)
+            yield _reported(left, tracker, deferred, state, FAST_AFTER if ready else -1)
+            if left.empty:
+                return
+            with contextlib.suppress(Exception):
+                fast = tracker.go_fast()
+            if fast is not None:
+                stamped = map(fast.append, iter(time.time_ns, None))
+                yield map(operator.itemgetter(0), zip(it, stamped, strict=False))
+                return
+    finally:
+        end = time.time_ns()
+        if state.open:
+            state.open = False
+            with contextlib.suppress(Exception):
+                tracker.iteration_ended()
+        if fast is not None:
+            with contextlib.suppress(Exception):
+                tracker.fast_done(end)
+
+
+class _Left:
+    """The loop's iterator, and whether it has run out."""
+
+    __slots__ = ("empty", "it")
+
+    def __init__(self, it: Iterator[Any]) -> None:
+        self.it, self.empty = it, False
+
+
+def _reported(
+    left: _Left, tracker: StepTracker, deferred: bool, state: _Open, count: int
+) -> Iterator[Any]:
+    """Up to ``count`` items (all of them when negative), each iteration reported."""
+    __tracebackhide__ = True
+    started, ended = tracker.iteration_started, tracker.iteration_ended
+    it = left.it
+    while count:
+        count -= 1
+        try:
+            item = next(it)
+        except StopIteration:
+            left.empty = True
+            return
+        with contextlib.suppress(Exception):
+            started(deferred)
+        state.open = True
+        yield item
+        state.open = False
+        with contextlib.suppress(Exception):
+            ended()
+    return
 
 
 def outer_iteration() -> _Hook | _Nothing:

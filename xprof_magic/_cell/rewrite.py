@@ -96,7 +96,8 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt], int]:
-    """Wrap each outermost loop in ``loop()`` and each innermost loop's body in
+    """Wrap each outermost loop in ``loop()``, each innermost ``for`` loop's iterable in
+    ``steps()`` and each innermost ``while`` (or ``async for``) loop's body in
     ``iteration()``; return the new body and the number of innermost loops.
 
     Code in functions and classes is left alone: it may run outside the cell, and syncs
@@ -121,7 +122,11 @@ def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt],
             assert isinstance(stmt, ast.For | ast.AsyncFor | ast.While)
             if inside:
                 _defer_inner(stmt)
-            if not inside:
+            if not inside and isinstance(stmt, ast.For):
+                call = _bound_call("steps", [stmt.iter])
+                stmt.iter = ast.copy_location(call, stmt.iter)
+                inside = 1
+            elif not inside:
                 stmt.body = [_with(_bound_call("iteration"), stmt.body, stmt.body[0])]
                 inside = 1
             if not in_loop:
@@ -140,6 +145,11 @@ def _defer_inner(loop: ast.For | ast.AsyncFor | ast.While) -> None:
         return
     marked = False
     for child in inner:
+        if isinstance(child, ast.For) and _is_runtime_call(child.iter, "steps"):
+            assert isinstance(child.iter, ast.Call)
+            child.iter.args.append(ast.Constant(True))
+            marked = True
+            continue
         first = child.body[0] if child.body else None
         if isinstance(first, ast.With) and _is_runtime_call(
             first.items[0].context_expr, "iteration"
@@ -349,11 +359,11 @@ def _runtime_call(func: str, args: list[ast.expr]) -> ast.Call:
     )
 
 
-def _bound_call(func: str) -> ast.Call:
-    """``_xprof_magic_labels_.<func>()``: the runtime as the loop's ``with`` bound it."""
+def _bound_call(func: str, args: list[ast.expr] | None = None) -> ast.Call:
+    """``_xprof_magic_labels_.<func>(*args)``: the runtime as the loop's ``with`` bound it."""
     module = ast.Name(id=_BOUND, ctx=ast.Load())
     return ast.Call(
-        func=ast.Attribute(value=module, attr=func, ctx=ast.Load()), args=[], keywords=[]
+        func=ast.Attribute(value=module, attr=func, ctx=ast.Load()), args=args or [], keywords=[]
     )
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = [
+    "FAST_AFTER",
+    "FAST_BELOW_NS",
     "STEP_EVENT",
     "EventFactory",
     "LabelBlocks",
@@ -41,6 +43,15 @@ class LabelBlocks(Protocol):
 
 
 STEP_EVENT = "step"
+
+FAST_AFTER = 32
+"""Iterations a loop runs with a profiler marker per step before its steps are measured for
+:meth:`StepTracker.go_fast` (and again after each as many, while they stay long)."""
+FAST_BELOW_NS = 250_000
+"""Steps shorter than this (their median) are recorded in Python from then on: a step marker
+costs about 4.4 µs a step (XProf's own 2.7 µs and our bookkeeping), 2% of a 250 µs step,
+so below this the markers would cost a loop of tiny steps more than the profiler itself
+(``python -m bench tiny-steps``)."""
 
 
 class Window(Protocol):
@@ -69,6 +80,29 @@ class _Open:
     marker: AbstractContextManager[Any] | None
     traced: bool
     labels_before: int
+
+
+@dataclass(slots=True)
+class _Fast:
+    """Steps recorded in Python: the first one's number, and where each started
+    (wall-clock ns, appended by the loop's iterator, nothing else per step)."""
+
+    first: int
+    stamps: list[int]
+    done: bool = False
+
+
+@dataclass(slots=True)
+class _Run:
+    """A loop's steps recorded in Python, once it ended: where they come among the marked
+    steps' durations, the first one's number, the starts (the first ``held``), and the end
+    of the last (None: it was still running, so it is no step)."""
+
+    position: int
+    first: int
+    stamps: list[int]
+    held: int
+    end_ns: int | None
 
 
 class StepTracker:
@@ -113,6 +147,13 @@ class StepTracker:
 
     With a ``window``, only the steps inside it are traced and marked; the window starts and
     stops the trace; counting goes on to the cell's end.
+
+    A loop of tiny steps cannot afford a profiler marker per step (about 4.4 µs a step, most
+    of it XProf's own). Once a loop's iterations are the steps and they are measured short
+    (:meth:`go_fast`), its iterator appends each step's start to a list, nothing more, and
+    :meth:`fast_done` turns the list into steps when the loop ends; the capture writes them
+    into the saved timeline afterwards (:meth:`python_steps`,
+    :mod:`xprof_magic._capture.step_events`), so the run holds every step as if marked.
     """
 
     def __init__(
@@ -132,7 +173,7 @@ class StepTracker:
         self.rule: str | None = None
         self.first: int | None = None
         self.last: int | None = None
-        self.ended = 0
+        self._ended = 0
         self._lock = threading.RLock()
         self._armed = False
         self._by_loop = False
@@ -143,6 +184,91 @@ class StepTracker:
         self._user_depth = 0
         self._kept: list[AbstractContextManager[Any]] = []
         self._durations: list[int] = []
+        self._fast: _Fast | None = None
+        self._runs: list[_Run] = []
+
+    @property
+    def ended(self) -> int:
+        """How many steps have ended (or, in a loop recorded in Python, started)."""
+        fast = self._fast
+        if fast is not None and not fast.done:
+            return fast.first + len(fast.stamps)
+        return self._ended
+
+    @ended.setter
+    def ended(self, value: int) -> None:
+        self._ended = value
+
+    def python_steps(self) -> list[tuple[int, int, int]]:
+        """The steps recorded in Python, with no marker on the timeline: each one's number,
+        start and end (wall-clock ns)."""
+        with self._lock:
+            return self._steps_ns()
+
+    def go_fast(self) -> list[int] | None:
+        """Between two iterations of a loop whose iterations are the steps: the list to
+        append each next step's start to (wall-clock ns), when the steps so far are short and
+        nothing needs a marker per step (no window, no marker of the user's open); else None.
+        """
+        with self._lock:
+            if (
+                self.rule != "iteration"
+                or self.window is not None
+                or self._iter is not None
+                or self._user_depth
+                or (self._fast is not None and not self._fast.done)
+                or len(self._durations) < FAST_AFTER
+            ):
+                return None
+            recent = sorted(self._durations[-FAST_AFTER:])
+            if recent[len(recent) // 2] >= FAST_BELOW_NS:
+                return None
+            self._fast = _Fast(self._ended, [])
+            return self._fast.stamps
+
+    def fast_done(self, end_ns: int | None) -> None:
+        """The loop recorded in Python has ended at ``end_ns`` (wall-clock ns), its last step
+        with it; None: the last step was still running, so it is no step. Constant time, in
+        the cell's own time: the steps are made from the starts when asked for."""
+        with self._lock:
+            fast = self._fast
+            if fast is None or fast.done:
+                return
+            fast.done = True
+            held = len(fast.stamps)  # a user's marker: the loop goes on appending
+            count = held if end_ns is not None else max(held - 1, 0)
+            if not count:
+                return
+            self._runs.append(_Run(len(self._durations), fast.first, fast.stamps, held, end_ns))
+            if self.first is None:
+                self.first = fast.first
+            self.last = fast.first + count - 1
+            self._ended = fast.first + count
+
+    def _steps_ns(self) -> list[tuple[int, int, int]]:
+        """Each step recorded in Python: its number, start and end (wall-clock ns)."""
+        found: list[tuple[int, int, int]] = []
+        for run in self._runs:
+            starts = run.stamps[: run.held]
+            ends = starts[1:] if run.end_ns is None else [*starts[1:], run.end_ns]
+            found.extend(
+                (run.first + k, start, max(end, start))
+                for k, (start, end) in enumerate(zip(starts, ends, strict=False))
+            )
+        return found
+
+    def _all_ns(self) -> list[int]:
+        """Each step's host time (ns), marked ones and those recorded in Python, in order."""
+        out: list[int] = []
+        at = 0
+        for run in self._runs:
+            out.extend(self._durations[at : run.position])
+            at = run.position
+            starts = run.stamps[: run.held]
+            ends = starts[1:] if run.end_ns is None else [*starts[1:], run.end_ns]
+            out.extend(max(end - start, 0) for start, end in zip(starts, ends, strict=False))
+        out.extend(self._durations[at:])
+        return out
 
     @property
     def state(self) -> str:
@@ -152,7 +278,7 @@ class StepTracker:
     def durations(self) -> list[float]:
         """Host time of each step in the trace, in seconds."""
         with self._lock:
-            return [ns / 1e9 for ns in self._durations]
+            return [ns / 1e9 for ns in self._all_ns()]
 
     def arm(self, by_loop: bool = False) -> None:
         """The first step starts now: at the cell's loop (``by_loop``), or the cell."""
@@ -161,12 +287,12 @@ class StepTracker:
                 return
             self._armed = True
             if self.rule is None and self.watch_syncs:
-                self._sync = self._begin(self.ended)
+                self._sync = self._begin(self._ended)
 
     def disarm(self) -> None:
         """The cell has loops: the first step starts at the first of them, not here."""
         with self._lock:
-            if self._by_loop or self.rule is not None or self.ended:
+            if self._by_loop or self.rule is not None or self._ended:
                 return
             self._by_loop = True
             self._armed = False
@@ -177,11 +303,11 @@ class StepTracker:
         """A block opened at the cell's top level: while no step has ended, the first step
         starts inside it, so that a block like ``train(60)`` holds the steps."""
         with self._lock:
-            if self._by_loop or self.rule not in (None, "sync") or self.ended:
+            if self._by_loop or self.rule not in (None, "sync") or self._ended:
                 return
             if self._sync is not None:
                 self._drop(self._sync)
-                self._sync = self._begin(self.ended)
+                self._sync = self._begin(self._ended)
 
     def synced(self, launched: bool) -> None:
         """A sync ran; ``launched``: it launched device work."""
@@ -200,7 +326,7 @@ class StepTracker:
             labels = self._labels
             pieces = [] if labels is None else labels.split(current.labels_before)
             self._end(current)
-            self._sync = self._begin(self.ended)
+            self._sync = self._begin(self._ended)
             if labels is not None:
                 labels.resume(pieces)
 
@@ -210,7 +336,7 @@ class StepTracker:
         if self.rule == "iteration" and self._iter is None and self.window is None:
             # The steady state of a loop whose iterations are the steps: nothing but the
             # user's own marker, on this thread, changes the rule now. _begin, inlined.
-            number = self.ended
+            number = self._ended
             marker: AbstractContextManager[Any] | None = None
             try:
                 made = self._make_event(STEP_EVENT, _r=1, step_num=number)
@@ -230,7 +356,7 @@ class StepTracker:
                 return
             if not self._armed:
                 self.arm(by_loop=self._by_loop)
-            self._iter = self._begin(self.ended)
+            self._iter = self._begin(self._ended)
 
     def iteration_ended(self) -> None:
         if self.rule == "iteration" and self.window is None:
@@ -272,16 +398,18 @@ class StepTracker:
             self._user_depth += 1
             if self._user_depth > 1:
                 return
+            self.fast_done(None)
             if self.rule != "user":
                 self.rule = "user"
                 self._drop(self._sync)
                 self._drop(self._iter)
                 self._sync = self._iter = None
-            self._user = self._begin(self.ended, mark=mark)
+            self._user = self._begin(self._ended, mark=mark)
 
     def finish(self) -> None:
         """The cell ended: a step still open is no step."""
         with self._lock:
+            self.fast_done(None)
             for current in (self._sync, self._iter, self._user):
                 self._drop(current)
             self._sync = self._iter = self._user = None
@@ -311,7 +439,7 @@ class StepTracker:
         elapsed = time.perf_counter_ns() - step.start_ns
         if step.marker is not None:
             _close(step.marker)
-        self.ended = step.number + 1
+        self._ended = step.number + 1
         window = self.window
         if not step.traced or (window is not None and window.state != "inside"):
             return

@@ -18,6 +18,7 @@ or anywidget; the view is imported when a run is first shown.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 from xprof_magic._backends import TraceAlreadyRunning
 from xprof_magic._backends.registry import DEFAULT_HEIGHT, DEFAULT_PORT, get_vocabulary
 from xprof_magic._capture import capture as _capture
-from xprof_magic._capture.plan import Options
+from xprof_magic._capture.plan import Options, with_block
 from xprof_magic._cell import labels as _labels
 from xprof_magic._marimo.function import FunctionSource, read_source, rewritten
 from xprof_magic._marimo.run import Run, announce
@@ -126,7 +127,7 @@ class Profiled(Generic[P, R]):
         fn = self._labelled(self.options.steps)
         if inspect.iscoroutinefunction(fn):
             return self._awaited(fn, args, kwargs)  # type: ignore[return-value]
-        run, capture = self._start()
+        run, capture = self._start(fn)
         outcome: BaseException | None = None
         value: Any = None
         try:
@@ -141,7 +142,7 @@ class Profiled(Generic[P, R]):
     async def _awaited(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """An ``async def``'s call: captured while awaited, from its first line to its end."""
         __tracebackhide__ = True
-        run, capture = self._start()
+        run, capture = self._start(fn)
         outcome: BaseException | None = None
         value: Any = None
         try:
@@ -153,8 +154,9 @@ class Profiled(Generic[P, R]):
             raise _trimmed(outcome, fn.__code__)
         return value
 
-    def _start(self) -> tuple[Run, _capture.Capture]:
-        """Plan the call's capture and start it (refused in one line, with nothing run)."""
+    def _start(self, fn: Callable[..., Any]) -> tuple[Run, _capture.Capture]:
+        """Plan the call's capture and start it (refused in one line, with nothing run); the
+        sampler looks for the line that runs in ``fn``'s frame (the body as it runs)."""
         options = self.options
         name = options.name or f"{datetime.now():%Y%m%d-%H%M%S}-{self.function.__name__}"
         namespace = self._namespace()
@@ -167,6 +169,9 @@ class Profiled(Generic[P, R]):
             first_line=source.editor_line,
             options=options.recorded(api="profile"),
         )
+        code = getattr(fn, "__code__", None)
+        if isinstance(code, types.CodeType):
+            plan = dataclasses.replace(plan, cell_file=code.co_filename, cell_code=code)
         capture = _capture.Capture(plan, namespace=namespace)
         try:
             capture.start()
@@ -203,6 +208,7 @@ class Profiler:
         caller = sys._getframe(1)
         namespace = {**caller.f_globals, **caller.f_locals}
         plan = self.options.plan("", namespace, options=self.options.recorded(api="profile"))
+        plan = with_block(plan, caller)
         capture = _capture.Capture(plan, namespace=namespace)
         viewer = begin_viewer(self.options)
         stack = ExitStack()

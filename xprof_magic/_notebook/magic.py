@@ -174,7 +174,7 @@ class XprofMagics(Magics):
             assert self.shell is not None
             self.shell.showsyntaxerror()
             raise UsageError("the cell was not run: fix the syntax error above") from None
-        plan = dataclasses.replace(plan, cell_file=code.co_filename)
+        plan = dataclasses.replace(plan, cell_file=code.co_filename, cell_code=code)
         namespace = getattr(self.shell, "user_ns", None)
         capture = _capture.Capture(plan, notify=print, namespace=namespace)
         return self._profile(capture, code, args, cell)

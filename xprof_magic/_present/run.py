@@ -1,7 +1,8 @@
-"""What the Jupyter and marimo fronts do alike with a finished run: the viewer's outcome said
-in one line, a pending summary finished in a process of its own, each run's summary page
-(with its verdict's window), given or saved beside the run and rendered once, and the views
-shown lately told of a new run. Each front keeps only its display calls.
+"""What the Jupyter and marimo fronts do alike with a finished run.
+
+The viewer's outcome said in one line, a pending summary finished in a process of its own, each
+run's summary page (with its verdict's window), given or saved beside the run and rendered once, and
+the views shown lately told of a new run. Each front keeps only its display calls.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ __all__ = [
 
 
 def viewer_said(outcome: manager.ViewerOutcome) -> tuple[Viewer | None, str]:
-    """The viewer a start came to (None: it failed), and the line to say of it ("" when
-    there is nothing to say: a viewer found running)."""
+    """The viewer a start came to (None: it failed), and the line to say of it.
+
+    The line is "" when there is nothing to say: a viewer found running.
+    """
     if isinstance(outcome, manager.Failed):
         return None, f"xprof: no viewer: {outcome.message}"
     if isinstance(outcome, manager.Restarted | manager.Launched):
@@ -46,8 +49,10 @@ def viewer_said(outcome: manager.ViewerOutcome) -> tuple[Viewer | None, str]:
 def finish_apart(
     run_dir: Path, on_ready: Callable[[Summary], None], name: str = "xprof-summary"
 ) -> threading.Thread:
-    """Read the whole timeline in a process of its own; call ``on_ready`` from a thread when
-    done, whatever happens (a failure is said, and the metadata's summary given)."""
+    """Read the whole timeline in a process of its own; call ``on_ready`` from a thread when done.
+
+    ``on_ready`` is called whatever happens (a failure is said, and the metadata's summary given).
+    """
 
     def work() -> None:
         from xprof_magic import _analysis
@@ -68,10 +73,12 @@ def finish_apart(
 
 
 class SummaryPages:
-    """Each run's summary as static HTML and its verdict's window (the timeline's seconds the
-    trace viewer opens on): given by the front for its own run, else the summary saved beside
-    the run, rendered once (a millisecond or two). ``missing`` says, in the front's words,
-    how to get the summary of a run that has none saved yet."""
+    """Each run's summary as static HTML, and its verdict's window.
+
+    The window is the timeline's seconds the trace viewer opens on. Given by the front for its own
+    run, else the summary saved beside the run, rendered once (a millisecond or two). ``missing``
+    says, in the front's words, how to get the summary of a run that has none saved yet.
+    """
 
     def __init__(self, logdir: Path, missing: Callable[[str], str]) -> None:
         self.logdir = Path(logdir)
@@ -119,8 +126,10 @@ class SummaryPages:
 
 
 class Shown(Protocol):
-    """A view under a cell that lists a log directory's runs (the Jupyter widget, marimo's
-    view): what :func:`announce` needs of it."""
+    """A view under a cell that lists a log directory's runs: what :func:`announce` needs of it.
+
+    The Jupyter widget, or marimo's view.
+    """
 
     logdir_key: str
 
@@ -139,9 +148,11 @@ def shown(view: Shown) -> None:
 
 
 def announce(logdir: Path) -> list[_store.RunInfo] | None:
-    """A run was stored in ``logdir``: the views shown lately for it list it. The runs are
-    listed once for all of them, and returned for the next view (None: no view was there to
-    tell, and nothing was listed)."""
+    """A run was stored in ``logdir``: the views shown lately for it list it.
+
+    The runs are listed once for all of them, and returned for the next view (None: no view was
+    there to tell, and nothing was listed).
+    """
     key = str(Path(logdir).resolve())
     views = [view for view in list(_live) if view.logdir_key == key]
     if not views:

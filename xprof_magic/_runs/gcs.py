@@ -98,8 +98,11 @@ class Remote:
 
 @dataclass(frozen=True)
 class Uploaded:
-    """A run copied to the bucket; ``run_dir`` is its local copy, renamed when another
-    writer had taken the name in the bucket meanwhile."""
+    """A run copied to the bucket, and its local copy.
+
+    ``run_dir`` is its local copy, renamed when another writer had taken the name in the bucket
+    meanwhile.
+    """
 
     url: str
     files: int
@@ -123,8 +126,10 @@ class Synced:
 
 
 def parse(url: str) -> Remote:
-    """``gs://bucket[/prefix]`` as a :class:`Remote`; :class:`~xprof_magic._runs.store.LogdirError`
-    when it is not one."""
+    """``gs://bucket[/prefix]`` as a :class:`Remote`.
+
+    :class:`~xprof_magic._runs.store.LogdirError` when it is not one.
+    """
     bucket, _, prefix = url.removeprefix(_store.GCS_SCHEME).partition("/")
     parts = [p for p in prefix.split("/") if p]
     if not _BUCKET.match(bucket) or any(p in (".", "..") for p in parts):
@@ -203,11 +208,13 @@ def _names(remote: Remote, retry: Any, timeout: Any) -> set[str]:
 
 
 def check(remote: Remote) -> set[str]:
-    """The run names taken in the bucket; :class:`~xprof_magic._runs.store.LogdirError` (one line:
-    credentials, bucket, permission, network) when the bucket cannot be listed.
+    """The run names taken in the bucket; ``LogdirError`` when the bucket cannot be listed.
 
-    One request without retries, so that a cell with an unusable log directory is refused
-    at once instead of after minutes of backoff.
+    The :class:`~xprof_magic._runs.store.LogdirError` says why in one line: credentials, bucket,
+    permission, network.
+
+    One request without retries, so that a cell with an unusable log directory is refused at once
+    instead of after minutes of backoff.
     """
     try:
         return _names(remote, None, CHECK_TIMEOUT_S)
@@ -225,10 +232,11 @@ def _one_line(error: BaseException) -> str:
 
 
 def taken(remote: Remote) -> set[str]:
-    """The run names taken in the bucket now, for naming a run at commit: best effort (a
-    few retries for :data:`TAKEN_TIMEOUT_S`, then none known), since the capture must be
-    stored whatever the network does; the upload's claim (:func:`upload`) still keeps two
-    runs apart."""
+    """The run names taken in the bucket now, for naming a run at commit: best effort.
+
+    A few retries for :data:`TAKEN_TIMEOUT_S`, then none known, since the capture must be stored
+    whatever the network does; the upload's claim (:func:`upload`) still keeps two runs apart.
+    """
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     try:
@@ -238,8 +246,10 @@ def taken(remote: Remote) -> set[str]:
 
 
 def _upload_order(run_dir: Path) -> list[Path]:
-    """Every file of the run: the metadata first (it claims the name), the timelines last
-    (XProf finds a run's tools through them)."""
+    """Every file of the run in upload order: the metadata first, the timelines last.
+
+    The metadata claims the name; XProf finds a run's tools through the timelines.
+    """
     files = [p for p in run_dir.iterdir() if p.is_file() and not p.name.startswith(".")]
     return sorted(
         files,
@@ -294,8 +304,10 @@ def _keep(remote: Remote, run_dir: Path) -> str:
 
 
 def _claim(remote: Remote, bucket: Any, run_dir: Path, first: str) -> Path:
-    """Create the run's first object (its metadata) under a name nobody has; the run's local
-    copy, renamed to that name if it had to change."""
+    """Create the run's first object (its metadata) under a name nobody has.
+
+    Returns the run's local copy, renamed to that name if it had to change.
+    """
     from google.api_core import exceptions as api
 
     for _ in range(_CLAIM_ATTEMPTS):
@@ -311,8 +323,11 @@ def _claim(remote: Remote, bucket: Any, run_dir: Path, first: str) -> Path:
 
 
 def _put(remote: Remote, bucket: Any, run_dir: Path, name: str, data: bytes) -> None:
-    """Create one object of the run, only if absent; one already there with the very same
-    bytes (a write retried after its answer was lost) counts as written."""
+    """Create one object of the run, only if absent.
+
+    One already there with the very same bytes (a write retried after its answer was lost) counts as
+    written.
+    """
     from google.api_core import exceptions as api
     from google.cloud.storage.retry import DEFAULT_RETRY
 
@@ -326,9 +341,11 @@ def _put(remote: Remote, bucket: Any, run_dir: Path, name: str, data: bytes) -> 
 
 
 def _complete(names: set[str], listing: dict[str, Any] | None) -> bool:
-    """Whether a run in the bucket is whole. One this package uploaded (it has our metadata)
-    is whole once :data:`UPLOADED_FILE` is there and every file it lists; a run written by
-    another tool, once it has a timeline."""
+    """Whether a run in the bucket is whole.
+
+    One this package uploaded (it has our metadata) is whole once :data:`UPLOADED_FILE` is there and
+    every file it lists; a run written by another tool, once it has a timeline.
+    """
     if _store.METADATA_FILE not in names:
         return any(n.endswith(_store.XPLANE_SUFFIX) for n in names)
     files = (listing or {}).get("files")

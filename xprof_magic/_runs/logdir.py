@@ -26,8 +26,10 @@ __all__ = ["Logdir", "StoreError", "Stored", "stage", "store"]
 
 @dataclass(frozen=True)
 class Logdir:
-    """A log directory, parsed once: the local folder runs are written to and read from,
-    and the ``gs://`` location it mirrors, if any. ``str()`` gives what the user typed."""
+    """A log directory, parsed once: the local folder runs are written to and read, and its mirror.
+
+    The mirror is the ``gs://`` location it mirrors, if any. ``str()`` gives what the user typed.
+    """
 
     text: str
     local: Path
@@ -38,9 +40,11 @@ class Logdir:
 
     @classmethod
     def parse(cls, text: str | os.PathLike[str] | None = None) -> Logdir:
-        """A folder or ``gs://bucket/prefix`` as given; None: the default
-        (``$XPROF_MAGIC_LOGDIR``, else ``xprof_logs``). Raises
-        :class:`~xprof_magic._runs.store.LogdirError` for a ``gs://`` text that names no bucket."""
+        """A folder or ``gs://bucket/prefix`` as given; None: the default.
+
+        The default is ``$XPROF_MAGIC_LOGDIR``, else ``xprof_logs``. Raises
+        :class:`~xprof_magic._runs.store.LogdirError` for a ``gs://`` text that names no bucket.
+        """
         given = _store.default_logdir_text() if text is None else os.fspath(text)
         if not _store.is_remote(given):
             return cls(given, Path(given).expanduser())
@@ -71,8 +75,11 @@ class StoreError(_store.LogdirError):
 
 @dataclass(frozen=True)
 class Stored:
-    """A committed run: its folder (renamed if the bucket took its name meanwhile), and how
-    its upload went, one line ("" for a local log directory)."""
+    """A committed run: its folder, and how its upload went.
+
+    The folder is renamed if the bucket took its name meanwhile; how the upload went is one line (""
+    for a local log directory).
+    """
 
     run_dir: Path
     upload: str = ""
@@ -93,11 +100,13 @@ def stage(logdir: Logdir) -> _store.Staging:
 
 
 def store(logdir: Logdir, staging: _store.Staging, name: str, metadata: dict[str, Any]) -> Stored:
-    """Commit a staged run into ``logdir`` (see :func:`xprof_magic._runs.store.commit`), then
-    upload it to the bucket it mirrors: the one way every capture is stored.
+    """Commit a staged run into ``logdir``, then upload it to the bucket it mirrors.
 
-    Raises :class:`StoreError` when the run could not be committed (the staging folder is
-    gone, no run half-written); an upload that fails keeps the local run and says so.
+    This is the one way every capture is stored; the commit is
+    :func:`xprof_magic._runs.store.commit`.
+
+    Raises :class:`StoreError` when the run could not be committed (the staging folder is gone, no
+    run half-written); an upload that fails keeps the local run and says so.
     """
     try:
         taken = set(staging.taken)

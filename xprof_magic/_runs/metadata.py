@@ -44,9 +44,12 @@ class RunError:
 
 @dataclass(frozen=True)
 class MemoryFigure:
-    """The device's memory as its runtime counted it at one moment of the cell (the end of a
-    labelled block; ``path`` ``()``: the cell's start or end): bytes in use, the process's
-    peak so far, and the limit (0: unknown). ``t_ns`` is wall-clock time."""
+    """The device's memory as its runtime counted it at one moment of the cell.
+
+    The moment is the end of a labelled block (``path`` ``()``: the cell's start or end); the
+    figures are bytes in use, the process's peak so far, and the limit (0: unknown). ``t_ns`` is
+    wall-clock time.
+    """
 
     SAVED_AS_ROW: ClassVar[bool] = True
     """Saved as ``[t_ns, path, in_use, peak, limit]``: a cell may have thousands."""
@@ -68,8 +71,11 @@ class MetricTotal:
 
 @dataclass(frozen=True)
 class RunMetrics:
-    """The backend's counters and metrics for this cell alone (a delta, unchanged omitted),
-    and what it explained in words during the cell (``notes``: why a function recompiled)."""
+    """The backend's counters and metrics for this cell alone, and what it explained in words.
+
+    The metrics are a delta (unchanged ones omitted); ``notes`` are what it explained during the
+    cell (why a function recompiled).
+    """
 
     counters: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, MetricTotal] = field(default_factory=dict)
@@ -124,16 +130,21 @@ class RunMetadata:
 
     @property
     def first_line(self) -> int:
-        """:attr:`cell_first_line`, or for an older run what it was: 2 for the magic's (its
-        options hold the magic's ``line``), else 1 (a function's text came numbered)."""
+        """:attr:`cell_first_line`, or for an older run what it was.
+
+        2 for the magic's (its options hold the magic's ``line``), else 1 (a function's text came
+        numbered).
+        """
         if self.cell_first_line is not None and self.cell_first_line > 0:
             return self.cell_first_line
         return 2 if "line" in self.options else 1
 
     @property
     def numbered_cell(self) -> str:
-        """The cell's text with its lines where the editor numbers them (blank lines before
-        it), so that every "line N" the summary names is the line the user sees."""
+        """The cell's text with its lines where the editor numbers them (blank lines before it).
+
+        So every "line N" the summary names is the line the user sees.
+        """
         return "\n" * (self.first_line - 1) + self.cell if self.cell else ""
 
     @property

@@ -79,8 +79,10 @@ class LogdirError(Exception):
 
 @dataclass(frozen=True)
 class Staging:
-    """A private folder the profiler writes into before the run is moved into place;
-    ``taken``: run names a bucket already had when the capture started."""
+    """A private folder the profiler writes into before the run is moved into place.
+
+    ``taken``: run names a bucket already had when the capture started.
+    """
 
     logdir: Path
     path: Path
@@ -114,8 +116,10 @@ def is_remote(logdir: object) -> bool:
 
 
 def gcs_cache() -> Path:
-    """Where ``gs://`` log directories are mirrored: ``$XPROF_MAGIC_GCS_CACHE``, else
-    ``~/.cache/xprof_magic/gcs``."""
+    """Where ``gs://`` log directories are mirrored.
+
+    ``$XPROF_MAGIC_GCS_CACHE``, else ``~/.cache/xprof_magic/gcs``.
+    """
     configured = os.environ.get(GCS_CACHE_ENV)
     if configured:
         return Path(configured).expanduser().absolute()
@@ -223,9 +227,11 @@ def begin(logdir: Path) -> Staging:
 
 
 def capturing(logdir: str | os.PathLike[str], summaries: bool = False) -> bool:
-    """Whether a capture into ``logdir`` is in progress (with ``summaries``, or a run's
-    summary, :func:`working`): a staging folder :func:`begin` made whose process still runs
-    (one left by a killed kernel does not count)."""
+    """Whether a capture into ``logdir`` is in progress (with ``summaries``, or a run's summary).
+
+    In progress means a staging folder :func:`begin` made whose process still runs (one left by a
+    killed kernel does not count); a summary's is marked by :func:`working`.
+    """
     try:
         names = os.listdir(Path(logdir) / STAGING_DIR)
     except OSError:
@@ -240,8 +246,10 @@ def capturing(logdir: str | os.PathLike[str], summaries: bool = False) -> bool:
 
 
 def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (another user's counts); what names a staging folder,
-    or a viewer's conversion scratch folder, as still in use."""
+    """Whether process ``pid`` runs (another user's counts).
+
+    This is what names a staging folder, or a viewer's conversion scratch folder, as still in use.
+    """
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):
@@ -253,10 +261,12 @@ def process_alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def working(run_dir: Path) -> Iterator[None]:
-    """Mark a run's summary, read right after its capture, as in progress in its log
-    directory (``capturing(logdir, summaries=True)`` says so): the viewer's conversion,
-    which yields the CPUs to it anyway, then never claims normal priority beside it. Where
-    the folder cannot be made, nothing is marked."""
+    """Mark a run's summary, read right after its capture, as in progress in its log directory.
+
+    ``capturing(logdir, summaries=True)`` says so: the viewer's conversion, which yields the CPUs to
+    it anyway, then never claims normal priority beside it. Where the folder cannot be made, nothing
+    is marked.
+    """
     name = f"{os.getpid()}-{uuid.uuid4().hex}-summary"
     marker = run_dir.parent.parent.parent / STAGING_DIR / name
     try:
@@ -302,8 +312,10 @@ def commit(
 
 
 def rename_run(run_dir: Path, taken: Collection[str] = ()) -> Path:
-    """Give a committed run the next free name (``-2``, ``-3``, ...; none in ``taken``
-    either), its metadata saying so; the run's new folder."""
+    """Give a committed run the next free name, its metadata saying so; the run's new folder.
+
+    The next free name is ``-2``, ``-3``, ...; none in ``taken`` either.
+    """
     metadata = read_metadata(run_dir) or {}
     target = _claim(run_dir.parent, run_dir.name, run_dir, frozenset(taken) | {run_dir.name})
     if metadata:

@@ -27,6 +27,7 @@ from xprof_magic._analysis.summary.step_spans import STALE_NS
 from xprof_magic._analysis.summary.where import call_line, own_steps, paths_at
 from xprof_magic._analysis.timeline.facts import LAUNCH, READ, TraceFacts
 from xprof_magic._analysis.timeline.intervals import merge
+from xprof_magic._analysis.timeline.line_arrays import Floats
 from xprof_magic._backends import Vocabulary
 from xprof_magic._runs.metadata import RunMetadata
 
@@ -43,10 +44,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Launch:
-    """The block that launched most of the device's time: its label ``path`` on the cell's
-    thread (a loop's ``next(…)`` stands for its loop), the ``program`` its launches name (the
-    launch event's own name, ``PjitFunction(train)``; ``""`` where they name none) and the
-    ``share`` of the device's time that followed them."""
+    """The block that launched most of the device's time, the program it launched, and its share.
+
+    ``path``: its label path on the cell's thread (a loop's ``next(…)`` stands for its loop);
+    ``program``: the program its launches name (the launch event's own name,
+    ``PjitFunction(train)``; ``""`` where they name none); ``share``: the share of the device's time
+    that followed them.
+    """
 
     path: tuple[str, ...]
     program: str
@@ -55,11 +59,13 @@ class Launch:
 
 @dataclass(frozen=True)
 class StepActivity:
-    """What the runtime did in each step (by position, as the summary's steps): its program
-    ``launches``, of them those that ``named`` a program (``PjitFunction(train)``: a
-    compiled function or an eager op's program), and its ``reads`` of a device value on
-    the host (:data:`~xprof_magic._analysis.timeline.facts.READ`); ``read_path``: the label
-    path the reads were made in most (the loop)."""
+    """What the runtime did in each step (by position, as the summary's steps): launches and reads.
+
+    ``launches``: its program launches; ``named``: of them, those that named a program
+    (``PjitFunction(train)``: a compiled function or an eager op's program); ``reads``: its reads of
+    a device value on the host (:data:`~xprof_magic._analysis.timeline.facts.READ`); ``read_path``:
+    the label path the reads were made in most (the loop).
+    """
 
     launches: tuple[int, ...]
     named: tuple[int, ...]
@@ -72,12 +78,16 @@ class StepActivity:
 def activity(
     facts: TraceFacts, meta: RunMetadata, words: Vocabulary, steps: StepStats | None
 ) -> StepActivity | None:
-    """Each step's launches and reads, counted in its span on the timeline (None without
-    the steps' places on it)."""
+    """Each step's launches and reads, counted in its span on the timeline.
+
+    None without the steps' places on it.
+    """
     if steps is None or not steps.starts_s or len(steps.starts_s) != len(steps.durations_s):
         return None
     lo = np.asarray(steps.starts_s, np.float64) * 1e9
     hi = lo + np.asarray(steps.durations_s, np.float64) * 1e9
+    if len(steps.host_starts_s) == len(lo):
+        lo, hi = host_parts(lo, hi, np.asarray(steps.host_starts_s, np.float64) * 1e9)
 
     def count(keys: list[str]) -> tuple[int, ...]:
         times = [np.asarray(a, np.float64) for key in keys for a, _ in facts.spans.get(key, [])]
@@ -107,6 +117,21 @@ def activity(
     )
 
 
+def host_parts(lo: Floats, hi: Floats, host: Floats) -> tuple[Floats, Floats]:
+    """Each step's span on the host's side, where the host launches and reads its work.
+
+    A step's span (``lo`` to ``hi``) lasts until the device has finished it; where the host ran
+    ahead (a jitted step dispatched asynchronously), the host launched it earlier, at ``host``,
+    and launched the next one before this one ended. So each step is counted from its host start
+    to the next one's, or to its own end where the host waited for it (the gap between steps
+    left out); the last to its end.
+    """
+    start = np.minimum(lo, host)
+    end = hi.copy()
+    end[:-1] = np.where(start[1:] < hi[:-1], np.maximum(start[1:], start[:-1]), hi[:-1])
+    return start, end
+
+
 def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Launch | None:
     """The launcher (:func:`launcher`) of a run's timeline, on its cell's thread."""
     pipeline = words.timeline.input_pipeline
@@ -116,9 +141,11 @@ def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Launch 
 def launcher(
     facts: TraceFacts, line: str, steps: frozenset[str], aside: frozenset[str] = frozenset()
 ) -> Launch | None:
-    """The block of ``line`` whose launches the device's time followed most (None: no
-    launch, or no device time after one). ``steps`` are the magic's step markers, left out
-    of label paths as the summary's rows leave them; ``aside`` the data loader's traces."""
+    """The block of ``line`` whose launches the device's time followed most.
+
+    None: no launch, or no device time after one. ``steps`` are the magic's step markers, left out
+    of label paths as the summary's rows leave them; ``aside`` the data loader's traces.
+    """
     device = facts.spans.get("device")
     keys = [key for key in facts.spans if key.startswith(LAUNCH)]
     if not device or not keys:
@@ -154,14 +181,16 @@ def launcher(
 
 
 def _owners(at: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """For each stretch of device time ``[lo, hi)`` (sorted, disjoint), the index in ``at``
-    (launch times, sorted) of the launch it ran, -1 for none: the device runs launches in
-    order, so a stretch that starts after an idle moment runs the first launch made since
-    then (but not one made :data:`~.steps.STALE_NS` or more before it: that one ran nothing
-    the timeline shows); one with no launch since (the device went on with what was
-    queued) runs what the stretch before it ran. A program the host ran itself, inside its
-    launch (the CPU client runs small ones so), is no stretch's: its launch goes to the
-    device's next stretch."""
+    """For each stretch of device time ``[lo, hi)``, the index in ``at`` of its launch (-1: none).
+
+    The stretches are sorted and disjoint; ``at`` holds the launch times, sorted. The device runs
+    launches in order, so a stretch that starts after an idle moment runs the first launch made
+    since then (but not one made :data:`~xprof_magic._analysis.summary.step_spans.STALE_NS` or more
+    before it: that one ran nothing the timeline shows); one with no launch since (the device went
+    on with what was queued) runs what the stretch before it ran. A program the host ran itself,
+    inside its launch (the CPU client runs small ones so), is no stretch's: its launch goes to the
+    device's next stretch.
+    """
     idle = np.concatenate([[-np.inf], hi[:-1]])
     first = np.searchsorted(at, np.maximum(idle, lo - STALE_NS), side="left")
     launched = np.searchsorted(at, lo, side="right") > first
@@ -170,18 +199,22 @@ def _owners(at: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def callable_name(program: str) -> str:
-    """What the cell calls to launch ``program``: the last name inside its brackets
-    (``PjitFunction(Model.apply)`` → ``apply``); ``""`` when that is no identifier."""
+    """What the cell calls to launch ``program``: the last name inside its brackets.
+
+    ``PjitFunction(Model.apply)`` → ``apply``; ``""`` when that is no identifier.
+    """
     inner = program.partition("(")[2].rpartition(")")[0]
     name = inner.rpartition(".")[2]
     return name if name.isidentifier() else ""
 
 
 def where_launched(cell: str, path: tuple[str, ...], launch: Launch) -> tuple[tuple[str, ...], int]:
-    """Where ``launch`` is in the cell, with ``path`` its label (its own path, or a start of
-    it): that path and the label's line; where its program names a function called inside
-    the label's block on another line (a loop's body), that statement's label appended to
-    the path and its line."""
+    """Where ``launch`` is in the cell: a label path and its line.
+
+    ``path`` is its label (its own path, or a start of it): the answer is that path and the label's
+    line; where its program names a function called inside the label's block on another line (a
+    loop's body), that statement's label is appended to the path, and the line is its.
+    """
     line = line_of(cell, path)
     name = callable_name(launch.program)
     if not line or not name:

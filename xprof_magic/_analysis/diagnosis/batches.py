@@ -29,9 +29,11 @@ statement outside them, held mostly by the host, to count as input."""
 
 
 def as_input(parts: Breakdown, found: Sampled | None) -> Breakdown:
-    """``parts`` with the host's seconds that made batches moved to ``input``: per step by
-    the share of its host looks that did (the share over all steps where a step has fewer
-    than :data:`MIN_LOOKS`), for the cell by the share of all its host looks."""
+    """``parts`` with the host's seconds that made batches moved to ``input``.
+
+    Per step by the share of its host looks that did (the share over all steps where a step has
+    fewer than :data:`MIN_LOOKS`); for the cell by the share of all its host looks.
+    """
     if found is None or "input" not in parts.categories or not found.batches().any():
         return parts
     made = found.batches()
@@ -79,8 +81,10 @@ def _moved_cell(parts: Breakdown, share: float) -> Breakdown:
 
 
 def _aside(a: Aside, share: float) -> Aside:
-    """A statement outside the steps that the host held, now input when most of the host's
-    looks outside the steps made batches."""
+    """A statement outside the steps that the host held, now input.
+
+    It is input when most of the host's looks outside the steps made batches.
+    """
     if a.category != "host" or share < MADE_ASIDE:
         return a
     return replace(a, category="input", held_s=round(a.held_s * share, 9))

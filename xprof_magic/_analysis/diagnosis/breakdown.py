@@ -90,10 +90,13 @@ MAX_STEPS = 10_000
 def _split(
     cover: dict[str, Spans], lo: NDArray[np.float64], hi: NDArray[np.float64], busy: Spans | None
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Seconds per category of :data:`BREAKDOWN_CATEGORIES` (columns) in each interval
-    ``[lo[k], hi[k])`` (rows); ``busy`` is where the cell's thread ran (the rest is idle),
-    None: all of it. Second, the same of the chip's own waits alone (:data:`DEVICE_SIDE`),
-    with the host-offload copies' seconds in a last column."""
+    """Seconds per category in each interval, and the chip's own waits alone.
+
+    First, seconds per category of :data:`BREAKDOWN_CATEGORIES` (columns) in each interval
+    ``[lo[k], hi[k])`` (rows); ``busy`` is where the cell's thread ran (the rest is idle), None: all
+    of it. Second, the same of the chip's own waits alone (:data:`DEVICE_SIDE`), with the
+    host-offload copies' seconds in a last column.
+    """
     out = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES)))
     side = np.zeros((len(lo), len(BREAKDOWN_CATEGORIES) + 1))
     taken = NO_SPANS
@@ -123,12 +126,14 @@ def _split(
 def breakdown(
     facts: TraceFacts, main_line: str, input_names: frozenset[str], untimed_copy_s: float = 0.0
 ) -> Breakdown:
-    """The breakdown of the cell (its window) and of each step on ``main_line``, the cell's
-    thread; ``input_names`` are the data loader's own trace names, counted as input.
+    """The breakdown of the cell (its window) and of each step on ``main_line``, the cell's thread.
 
-    ``untimed_copy_s``: host time spent copying to the device that the timeline shows no
-    event for (the backend's metric): it moves from host to transfer, spread over the steps
-    by their host time."""
+    Args:
+        input_names: the data loader's own trace names, counted as input.
+        untimed_copy_s: host time spent copying to the device that the timeline shows no event for
+            (the backend's metric): it moves from host to transfer, spread over the steps by their
+            host time.
+    """
     cover = {
         key: merge(pieces) for key, pieces in facts.spans.items() if not key.startswith(LAUNCH)
     }
@@ -185,10 +190,12 @@ def _in_the_loop(
     starts: NDArray[np.float64],
     ends: NDArray[np.float64],
 ) -> dict[str, Spans]:
-    """``cover`` with the cell's thread's own spans (:data:`HOST_SIDE`) kept only while the
-    loop ran on it: from the first step's start to the last step's block's end. After that
-    the steps last only for the device's work they launched; what the thread does meanwhile
-    (a statement after the loop compiling) is not theirs."""
+    """``cover`` with the cell thread's own spans (:data:`HOST_SIDE`) kept only while the loop ran.
+
+    The loop ran from the first step's start to the last step's block's end. After that the steps
+    last only for the device's work they launched; what the thread does meanwhile (a statement after
+    the loop compiling) is not theirs.
+    """
     blocks = [b for b in mine if b.kind == STEP]
     if not blocks or not len(starts):
         return cover
@@ -211,11 +218,13 @@ def _outside(
     aside: frozenset[str],
     cell_ns: float,
 ) -> tuple[Aside, ...]:
-    """The cell's statements (outermost blocks of its thread) by their time outside the
-    steps they hold, split by category; those holding at least :data:`OUTSIDE_KEPT` of the
-    cell. A statement's time is its block's, as the labels table has it, less only the steps
-    it runs itself (a loop's): the device finishing the steps before it, while it runs, is
-    not taken from it (one block, one time)."""
+    """The cell's statements by their time outside the steps they hold, split by category.
+
+    Statements are the outermost blocks of its thread; those holding at least :data:`OUTSIDE_KEPT`
+    of the cell are kept. A statement's time is its block's, as the labels table has it, less only
+    the steps it runs itself (a loop's): the device finishing the steps before it, while it runs, is
+    not taken from it (one block, one time).
+    """
     marked = sorted(b.start for b in mine if b.kind == STEP)[: len(steps)]
     los: list[NDArray[np.float64]] = []
     his: list[NDArray[np.float64]] = []
@@ -258,11 +267,13 @@ busy time."""
 
 
 def waiting_for_data(fetches: Spans, cover: dict[str, Spans]) -> Spans:
-    """The part of the loop's fetches (``next()``) spent waiting for data to be produced:
-    their time less that of :data:`NOT_DATA` in ``cover`` (the merged span keys). A
-    ``next()`` that waits on a barrier or for the device (MpDeviceLoader's step-end sync,
-    an iterator reading device arrays) is sync or device time; one that waits on a loader's
-    empty queue, or runs the loader's Python, is input."""
+    """The part of the loop's fetches (``next()``) spent waiting for data to be produced.
+
+    Their time less that of :data:`NOT_DATA` in ``cover`` (the merged span keys). A ``next()`` that
+    waits on a barrier or for the device (MpDeviceLoader's step-end sync, an iterator reading device
+    arrays) is sync or device time; one that waits on a loader's empty queue, or runs the loader's
+    Python, is input.
+    """
     for key in NOT_DATA:
         if key in cover and len(fetches[0]):
             fetches = subtract(fetches, cover[key])
@@ -275,12 +286,14 @@ def _device_busy(cover: dict[str, Spans]) -> Spans:
 
 
 def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:
-    """The cell's breakdown before its timeline is read: ``measured`` seconds of device,
-    input (the ``next()`` labels' timers), compile and transfer (the backend's metrics),
-    each capped, in that order, by what the others left of ``wall_s``; the rest is host.
-    Device first: a ``next()`` may wait for the device (:func:`waiting_for_data`), and
-    without the timeline the executions' time is all that says so. No steps: the metrics
-    are the cell's totals."""
+    """The cell's breakdown before its timeline is read, from the backend's measured seconds.
+
+    ``measured`` seconds of device, input (the ``next()`` labels' timers), compile and transfer (the
+    backend's metrics), each capped, in that order, by what the others left of ``wall_s``; the rest
+    is host. Device first: a ``next()`` may wait for the device (:func:`waiting_for_data`), and
+    without the timeline the executions' time is all that says so. No steps: the metrics are the
+    cell's totals.
+    """
     left = wall_s
     seconds = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
     for category in ("device", "input", "compile", "transfer"):
@@ -296,8 +309,10 @@ def from_metrics(wall_s: float, measured: dict[str, float]) -> Breakdown:
 
 
 def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Breakdown:
-    """The breakdown of the cell's thread (:func:`breakdown`), with the backend's untimed
-    host copies (its ``host_copy_ns`` metric) moved to transfer."""
+    """The cell thread's breakdown (:func:`breakdown`), with untimed host copies moved to transfer.
+
+    The untimed copies are the backend's ``host_copy_ns`` metric.
+    """
     pipeline = words.timeline.input_pipeline
     name = words.metrics.host_copy_ns
     copy = meta.metrics.metrics.get(name) if name else None
@@ -310,8 +325,10 @@ def of_trace(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Breakdo
 
 
 def of_metadata(meta: RunMetadata, words: Vocabulary) -> Breakdown:
-    """The breakdown from the metadata alone, while the timeline waits (a pending summary):
-    the ``next()`` timers and the backend's compile, execute and transfer metrics."""
+    """The breakdown from the metadata alone, while the timeline waits (a pending summary).
+
+    It uses the ``next()`` timers and the backend's compile, execute and transfer metrics.
+    """
     timers, names = meta.metrics.metrics, words.metrics
 
     def total(name: str) -> float:
@@ -340,8 +357,10 @@ def _as_tuple(row: NDArray[np.float64]) -> tuple[float, ...]:
 
 
 def _moved(parts: tuple[float, ...], copy_s: float, host_s: float) -> tuple[float, ...]:
-    """``parts`` with its share (by host time, of ``host_s``) of ``copy_s`` moved from host to
-    transfer, never more than its host time."""
+    """``parts`` with its share of ``copy_s`` moved from host to transfer.
+
+    Its share is by host time, of ``host_s``; never more than its host time moves.
+    """
     if host_s <= 0:
         return parts
     move = min(parts[_HOST], copy_s * parts[_HOST] / host_s)

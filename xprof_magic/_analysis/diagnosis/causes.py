@@ -33,9 +33,12 @@ _PART = re.compile(r"(?:([^\s(),]+) )?(\((?:\d+(?:, \d+)*,?)?\))")
 
 @dataclass(frozen=True)
 class Changes:
-    """A compile cause found here (``""``: none), what changed (each input once: its name
-    and its shapes or values in order), where that was seen, and the shapes as the loop's
-    items gave them (for :attr:`Diagnosis.shapes`)."""
+    """A compile cause found here, what changed, where it was seen, and the loop items' shapes.
+
+    The cause is ``""`` when none was found; what changed lists each input once: its name and its
+    shapes or values in order. The shapes are as the loop's items gave them (for
+    :attr:`Diagnosis.shapes`).
+    """
 
     cause: str = ""
     changed: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -46,9 +49,11 @@ class Changes:
 def compile_changes(
     cause: str, shapes: Sequence[str], programs: Sequence[Program], compiles: int
 ) -> Changes:
-    """What changed for a compile verdict whose cause so far is ``cause``: the items'
-    ``shapes`` for ``changing shapes``; for a cause not found yet (``""``), the
-    ``programs`` (``compiles``: how many the cell compiled)."""
+    """What changed for a compile verdict whose cause so far is ``cause``.
+
+    The items' ``shapes`` for ``changing shapes``; for a cause not found yet (``""``), the
+    ``programs`` (``compiles``: how many the cell compiled).
+    """
     if cause == "changing shapes":
         return Changes("", changed_inputs(shapes), "items", tuple(shapes))
     if cause or compiles < 2:
@@ -57,10 +62,12 @@ def compile_changes(
 
 
 def changed_inputs(shapes: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """Each input of the loop's items whose shape changed, once: ``(name, its shapes in
-    order)``; inputs whose shapes changed alike share one entry (``input_ids,
-    attention_mask``). ``shapes`` are the items' shapes at each change, as
-    :func:`xprof_magic._cell.labels.inputs` records them (``input_ids (8, 20), labels (8,)``)."""
+    """Each input of the loop's items whose shape changed, once: ``(name, its shapes in order)``.
+
+    Inputs whose shapes changed alike share one entry (``input_ids, attention_mask``). ``shapes``
+    are the items' shapes at each change, as :func:`xprof_magic._cell.labels.inputs` records them
+    (``input_ids (8, 20), labels (8,)``).
+    """
     seen: dict[str, list[str]] = {}
     for text in shapes:
         parts = _PART.findall(text)
@@ -83,9 +90,11 @@ def _grouped(
 
 
 def _from_programs(programs: Sequence[Program]) -> Changes:
-    """The cause the programs compiled again for: of the module name the capture compiled
-    most often, what differs between its programs (input shapes, output shapes,
-    constants)."""
+    """The cause the programs compiled again for.
+
+    Of the module name the capture compiled most often, what differs between its programs (input
+    shapes, output shapes, constants).
+    """
     by_name: dict[str, list[Program]] = {}
     for program in programs:
         by_name.setdefault(program.name, []).append(program)
@@ -105,8 +114,10 @@ def _from_programs(programs: Sequence[Program]) -> Changes:
 
 
 def _group_change(group: list[Program]) -> tuple[int, Changes]:
-    """What differs between the programs of one module name, ranked: input shapes (0),
-    output shapes (1), constants (2), nothing the programs show (3)."""
+    """What differs between the programs of one module name, ranked.
+
+    Input shapes (0), output shapes (1), constants (2), nothing the programs show (3).
+    """
     signatures = [signature(p) for p in group]
     for rank, found_in in enumerate(("program inputs", "program outputs")):
         changing = _changing([s[rank] for s in signatures])
@@ -119,9 +130,11 @@ def _group_change(group: list[Program]) -> tuple[int, Changes]:
 
 
 def _changing(rows: list[tuple[str, ...]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The columns of ``rows`` (one per program, in compile order) whose value changed, each
-    as ``("", its values in order)``, alike columns once; none when the rows differ in
-    length (the programs are not one step's)."""
+    """The columns of ``rows`` whose value changed, each as ``("", its values in order)``.
+
+    ``rows`` has one row per program, in compile order; alike columns come once; none when the rows
+    differ in length (the programs are not one step's).
+    """
     if not rows or len({len(row) for row in rows}) != 1:
         return ()
     changing = {
@@ -133,9 +146,11 @@ def _changing(rows: list[tuple[str, ...]]) -> tuple[tuple[str, tuple[str, ...]],
 
 
 def _own_values(values: list[tuple[str, ...]]) -> tuple[str, ...]:
-    """The constants each program has that not every one of them has, in compile order:
-    the baked numbers that changed (a constant the compiler folded away, a factor of 1,
-    leaves its program out)."""
+    """The constants each program has that not every one of them has, in compile order.
+
+    These are the baked numbers that changed (a constant the compiler folded away, a factor of 1,
+    leaves its program out).
+    """
     common = set.intersection(*(set(v) for v in values)) if values else set()
     own = [", ".join(dict.fromkeys(x for x in v if x not in common)) for v in values]
     return _in_order([o for o in own if o])

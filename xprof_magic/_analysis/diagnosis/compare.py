@@ -51,8 +51,11 @@ def compare(a: Summary, b: Summary) -> Comparison:
 
 
 def _predicted(a: Summary, x: dict[str, float], y: dict[str, float]) -> Gain | None:
-    """A's estimate of its fix's gain, where its verdict has a cost to remove and B, the run
-    after the fix, has at least :data:`MOVED` less of it (no fix, nothing to measure)."""
+    """A's estimate of its fix's gain, where B, the run after the fix, shows the fix removed time.
+
+    Only where A's verdict has a cost to remove and B, the run after the fix, has at least
+    :data:`MOVED` less of it (else no fix, nothing to measure).
+    """
     d = a.diagnosis
     if d.verdict in ("device", "unknown") or d.gain is None:
         return None
@@ -197,8 +200,11 @@ LabelKey = tuple[str, tuple[str, ...]]
 
 
 def _tree_order(keys: list[LabelKey]) -> list[LabelKey]:
-    """Label keys of two runs merged into one tree: each block under its parent, siblings in
-    order of first appearance (A's order, then B's additions)."""
+    """Label keys of two runs merged into one tree.
+
+    Each block under its parent, siblings in order of first appearance (A's order, then B's
+    additions).
+    """
     rank = {key: i for i, key in enumerate(keys)}
     children: dict[LabelKey, list[LabelKey]] = {}
     for key in keys:

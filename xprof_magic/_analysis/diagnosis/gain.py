@@ -33,9 +33,12 @@ its compile."""
 
 
 def gain_of(parts: Breakdown, category: str, cause: str = "", part: float = 1.0) -> Gain | None:
-    """The mean step of ``parts`` (a diagnosis's basis) now and without ``category``'s
-    seconds (``cause``: the verdict's, :data:`GROWING`), or without that ``part`` of them
-    (the host's own Python, of its time); None when it has no such category or no time."""
+    """The mean step of ``parts`` now, and without ``category``'s seconds or ``part`` of them.
+
+    ``parts`` is a diagnosis's basis; ``cause`` is the verdict's (:data:`GROWING`); ``part`` is the
+    part of the seconds a fix removes (the host's own Python, of its time). None when it has no such
+    category or no time.
+    """
     if category not in parts.categories or "device" not in parts.categories:
         return None
     at, device = parts.categories.index(category), parts.categories.index("device")
@@ -62,8 +65,10 @@ def _left(category: str, total: float, removed: float, device: float, busy: floa
 
 
 def step_time(d: Diagnosis) -> float | None:
-    """The mean step of a diagnosis's basis (its steps after the warm-up; the cell's busy
-    time without steps), as :func:`gain_of` measures it; None without a breakdown."""
+    """A diagnosis's basis's mean step, as :func:`gain_of` measures it; None without a breakdown.
+
+    The basis is its steps after the warm-up, or the cell's busy time without steps.
+    """
     parts = d.basis()
     if not parts.categories:
         return None

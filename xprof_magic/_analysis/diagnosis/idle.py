@@ -33,10 +33,15 @@ _KEPT = 0.05
 def idle_time(
     basis: Breakdown, found: Sampled | None, steady: Sequence[int], cell_line: int = 0
 ) -> IdleTime | None:
-    """The device's idle time in ``basis`` (a diagnosis's basis: its steady steps, or the
-    cell), by what the host did meanwhile; ``steady`` are those steps' positions in the
-    whole breakdown (for the looks), ``cell_line`` the loop's line (its ``next()``). None
-    when the device idles under :data:`MIN_IDLE` of the time, or nothing was measured."""
+    """The device's idle time in ``basis``, by what the host did meanwhile.
+
+    None when the device idles under :data:`MIN_IDLE` of the time, or nothing was measured.
+
+    Args:
+        basis: a diagnosis's basis: its steady steps, or the cell.
+        steady: those steps' positions in the whole breakdown (for the looks).
+        cell_line: the loop's line (its ``next()``).
+    """
     of_steps = bool(basis.steps)
     total = basis.total_s(of_steps)
     if not basis.categories or total <= 0 or "device" not in basis.categories:
@@ -77,8 +82,10 @@ def _pick(found: Sampled, steady: Sequence[int]) -> np.ndarray:
 def _host(
     seconds: float, found: Sampled | None, steady: Sequence[int]
 ) -> dict[str, tuple[float, int]]:
-    """The host's idle seconds split by its sampled looks: the user's own Python (less the
-    batches it made, which the breakdown already counts as input) and the framework's."""
+    """The host's idle seconds split by its sampled looks: the user's own Python, the framework's.
+
+    The user's own leaves out the batches it made, which the breakdown already counts as input.
+    """
     if found is None:
         return {"host": (seconds, 0)}
     pick = _pick(found, steady) & found.host & ~found.batches()

@@ -53,8 +53,10 @@ def size_bytes(number: str, unit: str = "") -> float:
 
 
 def out_of_memory(message: str, cell_file: str = "", most: int = 5) -> OutOfMemory | None:
-    """What XLA's ``message`` says ran out (None: it is no out-of-memory error), with the
-    ``most`` largest allocations it lists; a line of ``cell_file`` is the cell's."""
+    """What XLA's ``message`` says ran out (None: it is no out-of-memory error).
+
+    With the ``most`` largest allocations it lists; a line of ``cell_file`` is the cell's.
+    """
     if not message or not _MEMORY_WORDS.search(message):
         return None
     compiled = _COMPILED.search(message)

@@ -72,10 +72,13 @@ _ELSEWHERE = ("compile", "transfer", "sync", "device", "collective")
 
 @dataclass(frozen=True)
 class Sampled:
-    """Every look within the cell: its step (its position in the breakdown's steps; -1: in
-    none), whether it was the host's time (no other category held the instant), the user's
-    own Python, the device busy then, the cell's line, and whether that own Python was
-    making the step's data (``batch``: its line :func:`feeds_the_step`)."""
+    """Every look within the cell: its step, whose time it was, and the cell's line.
+
+    For each look: its step (its position in the breakdown's steps; -1: in none), whether it was the
+    host's time (no other category held the instant), the user's own Python, the device busy then,
+    the cell's line, and whether that own Python was making the step's data (``batch``: its line
+    :func:`feeds_the_step`).
+    """
 
     step: NDArray[np.int64]
     host: NDArray[np.bool_]
@@ -140,11 +143,13 @@ which it had made ops that its framework frames need to be its tracing."""
 def _frames(
     line: NDArray[np.int64], frame: NDArray[np.bool_], grew: NDArray[np.bool_]
 ) -> NDArray[np.bool_]:
-    """Whether each look's innermost frame is the framework's, and that is the framework's
-    time. Where it counts the ops it makes (any look ``grew``), a line whose looks made
-    ops after fewer than :data:`TRACING` of them is not its tracing: torch stacking CPU
-    tensors in a ``collate_fn``, or other Python of its that makes no device op, is the
-    user's own work, whose fix is never ``torch_xla.compile``."""
+    """Whether each look's innermost frame is the framework's, and that is the framework's time.
+
+    Where it counts the ops it makes (any look ``grew``), a line whose looks made ops after fewer
+    than :data:`TRACING` of them is not its tracing: torch stacking CPU tensors in a ``collate_fn``,
+    or other Python of its that makes no device op, is the user's own work, whose fix is never
+    ``torch_xla.compile``.
+    """
     if not grew.any():
         return frame
     out: NDArray[np.bool_] = frame.copy()
@@ -158,11 +163,13 @@ def _frames(
 def _made_ops(
     line: NDArray[np.int64], grew: NDArray[np.bool_], step: NDArray[np.int64]
 ) -> NDArray[np.bool_]:
-    """Whether the framework made ops at each look's line (torch_xla's counter: ``grew``
-    since the look before). A line seen at two looks in a row of the same ``step`` (the
-    step tracker's count of steps ended at each look), at least twice, is judged by whether
-    the counter grew between most of those (the line ran all that time): a NumPy line
-    before a step's ops is not theirs. Another look, by its own growth."""
+    """Whether the framework made ops at each look's line (torch_xla's counter ``grew`` meanwhile).
+
+    ``grew`` says the counter grew since the look before. A line seen at two looks in a row of the
+    same ``step`` (the step tracker's count of steps ended at each look), at least twice, is judged
+    by whether the counter grew between most of those (the line ran all that time): a NumPy line
+    before a step's ops is not theirs. Another look, by its own growth.
+    """
     out: NDArray[np.bool_] = np.array(grew, dtype=bool)
     same = np.zeros(len(line), bool)
     same[1:] = (line[1:] == line[:-1]) & (step[1:] == step[:-1])
@@ -185,32 +192,37 @@ def _within(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.bool_]:
 def own_python(
     found: Sampled | None, steps: Sequence[int], cell: str, batches: bool | None = None
 ) -> HostLooks | None:
-    """The user's own Python in the looks of ``steps`` (positions; none: the whole cell),
-    when it is at least :data:`OWN_HOST` of the host's looks there; None otherwise.
-    ``batches``: only the looks making batches (True), only the others (False), any (None);
-    the host's looks counted against them leave out those making batches when False (their
-    time is the input pipeline's, :mod:`.batches`)."""
+    """The user's own Python in the looks of ``steps``, when it is enough of the host's looks.
+
+    ``steps`` are positions (none: the whole cell); the answer is None unless it is at least
+    :data:`OWN_HOST` of the host's looks there. ``batches``: only the looks making batches (True),
+    only the others (False), any (None); the host's looks counted against them leave out those
+    making batches when False (their time is the input pipeline's, :mod:`.batches`).
+    """
     return _looks(found, steps, cell, "own", batches)
 
 
 def framework_python(found: Sampled | None, steps: Sequence[int], cell: str) -> HostLooks | None:
-    """The framework's time on the host (dispatch, graph building) in the looks of
-    ``steps``, at the cell line holding most of it; None with fewer than :data:`MIN_LOOKS`."""
+    """The framework's time on the host (dispatch, graph building) in the looks of ``steps``.
+
+    At the cell line holding most of it; None with fewer than :data:`MIN_LOOKS`.
+    """
     return _looks(found, steps, cell, "framework")
 
 
 def held_by(
     verdict: str, found: Sampled | None, steady: Sequence[int], cell: str, basis: Breakdown
 ) -> tuple[HostLooks | None, HostLooks | None, str, float]:
-    """Whose Python holds a verdict's time: the user's own (its looks), the framework's
-    (its looks), the cause that says so (``""``: none), and the part of the verdict's time
-    a fix at that line removes. An ``input`` verdict whose input time is mostly batches
-    made in the user's Python (:attr:`Breakdown.made`) is ``making batches``, at the line
-    that makes them; a ``host`` verdict whose host time is mostly the user's other Python
-    is ``own code``, else the framework's at its line; either is ``printing`` when that
-    line prints (:func:`prints`: a print of device values waits for them, reads them back
-    and, in torch_xla, formats them with device ops), and a fix there removes that line's
-    part of the host's time."""
+    """Whose Python holds a verdict's time, the cause that says so, and the part a fix removes.
+
+    The user's own (its looks) or the framework's (its looks), the cause (``""``: none), and the
+    part of the verdict's time a fix at that line removes. An ``input`` verdict whose input time is
+    mostly batches made in the user's Python (:attr:`Breakdown.made`) is ``making batches``, at the
+    line that makes them; a ``host`` verdict whose host time is mostly the user's other Python is
+    ``own code``, else the framework's at its line; either is ``printing`` when that line prints
+    (:func:`prints`: a print of device values waits for them, reads them back and, in torch_xla,
+    formats them with device ops), and a fix there removes that line's part of the host's time.
+    """
     of_steps = bool(basis.steps)
     if verdict == "input":
         made = basis.made(of_steps)
@@ -236,8 +248,10 @@ _PRINTS = re.compile(r"^\s*(?:print|(?:logging|logger|log|tqdm)\.\w+|\w+\.write)
 
 
 def prints(cell: str, line: int) -> bool:
-    """Whether the cell's ``line`` is a statement that prints or logs (``print(…)``,
-    ``logger.info(…)``, ``tqdm.write(…)``, ``f.write(…)``)."""
+    """Whether the cell's ``line`` is a statement that prints or logs.
+
+    ``print(…)``, ``logger.info(…)``, ``tqdm.write(…)``, ``f.write(…)``.
+    """
     lines = cell.splitlines()
     return 0 < line <= len(lines) and _PRINTS.match(lines[line - 1]) is not None
 
@@ -272,8 +286,11 @@ def _looks(
 
 
 def feeds_the_step(cell: str, line: int) -> bool:
-    """Whether the statement at ``line`` makes the step's data: it assigns a name that a
-    loop iterates, or that a later statement of its own body passes to a call."""
+    """Whether the statement at ``line`` makes the step's data.
+
+    It does when it assigns a name that a loop iterates, or that a later statement of its own body
+    passes to a call.
+    """
     try:
         tree = ast.parse(cell)
     except SyntaxError:

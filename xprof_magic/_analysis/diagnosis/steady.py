@@ -45,10 +45,12 @@ READ_GAIN = 0.10
 
 
 def unlike(parts: Breakdown, warm_up: int, compiling: Sequence[int]) -> tuple[Aside, ...]:
-    """The steps after the warm-up that take :data:`APART_RATIO` times their median or
-    more, when they are at most a quarter of those steps (at least 4 of them); each with
-    the category that held most of it. Steps that compiled (``compiling``: their
-    positions) are neither measured nor left out: a compile is the verdict's to name."""
+    """The steps after the warm-up that take :data:`APART_RATIO` times their median or more.
+
+    Only when they are at most a quarter of those steps (at least 4 of them); each with the category
+    that held most of it. Steps that compiled (``compiling``: their positions) are neither measured
+    nor left out: a compile is the verdict's to name.
+    """
     skip = set(compiling)
     steps = [(i, s) for i, s in enumerate(parts.steps) if i >= warm_up and i not in skip]
     if len(steps) < 4:
@@ -68,8 +70,11 @@ def unlike(parts: Breakdown, warm_up: int, compiling: Sequence[int]) -> tuple[As
 
 
 def scope(parts: Breakdown) -> str:
-    """``steps`` when the steps hold at least :data:`STEPS_SHARE` of the cell's busy time
-    (or there are none: the verdict is the cell's anyway), else ``cell``."""
+    """What the verdict is about: ``steps``, or ``cell`` when steps hold little of its busy time.
+
+    ``steps`` when the steps hold at least :data:`STEPS_SHARE` of the cell's busy time (or there are
+    none: the verdict is the cell's anyway), else ``cell``.
+    """
     busy = parts.total_s(of_steps=False)
     if not parts.steps or busy <= 0:
         return "steps"
@@ -78,9 +83,11 @@ def scope(parts: Breakdown) -> str:
 
 
 def outside(s: Summary, parts: Breakdown, in_scope: str) -> tuple[Aside, ...]:
-    """What the verdict leaves out of the cell: for a verdict about the steps, the
-    statements outside them holding :data:`OUTSIDE_SHARE` of the cell or more; for one about
-    the cell, the loop (its steps' time), when they hold that much. Each with its line."""
+    """What the verdict leaves out of the cell, each with its line.
+
+    For a verdict about the steps, the statements outside them holding :data:`OUTSIDE_SHARE` of the
+    cell or more; for one about the cell, the loop (its steps' time), when they hold that much.
+    """
     total = parts.total_s(of_steps=False)
     if total <= 0:
         return ()
@@ -105,9 +112,11 @@ def outside(s: Summary, parts: Breakdown, in_scope: str) -> tuple[Aside, ...]:
 def read_back(
     s: Summary, parts: Breakdown, steady: Sequence[int], activity: StepActivity | None
 ) -> ReadBack | None:
-    """The steady steps' read-backs, when they cost at least :data:`READ_GAIN` of those
-    steps' time: without them the host would launch the next step while the device runs
-    this one, so each reading step would take the longer of the two, not their sum."""
+    """The steady steps' read-backs, when they cost at least :data:`READ_GAIN` of those steps' time.
+
+    Without them the host would launch the next step while the device runs this one, so each reading
+    step would take the longer of the two, not their sum.
+    """
     if activity is None or len(activity.reads) != len(parts.steps):
         return None
     reading = [i for i in steady if activity.reads[i] > 0]

@@ -104,14 +104,20 @@ def diagnose(
     activity: StepActivity | None = None,
     looks: Sampled | None = None,
 ) -> Diagnosis:
-    """The diagnosis of summary ``s`` from its breakdown ``parts``; ``step_rule`` is how the
-    capture found the steps (``sync``: the loop synced), ``shapes`` the input shapes seen,
-    ``source`` what ``parts`` was measured from (``timeline`` or ``metadata``), ``launched``
-    the block that launched most of the device's time (:mod:`.launches`), ``programs`` the
-    compiled programs the timeline holds (:mod:`.causes`), ``activity`` each step's launches
-    and reads (:func:`.launches.activity`), ``looks`` the cell's thread sampled
-    (:func:`.own.sampled`): a host verdict whose time is mostly the user's own Python says
-    so (cause ``making batches`` or ``own code``), at the line that holds it."""
+    """The diagnosis of summary ``s`` from its breakdown ``parts``.
+
+    A host verdict whose time is mostly the user's own Python says so (cause ``making batches`` or
+    ``own code``), at the line that holds it.
+
+    Args:
+        step_rule: how the capture found the steps (``sync``: the loop synced).
+        shapes: the input shapes seen.
+        source: what ``parts`` was measured from (``timeline`` or ``metadata``).
+        launched: the block that launched most of the device's time (:mod:`.attribution`).
+        programs: the compiled programs the timeline holds (:mod:`.causes`).
+        activity: each step's launches and reads (:func:`.attribution.activity`).
+        looks: the cell's thread sampled (:func:`.own.sampled`).
+    """
     if s.memory.oom is not None:
         return _out_of_memory(s, parts, source)
     if not parts.categories or parts.total_s() <= 0:
@@ -203,10 +209,12 @@ def diagnose(
 
 
 def _eager_call(s: Summary) -> tuple[str, int, str] | None:
-    """The library function that compiled again and again (3 times or more) because the cell
-    calls it outside any compiled function (``jnp.pad(x, …)`` compiles ``jit(_pad)`` for
-    each new shape): its compiled name, and the cell line and statement that call it.
-    None when the recompiled functions are the cell's own."""
+    """The library function that compiled 3 times or more because the cell calls it outside ``jit``.
+
+    It is called outside any compiled function (``jnp.pad(x, …)`` compiles ``jit(_pad)`` for each
+    new shape): its compiled name, and the cell line and statement that call it. None when the
+    recompiled functions are the cell's own.
+    """
     for name, count, _ in sorted(s.compiles.functions, key=lambda f: -f[1]):
         if count < 3:
             break
@@ -231,12 +239,14 @@ def _host_cause(
     words: Vocabulary,
     cell: str,
 ) -> str:
-    """Why a host-bound step is: ``eager`` when the steps that hold most of the time launch
-    :data:`EAGER_LAUNCHES` named programs or more each (an op at a time), or when the
-    program they launch most is one the cell never calls by name (an operator's, ``v * 2``
-    launching ``multiply``); ``compiled step`` when they launch fewer, of a function the
-    cell calls (it already runs as one compiled call, so the host's own Python around it is
-    the cost); "" where launches name no program or are not known."""
+    """Why a host-bound step is: ``eager``, ``compiled step``, or "" where launches do not tell.
+
+    ``eager`` when the steps that hold most of the time launch :data:`EAGER_LAUNCHES` named programs
+    or more each (an op at a time), or when the program they launch most is one the cell never calls
+    by name (an operator's, ``v * 2`` launching ``multiply``); ``compiled step`` when they launch
+    fewer, of a function the cell calls (it already runs as one compiled call, so the host's own
+    Python around it is the cost); "" where launches name no program or are not known.
+    """
     if activity is None or len(activity.named) != len(parts.steps) or not steady_steps:
         return ""
     if not any(p.endswith("(") for p in words.timeline.launches):
@@ -260,8 +270,11 @@ def _host_cause(
 
 
 def _out_of_memory(s: Summary, parts: Breakdown, source: str) -> Diagnosis:
-    """The cell ran out of device memory: that is the verdict, whatever its time did;
-    where is the cell's line of XLA's largest allocation, when it is the cell's."""
+    """The cell ran out of device memory: that is the verdict, whatever its time did.
+
+    Where it happened (``where``, ``line``) is the cell's line of XLA's largest allocation, when it
+    is the cell's.
+    """
     oom = s.memory.oom
     assert oom is not None
     at = next((a.cell_line for a in oom.allocations if a.cell_line), 0)
@@ -278,9 +291,11 @@ def _out_of_memory(s: Summary, parts: Breakdown, source: str) -> Diagnosis:
 
 
 def mixed_step(share: dict[str, float], verdict: str) -> tuple[bool, str]:
-    """Whether the step has no single bottleneck, and the category to act on: ``verdict``,
-    or for a mixed step the one of its categories holding at least :data:`MIXED_NAMED`
-    that is cheapest to remove (:data:`CHEAPEST_FIRST`)."""
+    """Whether the step has no single bottleneck, and the category to act on.
+
+    The category is ``verdict``, or for a mixed step the one of its categories holding at least
+    :data:`MIXED_NAMED` that is cheapest to remove (:data:`CHEAPEST_FIRST`).
+    """
     ranked = sorted(("input", *_CANDIDATES), key=lambda c: -share[c])
     leader, second = ranked[0], ranked[1]
     if share[leader] >= MIXED_LEADER and share[leader] - share[second] > MIXED_MARGIN:
@@ -302,8 +317,11 @@ def _largest_gain(basis: Breakdown, share: dict[str, float]) -> Gain | None:
 
 
 def _warm_up(s: Summary, parts: Breakdown) -> int:
-    """How many first steps to leave out of the verdict: those that compiled, when only the
-    first one or two did and at least three steps follow (the steady state is the fact)."""
+    """How many first steps to leave out of the verdict.
+
+    Those that compiled, when only the first one or two did and at least three steps follow (the
+    steady state is the fact).
+    """
     steps = s.steps
     if steps is None or not steps.compiling or len(parts.steps) != steps.count:
         return 0
@@ -336,8 +354,10 @@ def _cause(s: Summary, words: Vocabulary, step_rule: str, shapes: Sequence[str])
 
 
 def _where(s: Summary, verdict: str, of_steps: bool) -> tuple[tuple[str, ...], int]:
-    """The label path that carries the verdict's time, and the cell line it starts at; a
-    verdict ``of_steps`` is about the loop that ran them."""
+    """The label path that carries the verdict's time, and the cell line it starts at.
+
+    A verdict ``of_steps`` is about the loop that ran them.
+    """
     rows = [r for r in s.labels if not r.thread and r.kind in ("label", "trace")]
     inputs = [r for r in rows if r.path[-1].startswith(INPUT_PREFIX)]
     pick: LabelRow | None = None
@@ -363,15 +383,19 @@ def _where(s: Summary, verdict: str, of_steps: bool) -> tuple[tuple[str, ...], i
 
 
 def _label_row(s: Summary, path: tuple[str, ...]) -> tuple[str, ...]:
-    """The longest start of ``path`` that is a label (or user trace) row of the cell's
-    thread: a user's step marker around it (``xp.StepTrace``) is no statement; () if none."""
+    """The longest start of ``path`` that is a label (or user trace) row of the cell's thread.
+
+    A user's step marker around it (``xp.StepTrace``) is no statement; () if none.
+    """
     rows = {r.path for r in s.labels if not r.thread and r.kind in ("label", "trace")}
     return next((path[:k] for k in range(len(path), 0, -1) if path[:k] in rows), ())
 
 
 def _chip_busy(parts: Breakdown, share: dict[str, float]) -> float:
-    """The device's busy share: ``device`` (compute) and, of each other category, the part
-    the chip's own ops held in the cell (:attr:`Breakdown.on_device`)."""
+    """The device's busy share: ``device`` (compute) and the chip's own part of each other category.
+
+    That part is what the chip's own ops held in the cell (:attr:`Breakdown.on_device`).
+    """
     busy = share["device"]
     for at, held in enumerate(parts.on_device):
         whole = parts.cell[at]
@@ -384,8 +408,10 @@ _HLO = re.compile(r"^%?(?P<op>[\w.\-]+) = (?P<shape>[a-z0-9]+\[[\d,]*\])")
 
 
 def _offloaded(s: Summary) -> tuple[tuple[str, str], ...]:
-    """The chip's host-offload copies in the device-op table, longest first: each op (as the
-    graph viewer names it) and the HLO shape of the array it moves."""
+    """The chip's host-offload copies in the device-op table, longest first.
+
+    Each op (as the graph viewer names it) and the HLO shape of the array it moves.
+    """
     found: list[tuple[str, str]] = []
     for row in sorted(s.device_ops, key=lambda r: -r.self_s):
         match = _HLO.match(row.name)

@@ -1,13 +1,12 @@
-"""The bottleneck's categories and causes: the one table the diagnosis, the charts and the
-renderers read.
+"""The bottleneck's categories and causes: the one table the diagnosis, charts and renderers read.
 
-A step's time is split into the :data:`Category` values, in :data:`BREAKDOWN`'s order (the
-order of every chart, bottom to top in a bar and left to right in its legend); a verdict is
-one of them but ``idle``, or ``memory`` (the cell ran out of device memory) or ``unknown``
-(:data:`Verdict`); a cause says why (:data:`Cause`). Each category has one record,
-:class:`Kind`: its title, what its time is, what a fix removes, its colour, and how cheap its
-fix is. The fix itself is the backend's vocabulary's advice, under the cause's key, else the
-category's (:meth:`~xprof_magic._analysis.model.diagnosis.Diagnosis.advice_keys`).
+A step's time is split into the :data:`Category` values, in :data:`BREAKDOWN`'s order (the order of
+every chart, bottom to top in a bar and left to right in its legend); a verdict is one of them but
+``idle``, or ``memory`` (the cell ran out of device memory) or ``unknown`` (:data:`Verdict`); a
+cause says why (:data:`Cause`). Each category has one record, :class:`Kind`: its title, what its
+time is, what a fix removes, its colour, and how cheap its fix is. The fix itself is the backend's
+vocabulary's advice, under the cause's key, else the category's
+(:meth:`~xprof_magic._analysis.model.diagnosis.Diagnosis.advice_keys`).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ __all__ = [
     "KIND",
     "OWN_CAUSES",
     "VERDICTS",
+    "WORDED_CAUSES",
     "Category",
     "Cause",
     "Kind",
@@ -57,11 +57,13 @@ Cause = Literal[
 
 @dataclass(frozen=True)
 class Kind:
-    """One category: ``title`` (a verdict's, "Input-bound"; "" for ``idle``), ``what`` its
-    time is in a headline ("waits for the next batch"), ``noun`` in a list of shares
-    ("transfers 34%"), ``without`` the thing a fix removes ("without the input wait"),
-    ``colour`` in every chart, and ``cheapest``: its fix's rank, cheapest first (None: no
-    fix removes it)."""
+    """One category's record: its title, words, colour and how cheap its fix is.
+
+    ``title``: a verdict's ("Input-bound"; "" for ``idle``); ``what`` its time is in a headline
+    ("waits for the next batch"); ``noun`` in a list of shares ("transfers 34%"); ``without``: the
+    thing a fix removes ("without the input wait"); ``colour`` in every chart; ``cheapest``: its
+    fix's rank, cheapest first (None: no fix removes it).
+    """
 
     name: Category
     title: str
@@ -129,8 +131,10 @@ device memory)."""
 
 @dataclass(frozen=True)
 class OwnCause:
-    """A cause that is the user's own code rather than the framework's: its category,
-    ``what`` its time is in a headline, and what removing it removes."""
+    """A cause that is the user's own code rather than the framework's.
+
+    Its category, ``what`` its time is in a headline, and what removing it removes.
+    """
 
     category: Category
     what: str
@@ -156,6 +160,18 @@ OWN_CAUSES: dict[str, OwnCause] = {
     ),
 }
 """The causes whose time is the user's own code (:mod:`..diagnosis.own`)."""
+
+WORDED_CAUSES: dict[str, OwnCause] = {
+    **OWN_CAUSES,
+    "compiled step": OwnCause(
+        "host",
+        "is Python and the framework's dispatch around the compiled step on the host",
+        "the host's Python and dispatch",
+    ),
+}
+"""The causes whose time a headline names in words of their own, not their category's: the
+user's own code, and the host's time around a step that already runs as one compiled call
+(no graph is built there)."""
 
 
 def as_verdict(value: str) -> Verdict:

@@ -13,6 +13,7 @@ from typing import Any
 
 from xprof_magic._analysis.model import display
 from xprof_magic._analysis.model.diagnosis import Gain
+from xprof_magic._analysis.model.summary import Gap
 
 __all__ = ["CompareRow", "Comparison"]
 
@@ -34,20 +35,19 @@ class CompareRow:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Two summaries side by side: the runs ``a`` and ``b``, their ``rows``, and what differs
-    in kind:
+    """Two summaries side by side: runs ``a`` and ``b``, their ``rows``, and what differs in kind.
 
-    - ``verdicts``: each run's verdict and its share (None where it has none), A's first;
-      empty when neither run has a diagnosis;
-    - ``moves``: ``(category, share in A, share in B)`` of each category whose share of step
-      time moved by at least 5 points, largest move first;
+    - ``verdicts``: each run's verdict and its share (None where it has none), A's first; empty when
+      neither run has a diagnosis;
+    - ``moves``: ``(category, share in A, share in B)`` of each category whose share of step time
+      moved by at least 5 points, largest move first;
     - ``devices``: the two runs' device kinds;
     - ``incomplete``: ``("A" or "B", the first thing missing from it)`` per incomplete run;
-    - ``predicted``: A's estimate of what removing its verdict's time would gain (None for
-      a healthy ``device`` or ``unknown`` A, one saved without it, or a B whose share of that
-      category did not fall by 5 points: no fix to measure), and ``step_s``: the two
-      runs' mean steps as that estimate measures them, so that B, the same cell after the
-      fix, is the measured result (:attr:`measured`).
+    - ``predicted``: A's estimate of what removing its verdict's time would gain (None for a healthy
+      ``device`` or ``unknown`` A, one saved without it, or a B whose share of that category did not
+      fall by 5 points: no fix to measure), and ``step_s``: the two runs' mean steps as that
+      estimate measures them, so that B, the same cell after the fix, is the measured result
+      (:attr:`measured`).
     """
 
     a: str
@@ -56,7 +56,7 @@ class Comparison:
     verdicts: tuple[tuple[str, float | None], ...] = ()
     moves: tuple[tuple[str, float, float], ...] = ()
     devices: tuple[str, str] = ("", "")
-    incomplete: tuple[tuple[str, str], ...] = ()
+    incomplete: tuple[tuple[str, Gap], ...] = ()
     predicted: Gain | None = None
     step_s: tuple[float, float] | None = None
 

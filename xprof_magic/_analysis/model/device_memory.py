@@ -15,10 +15,12 @@ __all__ = ["Allocation", "Memory", "MemoryUse", "OutOfMemory"]
 
 @dataclass(frozen=True)
 class MemoryUse:
-    """One memory's use over the cell: bytes in use at its start and end, the peak, when
-    (seconds on the timeline) and in which labelled block and cell line it was reached;
-    ``capacity_bytes``, what the allocator may hold (None: unknown); ``curve``, the bytes in
-    use over the cell's time, thinned for a chart."""
+    """One memory's use over the cell: its start, end and peak bytes, and its curve.
+
+    Bytes in use at the cell's start and end, the peak, when (seconds on the timeline) and in which
+    labelled block and cell line it was reached; ``capacity_bytes``, what the allocator may hold
+    (None: unknown); ``curve``, the bytes in use over the cell's time, thinned for a chart.
+    """
 
     allocator: str
     start_bytes: float
@@ -33,9 +35,11 @@ class MemoryUse:
 
 @dataclass(frozen=True)
 class Allocation:
-    """One of the largest allocations XLA lists when a program does not fit: its size, the
-    array's shape, the operator (XLA's ``op_name``), the source file and line it names, and
-    that line in the cell (0: another file)."""
+    """One of the largest allocations XLA lists when a program does not fit.
+
+    Its size, the array's shape, the operator (XLA's ``op_name``), the source file and line it
+    names, and that line in the cell (0: another file).
+    """
 
     size_bytes: float
     shape: str = ""
@@ -47,11 +51,13 @@ class Allocation:
 
 @dataclass(frozen=True)
 class OutOfMemory:
-    """The cell failed because the device's memory ran out, as XLA's message says it:
-    ``asked_bytes`` (what the program or allocation needed; 0: not said), ``available_bytes``
-    (what the device had: its capacity at compile time, or what was free; None: not said),
-    the memory ``space`` (``hbm``, ``device``), when it happened (``at``: ``compile`` or
-    ``run``), and the largest allocations XLA listed."""
+    """The cell failed because the device's memory ran out, as XLA's message says it.
+
+    ``asked_bytes``: what the program or allocation needed (0: not said); ``available_bytes``: what
+    the device had, its capacity at compile time or what was free (None: not said); the memory
+    ``space`` (``hbm``, ``device``); when it happened (``at``: ``compile`` or ``run``); and the
+    largest allocations XLA listed.
+    """
 
     asked_bytes: float
     available_bytes: float | None = None
@@ -62,11 +68,13 @@ class OutOfMemory:
 
 @dataclass(frozen=True)
 class Memory:
-    """The device's memory over the cell (``device``), its pinned host memory apart
-    (``host``), and where the figures came from (``source``: ``timeline``, the allocators'
-    events; ``runtime``, the backend's live figures; "" none: the CPU client keeps none).
-    ``growth_per_step``: bytes added each step when the steps keep growing it (a leak; None:
-    they don't), over ``growth_steps`` steps; ``oom``: the cell ran out of memory."""
+    """The device's memory over the cell, its pinned host memory apart, and the figures' source.
+
+    ``device`` and ``host`` (pinned host memory); ``source``: ``timeline``, the allocators' events;
+    ``runtime``, the backend's live figures; "" none (the CPU client keeps none).
+    ``growth_per_step``: bytes added each step when the steps keep growing it (a leak; None: they
+    don't), over ``growth_steps`` steps; ``oom``: the cell ran out of memory.
+    """
 
     device: MemoryUse | None = None
     host: MemoryUse | None = None

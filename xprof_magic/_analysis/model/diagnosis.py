@@ -66,10 +66,12 @@ verdict about the steps."""
 
 @dataclass(frozen=True)
 class Aside:
-    """Time the verdict leaves out, named so the user knows where it went: a step unlike the
-    others (``step``: its position among the breakdown's steps) or a statement of the cell
-    outside its steps (``path``, ``line``), with its ``seconds``, the category that held
-    most of them and that category's ``held_s``."""
+    """Time the verdict leaves out, named so the user knows where it went.
+
+    A step unlike the others (``step``: its position among the breakdown's steps) or a statement of
+    the cell outside its steps (``path``, ``line``), with its ``seconds``, the category that held
+    most of them and that category's ``held_s``.
+    """
 
     seconds: float
     category: str
@@ -81,9 +83,12 @@ class Aside:
 
 @dataclass(frozen=True)
 class StepBreakdown:
-    """One step: its number, its length, and its ``seconds`` per category of the
-    :class:`Breakdown`'s ``categories``, in their order; ``busy_s``: the seconds the device
-    was busy in it, whichever category holds them (0 in summaries saved before it)."""
+    """One step: its number, its length, and its seconds per category.
+
+    ``seconds`` holds one figure per category of the :class:`Breakdown`'s ``categories``, in their
+    order; ``busy_s``: the seconds the device was busy in it, whichever category holds them (0 in
+    summaries saved before it).
+    """
 
     step: int
     total_s: float
@@ -126,8 +131,10 @@ class Breakdown:
     made_s: float = 0.0
 
     def made(self, of_steps: bool = True) -> float:
-        """The ``input`` seconds spent making batches in the user's own Python (``made_s``),
-        over the steps (``of_steps``, when there are any) or the cell."""
+        """The ``input`` seconds spent making batches in the user's own Python (``made_s``).
+
+        Over the steps (``of_steps``, when there are any) or the cell.
+        """
         if of_steps and self.steps:
             return sum(s.made_s for s in self.steps)
         return self.made_s
@@ -142,8 +149,10 @@ class Breakdown:
         return self.cell[at] if self.cell else 0.0
 
     def total_s(self, of_steps: bool = True) -> float:
-        """The time the shares are of: the steps' (``of_steps``, when there are any), else the
-        cell's thread's busy time (its window less idle)."""
+        """The time the shares are of: the steps' (``of_steps``, if there are any), else the cell's.
+
+        The cell's is its thread's busy time (its window less idle).
+        """
         if of_steps and self.steps:
             return sum(s.total_s for s in self.steps)
         return self.cell_s - self.seconds("idle", of_steps=False)
@@ -179,12 +188,14 @@ class Gain:
 
 @dataclass(frozen=True)
 class HostLooks:
-    """The host's sampled time in the verdict's steps (:mod:`~xprof_magic._analysis.diagnosis.own`)
-    that is ``whose``: ``own``, the user's own Python and NumPy (no framework op), or
-    ``framework``, the framework's dispatch and graph building: its share of the verdict's
-    time and of the host's, the cell ``line`` (and its ``statement``) holding most of it, the
-    share of the verdict's time the device sat idle meanwhile, and whether that line makes
-    the step's data (``batches``)."""
+    """Host time sampled in the verdict's steps that is ``whose``: the user's or the framework's.
+
+    ``whose`` is ``own``, the user's own Python and NumPy (no framework op), or ``framework``, the
+    framework's dispatch and graph building (:mod:`~xprof_magic._analysis.diagnosis.own`). It holds
+    that time's share of the verdict's time and of the host's, the cell ``line`` (and its
+    ``statement``) holding most of it, the share of the verdict's time the device sat idle
+    meanwhile, and whether that line makes the step's data (``batches``).
+    """
 
     share: float
     of_host: float
@@ -197,14 +208,16 @@ class HostLooks:
 
 @dataclass(frozen=True)
 class IdleTime:
-    """The device's idle time in the verdict's steps (the cell's time without steps), said
-    by what the host was doing meanwhile (:mod:`~xprof_magic._analysis.diagnosis.idle`):
-    ``share``, the idle part of the time the shares are of; ``during``, each thing the host
-    did while the device idled, largest first, as ``(what, its share of the same time, the
-    cell line holding it, 0: unknown)``. ``what`` is one of ``making batches`` (the user's
-    Python and NumPy making the step's data), ``loader`` (waiting on the data iterator),
-    ``own code`` (the user's other Python), ``framework`` (dispatch and graph building),
-    ``sync``, ``transfer``, ``compile``, or ``host`` (the host's time, not sampled)."""
+    """The device's idle time in the verdict's steps, said by what the host was doing meanwhile.
+
+    In the cell's time when it has no steps; found by :mod:`~xprof_magic._analysis.diagnosis.idle`.
+    ``share``: the idle part of the time the shares are of; ``during``: each thing the host did
+    while the device idled, largest first, as
+    ``(what, its share of the same time, the cell line holding it, 0: unknown)``. ``what`` is one of
+    ``making batches`` (the user's Python and NumPy making the step's data), ``loader`` (waiting on
+    the data iterator), ``own code`` (the user's other Python), ``framework`` (dispatch and graph
+    building), ``sync``, ``transfer``, ``compile``, or ``host`` (the host's time, not sampled).
+    """
 
     share: float
     during: tuple[tuple[str, float, int], ...] = ()
@@ -212,12 +225,13 @@ class IdleTime:
 
 @dataclass(frozen=True)
 class ReadBack:
-    """The steps read a value back from the device (``float(loss)``, ``np.asarray(x)``):
-    ``steps`` of ``of`` steps did, ``reads`` times in all, at ``path`` (the loop) and
-    ``line`` (the statement that reads, 0: unknown); the host waits for the device in each
-    and launches nothing meanwhile, so the device idles between steps. ``step_s`` is their
-    mean step now, ``without_s`` with the host's work overlapping the device's as it would
-    without the reads."""
+    """The steps read a value back from the device (``float(loss)``, ``np.asarray(x)``).
+
+    ``steps`` of ``of`` steps did, ``reads`` times in all, at ``path`` (the loop) and ``line`` (the
+    statement that reads, 0: unknown); the host waits for the device in each and launches nothing
+    meanwhile, so the device idles between steps. ``step_s`` is their mean step now, ``without_s``
+    with the host's work overlapping the device's as it would without the reads.
+    """
 
     steps: int
     of: int
@@ -322,8 +336,10 @@ class Diagnosis:
         return frozenset(a.step for a in self.apart if a.step >= 0)
 
     def steady(self) -> tuple[int, ...]:
-        """The positions of the steps the shares are of: after the warm-up, not apart; none
-        when the verdict is about the cell."""
+        """The positions of the steps the shares are of: after the warm-up, not apart.
+
+        None when the verdict is about the cell.
+        """
         if self.scope == "cell":
             return ()
         apart = self.apart_steps()
@@ -335,8 +351,10 @@ class Diagnosis:
         return dict(self.shares).get(category, 0.0)
 
     def basis(self) -> Breakdown:
-        """The breakdown the shares are of: the :meth:`steady` steps (the cell, without
-        steps, when the verdict is about the cell)."""
+        """The breakdown the shares are of: the :meth:`steady` steps.
+
+        The cell, without steps, when the verdict is about the cell.
+        """
         if self.scope == "cell":
             return replace(self.breakdown, steps=())
         if not self.warm_up and not self.apart_steps():
@@ -345,8 +363,10 @@ class Diagnosis:
         return replace(self.breakdown, steps=tuple(steps[i] for i in self.steady()))
 
     def advice_keys(self) -> tuple[str, ...]:
-        """Where the fix is found in the vocabulary's advice, in order: the cause, the verdict
-        (none for ``unknown``)."""
+        """Where the fix is found in the vocabulary's advice, in order: the cause, the verdict.
+
+        The verdict is left out for ``unknown``.
+        """
         if self.verdict == "unknown":
             return ()
         return (self.cause, self.verdict) if self.cause else (self.verdict,)

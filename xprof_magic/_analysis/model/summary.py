@@ -7,7 +7,9 @@ paths, shares), not the words a reader sees: those are made when it is shown
 (:mod:`~xprof_magic._analysis.render`), so a summary saved today reads in tomorrow's words.
 
 Its ``schema`` is the format's version. A summary of schema 2 (saved before the words left it)
-still loads, with the words it was saved with (:class:`SavedWords`); one of an unknown schema
+still loads, with the words it was saved with (:class:`SavedWords`); one of schema 3 (its
+``missing`` and ``warnings`` saved as sentences) loads with them as it said them (a
+:class:`Gap` or :class:`Flaw` ``as saved``); one of an unknown schema
 fails loudly here (``ValueError``) and quietly in :func:`~xprof_magic._analysis.load_summary`,
 which then recomputes.
 """
@@ -15,7 +17,7 @@ which then recomputes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from xprof_magic._analysis.model import display
 from xprof_magic._analysis.model.device_memory import Memory
@@ -29,6 +31,8 @@ __all__ = [
     "DeviceBusy",
     "DeviceInfo",
     "Fallback",
+    "Flaw",
+    "Gap",
     "HostRow",
     "LabelRow",
     "Note",
@@ -40,9 +44,59 @@ __all__ = [
     "Timed",
 ]
 
-SUMMARY_SCHEMA = 3
+SUMMARY_SCHEMA = 4
 SAVED_WORDS_SCHEMA = 2
 """The last schema whose summaries were saved with their words (:class:`SavedWords`)."""
+SAID_GAPS_SCHEMA = 3
+"""The last schema whose ``missing`` and ``warnings`` were saved as sentences."""
+
+Lack = Literal[
+    "analysis failed",
+    "no run folder",
+    "no metadata",
+    "metadata unusable",
+    "no timeline",
+    "timeline unreadable",
+    "timeline not read",
+    "timeline too large",
+    "other hosts",
+    "labels not on timeline",
+    "as saved",
+]
+"""What a summary could not read, and so lacks."""
+
+Fault = Literal["metadata fields", "capture message", "as saved"]
+"""What reading a run found wrong with it, though the summary stands."""
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One thing the summary could not read, and so lacks: ``what``, with what names it."""
+
+    what: Lack
+    """What is lacking (``as saved``: a sentence of a summary saved before gaps were data)."""
+    path: str = ""
+    """The folder or file concerned."""
+    error: str = ""
+    """The error raised, as it said it (``as saved``: the sentence)."""
+    names: tuple[str, ...] = ()
+    """The other hosts captured, the labels the timeline lacks, or the error's type."""
+    mb: float | None = None
+    """The timeline's size, in MB (too large: MiB)."""
+    budget_s: float | None = None
+    """The time budget that left the timeline unread (None: left for the full summary)."""
+
+
+@dataclass(frozen=True)
+class Flaw:
+    """What reading the run found wrong with it, though the summary stands."""
+
+    what: Fault
+    """What was wrong."""
+    said: str
+    """As its finder said it: the metadata reader, the capture itself, an older summary."""
+    level: str = "warning"
+    """The note's level: ``warning``, or an older summary's own."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +109,10 @@ class Note:
 
 @dataclass(frozen=True)
 class SavedWords:
-    """The words a summary of schema 2 was saved with, shown as they were: its figures lack
-    some that today's words are made from (a verdict's ``shares``, ``warm_up``)."""
+    """The words a summary of schema 2 was saved with, shown as they were.
+
+    Its figures lack some that today's words are made from (a verdict's ``shares``, ``warm_up``).
+    """
 
     headline: str = ""
     fix: str = ""
@@ -67,9 +123,12 @@ class SavedWords:
 
 @dataclass(frozen=True)
 class DeviceBusy:
-    """How much of the capture window one accelerator was busy (its lines' union: a chip's
-    programs, a GPU's streams), and of that, ``copy_s``, copying between host and device
-    memory where its plane says so (a GPU's copies; None: not told apart)."""
+    """How much of the capture window one accelerator was busy, and of that, how much it copied.
+
+    Busy is its lines' union (a chip's programs, a GPU's streams); ``copy_s``: of that, the time
+    copying between host and device memory where its plane says so (a GPU's copies; None: not told
+    apart).
+    """
 
     name: str
     busy_s: float
@@ -274,14 +333,14 @@ class Summary:
     (:class:`Diagnosis`); its words and the headlines are made when the summary is shown
     (:func:`~xprof_magic._analysis.render.headline.said`,
     :func:`~xprof_magic._analysis.render.notes.notes_of`). ``warnings`` are what reading the
-    run found wrong with it (its metadata's unusable fields, the capture's own messages, an
-    analysis that failed), as they were said then. ``saved_words``: a summary of schema 2's.
+    run found wrong with it (its metadata's unusable fields, the capture's own messages):
+    :class:`Flaw`. ``saved_words``: a summary of schema 2's.
 
     ``programs`` are the XLA programs that ran in the capture, as XProf names them
     (``<module>(<program id>)``), with their seconds, most first: the process's earlier
     programs, which the capture's metadata lists too, are not among them.
 
-    ``missing`` lists, as sentences, what could not be read and so is absent here.
+    ``missing`` lists what could not be read and so is absent here: :class:`Gap`.
 
     A summary displays itself (IPython's rich display: ``_repr_mimebundle_``), as the text
     and static HTML renderers (:mod:`~xprof_magic._analysis.render`) show it: they register
@@ -301,8 +360,8 @@ class Summary:
     versions: tuple[tuple[str, str], ...] = ()
     complete: bool = False
     pending: bool = False
-    missing: tuple[str, ...] = ()
-    warnings: tuple[Note, ...] = ()
+    missing: tuple[Gap, ...] = ()
+    warnings: tuple[Flaw, ...] = ()
     diagnosis: Diagnosis = field(default_factory=Diagnosis)
     device: DeviceInfo = field(default_factory=lambda: DeviceInfo("unknown", False))
     labels: tuple[LabelRow, ...] = ()
@@ -332,13 +391,21 @@ class Summary:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Summary:
-        """The summary ``to_json`` wrote, or one of schema 2 with the words it was saved
-        with; ``ValueError`` if ``data`` is neither."""
+        """The summary ``to_json`` wrote, or one of schema 3 or 2; ``ValueError`` if it is neither.
+
+        An older schema's gaps and notes, and schema 2's words, are kept as they were saved.
+        """
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema == SUMMARY_SCHEMA:
             return from_plain(cls, data)
-        if schema != SAVED_WORDS_SCHEMA:
-            raise ValueError(f"not a summary of schema {SUMMARY_SCHEMA} or {SAVED_WORDS_SCHEMA}")
+        if schema not in (SAID_GAPS_SCHEMA, SAVED_WORDS_SCHEMA):
+            raise ValueError(
+                f"not a summary of schema {SUMMARY_SCHEMA}, {SAID_GAPS_SCHEMA} or "
+                f"{SAVED_WORDS_SCHEMA}"
+            )
+        data = {**data, **_as_saved(data.get("missing"), data.get("warnings"))}
+        if schema == SAID_GAPS_SCHEMA:
+            return from_plain(cls, data)
         said = data.get("diagnosis")
         said = said if isinstance(said, dict) else {}
         words = {key: said[key] for key in ("headline", "fix", "evidence") if key in said}
@@ -350,15 +417,17 @@ class Summary:
         return from_plain(cls, {**data, "saved_words": to_plain(saved)})
 
     def verdict_window(self) -> tuple[float, float] | None:
-        """The steps the verdict is about, as ``(start, end)`` seconds on the timeline (see
-        :attr:`StepStats.starts_s`): from the start of the first steady step (after the
-        warm-up, the compiling first steps, and after any step unlike the others before it,
-        which the verdict names apart) to the end of the last steady one, as the breakdown
-        counts it (until the device has finished what it launched). A step unlike the others
-        between steady ones stays in view; one before or after them only touches the
-        window's edge (the trace viewer's margin shows its end, or its start). Without the
-        breakdown's steps, from the first step after the warm-up to the last. None without
-        the steps' times, or for a verdict about the cell."""
+        """The steps the verdict is about, as ``(start, end)`` seconds on the timeline.
+
+        Seconds as :attr:`StepStats.starts_s` counts them: from the start of the first steady step
+        (after the warm-up, the compiling first steps, and after any step unlike the others before
+        it, which the verdict names apart) to the end of the last steady one, as the breakdown
+        counts it (until the device has finished what it launched). A step unlike the others between
+        steady ones stays in view; one before or after them only touches the window's edge (the
+        trace viewer's margin shows its end, or its start). Without the breakdown's steps, from the
+        first step after the warm-up to the last. None without the steps' times, or for a verdict
+        about the cell.
+        """
         steps = self.steps
         if steps is None or not steps.starts_s or len(steps.starts_s) != len(steps.durations_s):
             return None
@@ -378,6 +447,27 @@ class Summary:
         return (start, end) if end > start else None
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        """``text/plain`` and static ``text/html``, for IPython's display of a cell's value: the
-        render stage's (:mod:`~xprof_magic._analysis.model.display`)."""
+        """``text/plain`` and static ``text/html``, for IPython's display of a cell's value.
+
+        Both are the render stage's (:mod:`~xprof_magic._analysis.model.display`).
+        """
         return display.bundle(self)
+
+
+def _as_saved(missing: Any, warnings: Any) -> dict[str, Any]:
+    """A schema 2 or 3 summary's ``missing`` and ``warnings`` as the gaps and flaws they said.
+
+    ``missing`` and ``warnings`` are sentences and notes; they are worded as they were
+    (``as saved``). One that was loaded so and saved again holds them so already.
+    """
+    said = missing if isinstance(missing, list) else []
+    notes = warnings if isinstance(warnings, list) else []
+    return {
+        "missing": [to_plain(Gap("as saved", error=m)) if isinstance(m, str) else m for m in said],
+        "warnings": [
+            to_plain(Flaw("as saved", n["text"], str(n.get("level", "warning"))))
+            if isinstance(n, dict) and "text" in n
+            else n
+            for n in notes
+        ],
+    }

@@ -45,9 +45,11 @@ def _colour(category: str) -> str:
 
 
 def breakdown_svg(d: Diagnosis, steps: StepStats | None = None, width: int = 640) -> str:
-    """Per-step stacked bars of ``d.breakdown``; "" when there is nothing to draw. With the
-    summary's ``steps`` (whose times the bars are), also their median after the first, a
-    dashed line, and which of them are estimates."""
+    """Per-step stacked bars of ``d.breakdown``; "" when there is nothing to draw.
+
+    With the summary's ``steps`` (whose times the bars are), also their median after the first, a
+    dashed line, and which of them are estimates.
+    """
     parts = d.breakdown
     if not parts.categories:
         return ""
@@ -128,8 +130,10 @@ def _estimated(steps: StepStats) -> str:
 
 
 def _legend(parts: Breakdown, y: float, right: float) -> tuple[str, int]:
-    """Every category in the breakdown's order, in rows that end before ``right``, and how
-    many rows; a category with no time in this cell is drawn faint."""
+    """The breakdown's categories in order, in rows that end before ``right``, and how many rows.
+
+    A category with no time in this cell is drawn faint.
+    """
     out: list[str] = []
     x, row = float(_LEFT), 0
     for category in parts.categories:

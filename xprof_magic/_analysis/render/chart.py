@@ -35,8 +35,10 @@ COMPILED = KIND["compile"].colour
 
 
 def chart_svg(summary: Summary, width: int = 640, height: int = 176) -> str:
-    """Step times as bars (compiling steps in the compile colour), else the largest labels;
-    "" if neither."""
+    """Step times as bars, else the largest labels; "" if neither.
+
+    Compiling steps are drawn in the compile colour.
+    """
     if summary.steps and summary.steps.count >= 2:
         return _steps_svg(summary.steps, width, height)
     loader = {r.path for r in summary.labels if r.kind == "input"}

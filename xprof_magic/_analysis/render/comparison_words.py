@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from xprof_magic._analysis.model.categories import KIND
 from xprof_magic._analysis.render.chart import ORANGE
 from xprof_magic._analysis.render.chart import escape as _e
+from xprof_magic._analysis.render.gaps import gap_said
 from xprof_magic._analysis.render.headline import speedup
 from xprof_magic._analysis.render.html import BOX, HEADING, table
 from xprof_magic._units import NONE, data_size, seconds
@@ -30,9 +31,12 @@ __all__ = [
 
 
 def comparison_notes(c: Comparison) -> tuple[str, ...]:
-    """What differs in kind: the verdicts and the categories that moved, ``Diagnosis: input
-    (82%) → device (71%); input 82% → 6%, device 3% → 71%``; A's predicted gain beside the
-    measured one; different devices; a run that is incomplete."""
+    """What differs in kind between the two runs, one note each.
+
+    The verdicts and the categories that moved,
+    ``Diagnosis: input (82%) → device (71%); input 82% → 6%, device 3% → 71%``; A's predicted gain
+    beside the measured one; different devices; a run that is incomplete.
+    """
     notes: list[str] = []
     if c.verdicts:
         (x, x_share), (y, y_share) = c.verdicts
@@ -50,7 +54,7 @@ def comparison_notes(c: Comparison) -> tuple[str, ...]:
             f"The runs used different devices ({kind_a} vs {kind_b}): "
             "their times are not comparable."
         )
-    notes.extend(f"{which} is incomplete: {missing}" for which, missing in c.incomplete)
+    notes.extend(f"{which} is incomplete: {gap_said(gap)}" for which, gap in c.incomplete)
     return tuple(notes)
 
 

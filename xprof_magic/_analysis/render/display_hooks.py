@@ -23,8 +23,10 @@ __all__ = ["register"]
 
 
 def register() -> None:
-    """Make the render stage's renderers how a summary and a comparison show themselves
-    (calling it again changes nothing)."""
+    """Make the render stage's renderers how a summary and a comparison show themselves.
+
+    Calling it again changes nothing.
+    """
     display.text.register(Summary, render_text)
     display.html.register(Summary, render_html)
     display.text.register(Comparison, comparison_text)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.model.categories import CHEAPEST_FIRST, KIND, OWN_CAUSES
+from xprof_magic._analysis.model.categories import CHEAPEST_FIRST, KIND, WORDED_CAUSES
 from xprof_magic._analysis.model.diagnosis import MIN_CELL_S, Diagnosis
 from xprof_magic._analysis.render.idle import idle_words
 from xprof_magic._analysis.render.memory_section import oom_headline
@@ -39,9 +39,12 @@ TITLED = frozenset(CHEAPEST_FIRST)
 
 @dataclass(frozen=True)
 class Said:
-    """A verdict in words: ``headline``, the summary's first note after the device line, at
-    ``level``; ``fix``, one sentence of advice in the backend's words; ``evidence``, the
-    numbers behind it as ``(name, value)`` text pairs."""
+    """A verdict in words: its headline, the fix, and the evidence.
+
+    ``headline``: the summary's first note after the device line, at ``level``; ``fix``: one
+    sentence of advice in the backend's words; ``evidence``: the numbers behind it as
+    ``(name, value)`` text pairs.
+    """
 
     headline: str = ""
     fix: str = ""
@@ -50,9 +53,11 @@ class Said:
 
 
 def said(s: Summary) -> Said:
-    """The verdict of summary ``s`` in its backend's words: the ``headline`` the summary
-    shows first, the ``fix`` and the ``evidence``, made now from its figures (a summary saved
-    with its words, schema 2: those words)."""
+    """The verdict of summary ``s`` in its backend's words: headline, fix and evidence.
+
+    The ``headline`` the summary shows first, the ``fix`` and the ``evidence``, made now from its
+    figures (a summary saved with its words, schema 2: those words).
+    """
     d = s.diagnosis
     if s.saved_words is not None:
         saved = s.saved_words
@@ -111,9 +116,11 @@ def _percent(value: float) -> str:
 
 
 def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
-    """The verdict in one paragraph, ending with ``advice`` (the fix), then what it leaves
-    out (:func:`asides`); a read-back each step is said before the advice, with
-    ``read_fix``; "" for ``unknown``."""
+    """The verdict in one paragraph, ending with ``advice`` (the fix), then what it leaves out.
+
+    What it leaves out is :func:`asides`; a read-back each step is said before the advice, with
+    ``read_fix``; "" for ``unknown``.
+    """
     if d.verdict not in TITLED:
         return ""
     each = "of each step" if d.basis().steps else "of the cell's time"
@@ -132,7 +139,7 @@ def headline(s: Summary, d: Diagnosis, advice: str, read_fix: str = "") -> str:
         title = KIND[d.verdict].title
         if d.verdict == "input":
             title += " (highly, XProf's ≥ 20%)"
-        own = OWN_CAUSES.get(d.cause)
+        own = WORDED_CAUSES.get(d.cause)
         what = own.what if own is not None else KIND[d.verdict].what
         text = f"{title}: {_percent(d.share or 0.0)} {each} {what}{where}"
     if d.verdict == "compile":
@@ -175,8 +182,11 @@ _HELD = {
 
 
 def asides(d: Diagnosis) -> str:
-    """What the verdict leaves out, named: the steps unlike the others (with what held
-    them), the statements outside the steps (or the loop, for a verdict on the cell)."""
+    """What the verdict leaves out, named.
+
+    The steps unlike the others (with what held them), the statements outside the steps (or the
+    loop, for a verdict on the cell).
+    """
     out = []
     slow = [a for a in d.apart if a.step >= 0]
     if slow:
@@ -225,8 +235,10 @@ def read_back(d: Diagnosis) -> str:
 
 
 def split(d: Diagnosis) -> str:
-    """``device 39%, transfers 34%, host 27%``: the step's categories of 5% or more, largest
-    first."""
+    """The step's categories of 5% or more, largest first.
+
+    ``device 39%, transfers 34%, host 27%``.
+    """
     ranked = sorted((c for c, share in d.shares if share >= 0.05), key=lambda c: -d.share_of(c))
     return ", ".join(f"{KIND[c].noun} {d.share_of(c):.0%}" for c in ranked[:4])
 
@@ -239,8 +251,10 @@ def _cheapest(d: Diagnosis, where: str) -> str:
 
 
 def gained(d: Diagnosis) -> str:
-    """What removing the verdict's time would leave of a step, and the speed-up; for
-    ``device``, the most that a fix outside the model would gain."""
+    """What removing the verdict's time would leave of a step, and the speed-up.
+
+    For ``device``, the most that a fix outside the model would gain.
+    """
     g = d.gain
     if g is None or g.step_s <= 0 or d.verdict not in TITLED:
         return ""
@@ -258,7 +272,7 @@ def gained(d: Diagnosis) -> str:
             f"Everything else is {rest:.0%} of {unit}: without it {unit} would take about "
             f"{times} ({speedup(g.speedup)}); beyond that the gain lies in the model."
         )
-    own = OWN_CAUSES.get(d.cause)
+    own = WORDED_CAUSES.get(d.cause)
     removed = own.removed if own is not None else KIND[g.category].without
     return f"Without {removed} {unit} would take about {times} ({speedup(g.speedup)})."
 
@@ -271,8 +285,10 @@ def speedup(times: float) -> str:
 
 
 def _launched(d: Diagnosis) -> str:
-    """`` (`PjitFunction(train)`, launched by `W = train(W, x)`, line 3)``: the program the
-    device ran, and the statement that launched it (not the one that waited for it)."""
+    """The program the device ran, and the statement that launched it (not one that waited for it).
+
+    As `` (`PjitFunction(train)`, launched by `W = train(W, x)`, line 3)``.
+    """
     if not d.where:
         return f" (`{d.program}`)"
     at = f", line {d.line}" if d.line else ""
@@ -314,8 +330,10 @@ _CHANGED_IN = {
 
 
 def changes(d: Diagnosis) -> str:
-    """What changed between the compilations: each input once, with its shapes in order
-    (``input_ids (8, 20) → (8, 36) → …``), or the baked values."""
+    """What changed between the compilations: each input once, with its shapes, or the baked values.
+
+    Shapes in order: ``input_ids (8, 20) → (8, 36) → …``.
+    """
     if d.changed_in == "programs" or (d.cause == "changing values" and not d.changed):
         return (
             "the compiled step's shapes stayed the same, so a Python number baked into it "
@@ -330,8 +348,10 @@ def changes(d: Diagnosis) -> str:
 
 
 def _offloaded(copies: tuple[tuple[str, str], ...]) -> str:
-    """`` of <shapes> (`op`, `op`, …)``: the arrays the chip's longest host-offload copies
-    move, and those ops; else `` (arrays in host memory)``."""
+    """The arrays the chip's longest host-offload copies move, and those ops.
+
+    `` of <shapes> (`op`, `op`, …)``; else `` (arrays in host memory)``.
+    """
     if not copies:
         return " (arrays in host memory)"
     ops = [op for op, _ in copies]

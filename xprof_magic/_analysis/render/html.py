@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from xprof_magic._analysis.render.breakdown_chart import breakdown_svg
 from xprof_magic._analysis.render.chart import BLUE, GREY, ORANGE, chart_svg
 from xprof_magic._analysis.render.chart import escape as _e
+from xprof_magic._analysis.render.gaps import gaps_said
 from xprof_magic._analysis.render.memory_section import memory_lines, memory_svg
 from xprof_magic._analysis.render.notes import device_statement, notes_of
 from xprof_magic._analysis.render.text import (
@@ -76,10 +77,12 @@ def table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int])
 
 
 def section(title: str, body: Sequence[str], opened: bool = False) -> str:
-    """A part of the summary under its heading, folded (``<details>``, which needs no
-    script) unless ``opened``: the summary stays whole in the output, never clipped. The
-    heading keeps its disclosure triangle where a notebook's style sheet takes it away
-    (Notebook 6 makes ``summary`` a block)."""
+    """A part of the summary under its heading, folded (``<details>``) unless ``opened``.
+
+    ``<details>`` needs no script: the summary stays whole in the output, never clipped. The heading
+    keeps its disclosure triangle where a notebook's style sheet takes it away (Notebook 6 makes
+    ``summary`` a block).
+    """
     state = " open" if opened else ""
     return (
         f'<details class="xprof-magic-section"{state} style="margin:8px 0 2px 0">'
@@ -158,7 +161,7 @@ def render_html(summary: Summary) -> str:
     if ops:
         parts.append(section("Top operations (self time)", ops))
     if s.missing:
-        items = "".join(f"<li>{_e(m)}</li>" for m in s.missing)
+        items = "".join(f"<li>{_e(m)}</li>" for m in gaps_said(s))
         parts.append(f'<div style="{HEADING}">Missing from this summary</div>')
         parts.append(f'<ul style="margin:2px 0">{items}</ul>')
     made_by = f"<br>{_e(versions_line(s))}" if s.versions else ""

@@ -36,10 +36,12 @@ def _percent(value: float) -> str:
 
 
 def idle_words(d: Diagnosis, each: str) -> str:
-    """``idle 80% of each step while the host makes batches in your Python at line 3``
-    (``each``: what the shares are of); with two things, each with its share
-    (``idle 61% of each step: while … (34%), and while … (27%)``); "" when the device idles
-    too little to say."""
+    """How long the device idles, and what the host did meanwhile; "" if too little to say.
+
+    ``idle 80% of each step while the host makes batches in your Python at line 3`` (``each``: what
+    the shares are of); with two things, each with its share
+    (``idle 61% of each step: while … (34%), and while … (27%)``).
+    """
     idle = d.idle
     if idle is None or not idle.during:
         return ""

@@ -1,11 +1,10 @@
-"""The device's memory in words and pictures: the summary's memory section, its chart, an
-out-of-memory headline and a leak's note.
+"""The device's memory in words and pictures: section, chart, out-of-memory headline, leak note.
 
-The section says the peak first (with its block and line, and the device's capacity), then
-the start and end of the cell, pinned host memory apart, and a loop whose memory grows each
-step plainly; where neither the capture nor the backend has figures (the CPU client), one
-line says so instead of zeros. The chart draws the bytes in use over the cell's time with
-the steps marked and the peak's point labelled.
+The section says the peak first (with its block and line, and the device's capacity), then the start
+and end of the cell, pinned host memory apart, and a loop whose memory grows each step plainly;
+where neither the capture nor the backend has figures (the CPU client), one line says so instead of
+zeros. The chart draws the bytes in use over the cell's time with the steps marked and the peak's
+point labelled.
 """
 
 from __future__ import annotations
@@ -98,8 +97,11 @@ def _allocation(a: Allocation) -> str:
 
 
 def growth_note(s: Summary) -> str:
-    """``Memory grows step after step: +120.0 MB a step on average over 40 steps …``; ""
-    when it does not (the growth is the mean of the steps', most of which grew)."""
+    """The note of memory that grows step after step; "" when it does not.
+
+    ``Memory grows step after step: +120.0 MB a step on average over 40 steps …``; the growth is the
+    mean of the steps', most of which grew.
+    """
     m = s.memory
     if m.growth_per_step is None or m.device is None:
         return ""
@@ -113,8 +115,10 @@ def growth_note(s: Summary) -> str:
 
 
 def oom_headline(s: Summary, d: Diagnosis, advice: str) -> str:
-    """The out-of-memory verdict: what was asked against what was available, and XLA's
-    largest allocations, the cell's lines named."""
+    """The out-of-memory verdict: what was asked against what was available.
+
+    Then XLA's largest allocations, the cell's lines named.
+    """
     oom = s.memory.oom
     if oom is None:
         return ""
@@ -136,8 +140,7 @@ def oom_headline(s: Summary, d: Diagnosis, advice: str) -> str:
 
 
 def memory_svg(s: Summary, width: int = 640, height: int = 150) -> str:
-    """The device's bytes in use over the cell's time, steps marked, the peak labelled; ""
-    without a curve."""
+    """Device bytes in use over the cell's time, steps marked, peak labelled; "" without a curve."""
     d = s.memory.device
     if d is None or len(d.curve) < 2:
         return ""

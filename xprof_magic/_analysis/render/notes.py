@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from xprof_magic._analysis.model.diagnosis import HIGHLY_INPUT, MODERATELY_INPUT
 from xprof_magic._analysis.model.summary import CompileSite, Note, Summary
+from xprof_magic._analysis.render.gaps import gap_said, shown_flaws
 from xprof_magic._analysis.render.headline import said
 from xprof_magic._analysis.render.memory_section import growth_note
 from xprof_magic._backends import NEUTRAL, Vocabulary
@@ -36,7 +37,7 @@ def incomplete(s: Summary, words: Vocabulary) -> Iterator[Note]:
             "the time budget.",
         )
     elif s.missing:
-        yield Note("warning", f"Incomplete summary: {s.missing[0]}.")
+        yield Note("warning", f"Incomplete summary: {gap_said(s.missing[0])}.")
 
 
 def device_statement(s: Summary, words: Vocabulary | None = None) -> str:
@@ -122,8 +123,11 @@ def recompiled(s: Summary, words: Vocabulary) -> Iterator[Note]:
 
 
 def _again(site: CompileSite) -> str:
-    """Which later runs (or steps) compiled again: "in run 4 of its 6 (first compiled in run
-    1)", or by the numbers of the steps they ran in, as the profiler numbers them."""
+    """Which later runs (or steps) compiled again.
+
+    "in run 4 of its 6 (first compiled in run 1)", or by the numbers of the steps they ran in, as
+    the profiler numbers them.
+    """
     in_steps = len(site.first_steps) == len(site.first_runs) > 0
     numbers = site.first_steps if in_steps else tuple(i + 1 for i in site.first_runs)
     if not numbers:
@@ -144,8 +148,10 @@ def _again(site: CompileSite) -> str:
 
 
 def recompiled_functions(s: Summary, words: Vocabulary) -> Iterator[Note]:
-    """A function compiled more than once in the cell, or once when the backend says it had
-    compiled before (in an earlier cell), with the backend's reason where it gave one."""
+    """A function compiled more than once in the cell, with the backend's reason where it gave one.
+
+    Or once, when the backend says it had compiled before (in an earlier cell).
+    """
     reasons = dict(reversed(s.compiles.reasons))
     for name, count, total_s in s.compiles.functions:
         inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
@@ -237,10 +243,14 @@ def notes_for(summary: Summary, words: Vocabulary = NEUTRAL) -> tuple[Note, ...]
 
 
 def notes_of(summary: Summary) -> tuple[Note, ...]:
-    """The headlines a reader sees, in the summary's backend's words: every rule's, then what
-    reading the run found wrong (a summary of schema 2: the notes it was saved with)."""
+    """The headlines a reader sees, in the summary's backend's words.
+
+    Every rule's, then what reading the run found wrong (a summary of schema 2: the notes it was
+    saved with).
+    """
     if summary.saved_words is not None:
         return summary.saved_words.notes
-    if any(note.level == "error" for note in summary.warnings):
-        return summary.warnings  # no analysis to word: only why (no run folder, a failure)
-    return (*notes_for(summary, get_vocabulary(summary.backend)), *summary.warnings)
+    flaws, alone = shown_flaws(summary)
+    if alone:
+        return flaws  # no analysis to word: only why (no run folder, a failure)
+    return (*notes_for(summary, get_vocabulary(summary.backend)), *flaws)

@@ -87,10 +87,12 @@ _STRIDES = (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000,
 def step_ticks(
     numbers: list[int], bar_w: float, left: float, y: float, per_bar: int = 1, end: int = -1
 ) -> list[Text]:
-    """The step numbers under their bars (bar ``i`` spans ``left + i * bar_w`` and holds the
-    steps from ``numbers[i]`` to the next bar's, ``per_bar`` of them, the last bar's up to
-    ``end``), every n-th where they would not fit: n is the least of 1, 2, 5, 10, 20, …
-    steps that leaves each label its width and a gap."""
+    """The step numbers under their bars, every n-th where they would not fit.
+
+    Bar ``i`` spans ``left + i * bar_w`` and holds the steps from ``numbers[i]`` to the next bar's,
+    ``per_bar`` of them, the last bar's up to ``end``. n is the least of 1, 2, 5, 10, 20, … steps
+    that leaves each label its width and a gap.
+    """
     if not numbers:
         return []
     ends = [*numbers[1:], end if end > numbers[-1] else numbers[-1] + 1]
@@ -105,8 +107,10 @@ def step_ticks(
 
 
 def axes(left: float, top: float, right: float, bottom: float) -> str:
-    """A chart's two axes: up its left side from ``bottom`` to ``top``, and along its
-    bottom from ``left`` to ``right``."""
+    """A chart's two axes: up its left side and along its bottom.
+
+    Up from ``bottom`` to ``top``, and along from ``left`` to ``right``.
+    """
     return (
         f'<line x1="{left}" x2="{left}" y1="{top}" y2="{bottom}" stroke="{GREY}"/>'
         f'<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="{GREY}"/>'
@@ -114,8 +118,10 @@ def axes(left: float, top: float, right: float, bottom: float) -> str:
 
 
 def svg(width: int, height: int, label: str, body: str, css_class: str = "") -> str:
-    """The chart's root: ``width`` × ``height`` pixels at most, shrunk with a narrower
-    output (its viewBox keeps the proportions), in :data:`FONT`."""
+    """The chart's root: ``width`` × ``height`` pixels at most, in :data:`FONT`.
+
+    It shrinks with a narrower output (its viewBox keeps the proportions).
+    """
     cls = f' class="{css_class}"' if css_class else ""
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from xprof_magic._analysis.render.gaps import gaps_said
 from xprof_magic._analysis.render.memory_section import memory_lines
 from xprof_magic._analysis.render.notes import notes_of
 from xprof_magic._backends.registry import get_vocabulary
@@ -193,7 +194,7 @@ def render_text(summary: Summary) -> str:
         )
     if s.missing:
         out += ["", "Missing from this summary:"]
-        out.extend(f"  - {m}" for m in s.missing)
+        out.extend(f"  - {m}" for m in gaps_said(s))
     if s.versions:
         out += ["", f"Versions: {versions_line(s)}"]
     out += ["", f"({s.events} timeline events read in {seconds(s.read_s)}; run folder {s.run_dir})"]
@@ -260,8 +261,11 @@ def _device_lines(s: Summary) -> list[str]:
 
 
 def per_thread(group: ThreadGroup) -> float:
-    """A thread group's busy share of the window per thread: its thread time adds its
-    threads up, so the whole group's share would pass 100% with two threads busy."""
+    """A thread group's busy share of the window per thread.
+
+    Its thread time adds its threads up, so the whole group's share would pass 100% with two threads
+    busy.
+    """
     return group.share / group.threads if group.threads else group.share
 
 

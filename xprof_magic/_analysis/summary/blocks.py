@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import statistics
 
-from xprof_magic._analysis.model.summary import LabelRow, StepStats
+from xprof_magic._analysis.model.summary import Gap, LabelRow, StepStats
 from xprof_magic._analysis.timeline.facts import STEP, Block, TraceFacts
 from xprof_magic._cell.labels import SHAPES_EVENT
 from xprof_magic._cell.markers import find_markers, label_for
@@ -242,14 +242,11 @@ def labels_from_metadata(meta: RunMetadata, wall_s: float | None) -> tuple[Label
     return tuple(out[:MAX_LABEL_ROWS])
 
 
-def labels_not_in_trace(meta: RunMetadata, facts: TraceFacts) -> list[str]:
-    """A sentence naming the magic's labels that the timeline lacks (none: empty)."""
+def labels_not_in_trace(meta: RunMetadata, facts: TraceFacts) -> list[Gap]:
+    """The magic's labels that the timeline lacks, as a gap (none: empty)."""
     seen = {b.name for b in facts.blocks}
-    lost = sorted(label_names(meta) - seen)
-    if not lost:
-        return []
-    shown = ", ".join(repr(n) for n in lost[:3]) + (" …" if len(lost) > 3 else "")
-    return [f"{len(lost)} label(s) measured by the magic are not on the timeline: {shown}"]
+    lost = tuple(sorted(label_names(meta) - seen))
+    return [Gap("labels not on timeline", names=lost)] if lost else []
 
 
 def step_stats(

@@ -17,6 +17,7 @@ from xprof_magic._analysis.model.summary import (
     Compiles,
     CompileSite,
     Fallback,
+    Gap,
     LabelRow,
     StepStats,
     Summary,
@@ -47,7 +48,7 @@ def build(
     words: Vocabulary,
     facts: TraceFacts | None,
     host_file: Path | None,
-    missing: tuple[str, ...],
+    missing: tuple[Gap, ...],
     pending: bool,
 ) -> Summary:
     """The summary of the run in ``path`` from ``meta`` and ``facts`` (read from

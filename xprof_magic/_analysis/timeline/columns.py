@@ -50,9 +50,12 @@ def line_of(
                 hit = np.isin(ids, list(wanted))
                 if np.count_nonzero(hit) * 8 < len(found):  # few (step numbers): whose
                     found[np.searchsorted(stats.ptr, np.flatnonzero(hit), side="right") - 1] = True
-                else:  # how many of each event's stats are named so: a running count's steps
-                    named = np.concatenate(([0], np.cumsum(hit)))
-                    found = named[stats.ptr[1:]] > named[stats.ptr[:-1]]
+                else:  # whether any of each event's stats is named so: one reduction each
+                    # (a False after the last stat: an event without stats reads it, and is
+                    # told apart by its count)
+                    padded = np.concatenate((hit, [False]))
+                    found = np.logical_or.reduceat(padded, stats.ptr[:-1])
+                    found &= stats.ptr[1:] > stats.ptr[:-1]
             marks[key] = found
         return marks[key]
 

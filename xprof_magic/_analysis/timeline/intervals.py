@@ -57,7 +57,9 @@ def subtract(spans: Spans, cut: Spans) -> Spans:
         return spans
     # Every piece's edges: the spans' own and the cut's; keep the pieces that lie in a span
     # and outside every cut.
-    edges = np.unique(np.concatenate([starts, ends, cut_lo, cut_hi]))
+    edges = _distinct_sorted(
+        np.stack((starts, ends), axis=1).ravel(), np.stack((cut_lo, cut_hi), axis=1).ravel()
+    )
     lo, hi = edges[:-1], edges[1:]
     mid = (lo + hi) / 2
     inside = np.searchsorted(starts, mid, side="right") - 1
@@ -65,6 +67,18 @@ def subtract(spans: Spans, cut: Spans) -> Spans:
     at = np.searchsorted(cut_lo, mid, side="right") - 1
     kept &= ~((at >= 0) & (mid < cut_hi[np.maximum(at, 0)]))
     return merge([(lo[kept], hi[kept])])
+
+
+def _distinct_sorted(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``np.unique`` of both together. Each is sorted where its spans are disjoint (a start,
+    its end, the next start...), and a stable sort merges two sorted runs in one pass."""
+    both = np.sort(np.concatenate((a, b)), kind="stable")
+    if not len(both):
+        return both
+    keep = np.ones(len(both), bool)
+    np.not_equal(both[1:], both[:-1], out=keep[1:])
+    found: NDArray[np.float64] = both[keep]
+    return found
 
 
 def covered(spans: Spans, t: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -72,29 +72,53 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     depth = np.cumsum(is_pushed)
     depth -= is_pushed
     del is_pushed
-    depth -= _at_or_before(np.sort(end[pushed], kind="stable"), start)  # nearly in order: few runs
-    parent = np.full(n, -1, np.int64)
-    positions = np.flatnonzero(pushed)
+    ends = end[pushed]
+    by_end = np.argsort(ends, kind="stable")  # nearly in order: few runs
+    closing = _at_or_before(ends[by_end], start)
+    del ends
+    depth -= closing
+    # Where each pushed event closes: the first start at or after its end. ``closing[i]``
+    # counts the ends at or before start ``i``, so the starts before the ``k``-th end (in
+    # order) are those with ``closing`` at most ``k``: counted, not searched.
+    before = np.cumsum(np.bincount(closing, minlength=len(by_end) + 1)[: len(by_end)])
+    del closing
+    close_at = np.empty(len(by_end), np.int64)
+    close_at[by_end] = before
+    del by_end, before
     levels = int(depth.max(initial=0)) + 1
     # Each event's parent: the last pushed event one level up before it. The pushed
     # events keyed by (level, position), sorted, answer every event in one search.
     small = np.int16 if levels < 1 << 15 else np.int64
     every = np.argsort(depth.astype(small), kind="stable")  # by level, then position
     by_level = every[pushed[every]]
-    keys = depth[by_level] * n + by_level
+    keys = depth[by_level]
+    keys *= n
+    keys += by_level
     inner = every[depth[every] >= 1]  # sorted as the keys they look for: a fast search
+    del every
     if len(inner):
-        at = np.searchsorted(keys, (depth[inner] - 1) * n + inner) - 1
-        if at.min() < 0 or np.any(keys[at] // n != depth[inner] - 1):
+        sought = depth[inner]
+        sought -= 1
+        sought *= n
+        sought += inner
+        at = np.searchsorted(keys, sought)
+        at -= 1
+        # The key found (the last one before the one sought) must be on the level up.
+        sought -= inner
+        if at.min() < 0 or np.any(keys[at] < sought):
             return walk(start, end, pushed)
+        del sought, keys
+        parent = np.full(n, -1, np.int64)  # made here: a big line's arrays above are gone
         parent[inner] = by_level[at]
         del at
-    del every, by_level, keys, inner
+    else:
+        parent = np.full(n, -1, np.int64)
+    del by_level, inner
+    positions = np.flatnonzero(pushed)
     kids = positions[parent[positions] >= 0]
     if np.any(end[kids] > end[parent[kids]]):
         return walk(start, end, pushed)
     del kids
-    close_at = np.searchsorted(start, end[positions], side="left")
     # By closing position, deeper first (a child closes before its parent): one key.
     order = close_at * levels + (levels - 1 - depth[positions])
     closed = positions[np.argsort(order, kind="stable")]

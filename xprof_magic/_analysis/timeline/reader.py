@@ -152,6 +152,7 @@ class Reader:
             self.facts.launch_ids.append(found)
         for allocator, events in allocations(line, order, start, name_id).items():
             self.facts.memory.setdefault(allocator, []).append(events)
+        del order, flag, pushed  # a big line's: the tables make arrays as long as it
         self.tables(start, end, dur, name_id, names, nest, cat)
 
     def _categories(
@@ -360,13 +361,25 @@ class Reader:
         kids = np.flatnonzero(nest.parent >= 0)
         kids = kids[cat[kids] >= 0]
         parent = nest.parent[kids]
-        child_ns = np.bincount(
-            parent, weights=np.minimum(end[kids], end[parent]) - start[kids], minlength=n
+        inside = end[kids]  # each child's time inside its parent (arrays reused: a big line)
+        np.minimum(inside, end[parent], out=inside)
+        inside = np.subtract(
+            inside, start[kids], out=inside if inside.dtype == start.dtype else None
         )
-        self_ns = np.maximum(0.0, dur - child_ns)
+        del kids
+        child_ns = np.bincount(parent, weights=inside, minlength=n)
+        del parent, inside
+        if child_ns.dtype == dur.dtype == np.float64:
+            self_ns = np.subtract(dur, child_ns, out=child_ns)
+            np.maximum(0.0, self_ns, out=self_ns)
+        else:  # no children (numpy then counts in whole numbers), or times not floats
+            self_ns = np.maximum(0.0, dur - child_ns)
         closed = nest.closed
         # Per (category, name): events and self time, summed in closing order as before.
-        key = (cat[closed].astype(np.int64) + 1) * len(names) + name_id[closed]
+        key = cat[closed].astype(np.int64)
+        key += 1
+        key *= len(names)
+        key += name_id[closed]
         unique, first = first_of_each(key)
         counts = np.bincount(key, minlength=len(names) * (len(CATEGORIES) + 1))
         sums = np.bincount(key, weights=self_ns[closed], minlength=len(counts))

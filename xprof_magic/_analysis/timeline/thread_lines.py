@@ -69,24 +69,29 @@ class SerializedLines:
     meta: MetaLookup = field(default=_no_meta, repr=False)
     """``meta(metadata_id, key)``: a stat of one event metadata (the plane's; a worker, which
     reads host lines only, has none)."""
-    release: Callable[[int], None] | None = field(default=None, repr=False)
-    """Told a line's index once that line is read (or sent away): the mapped file gives
-    back its pages (:meth:`.space.Mapped.release`)."""
+    release: Callable[[int, int, int], None] | None = field(default=None, repr=False)
+    """``release(index, lo, hi)``: bytes ``lo:hi`` of line ``index`` are read (or the line
+    is sent away): the mapped file gives back their pages (:meth:`.space.Mapped.release`)."""
 
     def done(self, index: int) -> None:
         """Line ``index`` is read: its bytes are not needed any more."""
         if self.release is not None:
-            self.release(index)
+            self.release(index, 0, len(self.data[index]))
 
     def line(self, index: int) -> Line:
-        """Line ``index`` as arrays: decoded from its bytes (:mod:`.wire`), or through the
-        protobuf runtime where their layout is not the one the decoder knows."""
+        """Line ``index`` as arrays: decoded from its bytes (:mod:`.wire`, which gives back
+        each part of a big line once it is decoded), or through the protobuf runtime where
+        their layout is not the one the decoder knows."""
         data = self.data[index]
+        release = self.release
         try:
-            decoded = wire.decode_line(data)
+            decoded = wire.decode_line(
+                data, None if release is None else lambda lo, hi: release(index, lo, hi)
+            )
         except wire.WireError:
             line = xspace.parse_line(data)
             return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
+        self.done(index)  # its pages given back before its arrays are made
         return columns.line_of(decoded, self.names, self.stat_ids, self.meta)
 
 
@@ -148,7 +153,9 @@ def _proto_plane(
         names,
         stat_ids,
         meta=meta_stat,
-        release=None if release is None else lambda i: release(spans[i]),
+        release=None
+        if release is None
+        else lambda i, lo, hi: release((spans[i][0] + lo, spans[i][0] + hi)),
     )
 
     def lines() -> Iterator[Line]:

@@ -23,12 +23,14 @@ field, on every stored capture.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from google.protobuf.message import DecodeError
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline import xspace
+from xprof_magic._analysis.timeline import framing, xspace
 from xprof_magic._analysis.timeline.line_arrays import Ints
 from xprof_magic._analysis.timeline.varint import (
     BYTE,
@@ -118,8 +120,21 @@ class EventColumns:
     stats: Stats
 
 
-def decode_line(serialized: Buffer) -> EventColumns:
-    """A serialized ``XLine`` as columns; :class:`WireError` where the layout is unexpected."""
+WALK_FROM = 1 << 20
+"""A line this long or longer is framed by numpy (:mod:`.framing`), not by the runtime."""
+
+
+Release = Callable[[int, int], None]
+"""``release(lo, hi)``: bytes ``lo:hi`` of the line are decoded (their pages may go)."""
+
+
+def decode_line(serialized: Buffer, release: Release | None = None) -> EventColumns:
+    """A serialized ``XLine`` as columns; :class:`WireError` where the layout is unexpected.
+    A big line's bytes are told to ``release`` part by part as they are decoded."""
+    if len(serialized) >= WALK_FROM:
+        first = _first_event(serialized, none=-1)
+        if first >= 0:  # else a line without events: the runtime's to read
+            return _walked(serialized, first, release)
     raw = xspace.RawXLine()
     raw.ParseFromString(serialized)
     lengths = np.fromiter(map(len, raw.events), np.int64, len(raw.events))
@@ -153,9 +168,36 @@ def decode_line(serialized: Buffer) -> EventColumns:
     return EventColumns(name, timestamp_ns, metadata_id, offset_ps, duration_ps, stats)
 
 
-def _first_event(serialized: Buffer) -> int:
+def _walked(serialized: Buffer, first: int, release: Release | None) -> EventColumns:
+    """:func:`decode_line` with the events framed by numpy (:mod:`.framing`): the line's
+    other fields, before and after its events, parsed by the runtime."""
+    if len(serialized) >= 1 << 31:
+        raise WireError("a line of 2 GB or more")
+    data = np.frombuffer(serialized, np.uint8)
+    field_at, stop = framing.event_headers(data, first)
+    lengths, sizes = varints(data, field_at + 1)
+    raw = xspace.RawXLine()
+    try:
+        raw.ParseFromString(bytes(serialized[:first]) + bytes(serialized[stop:]))
+    except DecodeError as error:
+        raise WireError("the line's other fields") from error
+    if len(raw.events):
+        raise WireError("events apart from the others")
+    at = field_at
+    at += 1
+    at += sizes
+    del field_at, sizes
+    end = lengths.view(np.int64)  # in place: the line's arrays are as long as its events
+    end += at
+    metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(data, at, end, release)
+    stats = Stats(ptr, ids, stat_at, data)
+    return EventColumns(raw.name, int(raw.timestamp_ns), metadata_id, offset_ps, duration_ps, stats)
+
+
+def _first_event(serialized: Buffer, none: int | None = None) -> int:
     """Where the line's first ``events`` field starts: after its other fields, in Python
-    (a line has a handful of fields before its events)."""
+    (a line has a handful of fields before its events); ``none`` where it has none (if
+    given, else :class:`WireError`)."""
     data = np.frombuffer(serialized, np.uint8)
     pos = 0
     while pos < len(serialized):
@@ -177,6 +219,8 @@ def _first_event(serialized: Buffer) -> int:
             pos += 5
         else:
             raise WireError("a group in a line")
+    if none is not None:
+        return none
     raise WireError("the line's events were not found")
 
 
@@ -185,16 +229,18 @@ _CHUNK = 1 << 15
 
 
 def _event_fields(
-    data: Bytes, at: Ints, end: Ints
+    data: Bytes, at: Ints, end: Ints, release: Release | None = None
 ) -> tuple[Ints, Ints, Ints, Ints, NDArray[np.int32], NDArray[np.int32]]:
     """The fields of the events whose payloads are ``data[at[i]:end[i]]``: metadata id,
     offset, duration, and their stats' pointer, ids and starts (see :class:`Stats`), a
     chunk of events at a time."""
     n = len(at)
     metadata_id, offset_ps, duration_ps = (np.zeros(n, np.int64) for _ in _FIELDS)
-    counts = np.zeros(n, np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    counts = ptr[1:]  # each event's stats, summed into the pointer in place below
     ids: list[NDArray[np.int32]] = []
     starts: list[NDArray[np.int32]] = []
+    released = 0
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
         cur = at[lo:hi].copy()
@@ -204,8 +250,10 @@ def _event_fields(
         counts[lo:hi], (chunk_ids, chunk_at) = _stats(data, cur, stop)
         ids.append(chunk_ids)
         starts.append(chunk_at)
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=ptr[1:])
+        if release is not None:  # the events decoded so far (the stats read later fault
+            release(released, int(end[hi - 1]))  # their pages in again from the file)
+            released = int(end[hi - 1])
+    np.cumsum(counts, out=counts)
     if not ids:
         return (
             metadata_id,
@@ -301,14 +349,20 @@ def _stats(
     counts = np.zeros(len(cur), np.int64)
     if not owners:
         return counts, (np.zeros(0, np.int32), np.zeros(0, np.int32))
-    owner = np.concatenate(owners)
-    order = np.argsort(owner, kind="stable")  # rounds in order: a stable merge of sorted runs
-    counts += np.bincount(owner, minlength=len(cur))
-    stat_id = np.concatenate([f[0] for f in found])[order]
-    if len(stat_id) and (stat_id.min() < 0 or stat_id.max() >= 1 << 31):
-        raise WireError("a stat metadata id over 31 bits")
-    stat_at = np.concatenate([f[1] for f in found])[order]
-    return counts, (stat_id.astype(np.int32), stat_at.astype(np.int32))
+    # Round k holds the k-th stat of each event it names: each goes to its event's k-th place.
+    counts += np.bincount(np.concatenate(owners), minlength=len(cur))
+    place = np.cumsum(counts) - counts
+    total = int(counts.sum())
+    stat_id = np.empty(total, np.int32)
+    stat_at = np.empty(total, np.int32)
+    for k, (owner, (ids, begin)) in enumerate(zip(owners, found, strict=True)):
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= 1 << 31):
+            raise WireError("a stat metadata id over 31 bits")
+        where = place[owner]
+        where += k
+        stat_id[where] = ids
+        stat_at[where] = begin
+    return counts, (stat_id, stat_at)
 
 
 def _stat_ids(data: Bytes, at: Ints, end: Ints) -> Ints:

@@ -1,0 +1,210 @@
+"""Loops of tiny steps: marked while their length is unknown, then recorded in Python.
+
+The tracker and the rewritten loop alone (fake events, no profiler): which steps are marked,
+which are recorded in Python, and where each of those starts and ends, whatever ends the loop.
+Then ``%%xprof --steps`` in an in-process shell with real JAX and real torch_xla on the CPU:
+the steps recorded in Python are in the stored timeline (XProf's own reader finds each
+marker) and in the summary, at the times they ran.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import xprof_magic
+from tests._said import worded
+from tests.conftest import FakeEvent, run, step_numbers
+from xprof_magic._cell import labels as _labels
+from xprof_magic._cell import step_tracker as _steps
+from xprof_magic._cell.rewrite import rewrite
+from xprof_magic._runs import metadata as _metadata
+
+FIRST = _steps.FAST_AFTER
+
+
+def marked() -> list[int]:
+    """The step numbers of the markers that were closed, i.e. recorded."""
+    return [s["step_num"] for kind, name, s in FakeEvent.log if kind == "close" and name == "step"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_log() -> None:
+    FakeEvent.log = []
+
+
+def traced(source: str, names: dict[str, Any] | None = None) -> _steps.StepTracker:
+    """Run ``source`` rewritten with ``--steps`` under a tracker of fake events."""
+    source = textwrap.dedent(source)
+    cell = rewrite(ast.parse(source), source.splitlines(), labels=False, steps=True)
+    recorder = _labels.Recorder(FakeEvent)
+    tracker = _steps.StepTracker(FakeEvent, recorder, watch_syncs=True)
+    with _labels.recording(recorder, tracker):
+        tracker.arm()
+        try:
+            exec(compile(cell.tree, "<cell>", "exec"), dict(names or {}))
+        finally:
+            tracker.finish()
+    return tracker
+
+
+def check_python_steps(tracker: _steps.StepTracker, count: int) -> None:
+    """The first steps are marked, the rest recorded in Python, one after another."""
+    assert marked() == list(range(FIRST))
+    python = tracker.python_steps()
+    assert [number for number, _, _ in python] == list(range(FIRST, count))
+    for (_, _, end), (_, start, _) in itertools.pairwise(python):
+        assert end == start, "each step ends where the next starts"
+    assert all(end >= start for _, start, end in python)
+    assert len(tracker.durations()) == count and tracker.ended == count
+    assert (tracker.first, tracker.last, tracker.rule) == (0, count - 1, "iteration")
+    ns = [round(s * 1e9) for s in tracker.durations()[FIRST:]]
+    assert ns == [end - start for _, start, end in python]
+
+
+def test_a_loop_of_tiny_steps_is_recorded_in_python_after_its_first_marked_steps() -> None:
+    tracker = traced("for i in range(300):\n    pass\n")
+    check_python_steps(tracker, 300)
+
+
+def test_a_break_ends_the_last_python_step_there() -> None:
+    tracker = traced("for i in range(300):\n    if i == 200:\n        break\n")
+    check_python_steps(tracker, 201)
+
+
+def test_an_exception_ends_the_last_python_step_there() -> None:
+    source = """
+    try:
+        for i in range(300):
+            if i == 150:
+                1 / 0
+    except ZeroDivisionError:
+        pass
+    """
+    check_python_steps(traced(source), 151)
+
+
+def test_each_run_of_an_inner_loop_is_marked_first_then_recorded_in_python() -> None:
+    tracker = traced("for epoch in range(3):\n    for i in range(100):\n        pass\n")
+    runs = [range(100 * k, 100 * k + FIRST) for k in range(3)]
+    assert marked() == [n for run in runs for n in run]
+    python = [n for n, _, _ in tracker.python_steps()]
+    assert python == [n for k in range(3) for n in range(100 * k + FIRST, 100 * (k + 1))]
+    assert len(tracker.durations()) == 300 and (tracker.first, tracker.last) == (0, 299)
+    # The durations are in step order: each run's marked steps, then its recorded ones.
+    ns = [round(d * 1e9) for d in tracker.durations()]
+    by_number = {n: end - start for n, start, end in tracker.python_steps()}
+    assert [ns[n] for n in python] == [by_number[n] for n in python]
+
+
+def test_long_steps_keep_a_marker_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_steps, "FAST_BELOW_NS", 0)
+    tracker = traced("for i in range(100):\n    pass\n")
+    assert marked() == list(range(100)) and tracker.python_steps() == []
+
+
+def test_a_loop_that_waits_for_its_items_keeps_a_marker_each() -> None:
+    tracker = traced("for i in (j for j in range(100)):\n    pass\n")
+    assert marked() == list(range(100)) and tracker.python_steps() == []
+
+
+def test_the_users_own_marker_ends_the_python_recording() -> None:
+    source = """
+    for i in range(200):
+        if i >= 100:
+            with step():
+                pass
+    """
+    tracker = traced(source, {"step": _labels.step})
+    # Step 100 was running when the user's marker came: like a marker of ours, it is
+    # dropped; the user's steps follow, marked.
+    assert [n for n, _, _ in tracker.python_steps()] == list(range(FIRST, 100))
+    assert tracker.rule == "user"
+    assert marked() == list(range(FIRST)) + list(range(100, 200))
+
+
+# Real captures through the magic.
+
+
+@pytest.fixture
+def written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many steps each capture wrote into its timeline after recording them in Python."""
+    from xprof_magic._capture import step_events
+
+    counts: list[int] = []
+    write = step_events.write_steps
+
+    def counted(folder: Path, steps: Any) -> int:
+        counts.append(write(folder, steps))
+        return counts[-1]
+
+    monkeypatch.setattr(step_events, "write_steps", counted)
+    return counts
+
+
+JAX_LOOP = """
+import jax, jax.numpy as jnp
+@jax.jit
+def tiny(w):
+    return w * 0.5 + 1.0
+w = tiny(jnp.ones((4, 4)))
+for i in range(300):
+    w = tiny(w)
+    if i == {stop}:
+        break
+jax.block_until_ready(w)
+"""
+
+
+@pytest.mark.parametrize(("stop", "count"), [(-1, 300), (220, 221)])
+def test_jax_tiny_steps_are_in_the_timeline_and_the_summary(
+    ip: Any, logdir: Path, written: list[int], stop: int, count: int
+) -> None:
+    name = f"tiny{count}"
+    body = JAX_LOOP.format(stop=stop)
+    assert run(ip, logdir, body, f"--steps --backend jax --name {name}").success
+    run_dir = logdir / "plugins" / "profile" / name
+    meta = _metadata.read(run_dir)
+    assert meta is not None and len(meta.steps) == count and meta.step_rule == "iteration"
+    assert written == [count - FIRST], "the steps after the first were recorded in Python"
+    # Every step is an XProf step marker on the timeline, as XProf's own reader sees it.
+    assert step_numbers(run_dir) == list(range(count))
+    s = xprof_magic.summarize(run_dir)
+    assert s.steps is not None and s.steps.count == count
+    # The steps recorded in Python start on the timeline where they started in the loop:
+    # each one's host part is as long as the metadata says.
+    starts = np.array(s.steps.host_starts_s or s.steps.starts_s)
+    assert len(starts) == count
+    gaps = np.diff(starts)[FIRST:]
+    assert np.allclose(gaps, np.array(meta.steps[FIRST:-1]), atol=2e-6), (gaps, meta.steps)
+    # The breakdown has every step, with the summary's step times.
+    d = worded(s)
+    assert [round(x.total_s, 9) for x in d.breakdown.steps] == [
+        round(x, 9) for x in s.steps.durations_s
+    ]
+
+
+def test_torch_xla_tiny_steps_are_in_the_timeline(
+    ip: Any, logdir: Path, written: list[int]
+) -> None:
+    body = (
+        "import torch, torch_xla\n"
+        "x = torch.ones(4, 4, device=torch_xla.device())\n"
+        "for i in range(200):\n"
+        "    x = x * 0.5 + 1.0\n"
+        "torch_xla.sync()\n"
+    )
+    assert run(ip, logdir, body, "--steps --backend torch_xla --name lazy").success
+    run_dir = logdir / "plugins" / "profile" / "lazy"
+    meta = _metadata.read(run_dir)
+    assert meta is not None and len(meta.steps) == 200 and meta.step_rule == "iteration"
+    assert written == [200 - FIRST]
+    assert step_numbers(run_dir) == list(range(200))
+    s = xprof_magic.summarize(run_dir)
+    assert s.steps is not None and s.steps.count == 200
