@@ -79,7 +79,7 @@ class Page:
     How the browser reaches the page (:mod:`~xprof_magic._notebook.route`): ``base``, the
     viewer's root as the browser sees it (its health route is probed there); ``route``,
     ``auto`` (the port where it answers, else the kernel), ``direct`` or ``kernel`` (forced);
-    ``kernel``: the page can be shown through the kernel (the trace viewer's); ``version``:
+    ``kernel``: the page can be shown through the kernel (XProf's pages: every tool); ``version``:
     XProf's, the key its static files are cached under in the browser.
     """
 

@@ -301,7 +301,7 @@ class ViewerWidget:
             under,
             base=origin + prefix + self.viewer.base_path,
             route=forced_route(),
-            kernel=tool == TRACE_VIEWER_TOOL and self.viewer.kind == "xprof",
+            kernel=self.viewer.kind == "xprof",
             version=xprof_version(),
         )
 

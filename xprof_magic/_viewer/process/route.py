@@ -174,11 +174,13 @@ def xprof_version() -> str:
 def route_notes(viewer: Viewer, where: tuple[str, str]) -> dict[str, Any]:
     """What a front's frame needs for the route from the browser to ``viewer``: its root as
     the browser sees it (``where``: ``(origin, prefix)``), the route a setting forces, XProf's
-    version (the browser's cache key) and the frame's code (:data:`PAGE_JS`)."""
+    version (the browser's cache key), whether its pages can cross the kernel (XProf's all
+    can; TensorBoard's cannot) and the frame's code (:data:`PAGE_JS`)."""
     origin, prefix = where
     return {
         "base": origin + prefix + viewer.base_path,
         "route": forced_route(),
         "version": xprof_version(),
+        "kernel": viewer.kind == "xprof",
         "page_js": PAGE_JS,
     }
