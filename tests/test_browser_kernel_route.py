@@ -176,24 +176,37 @@ def error_pages(page: Any) -> list[str]:
     return [f.url for f in page.frames if f.url.startswith("chrome-error:")]
 
 
-def open_notebook(
-    lab: JupyterLab,
+@contextlib.contextmanager
+def opened(
+    server: JupyterLab,
     browser: Any,
     name: str,
     cells: list[str],
     blocked: bool,
     ui: Frontend = LAB,
-) -> tuple[Any, NotebookPage, list[str]]:
-    write_notebook(lab.root / name, cells)
+) -> Iterator[tuple[NotebookPage, list[str]]]:
+    """The notebook ``name`` of ``cells`` open in ``ui`` (every port but the notebook server's
+    refused where ``blocked``: the requests refused are listed); on a failure, a screenshot and
+    the page's story; the browser's context closed and the kernels shut down after."""
+    write_notebook(server.root / name, cells)
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     offline(context)
     context.add_init_script(RECORD_ERRORS)
     refused: list[str] = []
     if blocked:
-        only_the_notebook_server(context, lab.port, refused)
-    notebook = NotebookPage(context.new_page(), lab, name, ui, workspace=name.split(".")[0])
-    notebook.open(LOAD_TIMEOUT_S)
-    return context, notebook, refused
+        only_the_notebook_server(context, server.port, refused)
+    notebook = NotebookPage(context.new_page(), server, name, ui, workspace=name.split(".")[0])
+    try:
+        notebook.open(LOAD_TIMEOUT_S)
+        yield notebook, refused
+    except BaseException:
+        with contextlib.suppress(Exception):
+            notebook.screenshot(f"{name.split('.')[0]}-failure")
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        server.shutdown_kernels()
 
 
 def reads_and_switches(
@@ -204,9 +217,8 @@ def reads_and_switches(
     switches the same frame to the second's; no frame is the browser's error page."""
     prefix = name.split(".")[0]
     cells = [SETUP, capture(f"{prefix}-train", "update"), capture(f"{prefix}-eval", "evaluate")]
-    context, notebook, refused = open_notebook(server, browser, name, cells, blocked, ui)
     route = "kernel" if blocked else "direct"
-    try:
+    with opened(server, browser, name, cells, blocked, ui) as (notebook, refused):
         notebook.run_all(count=3, timeout=RUN_TIMEOUT_S)
         outputs = notebook.outputs()
         assert "Traceback" not in outputs, outputs
@@ -234,20 +246,11 @@ def reads_and_switches(
         assert notebook.xprof_frame(first) == frame, "a new frame replaced the XProf frame"
         assert all(urlsplit(u).path.endswith("/xprof_magic/health") for u in refused), refused
         assert error_pages(notebook.page) == []
-    except BaseException:
-        with contextlib.suppress(Exception):
-            notebook.screenshot(f"{prefix}-failure")
-        notebook.report()
-        raise
-    finally:
-        context.close()
-        server.shutdown_kernels()
 
 
 def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any) -> None:
     cells = [SETUP, capture("kr-train", "update"), capture("kr-eval", "evaluate")]
-    context, notebook, refused = open_notebook(lab, browser, "kernel.ipynb", cells, True)
-    try:
+    with opened(lab, browser, "kernel.ipynb", cells, True) as (notebook, refused):
         notebook.run_all(count=3, timeout=RUN_TIMEOUT_S)
         outputs = notebook.outputs()
         assert "Traceback" not in outputs, outputs
@@ -325,20 +328,11 @@ def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any
         # Nor did any of the viewer's paths go to the notebook server instead.
         assert not viewer_paths(notebook, lab.port), viewer_paths(notebook, lab.port)
         assert error_pages(notebook.page) == []
-    except BaseException:
-        with contextlib.suppress(Exception):
-            notebook.screenshot("kernel-route-failure")
-        notebook.report()
-        raise
-    finally:
-        context.close()
-        lab.shutdown_kernels()
 
 
 def test_the_port_is_still_taken_where_it_answers(lab: JupyterLab, browser: Any) -> None:
     cells = [SETUP, capture("port-train", "update")]
-    context, notebook, _ = open_notebook(lab, browser, "port.ipynb", cells, False)
-    try:
+    with opened(lab, browser, "port.ipynb", cells, False) as (notebook, _):
         notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
         first = notebook.widgets.first
         notebook.wait(lambda: wrapper_route(first) == "direct", "the port route", 30)
@@ -347,20 +341,13 @@ def test_the_port_is_still_taken_where_it_answers(lab: JupyterLab, browser: Any)
         assert first.locator("a.xprof-open").is_visible()
         url = urlsplit(notebook.xprof_frame(first).url)
         assert url.hostname == "127.0.0.1" and url.port not in (None, lab.port), url
-    except BaseException:
-        notebook.report()
-        raise
-    finally:
-        context.close()
-        lab.shutdown_kernels()
 
 
 def test_a_busy_kernel_says_so_then_shows_the_viewer(lab: JupyterLab, browser: Any) -> None:
     """A cell that runs 20 s right after the capture: the frame says the viewer continues
     when it ends, and then shows it, without a click."""
     cells = [SETUP, capture("busy-train", "update"), "import time\ntime.sleep(20)"]
-    context, notebook, _ = open_notebook(lab, browser, "busy.ipynb", cells, True)
-    try:
+    with opened(lab, browser, "busy.ipynb", cells, True) as (notebook, _):
         notebook.ui.run_all(notebook.page)
         notebook.wait(lambda: notebook.widgets.count() == 1, "the capture's widget", RUN_TIMEOUT_S)
         first = notebook.widgets.first
@@ -379,32 +366,19 @@ def test_a_busy_kernel_says_so_then_shows_the_viewer(lab: JupyterLab, browser: A
         )
         assert notebook.ui.ran(notebook.prompts()[2]), "the viewer came before the cell ended"
         assert shown_text(line) == ""
-    except BaseException:
-        notebook.report()
-        raise
-    finally:
-        context.close()
-        lab.shutdown_kernels()
 
 
 def test_the_kernel_route_can_be_forced(lab: JupyterLab, browser: Any) -> None:
     """``XPROF_MAGIC_PROXY_URL=kernel`` takes the kernel route though the port answers."""
     force = "import os\nos.environ['XPROF_MAGIC_PROXY_URL'] = 'kernel'"
     cells = [SETUP + "\n" + force, capture("forced-train", "update")]
-    context, notebook, _ = open_notebook(lab, browser, "forced.ipynb", cells, False)
-    try:
+    with opened(lab, browser, "forced.ipynb", cells, False) as (notebook, _):
         notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
         first = notebook.widgets.first
         notebook.wait(lambda: wrapper_route(first) == "kernel", "the forced kernel route", 30)
         first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
         notebook.wait(lambda: has_event(notebook, first, "update"), "the trace viewer", 120)
         assert notebook.xprof_frame(first).url == "about:srcdoc"
-    except BaseException:
-        notebook.report()
-        raise
-    finally:
-        context.close()
-        lab.shutdown_kernels()
 
 
 def test_no_route_is_one_line_not_an_error_page(lab: JupyterLab, browser: Any) -> None:
@@ -412,8 +386,7 @@ def test_no_route_is_one_line_not_an_error_page(lab: JupyterLab, browser: Any) -
     the one line saying what was tried and what to do, never the browser's error page."""
     without = "import xprof_magic._notebook.route as r\nr._widget_class = lambda: None"
     cells = [SETUP + "\n" + without, capture("none-train", "update")]
-    context, notebook, _ = open_notebook(lab, browser, "none.ipynb", cells, True)
-    try:
+    with opened(lab, browser, "none.ipynb", cells, True) as (notebook, _):
         notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
         first = notebook.widgets.first
         notebook.wait(lambda: wrapper_route(first) == "none", "no route", 30)
@@ -423,12 +396,6 @@ def test_no_route_is_one_line_not_an_error_page(lab: JupyterLab, browser: Any) -
         assert "pip install anywidget" in shown_text(line)
         assert error_pages(notebook.page) == []
         notebook.screenshot("kernel-route-none", first)
-    except BaseException:
-        notebook.report()
-        raise
-    finally:
-        context.close()
-        lab.shutdown_kernels()
 
 
 @pytest.fixture(scope="module")
