@@ -1,15 +1,15 @@
-"""The kernel route under a cell: XProf's pages through the widget's channel, where the
-browser cannot open the viewer's port.
+"""The kernel route under a cell: XProf's pages through the widget's channel.
 
-The widget shows XProf's page in an iframe on the viewer's loopback port (or Colab's or a
-Jupyter server's proxy of it). Where the browser cannot reach that port (VS Code over
-Remote-SSH, Colab in VS Code, Kaggle, Positron, a JupyterLab through an SSH tunnel) the one
-channel every front carries is the kernel's own: widget messages. :func:`route_widget`
-makes an invisible anywidget (``route_widget.js``) that answers, through ipywidgets' custom
-messages, the requests of the widget's wrapper frame (``_viewer/process/route_page.js``); the
-kernel forwards each to its loopback viewer (:func:`xprof_magic._viewer.process.route.serve`:
-the same guard, secret and refusals) from a thread of its own, and sends the reply back in
-chunks, each a binary buffer.
+It is for a browser that cannot open the viewer's port. The widget shows XProf's page in an
+iframe on the viewer's loopback port (or Colab's or a Jupyter server's proxy of it). Where
+the browser cannot reach that port (VS Code over Remote-SSH, Colab in VS Code, Kaggle,
+Positron, a JupyterLab through an SSH tunnel) the one channel every front carries is the
+kernel's own: widget messages. :func:`route_widget` makes an invisible anywidget
+(``route_widget.js``) that answers, through ipywidgets' custom messages, the requests of the
+widget's wrapper frame (``_viewer/process/route_page.js``); the kernel forwards each to its
+loopback viewer (:func:`xprof_magic._viewer.process.route.serve`: the same guard, secret and
+refusals) from a thread of its own, and sends the reply back in chunks, each a binary
+buffer.
 
 The route is chosen in the browser, per widget (``route_page.js``): the viewer's port where
 a request to its health route answers within a second, else the kernel route, else one line
@@ -87,8 +87,10 @@ def _widget_class() -> type[Any] | None:
 
 
 def route_widget(viewer: Viewer) -> Any | None:
-    """The widget that answers the browser's requests for ``viewer`` through the kernel
-    (None where anywidget is not installed: the browser then says the route is missing)."""
+    """The widget that answers the browser's requests for ``viewer`` through the kernel.
+
+    None where anywidget is not installed: the browser then says the route is missing.
+    """
     made = _widget_class()
     if made is None:
         return None
