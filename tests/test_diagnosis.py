@@ -461,6 +461,7 @@ f = jax.jit(lambda x: jnp.tanh(x @ Wc).sum())
 @partial(jax.jit, static_argnums=1)
 def scaled(x, lr):
     return (x * lr).sum()
+jnp.ones((64, 64))  # compiled here: the loop's recompiles are the cell's compile time
 """
 
 

@@ -145,7 +145,7 @@ def test_switching_run_and_tool_changes_the_view(viewer: _viewer.Viewer, logdir:
         "under": "",
         "base": f"http://127.0.0.1:{viewer.port}/{viewer.secret}",
         "route": "auto",
-        "kernel": False,
+        "kernel": True,  # XProf's pages cross the kernel route too
         "version": _route.xprof_version(),
     }
     view.tools.value = "trace_viewer@"
