@@ -11,7 +11,13 @@ microseconds). The loop's own time, measured inside the cell with ``time.perf_co
   in C (``map``/``zip``), as ``--steps`` records tiny steps: the floor of steps recorded
   in Python;
 - ``manual+sampler``: the first, with the magic's line sampler
-  (:mod:`xprof_magic._cell.sampler`) looking at the loop's thread: its cost alone;
+  (:mod:`xprof_magic._cell.sampler`) looking at the loop's thread at its full rate (a loop
+  whose steps are not recorded in C): its cost alone;
+- ``manual+wakes``: the first, with a thread that wakes as often as the sampler and takes the
+  interpreter's lock, at the sampler's switch interval, but looks at nothing: what the
+  hand-offs of the lock cost, without the looks;
+- ``manual+sparse``: the sampler as in a loop whose steps are recorded in C
+  (:data:`~xprof_magic._cell.sampler.SPARSE` times fewer looks);
 - ``xprof (markers)``: the cell under ``%%xprof --steps`` with a profiler marker on every
   step, as before tiny steps were recorded in Python;
 - ``xprof``: the cell under ``%%xprof --steps`` (labels, its first steps marked, the rest
@@ -43,6 +49,10 @@ def tiny(W):
 
 W = jnp.ones((4, 4))
 W = tiny(W)
+
+class Wakes(LineSampler):
+    def _look(self, weight=1):
+        pass
 """
 
 LOOP = """
@@ -73,15 +83,17 @@ elapsed = time.perf_counter() - _t
 """
 
 
-def _manual(logdir: str, sampled: bool, stepped: bool = False, stamped: bool = False) -> str:
+def _manual(logdir: str, sampled: str = "", stepped: bool = False, stamped: bool = False) -> str:
+    """``sampled``: the sampler's class, and its arguments past the frameworks."""
     body = STEPPED if stepped else LOOP.replace("_t = time.perf_counter()", "")
     if stamped:
         body = STAMPED
     start = "_t = time.perf_counter()\n"
     if sampled:
+        kind, _, rest = sampled.partition(",")
         start = (
-            "_s = LineSampler(threading.get_ident(), sys._getframe().f_code.co_filename,"
-            " framework_folders())\n_s.start()\n" + start
+            f"_s = {kind}(threading.get_ident(), sys._getframe().f_code.co_filename,"
+            f" framework_folders(){',' + rest if rest else ''})\n_s.start()\n" + start
         )
     stop = "_s.stop()\n" if sampled else ""
     return f"jax.profiler.start_trace({logdir!r})\n{start}{body}{stop}jax.profiler.stop_trace()\n"
@@ -98,10 +110,12 @@ def measure(steps: int = 10_000, reps: int = 5) -> dict[str, Any]:
     ip.user_ns["STEPS"] = steps
     tmp = Path(tempfile.mkdtemp(prefix="bench-tiny-"))
     variants = {
-        "manual": _manual(str(tmp / "manual"), sampled=False),
-        "manual+steps": _manual(str(tmp / "stepped"), sampled=False, stepped=True),
-        "manual+stamps": _manual(str(tmp / "stamped"), sampled=False, stamped=True),
-        "manual+sampler": _manual(str(tmp / "sampled"), sampled=True),
+        "manual": _manual(str(tmp / "manual")),
+        "manual+steps": _manual(str(tmp / "stepped"), stepped=True),
+        "manual+stamps": _manual(str(tmp / "stamped"), stamped=True),
+        "manual+sampler": _manual(str(tmp / "sampled"), "LineSampler"),
+        "manual+wakes": _manual(str(tmp / "woken"), "Wakes"),
+        "manual+sparse": _manual(str(tmp / "sparse"), "LineSampler,fast=lambda: True"),
         "xprof (markers)": (
             f"%%xprof --logdir {tmp / 'marked'} --no-display --steps --backend jax\n{LOOP}"
         ),

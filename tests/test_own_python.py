@@ -23,7 +23,7 @@ from tests._said import said, worded
 from tests.conftest import names_of
 from tests.test_idioms import diagnosed
 from xprof_magic._analysis.diagnosis.own import Sampled, feeds_the_step, own_python
-from xprof_magic._cell.sampler import LineSampler
+from xprof_magic._cell.sampler import SPARSE, WEIGHT, LineSampler
 
 JAX = """
 import numpy as np
@@ -163,7 +163,9 @@ def test_torch_xla_tiny_ops_traced_from_the_cells_line_stay_the_frameworks(
     assert d.framework is not None and d.framework.line == 5 and d.line == 5
 
 
-def _looks(cell: Path, frameworks: tuple[str, ...], ops: Any = None) -> list[tuple[int, int, int]]:
+def _looks(
+    cell: Path, frameworks: tuple[str, ...], ops: Any = None, fast: Any = None
+) -> list[tuple[int, int, int, int]]:
     """Run a function defined in a file ``cell`` for 0.2 s on a thread, sampled."""
     source = (
         "def work():\n"
@@ -186,7 +188,7 @@ def _looks(cell: Path, frameworks: tuple[str, ...], ops: Any = None) -> list[tup
     worker.start()
     while not ident:
         time.sleep(0.001)
-    sampler = LineSampler(ident[0], str(cell), frameworks, ops=ops)
+    sampler = LineSampler(ident[0], str(cell), frameworks, ops=ops, fast=fast)
     sampler.start()
     ready.set()
     worker.join()
@@ -210,6 +212,17 @@ def test_the_sampler_names_the_cells_line_and_the_frameworks_frames(tmp_path: Pa
     made = iter(range(100_000))
     one = _looks(cell, (), ops=lambda: next(made) // 3)
     assert {fw for _, _, fw, _ in one} == {0}, "one op (a tensor moved to the device) is no tracing"
+
+
+def test_in_a_loop_recorded_in_c_each_look_stands_for_several(tmp_path: Path) -> None:
+    """While the step tracker records a loop's steps in C, the looks come SPARSE times less
+    often and each says it stands for SPARSE looks; the analysis counts it that many times."""
+    looks = _looks(tmp_path / "cell.py", (), fast=lambda: True)
+    assert len(looks) >= 2
+    assert looks[0][2] // WEIGHT == 0, "the first look follows a wait of the full rate"
+    assert {flags // WEIGHT for _, _, flags, _ in looks[1:]} == {SPARSE}
+    assert {line for _, line, _, _ in looks if line} == {6}
+    assert {flags % WEIGHT for _, _, flags, _ in looks} == {0}
 
 
 def test_pure_python_between_calls_that_release_the_lock_gets_its_share_of_looks(

@@ -24,6 +24,7 @@ from tests.conftest import FakeEvent, run, step_numbers
 from xprof_magic._cell import labels as _labels
 from xprof_magic._cell import step_tracker as _steps
 from xprof_magic._cell.rewrite import rewrite
+from xprof_magic._cell.sampler import SPARSE, WEIGHT
 from xprof_magic._runs import metadata as _metadata
 
 FIRST = _steps.FAST_AFTER
@@ -208,3 +209,20 @@ def test_torch_xla_tiny_steps_are_in_the_timeline(
     assert step_numbers(run_dir) == list(range(200))
     s = xprof_magic.summarize(run_dir)
     assert s.steps is not None and s.steps.count == 200
+
+
+def test_jax_a_long_loop_of_tiny_steps_is_looked_at_less_often(
+    ip: Any, logdir: Path, written: list[int]
+) -> None:
+    """Once a loop's steps are recorded in C, the sampler's looks come less often, each one
+    standing for as many; the analysis reads them (the summary's verdict has its looks)."""
+    body = JAX_LOOP.replace("range(300)", "range(6000)").format(stop=-1)
+    assert run(ip, logdir, body, "--steps --backend jax --name sparse").success
+    run_dir = logdir / "plugins" / "profile" / "sparse"
+    meta = _metadata.read(run_dir)
+    assert meta is not None and len(meta.steps) == 6000
+    sparse = [look for look in meta.lines if look[2] // WEIGHT]
+    assert sparse, meta.lines
+    assert {look[2] // WEIGHT for look in sparse} == {SPARSE}
+    assert min(look[3] for look in sparse) >= FIRST, "only once the loop is recorded in C"
+    assert worded(xprof_magic.summarize(run_dir)).breakdown.steps

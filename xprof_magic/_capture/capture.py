@@ -171,6 +171,7 @@ class Capture:
                 made if made() >= 0 else None,
                 lambda: run.tracker.ended,
                 self.plan.cell_code,
+                lambda: run.tracker.fast,
             )
             lines.start()
             cell.callback(lambda: run.recorder.lines.extend(lines.stop()))

@@ -12,8 +12,12 @@ frame of its file), so the statement of the cell, not a line inside a function i
 the user's lines); whether the innermost Python frame is the framework's (a file under one
 of ``frameworks``' folders); and whether the framework made ops since the last look.
 
-One look costs a few microseconds of the interpreter's lock, :data:`INTERVAL_S` apart: below
-what the bench can measure (``python -m bench tiny-steps`` measures it). Standard library only.
+What a look costs the cell is mostly not the look but the hand-off of the interpreter's lock
+to this thread and back (``python -m bench tiny-steps``: a thread that wakes as often and does
+nothing cost a loop of tiny steps about as much as the looks). While the step tracker records a
+loop's steps in C (its steps are tiny, its body repeats), the looks come :data:`SPARSE` times
+less often and each says so (its weight in the flags), so that the analysis counts it as the
+looks it stands for. Standard library only.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ __all__ = [
     "INTERVAL_S",
     "MANY_OPS",
     "MOST",
+    "SPARSE",
+    "WEIGHT",
     "LineSampler",
     "Sample",
     "framework_folders",
@@ -46,6 +52,13 @@ of it): 500 a second, so that the 5 looks the analysis needs fit in the 10 ms un
 cell gets no verdict."""
 SWITCH_S = 0.0001
 """The interpreter's switch interval while the sampler looks (see :meth:`LineSampler.start`)."""
+SPARSE = 5
+"""While a loop's steps are recorded in C (``fast``), the looks come this many times less
+often, each one standing for this many (its flags say so, :data:`WEIGHT`): over a loop of
+thousands of repeating tiny steps, a fifth of the looks still tell which statement holds the
+time, and the hand-offs of the interpreter's lock cost the loop a fifth as much."""
+WEIGHT = 4
+"""The flags of a look, divided by this: how many looks it stands for (0: one)."""
 MOST = 40_000
 """The most looks one capture keeps: past them (80 s at 500 a second) every other look is
 dropped and the looks come half as often, so a long cell keeps looks from end to end."""
@@ -60,7 +73,7 @@ Sample = tuple[int, int, int, int]
 compiled; 0: none), and flags: 1 when the innermost Python frame was the framework's,
 :data:`GREW` when ops were made since the look before; the steps ended by then (``steps``:
 the step tracker's count), which tells two looks of one step from two of the same line in
-two steps."""
+two steps. ``flags // WEIGHT``, when not 0: the look stands for as many (:data:`SPARSE`)."""
 
 
 class LineSampler:
@@ -71,7 +84,8 @@ class LineSampler:
     (:data:`GREW`), wherever the innermost Python frame was (``x * 2`` traced from the cell's
     line); the analysis decides which line made them. ``code``: the code whose frame's line
     is the one taken (the cell's, a profiled function's: a script calling it shares its
-    file); without it, the outermost frame of ``cell_file``."""
+    file); without it, the outermost frame of ``cell_file``. ``fast``: whether the cell's loop
+    has its steps recorded in C now (:data:`SPARSE`)."""
 
     def __init__(
         self,
@@ -81,12 +95,15 @@ class LineSampler:
         ops: Callable[[], int] | None = None,
         steps: Callable[[], int] | None = None,
         code: CodeType | None = None,
+        fast: Callable[[], bool] | None = None,
     ) -> None:
         self._thread, self._file, self._code = thread, cell_file, code
         self._frameworks = tuple(frameworks)
-        self._ops, self._steps = ops, steps
+        self._ops, self._steps, self._fast = ops, steps, fast
         self._made = ops() if ops is not None else 0
-        self._stop = threading.Event()
+        self._gate = threading.Lock()  # held until stop(): the worker's wait between looks
+        self._gate.acquire()
+        self._stopped = False
         self._worker: threading.Thread | None = None
         self._interval = 0.005
         self.samples: list[Sample] = []
@@ -107,7 +124,9 @@ class LineSampler:
 
     def stop(self) -> list[Sample]:
         """Stop looking; the looks taken."""
-        self._stop.set()
+        if not self._stopped:
+            self._stopped = True
+            self._gate.release()
         if self._worker is not None:
             self._worker.join(1.0)
             sys.setswitchinterval(self._interval)
@@ -120,19 +139,23 @@ class LineSampler:
         # call); the next look, one interval later, then finds the loop at the same point
         # of its step, and the next, so that every look lands on that call and none on the
         # pure Python between (print_tensor on an idle CPU: 18 of 19 looks on the jitted
-        # call, 1 on the print that held the step's time).
+        # call, 1 on the print that held the step's time). The wait is one call in C (the
+        # gate, released by stop()), and so is the draw: this thread holds the interpreter's
+        # lock, which the cell's thread waits for, only for the look itself.
         interval = INTERVAL_S
-        draw = random.Random().uniform
-        while not self._stop.wait(interval * draw(0.5, 1.5)):
+        wait, draw, fast = self._gate.acquire, random.Random().random, self._fast
+        weight = 1
+        while not wait(True, interval * weight * (0.5 + draw())):
             if len(self.samples) >= MOST:  # a long cell: every other look, half as often
                 del self.samples[::2]
                 interval *= 2
             try:
-                self._look()
+                self._look(weight)
+                weight = SPARSE if fast is not None and fast() else 1
             except Exception:  # a look never fails the cell
                 return
 
-    def _look(self) -> None:
+    def _look(self, weight: int = 1) -> None:
         frame = sys._current_frames().get(self._thread)
         if frame is None:
             return
@@ -152,7 +175,7 @@ class LineSampler:
             made = self._ops()
             grew, self._made = made - self._made >= MANY_OPS, made
         ended = self._steps() if self._steps is not None else 0
-        flags = int(framework) | (GREW if grew else 0)
+        flags = int(framework) | (GREW if grew else 0) | (WEIGHT * weight if weight > 1 else 0)
         self.samples.append((time.time_ns(), line, flags, ended))
 
 

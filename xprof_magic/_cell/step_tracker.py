@@ -205,6 +205,12 @@ class StepTracker:
     def ended(self, value: int) -> None:
         self._ended = value
 
+    @property
+    def fast(self) -> bool:
+        """Whether a loop's steps are being recorded in Python now (:meth:`go_fast`)."""
+        fast = self._fast
+        return fast is not None and not fast.done
+
     def python_steps(self) -> list[tuple[int, int, int]]:
         """The steps recorded in Python, with no marker on the timeline.
 

@@ -63,6 +63,10 @@ GREW = 2
 (:data:`xprof_magic._cell.sampler.GREW`; 1 is the innermost frame's being the framework's)."""
 OWN_HOST = 0.5
 """The share of the host's sampled time that must be the user's own for the verdict to say so."""
+WEIGHT = 4
+"""A look's flags divided by this: how many looks it stands for, 0 meaning one
+(:data:`xprof_magic._cell.sampler.WEIGHT`: the sampler looks less often in a loop of tiny
+steps)."""
 MIN_LOOKS = 5
 """The fewest looks at the host's time that say anything."""
 _FRAMEWORK_KEYS = ("compile", "transfer", "sync", STEP_END, READ, FRAMEWORK)
@@ -125,13 +129,16 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
     feeding = [
         v for v in np.unique(looks[own, 1]).tolist() if feeds_the_step(meta.numbered_cell, v)
     ]
+    # A look taken less often stands for as many: counted that many times, once its own
+    # facts (the ops made since the look before) are read.
+    times = np.maximum(flags // WEIGHT, 1)
     return Sampled(
-        step=step,
-        host=host,
-        own=own,
-        device=_within(device, t),
-        line=looks[:, 1],
-        batch=own & np.isin(looks[:, 1], feeding),
+        step=np.repeat(step, times),
+        host=np.repeat(host, times),
+        own=np.repeat(own, times),
+        device=np.repeat(_within(device, t), times),
+        line=np.repeat(looks[:, 1], times),
+        batch=np.repeat(own & np.isin(looks[:, 1], feeding), times),
     )
 
 
