@@ -238,7 +238,7 @@ def test_pure_python_between_calls_that_release_the_lock_gets_its_share_of_looks
         "    t = time.perf_counter()\n"
         "    while time.perf_counter() - t < s:\n"
         "        pass\n"
-        "end = time.perf_counter() + 0.6\n"
+        "end = time.perf_counter() + 1.2\n"
         "while time.perf_counter() < end:\n"
         "    time.sleep(0.0001)\n"
         "    spin(0.0018)\n"
@@ -262,7 +262,7 @@ def test_pure_python_between_calls_that_release_the_lock_gets_its_share_of_looks
     ready.set()
     worker.join()
     looks = [line for _, line, _, _ in sampler.stop() if line in (7, 8)]
-    assert len(looks) >= 50
+    assert len(looks) >= 100
     assert looks.count(8) >= 0.5 * len(looks), (looks.count(7), looks.count(8))
 
 
