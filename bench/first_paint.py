@@ -59,7 +59,7 @@ def _forget_conversion(run_dir: Path) -> None:
 def _one_view(page: Any, seen: set[Any], reps_label: str, kernel: bool = False) -> dict[str, float]:
     """Run the notebook's second cell and wait for its timeline's first paint (``kernel``:
     the page comes through the kernel route, in a frame written as ``about:srcdoc``)."""
-    from tests._browser import wait_until
+    from tests._wait import wait_until
 
     cell = page.locator(".jp-NotebookPanel .jp-CodeCell").nth(1)
     cell.locator(".jp-InputPrompt").click()
@@ -147,14 +147,9 @@ def measure(reps: int = 3, source: Path | None = None) -> dict[str, Any]:
     """Cold then warm ``%xprof view 30MB`` in one JupyterLab page, ``reps`` times each."""
     from playwright.sync_api import sync_playwright
 
-    from tests._browser import (
-        CHROMIUM_ARGS,
-        find_chromium,
-        start_jupyterlab,
-        stop_viewers,
-        wait_until,
-        write_notebook,
-    )
+    from tests._browser import CHROMIUM_ARGS, find_chromium, write_notebook
+    from tests._notebook_servers import start_jupyterlab, stop_viewers
+    from tests._wait import wait_until
 
     chromium = find_chromium()
     if chromium is None:
@@ -227,7 +222,7 @@ def _kernel_views(browser: Any, lab: Any, home: Path, reps: int) -> list[dict[st
     """The same warm view through the kernel route: a second page of the same notebook in a
     browser that reaches the notebook server's port only (so the widget picks the kernel),
     its XProf files not yet in that browser's cache for the first repetition."""
-    from tests._browser import wait_until
+    from tests._wait import wait_until
 
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.add_init_script(PROBE)

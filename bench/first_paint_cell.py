@@ -94,7 +94,7 @@ class _Notebook:
     """One notebook page: run a cell by its index, wait for it, find its frames' paints."""
 
     def __init__(self, context: Any, lab: Any, name: str) -> None:
-        from tests._browser import wait_until
+        from tests._wait import wait_until
 
         self.wait_until = wait_until
         self.page = context.new_page()
@@ -296,13 +296,8 @@ def _next(context: Any, lab: Any, rep: int) -> dict[str, float]:
 def measure(sizes: list[str], reps: int, modes: list[str], next_reps: int) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
-    from tests._browser import (
-        CHROMIUM_ARGS,
-        find_chromium,
-        machine_environment,
-        start_jupyterlab,
-        stop_viewers,
-    )
+    from tests._browser import CHROMIUM_ARGS, find_chromium
+    from tests._notebook_servers import machine_environment, start_jupyterlab, stop_viewers
 
     chromium = find_chromium()
     if chromium is None:

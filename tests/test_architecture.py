@@ -126,6 +126,31 @@ def test_no_import_cycles_even_inside_functions() -> None:
     assert _cycles() == []
 
 
+def test_every_name_a_benchmark_imports_exists() -> None:
+    """The benches import the tests' helpers and the package's inner modules inside their
+    functions, where nothing but a run would notice a helper that moved (the first-paint
+    bench's ``start_jupyterlab`` once did)."""
+    import importlib
+
+    root = Path(__file__).parent.parent
+    gone = []
+    for path in sorted((root / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
+                continue
+            if node.module.split(".")[0] not in ("tests", "bench", "xprof_magic"):
+                continue
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                if hasattr(module, alias.name):
+                    continue
+                try:
+                    importlib.import_module(f"{node.module}.{alias.name}")
+                except ImportError:
+                    gone.append(f"{path.name}:{node.lineno}: {node.module}.{alias.name}")
+    assert gone == [], gone
+
+
 def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
     """The import reader sees imports inside functions, so a hidden cycle would be caught:
     the model's display importing the render stage, as it once did, is one."""
