@@ -41,7 +41,7 @@ def launch_spans(
     span key of the program they name (``prefixes``: the vocabulary's ``launches``): each
     from when it launched, after the events inside it that come first (``before``), to its
     end. The line's events are in time order, with their nesting ``nest``."""
-    outer = np.flatnonzero(launch & ~((nest.parent >= 0) & launch[np.maximum(nest.parent, 0)]))
+    outer = np.flatnonzero(launch & ~((nest.parent >= 0) & launch[nest.parent]))
     if not len(outer):
         return []
     owner = np.full(len(start), -1, np.int64)

@@ -18,6 +18,7 @@ from xprof_magic._analysis.timeline import xspace
 
 __all__ = [
     "Floats",
+    "Index",
     "Ints",
     "Line",
     "MetaLookup",
@@ -32,6 +33,9 @@ __all__ = [
 
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
+Index = NDArray[np.signedinteger[Any]]
+"""Positions in a line, int32 where a big line's arrays are kept that way (a line has
+fewer than 2**31 events: half an int64's memory), else int64."""
 StatLookup = Callable[[int, str], "str | None"]
 StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
 MetaStat = Callable[[str], "list[str | None]"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline.thread_lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.line_arrays import Floats, Index, Ints, Line
 
 __all__ = ["Nesting", "nest", "time_order", "union_ns", "walk"]
 
@@ -52,9 +52,9 @@ def union_ns(lo: Floats, hi: Floats, window: tuple[float, float] | None) -> floa
 class Nesting:
     """Where each event of a sorted line sits: parent (-1: none), depth, closing order."""
 
-    parent: Ints
-    depth: Ints
-    closed: Ints
+    parent: Index
+    depth: Index
+    closed: Index
     """Positions of the pushed events in the order they close (children before parents)."""
 
 
@@ -68,15 +68,16 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     A line where a child outlasts its parent gets the walk itself.
     """
     n = len(start)
-    is_pushed = pushed.astype(np.int64)
-    depth = np.cumsum(is_pushed)
+    # Depths and parents in int32: a big line's nesting keeps two arrays as long as it.
+    is_pushed = pushed.astype(np.int32)
+    depth = np.cumsum(is_pushed, dtype=np.int32)
     depth -= is_pushed
     del is_pushed
     ends = end[pushed]
     by_end = np.argsort(ends, kind="stable")  # nearly in order: few runs
     closing = _at_or_before(ends[by_end], start)
     del ends
-    depth -= closing
+    np.subtract(depth, closing, out=depth, casting="unsafe")  # at most n: fits
     # Where each pushed event closes: the first start at or after its end. ``closing[i]``
     # counts the ends at or before start ``i``, so the starts before the ``k``-th end (in
     # order) are those with ``closing`` at most ``k``: counted, not searched.
@@ -91,13 +92,13 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     small = np.int16 if levels < 1 << 15 else np.int64
     every = np.argsort(depth.astype(small), kind="stable")  # by level, then position
     by_level = every[pushed[every]]
-    keys = depth[by_level]
+    keys = depth[by_level].astype(np.int64)  # level * n + position: past int32
     keys *= n
     keys += by_level
     inner = every[depth[every] >= 1]  # sorted as the keys they look for: a fast search
     del every
     if len(inner):
-        sought = depth[inner]
+        sought = depth[inner].astype(np.int64)
         sought -= 1
         sought *= n
         sought += inner
@@ -108,11 +109,11 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
         if at.min() < 0 or np.any(keys[at] < sought):
             return walk(start, end, pushed)
         del sought, keys
-        parent = np.full(n, -1, np.int64)  # made here: a big line's arrays above are gone
+        parent = np.full(n, -1, np.int32)  # made here: a big line's arrays above are gone
         parent[inner] = by_level[at]
         del at
     else:
-        parent = np.full(n, -1, np.int64)
+        parent = np.full(n, -1, np.int32)
     del by_level, inner
     positions = np.flatnonzero(pushed)
     kids = positions[parent[positions] >= 0]

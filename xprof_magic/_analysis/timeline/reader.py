@@ -56,7 +56,14 @@ from xprof_magic._analysis.timeline.facts import (
     TraceFacts,
 )
 from xprof_magic._analysis.timeline.host_launches import correlated, executions, launch_spans
-from xprof_magic._analysis.timeline.line_arrays import Floats, Ints, Line, first_of_each, packed
+from xprof_magic._analysis.timeline.line_arrays import (
+    Floats,
+    Index,
+    Ints,
+    Line,
+    first_of_each,
+    packed,
+)
 from xprof_magic._analysis.timeline.programs import name_programs, program_time
 
 __all__ = ["Reader"]
@@ -264,7 +271,7 @@ class Reader:
         start: float,
         dur: float,
         at: int,
-        parent: Ints,
+        parent: Index,
         blocks: dict[int, int],
         group: str,
     ) -> None:
