@@ -87,34 +87,23 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     close_at[by_end] = before
     del by_end, before
     levels = int(depth.max(initial=0)) + 1
-    # Each event's parent: the last pushed event one level up before it. The pushed
-    # events keyed by (level, position), sorted, answer every event in one search.
+    # Each event's parent: the last pushed event one level up before it. The events sorted
+    # by level, then position: each level's events are found among the pushed ones of the
+    # level above by one search (no keys of level and position as long as the line).
     small = np.int16 if levels < 1 << 15 else np.int64
-    every = np.argsort(depth.astype(small), kind="stable")  # by level, then position
-    by_level = every[pushed[every]]
-    keys = depth[by_level].astype(np.int64)  # level * n + position: past int32
-    keys *= n
-    keys += by_level
-    inner = every[depth[every] >= 1]  # sorted as the keys they look for: a fast search
-    del every
-    if len(inner):
-        sought = depth[inner].astype(np.int64)
-        sought -= 1
-        sought *= n
-        sought += inner
-        at = np.searchsorted(keys, sought)
+    every = np.argsort(depth.astype(small), kind="stable").astype(np.int32)
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(depth, minlength=levels)))).tolist()
+    parent = np.full(n, -1, np.int32)
+    for level in range(1, levels):
+        up = every[bounds[level - 1] : bounds[level]]
+        up = up[pushed[up]]
+        here = every[bounds[level] : bounds[level + 1]]
+        at = np.searchsorted(up, here)
         at -= 1
-        # The key found (the last one before the one sought) must be on the level up.
-        sought -= inner
-        if at.min() < 0 or np.any(keys[at] < sought):
+        if len(here) and int(at.min()) < 0:  # no pushed event a level up before it
             return walk(start, end, pushed)
-        del sought, keys
-        parent = np.full(n, -1, np.int32)  # made here: a big line's arrays above are gone
-        parent[inner] = by_level[at]
-        del at
-    else:
-        parent = np.full(n, -1, np.int32)
-    del by_level, inner
+        parent[here] = up[at]
+    del every
     positions = np.flatnonzero(pushed)
     kids = positions[parent[positions] >= 0]
     if np.any(end[kids] > end[parent[kids]]):
