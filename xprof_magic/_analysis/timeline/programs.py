@@ -84,7 +84,7 @@ def read_programs(plane: Any, compiles: int) -> list[Program]:
 
 def name_programs(
     stat: Callable[[int, str], str | None],
-    order: Ints,
+    order: Index,
     name_id: Ints,
     names: Sequence[str] | None = None,
 ) -> list[str]:
@@ -111,7 +111,7 @@ def module_of(program: str) -> str:
 
 def program_time(
     stat: Callable[[int, str], str | None],
-    order: Ints,
+    order: Index,
     name_id: Ints,
     dur: Floats,
     parent: Index | None = None,

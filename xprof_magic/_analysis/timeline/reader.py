@@ -166,7 +166,7 @@ class Reader:
         self,
         line: Line,
         group: str,
-        order: Ints,
+        order: Index,
         name_id: Ints,
         nest: nesting.Nesting,
         pushed: NDArray[np.bool_],
@@ -227,7 +227,7 @@ class Reader:
     def _blocks(
         self,
         line: Line,
-        order: Ints,
+        order: Index,
         start: Floats,
         end: Floats,
         nest: nesting.Nesting,

@@ -65,7 +65,7 @@ class Stats:
     stored order; ``at`` is where each one's serialized ``XStat`` starts in :attr:`data`
     (its length is the varint just before)."""
 
-    ptr: Ints
+    ptr: NDArray[np.int32]
     id: NDArray[np.int32]
     at: NDArray[np.int32]
     data: Bytes
@@ -230,13 +230,13 @@ _CHUNK = 1 << 15
 
 def _event_fields(
     data: Bytes, at: Ints, end: Ints, release: Release | None = None
-) -> tuple[Ints, Ints, Ints, Ints, NDArray[np.int32], NDArray[np.int32]]:
+) -> tuple[Ints, Ints, Ints, NDArray[np.int32], NDArray[np.int32], NDArray[np.int32]]:
     """The fields of the events whose payloads are ``data[at[i]:end[i]]``: metadata id,
     offset, duration, and their stats' pointer, ids and starts (see :class:`Stats`), a
     chunk of events at a time."""
     n = len(at)
     metadata_id, offset_ps, duration_ps = (np.zeros(n, np.int64) for _ in _FIELDS)
-    ptr = np.zeros(n + 1, np.int64)
+    ptr = np.zeros(n + 1, np.int32)  # a line's stats are fewer than its bytes: under 2**31
     counts = ptr[1:]  # each event's stats, summed into the pointer in place below
     ids: list[NDArray[np.int32]] = []
     starts: list[NDArray[np.int32]] = []
