@@ -365,8 +365,7 @@ class Reader:
         each event was added on closing.
         """
         n = len(start)
-        kids = np.flatnonzero(nest.parent >= 0)
-        kids = kids[cat[kids] >= 0]
+        kids = np.flatnonzero((nest.parent >= 0) & (cat >= 0))  # one array as long as them
         parent = nest.parent[kids]
         inside = end[kids]  # each child's time inside its parent (arrays reused: a big line)
         np.minimum(inside, end[parent], out=inside)
