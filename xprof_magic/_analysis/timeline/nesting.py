@@ -76,7 +76,8 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     del is_pushed
     ends = end[pushed]
     by_end = np.argsort(ends, kind="stable")  # nearly in order: few runs
-    closing = _at_or_before(ends[by_end], start)
+    ends = ends[by_end]  # the unsorted ones let go before the search's answer is made
+    closing = _at_or_before(ends, start)
     del ends
     np.subtract(depth, closing, out=depth, casting="unsafe")  # at most n: fits
     # Where each pushed event closes: the first start at or after its end. ``closing[i]``

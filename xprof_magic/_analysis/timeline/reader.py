@@ -184,8 +184,11 @@ class Reader:
         depth = nest.depth[positions]
         levels = int(nest.depth.max(initial=0)) + 1
         small = np.int16 if levels < 1 << 15 else np.int64
-        by_level = positions[np.argsort(depth.astype(small), kind="stable")]
+        by_level = np.argsort(depth.astype(small), kind="stable")
+        np.take(positions, by_level, out=by_level)  # in place: a big line's arrays
+        del positions
         bounds = np.concatenate(([0], np.cumsum(np.bincount(depth, minlength=levels))))
+        del depth
         for level in range(levels):
             here = by_level[bounds[level] : bounds[level + 1]]
             if not len(here):
