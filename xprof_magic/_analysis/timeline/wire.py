@@ -184,6 +184,8 @@ def _walked(serialized: Buffer, first: int, release: Release | None) -> EventCol
         raise WireError("the line's other fields") from error
     if len(raw.events):
         raise WireError("events apart from the others")
+    if release is not None:  # the walk read every page: given back before the columns are
+        release(0, len(serialized))  # made, read again a chunk at a time as they decode
     at = field_at
     at += 1
     at += sizes
