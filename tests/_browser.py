@@ -4,14 +4,15 @@ Everything a server and its kernels write (runtime files, settings, workspaces, 
 history, the viewers' info files, the captures) goes under one temporary folder, so that a
 run leaves nothing behind but its artifacts.
 
-:class:`NotebookPage` is the one way the browser tests drive a notebook, in JupyterLab or in
-classic Notebook 6: open it, run its cells, wait for the kernel, and find a widget's XProf
-page; the marimo tests watch their app's page through its base, :class:`BrowserPage`. The XProf
-page is found through Playwright's frame tree, by the name the widget gives its iframe,
-each time it is asked for, and every element through a locator: no test holds an element
-handle, which a re-rendered output or a frame's next document would leave behind. Every
-wait is for a condition; Playwright's ``wait_for_timeout`` appears only as the interval
-between two looks at one (:func:`wait_until`).
+:class:`NotebookPage` is the one way the browser tests drive a notebook, in JupyterLab,
+Notebook 7 or classic Notebook 6 (:data:`LAB`, :data:`NOTEBOOK7`, :data:`NOTEBOOK6`): open
+it, run its cells, wait for the kernel, and find a widget's XProf page; the marimo tests
+watch their app's page through its base, :class:`BrowserPage`. The XProf page is found
+through Playwright's frame tree, by the name the widget gives its iframe, each time it is
+asked for, and every element through a locator: no test holds an element handle, which a
+re-rendered output or a frame's next document would leave behind. Every wait is for a
+condition; Playwright's ``wait_for_timeout`` appears only as the interval between two looks
+at one (:func:`wait_until`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "LAB",
     "MENU_PLACED",
     "NOTEBOOK6",
+    "NOTEBOOK7",
     "V2_KEY",
     "BrowserPage",
     "DataFetch",
@@ -183,6 +185,18 @@ LAB = Frontend(
     ran=lambda prompt: bool(re.fullmatch(r"\[\d+\]:", str(prompt))),
     outputs=".jp-OutputArea-output",
     widgets=".jp-NotebookPanel .xprof-viewer",
+)
+# Notebook 7 is JupyterLab's components in a page of one notebook: the same menus, cells and
+# outputs, at /notebooks/<name>.
+NOTEBOOK7 = Frontend(
+    name="Notebook 7",
+    url=lambda server, name, _: f"{server.origin}{server.base_url}notebooks/{name}?token={TOKEN}",
+    ready=LAB.ready,
+    run_all=_lab_run_all,
+    prompts=_lab_prompts,
+    ran=LAB.ran,
+    outputs=LAB.outputs,
+    widgets=LAB.widgets,
 )
 NOTEBOOK6 = Frontend(
     name="Notebook 6",

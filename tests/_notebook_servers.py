@@ -1,4 +1,5 @@
-"""A real JupyterLab or classic Notebook for the browser tests, each in a home of its own.
+"""A real JupyterLab, Notebook 7 or classic Notebook 6 for the browser tests, each in a home of
+its own.
 
 Everything a server and its kernels write (runtime files, settings, workspaces, IPython's
 history, the viewers' info files, the captures) goes under one temporary folder, so that a
@@ -195,12 +196,15 @@ def start_jupyterlab(
     python: str = sys.executable,
     launcher: Sequence[str] = (),
     base_url: str = "/",
+    app: str = "jupyterlab",
     timeout: float = 120.0,
 ) -> JupyterLab:
     """JupyterLab on a free loopback port serving ``home/notebooks``, all its state in ``home``.
 
     ``python`` runs the server (and the proxy kernel), started through ``launcher`` (such as
-    binder/start) in ``base_env`` (default: :func:`machine_environment`).
+    binder/start) in ``base_env`` (default: :func:`machine_environment`). ``app``: the
+    module the server runs, ``jupyterlab`` or ``notebook`` (Notebook 7: JupyterLab's
+    components, settings and server options, with its own pages).
     """
     root = home / "notebooks"
     root.mkdir(parents=True)
@@ -210,12 +214,12 @@ def start_jupyterlab(
         _write_json(Path(env["JUPYTERLAB_SETTINGS_DIR"]) / name, content)
     _proxy_kernelspec(Path(env["JUPYTER_PATH"]), python)
     port = free_port()
-    log_path = home / "jupyterlab.log"
+    log_path = home / f"{app}.log"
     command = [
         *launcher,
         python,
         "-m",
-        "jupyterlab",
+        app,
         "--no-browser",
         "--allow-root",
         "--ip=127.0.0.1",
@@ -232,7 +236,7 @@ def start_jupyterlab(
         log_path,
         lambda process: JupyterLab(process, port, home, root, env, log_path, base_url),
         timeout,
-        "JupyterLab",
+        "JupyterLab" if app == "jupyterlab" else "Notebook 7",
     )
 
 

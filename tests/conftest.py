@@ -59,8 +59,8 @@ def on_torchtpu_stack() -> bool:
     return importlib.util.find_spec("torch_tpu") is not None
 
 
-# marimo and anywidget belong to the newest stack only (the `marimo` extra); Colab's pinned
-# stack has neither, and runs none of these files' tests, so it does not import them.
+# marimo belongs to the newest stack only (the `marimo` extra); Colab's pinned stack has
+# none, and runs none of these files' tests, so it does not import them.
 collect_ignore = (
     ["test_marimo_view.py", "test_marimo_quickstart.py", "test_browser_marimo.py"]
     if on_colab_stack()

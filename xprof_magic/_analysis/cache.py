@@ -49,9 +49,11 @@ def save_summary(summary: Summary, run_dir: str | os.PathLike[str] | None = None
 
 
 def load_summary(run_dir: str | os.PathLike[str]) -> Summary | None:
-    """The saved summary of ``run_dir``, or None when absent, unreadable or out of date: of
-    an unknown schema, or of an earlier one where the timeline is there to read again (a
-    summary of schema 2 alone still shows, in the words it was saved with)."""
+    """The saved summary of ``run_dir``, or None when absent, unreadable or out of date.
+
+    Out of date: of an unknown schema, or of an earlier one where the timeline is there to read
+    again (a summary of schema 2 alone still shows, in the words it was saved with).
+    """
     try:
         data = json.loads((Path(run_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))
         summary = Summary.from_json(data)

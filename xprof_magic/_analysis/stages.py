@@ -111,8 +111,10 @@ def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:
 def _diagnose(
     summary: Summary, meta: RunMetadata, words: Vocabulary, facts: TraceFacts | None
 ) -> Diagnosis | None:
-    """The diagnosis, from the timeline's breakdown, else from the metadata's (None: no
-    timeline and no wall time to measure against)."""
+    """The diagnosis, from the timeline's breakdown, else from the metadata's.
+
+    None: no timeline and no wall time to measure against.
+    """
     if facts is not None:
         looks = own.sampled(facts, meta, words)
         parts = batches.as_input(breakdown.of_trace(facts, meta, words), looks)
@@ -163,8 +165,10 @@ def _read_host(
     deadline: float | None,
     missing: list[Gap],
 ) -> tuple[TraceFacts | None, bool]:
-    """The facts of the host the summary reads in depth, unless the budget says not now
-    (then ``pending``); what is missing for want of them goes into ``missing``."""
+    """The facts of the host the summary reads in depth, unless the budget says not now.
+
+    Not now: ``pending``. What is missing for want of them goes into ``missing``.
+    """
     facts: TraceFacts | None = None
     pending = budget_s is not None and estimate_read_s(host_file.parent) > budget_s
     if not pending:

@@ -179,8 +179,10 @@ class Capture:
             _enter_quietly(cell, backend.step_hooks(tracker.synced, tracker.user_step))
 
     def run(self, code: Callable[[], T]) -> T:
-        """Run the traced code and return its value (the value the rewritten cell kept, if
-        it kept one); the capture's wall time starts here."""
+        """Run the traced code and return its value; the capture's wall time starts here.
+
+        The value is the one the rewritten cell kept, if it kept one.
+        """
         __tracebackhide__ = True
         self._begin()
         value = code()
@@ -188,9 +190,10 @@ class Capture:
         return recorder.value if recorder.has_value else value
 
     def stop(self, error: BaseException | None = None) -> CaptureResult | None:
-        """Wait for the device, stop the trace and store the run; ``error`` is how the code
-        ended. An interrupt while stopping is re-raised once the trace is stopped (unless
-        the code itself already failed). Returns :attr:`result` (None if nothing was stored).
+        """Wait for the device, stop the trace and store the run; ``error`` is how the code ended.
+
+        An interrupt while stopping is re-raised once the trace is stopped (unless the code itself
+        already failed). Returns :attr:`result` (None if nothing was stored).
         """
         self._stop(error)
         return self.result
@@ -267,8 +270,11 @@ class Capture:
     def _end_cell(
         self, run: _Running, exc: BaseException | None
     ) -> tuple[BaseException | None, float]:
-        """Close what watched the cell (after ``--sync``, which is part of it); an interrupt
-        of the sync, to raise once the trace is stopped, and the cell's wall time."""
+        """Close what watched the cell (after ``--sync``, which is part of it).
+
+        Returns an interrupt of the sync, to raise once the trace is stopped, and the cell's wall
+        time.
+        """
         interrupt: BaseException | None = None
         if exc is None and self.plan.sync and run.backend.runtime_started():
             # Part of the cell: in its wall time, and a block of its own, so that the
@@ -363,8 +369,10 @@ class Capture:
 
 
 def _enter_quietly(stack: ExitStack, manager: AbstractContextManager[Any]) -> None:
-    """Open ``manager`` and close it with ``stack``; its own failure to close is dropped, so
-    that it never replaces the outcome of the user's code."""
+    """Open ``manager`` and close it with ``stack``, dropping its own failure to close.
+
+    Dropped so that it never replaces the outcome of the user's code.
+    """
     manager.__enter__()
 
     def close() -> None:

@@ -103,9 +103,11 @@ class Captured:
     upload: str = ""
 
     def text(self, failures: bool = True) -> str:
-        """One line saying what was captured, then a line per failed address (unless
-        ``failures`` is False: the run's summary, shown next, has them as notes), then how
-        the upload to a ``gs://`` log directory went."""
+        """What was captured, then a line per failed address, then how the upload went.
+
+        The failed addresses are left out when ``failures`` is False (the run's summary, shown next,
+        has them as notes); the upload is to a ``gs://`` log directory.
+        """
         names = ", ".join(f"{host} ({address})" for host, address in self.hosts.items())
         lines = [f"xprof: captured {len(self.hosts)} host(s) into run {self.run}: {names}"]
         lines += [f"xprof: {failure}" for failure in self.failures if failures]
@@ -114,8 +116,10 @@ class Captured:
 
 
 def parse_addresses(text: str) -> list[str]:
-    """``HOST:PORT[,HOST:PORT...]`` (a bare ``PORT`` means localhost) as a list, duplicates
-    dropped; ``grpc://`` prefixes are accepted and removed."""
+    """Parse ``HOST:PORT[,HOST:PORT...]`` into a list of addresses, duplicates dropped.
+
+    A bare ``PORT`` means localhost; ``grpc://`` prefixes are accepted and removed.
+    """
     found: list[str] = []
     for raw in text.split(","):
         item = raw.strip().removeprefix("grpc://")
@@ -137,8 +141,11 @@ def parse_addresses(text: str) -> list[str]:
 
 
 def host_name(address: str) -> str:
-    """The host's name in the run (its timeline's file stem): ``localhost:9012`` gives
-    ``localhost_9012``, so that hosts on one machine stay apart in XProf's hosts menu."""
+    """The host's name in the run (its timeline's file stem), e.g. ``localhost_9012``.
+
+    ``localhost:9012`` gives ``localhost_9012``, so that hosts on one machine stay apart in
+    XProf's hosts menu.
+    """
     return _HOST_UNSAFE.sub("_", address).strip("_") or "host"
 
 
@@ -208,8 +215,11 @@ def capture(
 def _gather(
     addresses: list[str], staging: Path, options: Options
 ) -> tuple[dict[str, str], list[str], float]:
-    """Capture every address into the staged session: the hosts (name to address), a line
-    per address that failed, and the wall time; :class:`CaptureError` when none gave one."""
+    """Capture every address into the staged session.
+
+    Returns the hosts (name to address), a line per address that failed, and the wall time;
+    raises :class:`CaptureError` when none gave one.
+    """
     started = time.perf_counter()
     results = _capture_all(addresses, staging, options)
     wall_s = time.perf_counter() - started

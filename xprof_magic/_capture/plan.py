@@ -1,5 +1,6 @@
-"""What a capture is asked to do, decided before any of it happens: the options every front
-is given, checked once, and the :class:`Plan` they make.
+"""What a capture is asked to do, decided before any of it happens.
+
+The options every front is given, checked once, and the :class:`Plan` they make.
 
 ``%%xprof``'s line, ``xprof_magic.profile(...)``'s keywords and ``xprof_magic.capture(...)``'s
 are one set of options (:class:`Options`) with one set of defaults (``backend="auto"``
@@ -75,9 +76,11 @@ class Plan:
     options: dict[str, Any] = field(default_factory=dict)
 
     def with_name(self) -> Plan:
-        """The plan with its run name made safe, or a default one that sorts by time; a
-        :class:`~xprof_magic._capture.capture.Capture` calls it once. Raises ``ValueError`` for a
-        name with no usable character."""
+        """The plan with its run name made safe, or a default one that sorts by time.
+
+        A :class:`~xprof_magic._capture.capture.Capture` calls it once. Raises ``ValueError`` for a
+        name with no usable character.
+        """
         if self.name is None:
             name = _store.default_run_name(datetime.now(), self.cell_number)
         else:
@@ -130,10 +133,13 @@ class Options:
         viewer_port: int | None = None,
         height: int = DEFAULT_HEIGHT,
     ) -> Options:
-        """The options, or ``ValueError`` naming the bad one and its fix (``LogdirError`` for
-        a log directory that is not one); ``flags``: name them as ``%%xprof``'s line does.
+        """Check the options and return them.
 
-        ``server`` None is the default (``XPROF_MAGIC_NO_SERVER``)."""
+        Raises ``ValueError`` naming the bad one and its fix (``LogdirError`` for a log directory
+        that is not one). ``flags``: name them as ``%%xprof``'s line does.
+
+        ``server`` None is the default (``XPROF_MAGIC_NO_SERVER``).
+        """
 
         def named(key: str, value: object) -> str:
             return f"--{key.replace('_', '-')} {value}" if flags else f"{key}={value!r}"
@@ -205,10 +211,16 @@ class Options:
         options: dict[str, Any] | None = None,
         say: Callable[[str], None] = _to_stderr,
     ) -> Plan:
-        """The capture's plan. ``source`` and ``namespace`` choose the backend for ``auto``
-        (the one line said of a guess goes to ``say``); ``name`` is the run's when the
-        options name none; ``first_line`` is the editor's number of ``cell``'s first line;
-        ``options`` are what the run's metadata keeps of how it was asked."""
+        """The capture's plan.
+
+        Args:
+            source: With ``namespace``, chooses the backend for ``auto``.
+            namespace: With ``source``, chooses the backend for ``auto``.
+            name: The run's name when the options name none.
+            first_line: The editor's number of ``cell``'s first line.
+            options: What the run's metadata keeps of how it was asked.
+            say: Receives the one line said of a guessed backend.
+        """
         backend = self.backend
         if backend == "auto":
             backend, message = _detect.choose_backend(source, namespace)
@@ -231,8 +243,10 @@ class Options:
         )
 
     def recorded(self, **extra: Any) -> dict[str, Any]:
-        """The options as the run's metadata keeps them (``extra`` first): JSON's own types,
-        else their text (a path)."""
+        """The options as the run's metadata keeps them (``extra`` first).
+
+        Values are JSON's own types, else their text (a path).
+        """
         return {**extra, **{k: _plain(v) for k, v in self.given.items()}}
 
 
@@ -242,12 +256,14 @@ def _plain(value: Any) -> Any:
 
 
 def with_block(plan: Plan, frame: FrameType) -> Plan:
-    """The plan of a ``with`` block that ``frame`` (a script's, a marimo cell's) is entering
-    at its current line: the block's text as the cell, at its file's lines, and its frame's
-    code as the one the sampler reads the line in (:attr:`Plan.cell_code`), so that the
-    summary names the block's statement that holds the time. The plan unchanged where the
-    source cannot be read or no ``with`` statement starts there (``start()`` and ``stop()``
-    by hand)."""
+    """The plan of a ``with`` block that ``frame`` (a script's, a marimo cell's) is entering.
+
+    The block is the one at the frame's current line: its text becomes the cell, at its file's
+    lines, and its frame's code the one the sampler reads the line in (:attr:`Plan.cell_code`),
+    so that the summary names the block's statement that holds the time. The plan is returned
+    unchanged where the source cannot be read or no ``with`` statement starts there (``start()``
+    and ``stop()`` by hand).
+    """
     code = frame.f_code
     lines = linecache.getlines(code.co_filename, frame.f_globals)
     try:

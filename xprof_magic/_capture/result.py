@@ -28,8 +28,10 @@ PROTOBUF_LIMIT_BYTES = 2 * 1024**3
 
 
 def size_warning(xplane_bytes: int, shrink: str) -> str | None:
-    """What a user should know about a capture this large, and how to shrink the next one
-    (``shrink``: the advice in the run's backend's words)."""
+    """What a user should know about a capture this large, and how to shrink the next one.
+
+    ``shrink``: the advice in the run's backend's words.
+    """
     events = xplane_bytes // BYTES_PER_EVENT
     if xplane_bytes >= PROTOBUF_LIMIT_BYTES // 2:
         return (
@@ -97,10 +99,13 @@ class CaptureResult:
         return _store.hosts(self.run_dir)
 
     def text(self, blocks: bool = True) -> str:
-        """The short plain-text summary printed under a cell, its long lines broken between
-        words (:func:`~xprof_magic._units.wrapped`): the run, where it is stored, its steps
-        and, with ``blocks``, the labelled blocks by the magic's timers (left out where the
-        summary is shown: its table has the timeline's times, and a block is said once)."""
+        """The short plain-text summary printed under a cell.
+
+        Its long lines are broken between words (:func:`~xprof_magic._units.wrapped`): the run,
+        where it is stored, its steps and, with ``blocks``, the labelled blocks by the magic's
+        timers (left out where the summary is shown: its table has the timeline's times, and a block
+        is said once).
+        """
         outcome = "ok" if self.error is None else f"failed: {self.error['type']}"
         lines = [
             f"xprof: run {self.run} ({outcome}) — {seconds(self.wall_s)} on {self.device}",

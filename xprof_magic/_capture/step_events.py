@@ -24,111 +24,66 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from xprof_magic._protoschema import BYTES, INT64, MESSAGE, STRING, UINT64, Field, message_classes
 
 __all__ = ["write_steps"]
 
 _STEP = "step"
 _ROOT, _NUMBER = "_r", "step_num"
 
-_PACKAGE = "xprof_magic.step_events"
-_F = descriptor_pb2.FieldDescriptorProto
-_INT64, _UINT64, _STRING, _BYTES, _MESSAGE = (
-    _F.TYPE_INT64,
-    _F.TYPE_UINT64,
-    _F.TYPE_STRING,
-    _F.TYPE_BYTES,
-    _F.TYPE_MESSAGE,
-)
 # message: [(field, number, type, repeated, message type)], as in xplane.proto.
-_MESSAGES: dict[str, list[tuple[str, int, int, bool, str | None]]] = {
+_MESSAGES: dict[str, list[Field]] = {
     "Stat": [
-        ("metadata_id", 1, _INT64, False, None),
-        ("uint64_value", 3, _UINT64, False, None),
-        ("int64_value", 4, _INT64, False, None),
-        ("str_value", 5, _STRING, False, None),
+        ("metadata_id", 1, INT64, False, None),
+        ("uint64_value", 3, UINT64, False, None),
+        ("int64_value", 4, INT64, False, None),
+        ("str_value", 5, STRING, False, None),
     ],
-    "Metadata": [("id", 1, _INT64, False, None), ("name", 2, _STRING, False, None)],
+    "Metadata": [("id", 1, INT64, False, None), ("name", 2, STRING, False, None)],
     "Event": [
-        ("metadata_id", 1, _INT64, False, None),
-        ("offset_ps", 2, _INT64, False, None),
-        ("duration_ps", 3, _INT64, False, None),
-        ("stats", 4, _MESSAGE, True, "Stat"),
+        ("metadata_id", 1, INT64, False, None),
+        ("offset_ps", 2, INT64, False, None),
+        ("duration_ps", 3, INT64, False, None),
+        ("stats", 4, MESSAGE, True, "Stat"),
     ],
-    "Offsets": [("events", 4, _MESSAGE, True, "Offset")],
-    "Offset": [("metadata_id", 1, _INT64, False, None), ("offset_ps", 2, _INT64, False, None)],
+    "Offsets": [("events", 4, MESSAGE, True, "Offset")],
+    "Offset": [("metadata_id", 1, INT64, False, None), ("offset_ps", 2, INT64, False, None)],
     "Line": [
-        ("id", 1, _INT64, False, None),
-        ("name", 2, _STRING, False, None),
-        ("timestamp_ns", 3, _INT64, False, None),
-        ("events", 4, _BYTES, True, None),
-        ("duration_ps", 9, _INT64, False, None),
-        ("display_id", 10, _INT64, False, None),
-        ("display_name", 11, _STRING, False, None),
+        ("id", 1, INT64, False, None),
+        ("name", 2, STRING, False, None),
+        ("timestamp_ns", 3, INT64, False, None),
+        ("events", 4, BYTES, True, None),
+        ("duration_ps", 9, INT64, False, None),
+        ("display_id", 10, INT64, False, None),
+        ("display_name", 11, STRING, False, None),
     ],
     "Plane": [
-        ("name", 2, _STRING, False, None),
-        ("lines", 3, _BYTES, True, None),
-        ("event_metadata", 4, _MESSAGE, True, "Plane.EventMetadataEntry"),
-        ("stat_metadata", 5, _MESSAGE, True, "Plane.StatMetadataEntry"),
-        ("stats", 6, _MESSAGE, True, "Stat"),
+        ("name", 2, STRING, False, None),
+        ("lines", 3, BYTES, True, None),
+        ("event_metadata", 4, MESSAGE, True, "Plane.EventMetadataEntry"),
+        ("stat_metadata", 5, MESSAGE, True, "Plane.StatMetadataEntry"),
+        ("stats", 6, MESSAGE, True, "Stat"),
     ],
-    "Space": [("planes", 1, _MESSAGE, True, "Plane")],
+    "Space": [("planes", 1, MESSAGE, True, "Plane")],
 }
+_ENTRIES = {"EventMetadataEntry": "Metadata", "StatMetadataEntry": "Metadata"}
 
-
-def _file() -> descriptor_pb2.FileDescriptorProto:
-    file = descriptor_pb2.FileDescriptorProto(
-        name="xprof_magic/step_events.proto", package=_PACKAGE, syntax="proto3"
-    )
-    for name, fields in _MESSAGES.items():
-        message = file.message_type.add(name=name)
-        for field_name, number, kind, repeated, type_name in fields:
-            field = message.field.add(name=field_name, number=number, type=kind)
-            field.label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
-            if type_name is not None:
-                field.type_name = f".{_PACKAGE}.{type_name}"
-        if name == "Stat":
-            message.oneof_decl.add(name="value")
-            for field in message.field[1:]:
-                field.oneof_index = 0
-        if name == "Plane":
-            for entry in ("EventMetadataEntry", "StatMetadataEntry"):
-                nested = message.nested_type.add(name=entry)
-                nested.options.map_entry = True
-                nested.field.add(name="key", number=1, type=_INT64, label=_F.LABEL_OPTIONAL)
-                nested.field.add(
-                    name="value",
-                    number=2,
-                    type=_MESSAGE,
-                    label=_F.LABEL_OPTIONAL,
-                    type_name=f".{_PACKAGE}.Metadata",
-                )
-    return file
-
-
-def _classes() -> dict[str, Any]:
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(_file())
-    found: dict[str, Any] = {}
-    for name in _MESSAGES:
-        descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.{name}")
-        get_class = getattr(message_factory, "GetMessageClass", None)
-        if get_class is not None:
-            found[name] = get_class(descriptor)
-        else:  # protobuf 4.21, before GetMessageClass
-            found[name] = message_factory.MessageFactory(pool).GetPrototype(descriptor)
-    return found
-
-
-_CLASSES = _classes()
+_CLASSES = message_classes(
+    "xprof_magic.step_events",
+    "xprof_magic/step_events.proto",
+    _MESSAGES,
+    oneof="Stat",
+    maps={"Plane": _ENTRIES},
+)
 
 
 def write_steps(folder: Path, steps: Sequence[tuple[int, int, int]]) -> int:
-    """Add ``steps`` (number, start and end in wall-clock ns) to the host timeline under
-    ``folder``, on the line of the cell's thread: the one holding the most ``step`` markers
-    already (a loop's first steps are marked while they run, before their length is known);
-    return how many were written (0 where no line holds a marker)."""
+    """Add ``steps`` to the host timeline under ``folder``; return how many were written.
+
+    Each step is (number, start, end) in wall-clock ns. They go on the line of the cell's thread:
+    the one holding the most ``step`` markers already (a loop's first steps are marked while they
+    run, before their length is known). 0 are written where no line holds a marker.
+    """
     if not steps:
         return 0
     for path in sorted(folder.rglob("*.xplane.pb")):

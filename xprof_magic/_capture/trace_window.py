@@ -32,8 +32,10 @@ class TraceSwitch(Protocol):
         """Start tracing now; raise when the trace cannot start."""
 
     def pause(self, doing: str) -> None:
-        """Stop tracing mid-cell once the device is done with what was launched; a failure
-        is told as ``<doing> failed: <why>``, never raised."""
+        """Stop tracing mid-cell once the device is done with what was launched.
+
+        A failure is told as ``<doing> failed: <why>``, never raised.
+        """
 
 
 class TraceWindow:
@@ -80,8 +82,11 @@ class TraceWindow:
         return self.state == "inside" and stop is not None and number >= stop - 1
 
     def stop_after(self, number: int) -> None:
-        """Stop the trace after step ``number``, the device done with it: the cell waits here
-        for the device to finish the steps launched, then for the profiler to write."""
+        """Stop the trace after step ``number``, the device done with it.
+
+        The cell waits here for the device to finish the steps launched, then for the profiler to
+        write.
+        """
         self.state = "after"
         t0 = time.perf_counter()
         self._trace.pause("stopping the trace after the window")
@@ -93,8 +98,11 @@ class TraceWindow:
 
 
 class Trace:
-    """The capture's one trace into the staging folder: started with the cell or by a step
-    window, cut by a window's end or the user's own trace, stopped at the cell's end."""
+    """The capture's one trace into the staging folder.
+
+    Started with the cell or by a step window, cut by a window's end or the user's own trace,
+    stopped at the cell's end.
+    """
 
     def __init__(
         self, backend: Backend, folder: Path, recorder: _labels.Recorder, messages: list[str]
@@ -120,8 +128,10 @@ class Trace:
         self._recorder.tracing = True
 
     def pause(self, doing: str) -> None:
-        """Stop tracing mid-cell, once the device is done with what was launched (only when
-        the user's code started the runtime: the magic never starts it)."""
+        """Stop tracing mid-cell, once the device is done with what was launched.
+
+        Only when the user's code started the runtime: the magic never starts it.
+        """
         self._recorder.tracing = False
         try:
             if self._backend.runtime_started():
@@ -151,8 +161,10 @@ class Trace:
         return self.started_ns or start_ns, self.stopped_ns or end_ns
 
     def worker_folder(self, start_method: str, traceable: bool, how: str) -> str | None:
-        """The code starts worker processes: the folder they trace themselves into, when
-        they can (forked, while this trace runs); else say, once, that the run lacks them."""
+        """The folder the code's worker processes trace themselves into, when they can.
+
+        They can when forked, while this trace runs; else say, once, that the run lacks them.
+        """
         if traceable and self.running:
             self.workers.append(start_method)
             return str(self._folder / WORKERS / str(len(self.workers)))
@@ -166,8 +178,10 @@ class Trace:
 
 
 def collect_workers(staging: Path, spawns: int) -> str:
-    """Move the workers' timelines into the run's session, one host ``rank<N>`` each; what
-    the user should know of them ("" when the cell traced no workers)."""
+    """Move the workers' timelines into the run's session, one host ``rank<N>`` each.
+
+    Returns what the user should know of them ("" when the cell traced no workers).
+    """
     folder = staging / WORKERS
     if not spawns:
         return ""

@@ -26,8 +26,10 @@ device's bytes in use, the process's peak and the limit then."""
 
 
 class OpenBlock(Protocol):
-    """A labelled block the recorder holds while it is open
-    (:class:`xprof_magic._cell.labels`'s)."""
+    """A labelled block the recorder holds while it is open.
+
+    One of :class:`xprof_magic._cell.labels`'s.
+    """
 
     number: int
     thread: int
@@ -52,8 +54,11 @@ class LabelStat:
 
 
 class Recorder:
-    """Collects one capture's label times and final value; ``tracing`` says whether the
-    trace runs now (a label's time counts only when it ran from the block's entry to exit)."""
+    """Collects one capture's label times and final value.
+
+    ``tracing`` says whether the trace runs now (a label's time counts only when it ran from the
+    block's entry to exit).
+    """
 
     def __init__(self, make_event: EventFactory) -> None:
         self.make_event = make_event
@@ -112,8 +117,10 @@ class Recorder:
             return self._opened
 
     def split(self, after: int) -> list[OpenBlock]:
-        """Close the events of this thread's open blocks numbered above ``after``, innermost
-        first; return them, outermost first, for :meth:`resume`."""
+        """Close the events of this thread's open blocks numbered above ``after``, innermost first.
+
+        Returns them, outermost first, for :meth:`resume`.
+        """
         me = threading.get_ident()
         with self._lock:
             blocks = [b for n, b in sorted(self._open.items()) if n > after and b.thread == me]

@@ -51,10 +51,12 @@ SHAPES_EVENT = "xprof.shapes "
 
 
 class _Iteration:
-    """One iteration of a loop the rewriter chose, around its body: made once per capture
-    and kind (``deferred`` or not) and entered each iteration, since a loop of tiny steps
-    pays for every call made per iteration (``python -m bench tiny-steps``). Never raises
-    into user code."""
+    """One iteration of a loop the rewriter chose, around its body.
+
+    Made once per capture and kind (``deferred`` or not) and entered each iteration, since a loop
+    of tiny steps pays for every call made per iteration (``python -m bench tiny-steps``). Never
+    raises into user code.
+    """
 
     __slots__ = ("_deferred", "_ended", "_started")
 
@@ -93,8 +95,10 @@ _path: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
 
 @contextmanager
 def recording(recorder: Recorder, tracker: StepTracker | None = None) -> Iterator[Recorder]:
-    """Make ``recorder`` receive every label, and ``tracker`` (default: one that watches no
-    syncs and has no window) every step, until the block ends."""
+    """Send every label to ``recorder`` and every step to ``tracker`` until the block ends.
+
+    ``tracker`` defaults to one that watches no syncs and has no window.
+    """
     global _active
     if tracker is None:
         tracker = StepTracker(recorder.make_event, recorder)
@@ -259,9 +263,11 @@ def step() -> _Hook | _Nothing:
 
 
 def iteration(deferred: bool = False) -> _Iteration | _Nothing:
-    """One iteration of a loop the rewriter chose: a step when nothing syncs. ``deferred``:
-    the loop sits in an outer one that runs more than it, whose iterations
-    (:func:`outer_iteration`) may sync."""
+    """One iteration of a loop the rewriter chose: a step when nothing syncs.
+
+    ``deferred``: the loop sits in an outer one that runs more than it, whose iterations
+    (:func:`outer_iteration`) may sync.
+    """
     active = _active
     if active is None:
         return _NOTHING
@@ -269,8 +275,10 @@ def iteration(deferred: bool = False) -> _Iteration | _Nothing:
 
 
 def steps(iterable: Iterable[Any], deferred: bool = False) -> Iterable[Any]:
-    """The iterable of a ``for`` loop the rewriter chose, each item an iteration: a step when
-    nothing syncs (as :func:`iteration`, which a ``while`` loop's body calls instead).
+    """Wrap the iterable of a ``for`` loop the rewriter chose: each item is an iteration.
+
+    Each iteration is a step when nothing syncs (as :func:`iteration`, which a ``while`` loop's
+    body calls instead).
 
     The first iterations report to the step tracker, a marker each. A loop over a built-in
     container (a ``range``, a list …: nothing to wait for between items) whose steps the
@@ -288,8 +296,10 @@ def steps(iterable: Iterable[Any], deferred: bool = False) -> Iterable[Any]:
 
 
 class _Open:
-    """Whether an iteration the loop reported is still open (a ``break`` or an exception in
-    it leaves it open: the loop's end closes it)."""
+    """Whether an iteration the loop reported is still open.
+
+    A ``break`` or an exception in it leaves it open: the loop's end closes it.
+    """
 
     __slots__ = ("open",)
 
@@ -300,8 +310,11 @@ class _Open:
 def _parts(
     it: Iterator[Any], tracker: StepTracker, deferred: bool, ready: bool
 ) -> Iterator[Iterator[Any]]:
-    """The loop's items in parts, each an iterator: reported ones, :data:`FAST_AFTER` at a
-    time, until the tracker lets the rest be recorded in C (see :func:`steps`)."""
+    """The loop's items in parts, each an iterator.
+
+    Reported ones come :data:`FAST_AFTER` at a time, until the tracker lets the rest be recorded
+    in C (see :func:`steps`).
+    """
     __tracebackhide__ = True
     state = _Open()
     fast: list[int] | None = None
@@ -378,9 +391,11 @@ def loops_ahead() -> None:
 
 
 class _Loop:
-    """The cell's loop: its first entry is where the first step starts. Entered, it gives
-    this module, which the rewritten loop binds (``as``) so that each iteration's hook is
-    one attribute away, not an ``__import__`` (1.8 µs an iteration)."""
+    """The cell's loop: its first entry is where the first step starts.
+
+    Entered, it gives this module, which the rewritten loop binds (``as``) so that each
+    iteration's hook is one attribute away, not an ``__import__`` (1.8 µs an iteration).
+    """
 
     __slots__ = ("_tracker",)
 
@@ -413,9 +428,10 @@ def keep(value: Any) -> Any:
 
 
 def inputs(iterable: Any, name: str) -> Any:
-    """The iterable of one of the cell's loops, each ``next()`` timed as the label ``name``
-    (``next(batches)``): the time the loop waits for its next item, which the diagnosis
-    counts as input. When the items' shapes change (and for the first), a marker
+    """Wrap the iterable of one of the cell's loops so that each ``next()`` is timed as ``name``.
+
+    The label (``next(batches)``) holds the time the loop waits for its next item, which the
+    diagnosis counts as input. When the items' shapes change (and for the first), a marker
     ``xprof.shapes (16, 8), (16,)`` inside that label records them.
 
     ``iter()`` is called here, as the ``for`` statement would; items, exceptions and
@@ -465,8 +481,11 @@ class _Inputs:
 
 
 def _shapes_of(item: Any, depth: int = 0) -> str:
-    """The shapes in an item, ``(16, 8), (16,)``: its own, or its first few parts'; a dict's
-    by key, ``input_ids (8, 20), labels (8,)``, so that a change names its input."""
+    """The shapes in an item, e.g. ``(16, 8), (16,)``: its own, or its first few parts'.
+
+    A dict's are given by key, ``input_ids (8, 20), labels (8,)``, so that a change names its
+    input.
+    """
     shape: Any = getattr(item, "shape", None)
     if isinstance(shape, tuple) or type(shape).__name__ == "Size":
         return str(tuple(int(n) for n in shape))

@@ -96,9 +96,10 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt], int]:
-    """Wrap each outermost loop in ``loop()``, each innermost ``for`` loop's iterable in
-    ``steps()`` and each innermost ``while`` (or ``async for``) loop's body in
-    ``iteration()``; return the new body and the number of innermost loops.
+    """Wrap the cell's loops in the label hooks; return the new body and its innermost loop count.
+
+    Each outermost loop is wrapped in ``loop()``, each innermost ``for`` loop's iterable in
+    ``steps()`` and each innermost ``while`` (or ``async for``) loop's body in ``iteration()``.
 
     Code in functions and classes is left alone: it may run outside the cell, and syncs
     find the steps of loops hidden there.
@@ -137,9 +138,11 @@ def _mark_loops(body: list[ast.stmt], *, in_loop: bool) -> tuple[list[ast.stmt],
 
 
 def _defer_inner(loop: ast.For | ast.AsyncFor | ast.While) -> None:
-    """A loop whose body runs more than its inner loops (a sync after them, say): those inner
-    loops' iterations become ``iteration(True)``, and its own body reports its end
-    (``outer_iteration()``), so that a sync in it can still make the steps."""
+    """Defer the inner loops of a loop whose body runs more than they do (a sync after them, say).
+
+    Those inner loops' iterations become ``iteration(True)``, and the loop's own body reports its
+    end (``outer_iteration()``), so that a sync in it can still make the steps.
+    """
     inner = [s for s in loop.body if isinstance(s, _LOOPS)]
     if not inner or len(inner) == len(loop.body):
         return
@@ -180,8 +183,10 @@ def _is_runtime_call(node: ast.expr, func: str) -> bool:
 
 
 def _time_inputs(body: list[ast.stmt]) -> None:
-    """Wrap the iterable of each ``for`` loop in ``body``, at any depth outside functions and
-    classes, in ``inputs(<iterable>, "next(<iterable>)")``."""
+    """Wrap the iterable of each ``for`` loop in ``body`` in ``inputs()``.
+
+    At any depth outside functions and classes, as ``inputs(<iterable>, "next(<iterable>)")``.
+    """
     for stmt in body:
         if isinstance(stmt, _SCOPES):
             continue
@@ -302,9 +307,11 @@ def _label_nested(
 
 
 def _header_line(source_lines: Sequence[str], after: int, first: ast.stmt) -> int:
-    """The line of the header (``else:``, ``except:``, ...) that opens the body starting
-    with ``first``: the last code line before it that is indented less. A marker belongs to
-    the body only below that line; without the source, everything after ``after`` does."""
+    """The line of the header (``else:``, ``except:``, ...) that opens the body at ``first``.
+
+    It is the last code line before it that is indented less. A marker belongs to the body only
+    below that line; without the source, everything after ``after`` does.
+    """
     for line in range(_first_line(first) - 1, after, -1):
         text = source_lines[line - 1] if 0 < line <= len(source_lines) else ""
         stripped = text.strip()

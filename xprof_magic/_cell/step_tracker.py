@@ -55,9 +55,11 @@ so below this the markers would cost a loop of tiny steps more than the profiler
 
 
 class Window(Protocol):
-    """A step window as the tracker asks it
-    (:class:`xprof_magic._capture.trace_window.TraceWindow`): it starts the trace at its first
-    step and stops it after its last; ``str()`` is ``A:B``."""
+    """A step window as the tracker asks it: it starts and stops the trace.
+
+    As :class:`xprof_magic._capture.trace_window.TraceWindow`: it starts the trace at its first
+    step and stops it after its last; ``str()`` is ``A:B``.
+    """
 
     state: str
 
@@ -84,8 +86,10 @@ class _Open:
 
 @dataclass(slots=True)
 class _Fast:
-    """Steps recorded in Python: the first one's number, and where each started
-    (wall-clock ns, appended by the loop's iterator, nothing else per step)."""
+    """Steps recorded in Python: the first one's number, and where each started.
+
+    Starts are wall-clock ns, appended by the loop's iterator, nothing else per step.
+    """
 
     first: int
     stamps: list[int]
@@ -94,9 +98,11 @@ class _Fast:
 
 @dataclass(slots=True)
 class _Run:
-    """A loop's steps recorded in Python, once it ended: where they come among the marked
-    steps' durations, the first one's number, the starts (the first ``held``), and the end
-    of the last (None: it was still running, so it is no step)."""
+    """A loop's steps recorded in Python, once it ended.
+
+    Where they come among the marked steps' durations, the first one's number, the starts (the
+    first ``held``), and the end of the last (None: it was still running, so it is no step).
+    """
 
     position: int
     first: int
@@ -200,15 +206,19 @@ class StepTracker:
         self._ended = value
 
     def python_steps(self) -> list[tuple[int, int, int]]:
-        """The steps recorded in Python, with no marker on the timeline: each one's number,
-        start and end (wall-clock ns)."""
+        """The steps recorded in Python, with no marker on the timeline.
+
+        Each one's number, start and end (wall-clock ns).
+        """
         with self._lock:
             return self._steps_ns()
 
     def go_fast(self) -> list[int] | None:
-        """Between two iterations of a loop whose iterations are the steps: the list to
-        append each next step's start to (wall-clock ns), when the steps so far are short and
-        nothing needs a marker per step (no window, no marker of the user's open); else None.
+        """Between two iterations, the list to append each next step's start to, or None.
+
+        Called for a loop whose iterations are the steps; the starts are wall-clock ns. The list is
+        given when the steps so far are short and nothing needs a marker per step (no window, no
+        marker of the user's open).
         """
         with self._lock:
             if (
@@ -227,9 +237,11 @@ class StepTracker:
             return self._fast.stamps
 
     def fast_done(self, end_ns: int | None) -> None:
-        """The loop recorded in Python has ended at ``end_ns`` (wall-clock ns), its last step
-        with it; None: the last step was still running, so it is no step. Constant time, in
-        the cell's own time: the steps are made from the starts when asked for."""
+        """The loop recorded in Python has ended at ``end_ns`` (wall-clock ns), its last step too.
+
+        None: the last step was still running, so it is no step. Constant time, in the cell's own
+        time: the steps are made from the starts when asked for.
+        """
         with self._lock:
             fast = self._fast
             if fast is None or fast.done:
@@ -300,8 +312,11 @@ class StepTracker:
             self._sync = None
 
     def outer_label(self) -> None:
-        """A block opened at the cell's top level: while no step has ended, the first step
-        starts inside it, so that a block like ``train(60)`` holds the steps."""
+        """A block opened at the cell's top level.
+
+        While no step has ended, the first step starts inside it, so that a block like ``train(60)``
+        holds the steps.
+        """
         with self._lock:
             if self._by_loop or self.rule not in (None, "sync") or self._ended:
                 return
@@ -331,8 +346,11 @@ class StepTracker:
                 labels.resume(pieces)
 
     def iteration_started(self, deferred: bool = False) -> None:
-        """An iteration of an innermost loop begins; ``deferred``: the loop sits in an outer
-        loop that runs more than it (see the class's docstring)."""
+        """An iteration of an innermost loop begins.
+
+        ``deferred``: the loop sits in an outer loop that runs more than it (see the class's
+        docstring).
+        """
         if self.rule == "iteration" and self._iter is None and self.window is None:
             # The steady state of a loop whose iterations are the steps: nothing but the
             # user's own marker, on this thread, changes the rule now. _begin, inlined.
@@ -375,8 +393,10 @@ class StepTracker:
             self._end(current)
 
     def outer_iteration_ended(self) -> None:
-        """An iteration of an outer loop holding a deferred inner loop ended: without a sync
-        so far, the inner loop's iterations are the steps."""
+        """An iteration of an outer loop holding a deferred inner loop ended.
+
+        Without a sync so far, the inner loop's iterations are the steps.
+        """
         with self._lock:
             if self.defer_nested and self.rule is None and self._iterated:
                 self.rule = "iteration"

@@ -73,8 +73,10 @@ def parse_steps(value: bool | str | None) -> tuple[bool, StepWindow | None]:
 
 
 def steps_line(count: int, rule: str | None, window: str | None, first: int | None) -> str:
-    """Which steps the run holds and how they were found, e.g.
-    ``3 steps (100 to 102 of the cell, --steps 100:103; a step ends at each sync)``."""
+    """Which steps the run holds and how they were found.
+
+    E.g. ``3 steps (100 to 102 of the cell, --steps 100:103; a step ends at each sync)``.
+    """
     if not count:
         return ""
     how = STEP_RULES.get(rule or "", "")
@@ -89,8 +91,10 @@ def steps_line(count: int, rule: str | None, window: str | None, first: int | No
 
 
 def end_messages(tracker: StepTracker, marking: bool, no_steps: str) -> list[str]:
-    """What the user should know about the steps when the cell has ended; ``no_steps`` (the
-    backend's words) says why none was found and how to mark them."""
+    """What the user should know about the steps when the cell has ended.
+
+    ``no_steps`` (the backend's words) says why none was found and how to mark them.
+    """
     window = tracker.window
     if window is None:
         if marking and not tracker.durations():

@@ -1,5 +1,6 @@
-"""A function's body rewritten as ``%%xprof`` rewrites a cell: where the decorator's labels
-and steps come from.
+"""A function's body rewritten as ``%%xprof`` rewrites a cell.
+
+This is where the decorator's labels and steps come from.
 
 ``@xprof_magic.profile`` cannot see inside a function while it runs, so it reads the
 function's source once (``inspect``: marimo, IPython and files all keep it), hands the body
@@ -52,8 +53,11 @@ def _name(fn: Callable[..., Any]) -> str:
 
 
 def read_source(fn: Callable[..., Any]) -> FunctionSource:
-    """``fn``'s source; ``TypeError`` naming the fix when it is not a plain function whose
-    source can be read and rewritten."""
+    """``fn``'s source, read once to be rewritten.
+
+    Raises ``TypeError`` naming the fix when it is not a plain function whose source can be read
+    and rewritten.
+    """
     name = _name(fn)
     if getattr(fn, "__wrapped__", None) is not None or not isinstance(fn, types.FunctionType):
         raise TypeError(
@@ -87,9 +91,11 @@ def read_source(fn: Callable[..., Any]) -> FunctionSource:
 
 
 def _line_in_cell(text: str, first: int) -> int:
-    """In a marimo notebook, the line where ``text`` starts in the cell running now (the
-    one whose decorator this is), as marimo's editor numbers it; elsewhere, or when the
-    text is not in that cell, ``first``. Asks marimo through ``sys.modules`` only."""
+    """The line where ``text`` starts in the marimo cell running now, as marimo's editor numbers it.
+
+    The cell is the one whose decorator this is. Elsewhere, or when the text is not in that cell,
+    ``first``. Asks marimo through ``sys.modules`` only.
+    """
     marimo, context = sys.modules.get("marimo"), sys.modules.get("marimo._runtime.context")
     try:
         if marimo is None or context is None or not marimo.running_in_notebook():
@@ -112,10 +118,12 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 def rewritten(
     fn: types.FunctionType, source: FunctionSource, *, labels: bool, steps: bool
 ) -> types.FunctionType:
-    """``fn`` with its body labelled and its loops marked for steps, as a cell's would be:
-    each top-level statement of the body is a block named after its first line, a
-    ``# xprof: NAME`` comment starts a block at any depth, each ``next()`` of its ``for``
-    loops is timed. ``return`` keeps its meaning, so no final value is kept."""
+    """``fn`` with its body labelled and its loops marked for steps, as a cell's would be.
+
+    Each top-level statement of the body is a block named after its first line, a ``# xprof:
+    NAME`` comment starts a block at any depth, each ``next()`` of its ``for`` loops is timed.
+    ``return`` keeps its meaning, so no final value is kept.
+    """
     tree = ast.parse(source.text)
     definition = tree.body[0]
     assert isinstance(definition, _DEFS)
@@ -156,8 +164,11 @@ def rewritten(
 
 
 def _enclosed(definition: ast.stmt, freevars: tuple[str, ...]) -> ast.stmt:
-    """The def itself, or, for a function with a closure, the def inside an outer function
-    that binds those names, so that they stay free variables (closure cells) when compiled."""
+    """The def itself, or, for a function with a closure, the def inside an outer function.
+
+    The outer function binds the closure's names, so that they stay free variables (closure
+    cells) when compiled.
+    """
     if not freevars:
         return definition
     binds = " = ".join(freevars)

@@ -54,8 +54,10 @@ def in_marimo() -> bool:
 
 
 def begin_viewer(options: Options) -> ViewerStart | None:
-    """The viewer, started now where a run will be shown (marimo), else None: a script
-    starts no server it does not ask for."""
+    """The viewer, started now where a run will be shown (marimo), else None.
+
+    A script starts no server it does not ask for.
+    """
     if not in_marimo():
         return None
     from xprof_magic._viewer.process import manager
@@ -79,8 +81,10 @@ def _refused(error: BaseException, backend: str) -> BaseException:
 
 
 def _trimmed(error: BaseException, code: types.CodeType) -> BaseException:
-    """The user's exception with its traceback starting in their function: the frames of
-    the capture that ran it are of no use to them."""
+    """The user's exception with its traceback starting in their function.
+
+    The frames of the capture that ran it are of no use to them.
+    """
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code is not code:
         tb = tb.tb_next
@@ -155,8 +159,10 @@ class Profiled(Generic[P, R]):
         return value
 
     def _start(self, fn: Callable[..., Any]) -> tuple[Run, _capture.Capture]:
-        """Plan the call's capture and start it (refused in one line, with nothing run); the
-        sampler looks for the line that runs in ``fn``'s frame (the body as it runs)."""
+        """Plan the call's capture and start it (refused in one line, with nothing run).
+
+        The sampler looks for the line that runs in ``fn``'s frame (the body as it runs).
+        """
         options = self.options
         name = options.name or f"{datetime.now():%Y%m%d-%H%M%S}-{self.function.__name__}"
         namespace = self._namespace()

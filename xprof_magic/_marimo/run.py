@@ -60,8 +60,10 @@ class Run:
         return self.result.text()
 
     def _display_(self) -> Any:
-        """marimo's display protocol: the run's view (built once); without anywidget, the
-        summary and how to get the rest."""
+        """marimo's display protocol: the run's view (built once).
+
+        Without anywidget, the summary and how to get the rest.
+        """
         if self.result is None:
             return _Html(self._repr_html_())
         if self._view is None:

@@ -210,7 +210,7 @@ function render({ model, el }) {
     slow.hidden = !on;
   };
   // The frame goes to a page once the route from this browser is known: the port, else
-  // the kernel (the trace viewer's page), else a line; never the browser's error page.
+  // the kernel (any of XProf's pages), else a line; never the browser's error page.
   const go = (frame, target) => {
     shown = target;
     routeLine = "";
@@ -220,7 +220,7 @@ function render({ model, el }) {
       frame.setAttribute("src", target);
       return;
     }
-    const kernel = target.includes("trace_viewer_index.html");
+    const kernel = notes.kernel !== false;
     const page = { base: notes.base, route: notes.route, version: notes.version, kernel };
     route.choose(page).then((chosen) => {
       outer.contentDocument.body.dataset.route = chosen;

@@ -84,8 +84,11 @@ _HERE = Path(__file__).parent
 
 
 def location(port: int, environ: Any = None) -> tuple[str, str]:
-    """``(origin, prefix)`` of the viewer's port as the browser reaches it: a proxy route
-    the user set, jupyter-server-proxy's on JupyterHub, else the loopback port itself."""
+    """``(origin, prefix)`` of the viewer's port as the browser reaches it.
+
+    A proxy route the user set, jupyter-server-proxy's on JupyterHub, else the loopback port
+    itself.
+    """
     environ = os.environ if environ is None else environ
     template = proxy_template(environ)
     if template is None and "JUPYTERHUB_SERVICE_PREFIX" in environ:
@@ -140,12 +143,17 @@ class RunView(anywidget.AnyWidget):
         list_tools: ToolLister = list_tools,
         survey: ToolSurveyor = survey_tools,
     ) -> None:
-        """``viewer``: the one serving ``logdir`` (None: summaries only, ``status`` says
-        why); ``where``: its ``(origin, prefix)`` for the browser (default: :func:`location`);
-        ``summary_html``: ``run``'s, when the caller has rendered it, and ``window`` the
-        seconds on its timeline that its verdict is about, where the trace viewer opens, or
-        ``window_coming``: that comes with ``run``'s full summary (:meth:`show_summary`),
-        and the trace viewer waits for it rather than open on the whole timeline first."""
+        """The view of the runs in ``logdir``, ``run`` selected.
+
+        Args:
+            viewer: The one serving ``logdir`` (None: summaries only, ``status`` says why).
+            where: Its ``(origin, prefix)`` for the browser (default: :func:`location`).
+            summary_html: ``run``'s, when the caller has rendered it.
+            window: The seconds on its timeline that its verdict is about, where the trace viewer
+                opens.
+            window_coming: The window comes with ``run``'s full summary (:meth:`show_summary`), and
+                the trace viewer waits for it rather than open on the whole timeline first.
+        """
         super().__init__(
             height=height,
             status=status,
@@ -183,8 +191,10 @@ class RunView(anywidget.AnyWidget):
         shown(self)
 
     def _on_msg(self, _: Any, content: Any, buffers: Any) -> None:
-        """A request of the kernel route (``route_page.js``), answered from a thread of its
-        own, so that marimo's kernel stays free while the viewer converts."""
+        """A request of the kernel route (``route_page.js``), answered from a thread of its own.
+
+        Its own thread keeps marimo's kernel free while the viewer converts.
+        """
         send = lambda c, b: self.send(c, buffers=b or None)  # noqa: E731
         threading.Thread(target=serve, args=(self.viewer, content, send), daemon=True).start()
 
@@ -228,8 +238,10 @@ class RunView(anywidget.AnyWidget):
         self._point()
 
     def _offer(self, tools: list[str]) -> None:
-        """The tool options, keeping the tool picked where the run has it; a tool without
-        data for the run is named with the reason."""
+        """The tool options, keeping the tool picked where the run has it.
+
+        A tool without data for the run is named with the reason.
+        """
         empty = self._surveys.get(self.run, Survey()).empty
         self.tools = [[t, tool_label(t, empty.get(t))] for t in tools]
         self.tool = self.tool if self.tool in tools else (tools[0] if tools else "")
@@ -261,8 +273,11 @@ class RunView(anywidget.AnyWidget):
         self.busy, self.charts = said["busy"], uses_charts(tool)
 
     def _ask_tools(self, run: str) -> None:
-        """Ask the viewer for the run's tools in a thread (seconds on a big run): the trace
-        viewer is offered meanwhile, and the answer replaces it unless the person moved on."""
+        """Ask the viewer for the run's tools in a thread (seconds on a big run).
+
+        The trace viewer is offered meanwhile, and the answer replaces it unless the person moved
+        on.
+        """
         self._asked += 1
         thread = threading.Thread(
             target=self._take_tools, args=(run, self._asked), name="xprof-view-tools", daemon=True
@@ -303,8 +318,10 @@ class RunView(anywidget.AnyWidget):
         return not any(t.is_alive() for t in self._threads)
 
     def show_summary(self, summary: Summary) -> None:
-        """A run's summary, shown at once if that run is selected, else when it is; the
-        trace viewer on its verdict's steps (one that waited for them opens now)."""
+        """Show a run's summary, at once if that run is selected, else when it is.
+
+        The trace viewer opens on its verdict's steps (one that waited for them opens now).
+        """
         from xprof_magic._analysis import render_html
 
         page = render_html(summary)
@@ -334,9 +351,11 @@ def _run_label(run: _store.RunInfo) -> str:
 
 
 def view_of(result: CaptureResult, options: Options, start: ViewerStart | None) -> RunView:
-    """The view of a stored run: its summary now (a big one finishes apart and replaces it),
-    and the viewer (``start``, else begun now), waited for up to a minute (a failed one is
-    one line in the view)."""
+    """The view of a stored run: its summary now, and the viewer, waited for up to a minute.
+
+    A big summary finishes apart and replaces it. The viewer is ``start``, else begun now; a
+    failed one is one line in the view.
+    """
     from xprof_magic import _analysis
 
     start = start or manager.begin_viewer(

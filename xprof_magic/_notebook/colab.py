@@ -138,13 +138,21 @@ def script(
     page: Page | None = None,
     busy_s: float = BUSY_S,
 ) -> str:
-    """JavaScript for the output frame: the iframe on ``path`` (an absolute path on the
-    viewer, secret included) under the proxied origin of ``port``, replacing any earlier one
-    with the same ``frame_id``, and the hint if the proxy refuses ``probe``; with ``charts``,
-    :data:`~xprof_magic._notebook.frame.CHARTS_NOTE` under it if the chart library cannot
-    load; the busy note under it when XProf's page says it is still loading ``busy_s``
-    after it began. A ``page`` whose tool has nothing for the run gets its one line in
-    place of the frame; one that waits (its ``wait``), that line, as tall as the frame."""
+    """JavaScript for the output frame: the viewer's iframe, and the notes said under it.
+
+    The iframe replaces any earlier one with the same ``frame_id``. A ``page`` whose tool has
+    nothing for the run gets its one line in place of the frame; one that waits (its ``wait``),
+    that line, as tall as the frame.
+
+    Args:
+        port: The iframe is under the proxied origin of this port.
+        path: Where the iframe points: an absolute path on the viewer, secret included.
+        probe: The hint is shown if the proxy refuses this.
+        charts: Show :data:`~xprof_magic._notebook.frame.CHARTS_NOTE` under the frame if the
+            chart library cannot load.
+        busy_s: Show the busy note under the frame when XProf's page says it is still loading
+            this long after it began.
+    """
     said = notes(False, busy_s)
     name = (page.name if page else "") or "this tool"
     empty = page.empty if page else ""
@@ -174,8 +182,10 @@ def script(
 
 
 class ColabFrame:
-    """The viewer's iframe in an output of its own, under the widget, updated in place as
-    the selection changes (a :class:`~xprof_magic._notebook.frame.Frame`)."""
+    """The viewer's iframe in an output of its own, under the widget.
+
+    Updated in place as the selection changes (a :class:`~xprof_magic._notebook.frame.Frame`).
+    """
 
     def __init__(self, port: int, secret_prefix: str, height: int, busy_s: float = BUSY_S) -> None:
         self.port = port
@@ -192,8 +202,10 @@ class ColabFrame:
 
     def show(self, page: Page | None) -> Areas:
         """Point the output at ``page`` (None: no run, no frame), in place once displayed.
-        The widget's areas stay empty: proxied URLs answer 403 outside the output frame,
-        so there is no new-tab link, nor Trace Viewer v2 (a new tab)."""
+
+        The widget's areas stay empty: proxied URLs answer 403 outside the output frame, so there is
+        no new-tab link, nor Trace Viewer v2 (a new tab).
+        """
         source = (
             script(
                 self.port,

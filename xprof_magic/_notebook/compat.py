@@ -1,5 +1,7 @@
-"""What differs between the notebook stacks xprof_magic supports: ipywidgets 7 (Colab's, with
-IPython 7.34) and ipywidgets 8 with IPython 8 or 9."""
+"""What differs between the notebook stacks xprof_magic supports.
+
+ipywidgets 7 (Colab's, with IPython 7.34) and ipywidgets 8 with IPython 8 or 9.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ __all__ = ["widget_bundle"]
 
 
 def widget_bundle(widget: Any, **kwargs: Any) -> dict[str, Any]:
-    """The MIME bundle that displays ``widget``. ipywidgets 8 returns it from
-    ``_repr_mimebundle_``; ipywidgets 7 has only ``_ipython_display_``, which displays the
-    same bundle itself, so it is built here the way ipywidgets 7 builds it."""
+    """The MIME bundle that displays ``widget``.
+
+    ipywidgets 8 returns it from ``_repr_mimebundle_``; ipywidgets 7 has only
+    ``_ipython_display_``, which displays the same bundle itself, so it is built here the way
+    ipywidgets 7 builds it.
+    """
     own = getattr(widget, "_repr_mimebundle_", None)
     if own is not None:
         bundle: dict[str, Any] = own(**kwargs) or {}

@@ -49,15 +49,19 @@ class Context:
 
     @property
     def kernel_route(self) -> bool:
-        """Whether the widget carries the kernel route (:mod:`~xprof_magic._notebook.route`):
-        every widget frontend but Colab's, which shows pages through its own proxy and draws
-        no third-party widget without its custom widget manager."""
+        """Whether the widget carries the kernel route (:mod:`~xprof_magic._notebook.route`).
+
+        Every widget frontend but Colab's does: Colab shows pages through its own proxy and draws no
+        third-party widget without its custom widget manager.
+        """
         return self.has_widgets and self.kind != "colab"
 
     def locate(self, port: int) -> tuple[str, str]:
-        """``(origin, prefix)`` for a port: the browser URL of a server path is
-        ``origin + prefix + path``; a path that the page itself puts after
-        ``location.origin`` needs the prefix only."""
+        """``(origin, prefix)`` for a port.
+
+        The browser URL of a server path is ``origin + prefix + path``; a path that the page itself
+        puts after ``location.origin`` needs the prefix only.
+        """
         if self.kind == "colab":
             # The origin exists only in the browser: the page's JavaScript asks Colab's
             # proxy for it (see _notebook/colab.py), so paths are all the kernel builds.
@@ -65,8 +69,10 @@ class Context:
         return client.locate(port, self.proxy_template if self.kind == "proxy" else None)
 
     def frame(self, viewer: Viewer, height: int) -> Frame:
-        """Where the widget shows the selected page, ``height`` pixels tall: Colab's
-        output-frame JavaScript, else an iframe inside the widget."""
+        """Where the widget shows the selected page, ``height`` pixels tall.
+
+        Colab's output-frame JavaScript, else an iframe inside the widget.
+        """
         if self.kind == "colab":
             from xprof_magic._notebook.colab import ColabFrame
 

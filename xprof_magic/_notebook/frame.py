@@ -52,8 +52,11 @@ __all__ = [
 
 
 def charts_probe_js(note: str) -> str:
-    """JavaScript that unhides the element ``note`` (a JS expression) when the browser cannot
-    fetch the chart library XProf's pages load at run time; ``no-cors``: fetched, never run."""
+    """JavaScript that unhides the element ``note`` when the browser cannot fetch the chart library.
+
+    ``note`` is a JS expression; the library is the one XProf's pages load at run time. It is
+    fetched ``no-cors``: fetched, never run.
+    """
     url = json.dumps(CHARTS_URL)
     return (
         f"fetch({url},{{mode:'no-cors',cache:'force-cache'}})"
@@ -79,7 +82,7 @@ class Page:
     How the browser reaches the page (:mod:`~xprof_magic._notebook.route`): ``base``, the
     viewer's root as the browser sees it (its health route is probed there); ``route``,
     ``auto`` (the port where it answers, else the kernel), ``direct`` or ``kernel`` (forced);
-    ``kernel``: the page can be shown through the kernel (the trace viewer's); ``version``:
+    ``kernel``: the page can be shown through the kernel (XProf's pages: every tool); ``version``:
     XProf's, the key its static files are cached under in the browser.
     """
 
@@ -99,9 +102,11 @@ class Page:
 
 @dataclass(frozen=True)
 class Areas:
-    """What the widget's own areas hold for a page: ``frame`` (the wrapper iframe: the same
-    text for the widget's life, so the frontend never rebuilds it), ``state`` (the hidden
-    element the wrapper follows) and ``link`` ("open in new tab")."""
+    """What the widget's own areas hold for a page.
+
+    ``frame``: the wrapper iframe, the same text for the widget's life, so the frontend never
+    rebuilds it. ``state``: the hidden element the wrapper follows. ``link``: "open in new tab".
+    """
 
     frame: str = ""
     state: str = ""
@@ -116,8 +121,10 @@ class Frame(Protocol):
     element that holds it carries ``data-xprof-frame`` with it."""
 
     def show(self, page: Page | None) -> Areas:
-        """Point the frame at ``page`` (None: no run), in place once shown; return what the
-        widget's areas hold."""
+        """Point the frame at ``page`` (None: no run) and return what the widget's areas hold.
+
+        Once shown, the frame changes in place.
+        """
         ...
 
     def display(self) -> None:
@@ -278,22 +285,29 @@ the lines under it are outside it."""
 
 
 def embed_html(page: Page, height: int, frame_id: str, busy_s: float = BUSY_S) -> str:
-    """The wrapper iframe: a ``srcdoc`` page, ``height`` pixels tall, holding XProf's page in
-    an inner iframe named :func:`frame_name` ``(frame_id)``, first on ``page``.
+    """The wrapper iframe: a ``srcdoc`` page that holds XProf's page in an inner iframe.
+
+    The wrapper is ``height`` pixels tall; its inner iframe is named :func:`frame_name`
+    ``(frame_id)`` and is first on ``page``.
 
     XProf's UI calls ``window.parent.history.pushState``, which in a same-origin frame (a
     Jupyter proxy) would rewrite the notebook page's own URL; the wrapper takes that call.
-    Under the page, outside its border (the page keeps its whole ``height``: the wrapper
-    grows by the lines shown), it has the page's own line (:attr:`Page.under`), and
-    :data:`CHARTS_NOTE`, shown when the page
-    draws charts and the chart library cannot be fetched (instead of a spinner left without
-    a reason), a link to Trace Viewer v2 in a new tab, shown for a big run where WebGPU
-    works (v2 fails without an adapter), and :data:`~xprof_magic._viewer.tool_pages.BUSY_NOTE`,
-    shown when the
-    page has said (its :data:`~xprof_magic._viewer.app.inline.WATCH_BUSY`) that a loading
-    indicator shows, and it still shows ``busy_s`` later. A page whose tool has nothing for
-    the run is not loaded: :data:`~xprof_magic._viewer.tool_pages.EMPTY_NOTE` stands in its
-    place; nor is one that waits (:attr:`Page.wait`): its line stands there meanwhile.
+
+    Under the page, outside its border (the page keeps its whole ``height``: the wrapper grows by
+    the lines shown), the wrapper has:
+
+    - the page's own line (:attr:`Page.under`);
+    - :data:`CHARTS_NOTE`, shown when the page draws charts and the chart library cannot be
+      fetched (instead of a spinner left without a reason);
+    - a link to Trace Viewer v2 in a new tab, shown for a big run where WebGPU works (v2 fails
+      without an adapter);
+    - :data:`~xprof_magic._viewer.tool_pages.BUSY_NOTE`, shown when the page has said (its
+      :data:`~xprof_magic._viewer.app.inline.WATCH_BUSY`) that a loading indicator shows, and
+      it still shows ``busy_s`` later.
+
+    A page whose tool has nothing for the run is not loaded:
+    :data:`~xprof_magic._viewer.tool_pages.EMPTY_NOTE` stands in its place; nor is one that
+    waits (:attr:`Page.wait`): its line stands there meanwhile.
     """
     script = _WRAPPER_JS.replace("__CHARTS_URL__", json.dumps(CHARTS_URL)).replace(
         "__BUSY__", json.dumps(BUSY_MESSAGE)
@@ -344,8 +358,10 @@ class IframeFrame:
         self._wrapper = ""
 
     def show(self, page: Page | None) -> Areas:
-        """The wrapper (written for the first page, the same text after), the state it
-        follows, and the link."""
+        """The widget's areas: the wrapper, the state it follows, and the link.
+
+        The wrapper is written for the first page, and is the same text after.
+        """
         if page is None:
             self._wrapper = ""  # the next page writes a wrapper of its own
             return Areas()

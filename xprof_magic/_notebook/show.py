@@ -177,9 +177,12 @@ def _widgets() -> ModuleType | None:
 def viewer_line(
     viewer: Viewer, context: Context, run_dir: Path, window: tuple[float, float] | None = None
 ) -> str:
-    """Where to look where no widget renders (a terminal): the run's trace viewer, at the
-    URL the browser reaches, opened on the steps its verdict is about (``window``). The URL
-    carries the viewer's secret, so it is said only there, never in a notebook's outputs."""
+    """Where to look where no widget renders (a terminal): the run's trace viewer's URL.
+
+    The URL is the one the browser reaches, opened on the steps its verdict is about
+    (``window``). It carries the viewer's secret, so it is said only there, never in a notebook's
+    outputs.
+    """
     from xprof_magic._runs import store as _store
     from xprof_magic._viewer.tool_pages import page_urls
 
@@ -221,9 +224,11 @@ def report(
 
 
 def summary_now(shell: InteractiveShell | None, run_dir: Path) -> Summary:
-    """The summary shown under the cell: read within :data:`SUMMARY_BUDGET_S` (a bigger
-    one from the metadata, finished later), or whole at once for a client that stops
-    listening when the cell ends."""
+    """The summary shown under the cell, read within :data:`SUMMARY_BUDGET_S` or whole.
+
+    A bigger one comes from the metadata and is finished later; it is read whole at once for a
+    client that stops listening when the cell ends.
+    """
     from xprof_magic import _analysis
     from xprof_magic._runs import store as _store
 
@@ -243,9 +248,11 @@ def show_run(
     found: Sequence[RunInfo] | None = None,
     summary: Summary | None = None,
 ) -> None:
-    """The summary of ``run_dir`` (``summary``, else read now: :func:`summary_now`) and the
-    viewer of ``logdir`` (whose runs are ``found``, when the caller has listed them) under
-    the cell; a pending summary updates in place."""
+    """Show the summary of ``run_dir`` and the viewer of ``logdir`` under the cell.
+
+    The summary is ``summary``, else read now (:func:`summary_now`); the viewer's runs are
+    ``found``, when the caller has listed them. A pending summary updates in place.
+    """
     from xprof_magic._notebook.context import detect
 
     rendered = Rendered.of(summary or summary_now(shell, run_dir))

@@ -23,8 +23,11 @@ __all__ = ["SummaryPanel"]
 
 
 class SummaryPanel:
-    """The summary of the selected run, in a collapsible panel, whole: no box of its own
-    that would scroll inside the output (the summary folds its long tables itself)."""
+    """The summary of the selected run, in a collapsible panel, whole.
+
+    No box of its own that would scroll inside the output (the summary folds its long tables
+    itself).
+    """
 
     def __init__(self, logdir: Path) -> None:
         self.logdir = logdir
@@ -39,10 +42,12 @@ class SummaryPanel:
         self._lock = threading.Lock()
 
     def show(self, run: str, page: str, window: Window | None = None, coming: bool = False) -> None:
-        """``run``'s summary as HTML, and the timeline's seconds its verdict is about
-        (:meth:`~xprof_magic._analysis.Summary.verdict_window`): shown at once if the viewer
-        shows that run, else kept for when it does; ``coming``: a pending summary, whose
-        window comes with the full one."""
+        """Show ``run``'s summary as HTML, and the timeline's seconds its verdict is about.
+
+        The seconds are :meth:`~xprof_magic._analysis.Summary.verdict_window`'s. Shown at once if
+        the viewer shows that run, else kept for when it does; ``coming``: a pending summary, whose
+        window comes with the full one.
+        """
         with self._lock:
             self._pages.give(run, page, window)
             (self._coming.add if coming else self._coming.discard)(run)
@@ -50,9 +55,11 @@ class SummaryPanel:
                 self.html.value = page
 
     def expect(self, run: str, window: Window | None, coming: bool = False) -> None:
-        """``run``'s verdict window, known before its summary is shown; ``coming``: not
-        known yet, it comes with the summary (a pending one's, finished apart), which
-        :meth:`show` gives."""
+        """``run``'s verdict window, known before its summary is shown.
+
+        ``coming``: not known yet, it comes with the summary (a pending one's, finished apart),
+        which :meth:`show` gives.
+        """
         with self._lock:
             self._pages.give_window(run, window)
             if coming:

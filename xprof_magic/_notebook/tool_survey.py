@@ -1,6 +1,7 @@
-"""The widget's background question to the viewer of which tools a run has and which of
-them have data (their names and order come from :mod:`~xprof_magic._viewer.tool_pages`, shared
-with the marimo view).
+"""The widget's background question to the viewer: which tools a run has, and which have data.
+
+Their names and order come from :mod:`~xprof_magic._viewer.tool_pages`, shared with the
+marimo view.
 
 The tools of a run come from the viewer (its ``run_tools`` route), which can take seconds
 while XProf reads a large run, and saying which have data takes longer still. So they are
@@ -27,9 +28,11 @@ __all__ = ["ToolAnswer", "ToolQuestions"]
 
 @dataclass(frozen=True)
 class ToolAnswer:
-    """One answer about ``run``'s tools: ``tools`` in the dropdown's order (empty: none
-    came, and ``problem`` says why), and ``survey``, which of them have data (None: not
-    asked yet)."""
+    """One answer about ``run``'s tools.
+
+    ``tools`` in the dropdown's order (empty: none came, and ``problem`` says why), and
+    ``survey``, which of them have data (None: not asked yet).
+    """
 
     run: str
     ticket: int
@@ -39,10 +42,12 @@ class ToolAnswer:
 
 
 class ToolQuestions:
-    """The questions about runs' tools, each in a thread of its own; ``on_answer`` gets each
-    answer from that thread: the tools as XProf lists them first, then, once XProf has said
-    which have data (:func:`~xprof_magic._viewer.survey.survey_tools`, seconds on a big
-    run), those first and the others after them."""
+    """The questions about runs' tools, each in a thread of its own.
+
+    ``on_answer`` gets each answer from that thread: the tools as XProf lists them first, then,
+    once XProf has said which have data (:func:`~xprof_magic._viewer.survey.survey_tools`,
+    seconds on a big run), those first and the others after them.
+    """
 
     def __init__(
         self,
@@ -83,8 +88,10 @@ class ToolQuestions:
             self._on_answer(ToolAnswer(run, ticket, ranked, survey=survey))
 
     def wait(self, timeout: float = 30.0) -> bool:
-        """Block until the questions asked so far are answered; False if one is still
-        pending after ``timeout`` seconds."""
+        """Block until the questions asked so far are answered.
+
+        False if one is still pending after ``timeout`` seconds.
+        """
         deadline = time.monotonic() + timeout
         for thread in list(self._threads):
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -77,13 +77,20 @@ class ViewerWidget:
         list_tools: ToolLister = list_tools,
         survey: ToolSurveyor = survey_tools,
     ) -> None:
-        """``run``: the run to select; ``frame``: where the page shows (default: the one
-        ``context`` picks); ``found``: the runs in ``logdir``, when the caller has listed
-        them; ``window``: the seconds on ``run``'s timeline that its verdict is about, so
-        that the trace viewer opens there from the first, or ``window_coming``: it comes
-        with ``run``'s summary (a pending one's), and the trace viewer waits for it rather
-        than open on the whole timeline first; ``list_tools`` and ``survey``: how
-        a run's tools, and which of them have data, are asked of the viewer."""
+        """Build the viewer widget for the runs in ``logdir``, served by ``viewer``.
+
+        Args:
+            run: The run to select.
+            frame: Where the page shows (default: the one ``context`` picks).
+            found: The runs in ``logdir``, when the caller has listed them.
+            window: The seconds on ``run``'s timeline that its verdict is about, so that the
+                trace viewer opens there from the first.
+            window_coming: Instead of ``window``: it comes with ``run``'s summary (a pending
+                one's), and the trace viewer waits for it rather than open on the whole
+                timeline first.
+            list_tools: How the viewer is asked for a run's tools.
+            survey: How the viewer is asked which of a run's tools have data.
+        """
         self.viewer = viewer
         self.context = context
         self.logdir = Path(logdir)
@@ -112,8 +119,11 @@ class ViewerWidget:
         _run.shown(self)
 
     def _build(self) -> None:
-        """The dropdowns and the areas they fill: the viewer box, displayed apart from the
-        summary panel (replacing a pending summary then re-renders the panel only)."""
+        """Build the dropdowns and the areas they fill: the viewer box.
+
+        The box is displayed apart from the summary panel (replacing a pending summary then
+        re-renders the panel only).
+        """
         # Fixed widths: a select as wide as its longest option would grow when the tools'
         # reasons or a new run come, and push the row onto two lines (a long option is cut
         # in the closed select, whole in its list).
@@ -163,8 +173,10 @@ class ViewerWidget:
     def refresh_runs(
         self, select: str | None = None, found: Sequence[_store.RunInfo] | None = None
     ) -> None:
-        """Re-list the runs (``found``, else read now), newest first, keeping (or moving to)
-        the selected one."""
+        """Re-list the runs, newest first, keeping (or moving to) the selected one.
+
+        The runs are ``found``, else read now.
+        """
         if found is None:
             found = _store.runs(self.logdir)
         with self._lock:
@@ -204,8 +216,10 @@ class ViewerWidget:
             self.refresh_view()
 
     def _offer_tools(self, tools: list[str]) -> None:
-        """Set the tool options, keeping the selected tool where the run has it; a tool
-        without data for the run is named with the reason."""
+        """Set the tool options, keeping the selected tool where the run has it.
+
+        A tool without data for the run is named with the reason.
+        """
         keep = self.tools.value if self.tools.value in tools else None
         survey = self._surveys.get(self.runs.value or "")
         empty = survey.empty if survey else {}
@@ -214,8 +228,10 @@ class ViewerWidget:
         (self.tools.add_class if survey else self.tools.remove_class)(SURVEYED)
 
     def _take_tools(self, answer: ToolAnswer) -> None:
-        """An answer about a run's tools (from its question's thread): kept for the run, and
-        offered if the run is still the one selected."""
+        """Take an answer about a run's tools, from its question's thread.
+
+        The answer is kept for the run, and offered if the run is still the one selected.
+        """
         with self._lock:
             if answer.tools and answer.survey is not None:
                 self._tools_cache[answer.run] = answer.tools
@@ -237,19 +253,26 @@ class ViewerWidget:
             self.refresh_view()
 
     def wait_for_tools(self, timeout: float = 30.0) -> bool:
-        """Block until the tool lists asked for so far have arrived (scripts, tests); False if
-        one is still pending after ``timeout`` seconds."""
+        """Block until the tool lists asked for so far have arrived (scripts, tests).
+
+        Returns False if one is still pending after ``timeout`` seconds.
+        """
         return self._questions.wait(timeout)
 
     def show_summary(
         self, run: str, page: str, window: Window | None = None, coming: bool = False
     ) -> None:
-        """``run``'s summary as HTML, for the summary panel: the one way a summary comes in
-        (shown at once if that run is the one selected, else when it is selected); with
-        ``window``, the seconds on the timeline its verdict is about, where the trace viewer
-        opens (:meth:`~xprof_magic._analysis.Summary.verdict_window`); ``coming``: the
-        summary is pending, and the trace viewer waits for the window that comes with the
-        full one (it opens on it then)."""
+        """Give the summary panel ``run``'s summary: the one way a summary comes in.
+
+        Args:
+            run: The run the summary is of; shown at once if that run is the one selected,
+                else when it is selected.
+            page: The summary, as HTML.
+            window: The seconds on the timeline its verdict is about, where the trace viewer
+                opens (:meth:`~xprof_magic._analysis.Summary.verdict_window`).
+            coming: The summary is pending, and the trace viewer waits for the window that
+                comes with the full one (it opens on it then).
+        """
         self.summaries.show(run, page, window, coming)
         if run == self.runs.value:
             self.refresh_view()
@@ -301,13 +324,12 @@ class ViewerWidget:
             under,
             base=origin + prefix + self.viewer.base_path,
             route=forced_route(),
-            kernel=tool == TRACE_VIEWER_TOOL and self.viewer.kind == "xprof",
+            kernel=self.viewer.kind == "xprof",
             version=xprof_version(),
         )
 
     def urls(self) -> tuple[str | None, str | None]:
-        """The embedded page's URL and the full UI's URL for the selection, as the browser
-        sees them."""
+        """The browser's URLs of the embedded page and of the full UI, for the selection."""
         run, tool, host = self.runs.value, self.tools.value, self.hosts.value
         if run is None:
             return None, None
@@ -316,9 +338,11 @@ class ViewerWidget:
         return page_urls(self.viewer, run, tool, host, location, survey, window)
 
     def v2_url(self) -> str | None:
-        """XProf's Trace Viewer v2 on the selection, for a run of :data:`BIG_RUN_BYTES` or
-        more in the trace viewer (None otherwise). Asked for by URL, so the browser saves no
-        choice; the inline trace viewer stays the classic one, which always works."""
+        """XProf's Trace Viewer v2 on the selection, for a big run in the trace viewer (else None).
+
+        A big run is one of :data:`BIG_RUN_BYTES` or more. v2 is asked for by URL, so the browser
+        saves no choice; the inline trace viewer stays the classic one, which always works.
+        """
         run, tool, host = self.runs.value, self.tools.value, self.hosts.value
         if run is None or tool != TRACE_VIEWER_TOOL or self.viewer.kind != "xprof":
             return None
@@ -328,9 +352,11 @@ class ViewerWidget:
         return f"{origin}{self.viewer.tool_path(run, tool, host, prefix=prefix)}&{V2}"
 
     def text(self) -> str:
-        """Where to look, for frontends without widgets. The URL carries the viewer's secret,
-        so it is shown only where no widget can render (a terminal), not saved with a
-        notebook's outputs."""
+        """Where to look, for frontends without widgets.
+
+        The URL carries the viewer's secret, so it is shown only where no widget can render (a
+        terminal), not saved with a notebook's outputs.
+        """
         src, _ = self.urls()
         if not src:
             return f"XProf: no runs in {self.logdir}"

@@ -52,11 +52,13 @@ PROGRAM_TOOLS = ("memory_viewer", "graph_viewer")
 
 @dataclass(frozen=True)
 class Survey:
-    """What the tools of one run have: ``empty`` maps a tool to why it shows nothing;
-    ``program`` is the XLA program the per-program tools open on (None: XProf's first);
-    ``node`` the op the graph viewer draws at once (its entry's root; None: it waits);
-    ``said`` maps a tool whose page shows to the line said under it (why its figures are
-    not what they seem: :data:`CPU_MEMORY_VIEWER`)."""
+    """What the tools of one run have.
+
+    ``empty`` maps a tool to why it shows nothing; ``program`` is the XLA program the per-program
+    tools open on (None: XProf's first); ``node`` the op the graph viewer draws at once (its
+    entry's root; None: it waits); ``said`` maps a tool whose page shows to the line said under it
+    (why its figures are not what they seem: :data:`CPU_MEMORY_VIEWER`).
+    """
 
     empty: dict[str, str] = field(default_factory=dict)
     program: str | None = None
@@ -124,9 +126,11 @@ def modules(viewer: Viewer, run: str, timeout: float = 30.0) -> list[str]:
 
 
 def ran(programs: Sequence[str], run_dir: Path | None) -> list[str]:
-    """Those of ``programs`` that ran in the capture, most time first, from its saved
-    summary: the capture's metadata lists every program the process holds, an earlier
-    cell's too. All of ``programs`` when the summary is not saved yet or names none."""
+    """Those of ``programs`` that ran in the capture, most time first, from its saved summary.
+
+    The capture's metadata lists every program the process holds, an earlier cell's too. All of
+    ``programs`` when the summary is not saved yet or names none.
+    """
     try:
         saved = json.loads((run_dir / SUMMARY_FILE).read_text("utf-8")) if run_dir else {}
         timed = [str(name) for name, _ in saved.get("programs") or ()]
@@ -137,8 +141,11 @@ def ran(programs: Sequence[str], run_dir: Path | None) -> list[str]:
 
 
 def largest(programs: Sequence[str], run_dir: Path | None) -> str | None:
-    """The program whose HLO is the largest: XProf caches each one it has read as
-    ``<program>.hlo_proto.pb`` in the run's folder; without those, None (XProf's first)."""
+    """The program whose HLO is the largest.
+
+    XProf caches each one it has read as ``<program>.hlo_proto.pb`` in the run's folder; without
+    those, None (XProf's first).
+    """
     if run_dir is None or len(programs) < 2:
         return None
     sizes: dict[str, int] = {}

@@ -128,14 +128,18 @@ def uses_charts(tool: str | None) -> bool:
 
 
 def wait_line(tool: str | None, coming: bool) -> str:
-    """:data:`WAIT_NOTE` for the trace viewer (``tool``, None: the default) while its window
-    is still ``coming`` with the run's summary; "" otherwise."""
+    """:data:`WAIT_NOTE` for the trace viewer while its window is still ``coming``; "" otherwise.
+
+    ``tool`` None is the trace viewer (the default); the window comes with the run's summary.
+    """
     return WAIT_NOTE if coming and (tool or TRACE_VIEWER_TOOL) == TRACE_VIEWER_TOOL else ""
 
 
 def notes(new_tab: bool, busy_s: float = BUSY_S) -> dict[str, str]:
-    """:data:`EMPTY_NOTE` and :data:`BUSY_NOTE` for one front's frame (``new_tab``: it has
-    the link), ``{name}`` and ``{reason}`` left for the page's."""
+    """:data:`EMPTY_NOTE` and :data:`BUSY_NOTE` for one front's frame.
+
+    ``new_tab``: it has the link. ``{name}`` and ``{reason}`` are left for the page's.
+    """
     tab = NEW_TAB if new_tab else ""
     return {
         "empty": EMPTY_NOTE.replace("{tab}", tab),
@@ -180,11 +184,14 @@ def page_urls(
     survey: Survey | None = None,
     window: Window | None = None,
 ) -> tuple[str, str]:
-    """The embedded page's URL and the full UI's URL for one selection, as the browser sees
-    them; ``location`` is ``(origin, prefix)`` (:func:`~xprof_magic._viewer.process.client.locate`),
-    ``survey`` what the run's tools hold (the program a per-program tool opens on),
-    ``window`` the seconds on the timeline that the trace viewer opens on (the verdict's
-    steps, :meth:`~xprof_magic._analysis.Summary.verdict_window`), with a margin each side."""
+    """The embedded page's URL and the full UI's URL for one selection, as the browser sees them.
+
+    Args:
+        location: ``(origin, prefix)`` (:func:`~xprof_magic._viewer.process.client.locate`).
+        survey: What the run's tools hold (the program a per-program tool opens on).
+        window: The seconds on the timeline that the trace viewer opens on (the verdict's steps,
+            :meth:`~xprof_magic._analysis.Summary.verdict_window`), with a margin each side.
+    """
     origin, prefix = location
     tool = tool or TRACE_VIEWER_TOOL
     full = origin + viewer.tool_path(run, tool, host, prefix=prefix)
@@ -209,8 +216,10 @@ VIEW_MARGIN = 0.03
 
 
 def view_range(window: tuple[float, float]) -> tuple[float, float]:
-    """XProf's ``view_start`` and ``view_end`` (milliseconds on the timeline) for a window
-    of seconds, with :data:`VIEW_MARGIN` each side, so its first step is not at the edge."""
+    """XProf's ``view_start`` and ``view_end`` (ms on the timeline) for a window of seconds.
+
+    With :data:`VIEW_MARGIN` each side, so its first step is not at the edge.
+    """
     start, end = window
     margin = (end - start) * VIEW_MARGIN
     return max(0.0, start - margin) * 1e3, (end + margin) * 1e3

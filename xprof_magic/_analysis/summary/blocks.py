@@ -58,8 +58,10 @@ def labels_from_trace(
     own_steps: frozenset[str] = frozenset(),
     input_pipeline: frozenset[str] = frozenset(),
 ) -> tuple[tuple[LabelRow, ...], RunsByRow, RunsByRow]:
-    """Blocks summed by their path of names; also which runs of each held a compilation, and
-    the numbers of the steps those runs began in (rows whose compiling runs all began in one).
+    """Blocks summed by their path of names, with the runs of each that held a compilation.
+
+    Also returns the numbers of the steps those runs began in (for rows whose compiling runs all
+    began in one).
 
     Blocks on the thread that holds most of the block time are the cell's own (``thread``
     is ""); blocks on other threads keep their thread's name. Step markers named in
@@ -124,8 +126,10 @@ def _groups(
 def _rows(
     groups: dict[RowKey, _Agg], blocks: list[Block], cell_s: float | None
 ) -> tuple[tuple[LabelRow, ...], RunsByRow, RunsByRow]:
-    """The rows as a tree, thread by thread, each level in the order it first ran; at most
-    :data:`MAX_LABEL_ROWS`."""
+    """The rows as a tree, thread by thread, each level in the order it first ran.
+
+    At most :data:`MAX_LABEL_ROWS`.
+    """
     compiled: RunsByRow = {}
     children: dict[RowKey, list[RowKey]] = {}
     for key in groups:
@@ -307,8 +311,10 @@ def is_loop(statement: str) -> bool:
 
 
 def line_of(cell: str, path: tuple[str, ...]) -> int:
-    """The cell line (from 1) of the innermost element of ``path`` found in ``cell``: a
-    ``# xprof: NAME`` comment's line, or the statement a label was made from; 0 if none."""
+    """The cell line (from 1) of the innermost element of ``path`` found in ``cell``; 0 if none.
+
+    The line is a ``# xprof: NAME`` comment's, or the statement a label was made from.
+    """
     lines = cell.splitlines()
     markers = find_markers(cell) if "xprof:" in cell else []
     for name in reversed(path):
@@ -322,8 +328,10 @@ def line_of(cell: str, path: tuple[str, ...]) -> int:
 
 
 def input_shapes(facts: TraceFacts) -> tuple[str, ...]:
-    """The input shapes the cell's loop saw, in order, each change once (from the markers
-    :func:`xprof_magic._cell.labels.inputs` leaves)."""
+    """The input shapes the cell's loop saw, in order, each change once.
+
+    Read from the markers :func:`xprof_magic._cell.labels.inputs` leaves.
+    """
     seen: list[str] = []
     for b in sorted(facts.blocks, key=lambda b: b.start):
         if b.name.startswith(SHAPES_EVENT):

@@ -51,9 +51,11 @@ def build(
     missing: tuple[Gap, ...],
     pending: bool,
 ) -> Summary:
-    """The summary of the run in ``path`` from ``meta`` and ``facts`` (read from
-    ``host_file``), before its diagnosis; ``missing`` says what could not be read,
-    ``pending`` that the timeline waits for the full summary."""
+    """The summary of the run in ``path``, before its diagnosis.
+
+    Built from ``meta`` and ``facts`` (read from ``host_file``); ``missing`` says what could not
+    be read, ``pending`` that the timeline waits for the full summary.
+    """
     names = words.metrics
     counters, timers = meta.metrics.counters, meta.metrics.metrics
     labels, label_source, steps, compiled, in_steps = _blocks(meta, words, facts)
@@ -105,8 +107,11 @@ def _programs(facts: TraceFacts | None) -> tuple[tuple[str, float], ...]:
 def _blocks(
     meta: RunMetadata, words: Vocabulary, facts: TraceFacts | None
 ) -> tuple[tuple[LabelRow, ...], str, StepStats | None, blocks.RunsByRow, blocks.RunsByRow]:
-    """Labels, where they came from, and steps: from the timeline when it was read, else
-    from the magic's timers; with the runs of each label that compiled, and their steps."""
+    """Labels, where they came from, and steps, with the runs of each label that compiled.
+
+    From the timeline when it was read, else from the magic's timers; the compiling runs come with
+    their steps.
+    """
     compiled: blocks.RunsByRow = {}
     in_steps: blocks.RunsByRow = {}
     if facts is not None:

@@ -23,8 +23,10 @@ KINDS = {"CUDA": "GPU", "ROCM": "GPU"}
 
 
 def busy_ns(facts: TraceFacts) -> float | None:
-    """How long the device ran executions in the window (None: no execution seen), from the
-    timeline's spans measured with :mod:`~xprof_magic._analysis.timeline.intervals`."""
+    """How long the device ran executions in the window (None: no execution seen).
+
+    Measured from the timeline's spans with :mod:`~xprof_magic._analysis.timeline.intervals`.
+    """
     pieces = facts.spans.get("device")
     if not pieces:
         return None
@@ -36,8 +38,11 @@ def busy_ns(facts: TraceFacts) -> float | None:
 def device_info(
     declared: str, facts: TraceFacts | None, words: Vocabulary = NEUTRAL, name: str = ""
 ) -> DeviceInfo:
-    """The device that ran the cell: ``declared`` by the capture (``name``: as its runtime
-    named it), else as the timeline shows it (its device planes and the names they carry)."""
+    """The device that ran the cell, as the capture declared it or as the timeline shows it.
+
+    ``declared`` by the capture (``name``: as its runtime named it), else from the timeline (its
+    device planes and the names they carry).
+    """
     declared = KINDS.get(declared.upper(), declared.upper())
     device_planes = [n for n in facts.planes if n.startswith("/device:")] if facts else []
     seen = {n.split(":")[1] for n in device_planes if n.count(":") >= 2}

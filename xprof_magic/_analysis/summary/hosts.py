@@ -32,9 +32,12 @@ def host_rows(
     runtime: TimelineNames,
     deadline: float | None,
 ) -> tuple[HostRow, ...]:
-    """One row per timeline; ``read`` holds those already read, the others are read with
-    ``runtime`` (:func:`~xprof_magic._analysis.timeline.read.read_trace`'s). Raises ``ReadAborted``
-    when ``deadline`` (``time.perf_counter``) passes."""
+    """One row per timeline.
+
+    ``read`` holds those already read, the others are read with ``runtime``
+    (:func:`~xprof_magic._analysis.timeline.read.read_trace`'s). Raises ``ReadAborted`` when
+    ``deadline`` (``time.perf_counter``) passes.
+    """
     rows = []
     for path in xplanes:
         host = path.name[: -len(_SUFFIX)]
@@ -86,8 +89,10 @@ def _steps(facts: TraceFacts) -> tuple[str, list[float]]:
 
 
 def slowest(rows: tuple[HostRow, ...]) -> str:
-    """The host with the longest step, or with the longest busy time when no steps are known;
-    "" with fewer than two hosts to compare."""
+    """The host with the longest step, or the longest busy time when no steps are known.
+
+    "" with fewer than two hosts to compare.
+    """
     timed = [r for r in rows if r.step_s is not None]
     if len(timed) >= 2:
         return max(timed, key=lambda r: r.step_s or 0.0).host

@@ -103,8 +103,7 @@ def _use(
     *,
     with_rows: bool,
 ) -> tuple[MemoryUse | None, dict[tuple[str, ...], float]]:
-    """One allocator's use within the cell's window, and (``with_rows``) each label path's
-    peak."""
+    """One allocator's use within the cell's window, and (``with_rows``) each label path's peak."""
     lo, hi = facts.window if facts.window is not None else (float(t[0]), float(t[-1]))
     inside = (t >= lo) & (t <= hi)
     if not inside.any():
@@ -138,8 +137,10 @@ def _use(
 
 
 def _curve(t: np.ndarray, used: np.ndarray) -> tuple[tuple[float, float], ...]:
-    """The bytes in use over time (seconds), at most :data:`CURVE_POINTS` points: each
-    bucket of events keeps its highest, so the peak stays on the curve."""
+    """The bytes in use over time (seconds), at most :data:`CURVE_POINTS` points.
+
+    Each bucket of events keeps its highest, so the peak stays on the curve.
+    """
     if len(t) <= CURVE_POINTS:
         return tuple(zip((t / 1e9).tolist(), used.tolist(), strict=True))
     edges = np.linspace(0, len(t), CURVE_POINTS + 1).astype(np.int64)
@@ -152,8 +153,10 @@ def _curve(t: np.ndarray, used: np.ndarray) -> tuple[tuple[float, float], ...]:
 
 
 def _growth(t: np.ndarray, used: np.ndarray, steps: StepStats | None) -> tuple[float | None, int]:
-    """Bytes added each step (``t`` in ns on the timeline, ``used`` the bytes in use then),
-    when the steps keep growing the memory in use: a leak."""
+    """Bytes added each step, when the steps keep growing the memory in use: a leak.
+
+    ``t`` is in ns on the timeline, ``used`` the bytes in use then.
+    """
     if steps is None or not steps.starts_s or len(steps.starts_s) != len(steps.durations_s):
         return None, 0
     ends = np.asarray(steps.starts_s) * 1e9 + np.asarray(steps.durations_s) * 1e9
@@ -171,8 +174,10 @@ def _growth(t: np.ndarray, used: np.ndarray, steps: StepStats | None) -> tuple[f
 def _from_runtime(
     meta: RunMetadata, facts: TraceFacts | None, steps: StepStats | None
 ) -> tuple[Memory, dict[tuple[str, ...], float]]:
-    """The backend's figures at the ends of labelled blocks: the peak at the end of the
-    block that reached it."""
+    """The backend's figures at the ends of labelled blocks.
+
+    The peak is at the end of the block that reached it.
+    """
     figures = meta.memory
     origin = facts.profile_start_ns if facts and facts.profile_start_ns else meta.start_ns or 0
     peaks: dict[tuple[str, ...], float] = {}

@@ -72,9 +72,11 @@ a chip's program loads); one made longer before the device's next work ran none 
 
 
 def steps_from_trace(facts: TraceFacts, input_pipeline: frozenset[str]) -> StepStats | None:
-    """The steps of the cell's thread (:func:`~.blocks.main_line`) as :func:`step_spans`
-    measures them; where that thread has none, the most frequent step name's runs on any
-    thread, each its block's own span (:func:`~.blocks.steps_from_trace`)."""
+    """The steps of the cell's thread (:func:`~.blocks.main_line`) as :func:`step_spans` measures.
+
+    Where that thread has none, the most frequent step name's runs on any thread, each its block's
+    own span (:func:`~.blocks.steps_from_trace`).
+    """
     line = blocks.main_line(facts.blocks, input_pipeline)
     mine = [b for b in facts.blocks if b.line == line]
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
@@ -94,9 +96,11 @@ def steps_from_trace(facts: TraceFacts, input_pipeline: frozenset[str]) -> StepS
 
 
 def line_step_spans(facts: TraceFacts, line: str, input_names: frozenset[str]) -> list[StepSpan]:
-    """:func:`step_spans` of the steps on thread ``line`` (the data loader's traces named
-    ``input_names``), worked out once for these facts (:attr:`~.facts.TraceFacts.derived`):
-    the summary's steps and the diagnosis's breakdown both ask. Read, never changed."""
+    """:func:`step_spans` of the steps on thread ``line``, worked out once for these facts.
+
+    ``input_names`` names the data loader's traces. Kept in :attr:`~.facts.TraceFacts.derived`:
+    the summary's steps and the diagnosis's breakdown both ask. Read, never changed.
+    """
     key = ("step_spans", line, input_names)
     found: list[StepSpan] | None = facts.derived.get(key)
     if found is None:
@@ -109,8 +113,10 @@ def line_step_spans(facts: TraceFacts, line: str, input_names: frozenset[str]) -
 
 
 def fetch_spans(mine: list[Block], input_names: frozenset[str]) -> Spans:
-    """When the cell's loop fetched its items (``next(…)`` labels) or its data loader's own
-    traces ran, on the cell's thread (``mine``: its blocks)."""
+    """When the cell's loop fetched its items or its data loader's own traces ran.
+
+    Fetches are ``next(…)`` labels, on the cell's thread (``mine``: its blocks).
+    """
     inputs = [
         (b.start, b.end)
         for b in mine
@@ -120,9 +126,11 @@ def fetch_spans(mine: list[Block], input_names: frozenset[str]) -> Spans:
 
 
 class Work(NamedTuple):
-    """The first device's work by launch, sorted by launch: when the host launched each
-    piece, when the device finished it (ns), and whether that end is shared out rather than
-    seen (:func:`in_order`)."""
+    """The first device's work by launch, sorted by launch.
+
+    When the host launched each piece, when the device finished it (ns), and whether that end is
+    shared out rather than seen (:func:`in_order`).
+    """
 
     launched: Floats
     done: Floats
@@ -155,8 +163,11 @@ def launched_work(facts: TraceFacts) -> Work:
 
 
 def device_work(facts: TraceFacts) -> Spans:
-    """When the first device worked for the host's launches: its own busy time, its waits
-    and copies (:data:`~.facts.DEVICE_SIDE`) and the host's staging of copies."""
+    """When the first device worked for the host's launches.
+
+    Its own busy time, its waits and copies (:data:`~.facts.DEVICE_SIDE`) and the host's staging
+    of copies.
+    """
     return merge(p for key in ("device", *DEVICE_SIDE, STAGING) for p in facts.spans.get(key, []))
 
 
@@ -179,11 +190,13 @@ def _by_order(facts: TraceFacts) -> tuple[Floats, Floats, Bools]:
 
 
 def _by_program(facts: TraceFacts, keys: list[str], busy: Spans) -> tuple[Floats, Floats, Bools]:
-    """Each program's launches paired with its executions in turn (:func:`by_execution`):
-    a launch that names its program (``PjitFunction(train_step)``) with that program's
-    (``jit_train_step``), one that names none (torch_xla's syncs) with any. A launch whose
-    program the CPU client ran on the calling thread is done when it returns: it takes no
-    execution of the client's threads."""
+    """Each program's launches paired with its executions in turn (:func:`by_execution`).
+
+    A launch that names its program (``PjitFunction(train_step)``) pairs with that program's
+    (``jit_train_step``), one that names none (torch_xla's syncs) with any. A launch whose program
+    the CPU client ran on the calling thread is done when it returns: it takes no execution of
+    the client's threads.
+    """
     inline = merge(facts.spans.get(INLINE, []))
     every = _spans_of(facts, *(k for k in facts.spans if k.startswith(EXECUTION)))
     made: list[Floats] = []
@@ -204,8 +217,10 @@ def _by_program(facts: TraceFacts, keys: list[str], busy: Spans) -> tuple[Floats
 
 
 def _module(program: str) -> str:
-    """The compiled module a launch names (``PjitFunction(train_step)`` →
-    ``jit_train_step``), "" where it names none."""
+    """The compiled module a launch names, "" where it names none.
+
+    ``PjitFunction(train_step)`` → ``jit_train_step``.
+    """
     inner = program.partition("(")[2].rpartition(")")[0].rpartition(".")[2]
     return f"jit_{inner}" if inner else ""
 
@@ -220,13 +235,15 @@ def _spans_of(facts: TraceFacts, *keys: str) -> Spans:
 
 
 def by_execution(at: Floats, runs: Spans, busy: Spans) -> tuple[Floats, Floats]:
-    """Launches made at ``at`` (sorted) and the device's executions ``runs`` (one span each,
-    sorted), paired in turn: the device runs launches in the order they were made, so each
-    execution is the oldest launch not yet run that was made before it ended. A launch
-    after which the device sat idle (``busy``: :func:`device_work`) for :data:`STALE_NS` or
-    more before an execution ended ran nothing the timeline shows and is left out, as is an
-    execution that no launch in the capture made (launched before the trace began). Returns,
-    for each launch that ran, when it was made and when its execution ended (ns)."""
+    """Pair launches made at ``at`` with the device's executions ``runs``, in turn.
+
+    Both are sorted, ``runs`` one span each. The device runs launches in the order they were
+    made, so each execution is the oldest launch not yet run that was made before it ended. A
+    launch after which the device sat idle (``busy``: :func:`device_work`) for :data:`STALE_NS`
+    or more before an execution ended ran nothing the timeline shows and is left out, as is an
+    execution that no launch in the capture made (launched before the trace began). Returns, for
+    each launch that ran, when it was made and when its execution ended (ns).
+    """
     made: list[float] = []
     ended: list[float] = []
     ends = np.sort(runs[1])
@@ -247,9 +264,11 @@ def by_execution(at: Floats, runs: Spans, busy: Spans) -> tuple[Floats, Floats]:
 
 
 def _cost(facts: TraceFacts, program: str) -> float:
-    """What one launch of ``program`` (``PjitFunction(evaluate)``) costs the device: its
-    compiled program's time (``jit_evaluate(16)``'s, :attr:`~.facts.TraceFacts.programs_ran`)
-    over its launches; NaN where the timeline does not tell."""
+    """What one launch of ``program`` (``PjitFunction(evaluate)``) costs the device.
+
+    Its compiled program's time (``jit_evaluate(16)``'s, :attr:`~.facts.TraceFacts.programs_ran`)
+    over its launches; NaN where the timeline does not tell.
+    """
     module = _module(program)
     if not module:
         return np.nan
@@ -261,8 +280,9 @@ def _cost(facts: TraceFacts, program: str) -> float:
 def in_order(
     at: Floats, busy: Spans, waits: Spans = NO_SPANS, weights: Floats | None = None
 ) -> tuple[Floats, Floats]:
-    """The device's ``busy`` time shared among the launches made at ``at`` (sorted): for each
-    launch that ran, when it was made and when its work ended.
+    """The device's ``busy`` time shared among the launches made at ``at`` (sorted).
+
+    Returns, for each launch that ran, when it was made and when its work ended.
 
     The device runs launches in order. Where the host waited for it (``waits``: a value read
     back), every launch made before the wait began was
@@ -274,7 +294,8 @@ def in_order(
     launches run the same program). The busy time is the device's own, so its idle moments
     are nobody's, and no launch ends before it was made. A launch made :data:`STALE_NS` or
     more before the device next worked, while it sat idle, ran nothing the timeline shows
-    (an op the host ran itself, a sync with nothing to run) and is left out."""
+    (an op the host ran itself, a sync with nothing to run) and is left out.
+    """
     lo, hi = busy
     if not len(lo) or not len(at):
         return np.empty(0), np.empty(0)
@@ -320,8 +341,11 @@ def in_order(
 
 
 def _when(busy: Spans, total: Floats, amount: float) -> float:
-    """The time at which the device had been busy ``amount`` ns (``total``: the busy time
-    before each span, and in all): the end of its work then, not the start of the next."""
+    """The time at which the device had been busy ``amount`` ns.
+
+    ``total``: the busy time before each span, and in all. The time is the end of its work then,
+    not the start of the next.
+    """
     lo, hi = busy
     at = max(0, int(np.searchsorted(total, amount, side="left")) - 1)
     if at >= len(lo):
@@ -330,8 +354,11 @@ def _when(busy: Spans, total: Floats, amount: float) -> float:
 
 
 class StepSpan(NamedTuple):
-    """One step: its number, start and end (ns), and whether that end is an estimate (the
-    device's work it launched ended there by a share, not as seen: :class:`Work`)."""
+    """One step: its number, start and end (ns), and whether that end is an estimate.
+
+    An estimate: the device's work it launched ended there by a share, not as seen
+    (:class:`Work`).
+    """
 
     number: int
     start: float
@@ -340,13 +367,15 @@ class StepSpan(NamedTuple):
 
 
 def step_spans(mine: list[Block], fetches: Spans, work: Work, busy: Spans) -> list[StepSpan]:
-    """Each step of the cell's thread (``mine``: its blocks) as its number, start and end
-    (ns): tiling the loop, each ending where its host block or the device's work it
-    launched (``work``: :func:`launched_work`) ends, whichever is later. After its host
-    block, a step lasts only while the device works (``busy``: :func:`device_work`): where
-    the device sat idle before it ran the step's work (a CPU client's thread not yet
-    scheduled) while the host went on with the next steps, that wait is nobody's, not the
-    step's with the next steps' host time in it."""
+    """Each step of the cell's thread (``mine``: its blocks) as its number, start and end (ns).
+
+    The steps tile the loop, each ending where its host block or the device's work it launched
+    (``work``: :func:`launched_work`) ends, whichever is later. After its host block, a step
+    lasts only while the device works (``busy``: :func:`device_work`): where the device sat idle
+    before it ran the step's work (a CPU client's thread not yet scheduled) while the host went
+    on with the next steps, that wait is nobody's, not the step's with the next steps' host time
+    in it.
+    """
     marked = sorted((b for b in mine if b.kind == STEP), key=lambda b: b.start)
     launched, done, shared = work
     # Each step's start before the step ahead of it is known, then every search at once.
@@ -388,8 +417,10 @@ def step_spans(mine: list[Block], fetches: Spans, work: Work, busy: Spans) -> li
 
 
 def _fetches_before(fetches: Spans, at: Floats) -> list[float]:
-    """For each time in ``at``, the start of the fetch that ended just before it (its
-    batch's), else that time."""
+    """For each time in ``at``, the start of the fetch that ended just before it, else that time.
+
+    That fetch is its batch's.
+    """
     starts, ends = fetches
     if not len(ends):
         return list(at.tolist())

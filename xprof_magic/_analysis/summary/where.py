@@ -1,5 +1,6 @@
-"""Where in the cell an instant of the timeline is: the label path open then, and the line
-inside a block that calls a function.
+"""Where in the cell an instant of the timeline is.
+
+The label path open then, and the line inside a block that calls a function.
 
 The diagnosis gives the device's time to the statement that launched the work
 (:mod:`~xprof_magic._analysis.diagnosis.attribution`): the block open on the cell's thread
@@ -27,8 +28,10 @@ INPUT_PREFIX = "next("
 
 
 def own_steps(step_rule: str | None) -> frozenset[str]:
-    """The names of the magic's own step markers in a run whose steps ``step_rule`` found:
-    they start and end at syncs, across labels, so label paths leave them out."""
+    """The names of the magic's own step markers in a run whose steps ``step_rule`` found.
+
+    They start and end at syncs, across labels, so label paths leave them out.
+    """
     return frozenset({STEP_EVENT}) if step_rule in ("sync", "iteration") else frozenset()
 
 
@@ -39,13 +42,15 @@ def paths_at(
     times: Sequence[float],
     aside: frozenset[str] = frozenset(),
 ) -> list[tuple[str, ...]]:
-    """The label path of the innermost block of ``line`` open at each of ``times``, ``()``
-    where none is; without the magic's ``steps`` and shape markers, as the summary's rows
-    name blocks, and a loop's ``next(…)`` standing for its loop. Blocks named in ``aside``
-    (a data loader's own traces, on its threads) are no one's.
+    """The label path of the innermost block of ``line`` open at each of ``times``, ``()`` if none.
+
+    Paths leave out the magic's ``steps`` and shape markers, as the summary's rows name blocks,
+    and a loop's ``next(…)`` stands for its loop. Blocks named in ``aside`` (a data loader's own
+    traces, on its threads) are no one's.
 
     Blocks on a line nest, so the innermost one open at ``t`` is the last to start before
-    it, or the nearest of that one's enclosing blocks still open."""
+    it, or the nearest of that one's enclosing blocks still open.
+    """
     kept = [
         i
         for i, b in enumerate(blocks)
@@ -71,8 +76,10 @@ def paths_at(
 
 
 def _kept_parents(blocks: Sequence[Block], kept: list[int], steps: frozenset[str]) -> list[int]:
-    """For each kept block (by its place in ``kept``), the place of its nearest kept
-    enclosing block, -1 for none."""
+    """For each kept block (by its place in ``kept``), the place of its nearest kept parent.
+
+    The parent is its nearest kept enclosing block, -1 for none.
+    """
     place = {i: k for k, i in enumerate(kept)}
     out = []
     for i in kept:
@@ -109,8 +116,11 @@ def label_at(cell: str, line: int) -> str:
 
 
 def method_call_line(cell: str, name: str) -> tuple[int, str]:
-    """The first cell line that calls ``name`` as an attribute (``jnp.pad(…)``, a module's
-    function or a method), and its label; ``(0, "")`` if none does."""
+    """The first cell line that calls ``name`` as an attribute, and its label.
+
+    An attribute call is ``jnp.pad(…)``, a module's function or a method; ``(0, "")`` if none
+    does.
+    """
     calls = re.compile(rf"\.\s*{re.escape(name)}\s*\(")
     for number, text in enumerate(cell.splitlines(), 1):
         if calls.search(text) and not text.lstrip().startswith("#"):
@@ -119,10 +129,12 @@ def method_call_line(cell: str, name: str) -> tuple[int, str]:
 
 
 def call_line(cell: str, line: int, name: str) -> tuple[int, str]:
-    """The first line of the block starting at cell line ``line`` (a statement and the
-    lines indented under it, or a ``# xprof:`` marker's statements up to the next marker)
-    that calls ``name``, and its label (:func:`~xprof_magic._cell.markers.label_for`);
-    ``(0, "")`` if none does."""
+    """The first line calling ``name`` in the block starting at cell line ``line``, and its label.
+
+    The block is a statement and the lines indented under it, or a ``# xprof:`` marker's
+    statements up to the next marker; the label is :func:`~xprof_magic._cell.markers.label_for`'s.
+    ``(0, "")`` if none does.
+    """
     lines = cell.splitlines()
     if not name.isidentifier() or not 0 < line <= len(lines):
         return 0, ""

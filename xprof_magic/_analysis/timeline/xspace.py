@@ -31,7 +31,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from xprof_magic._protoschema import (
+    BYTES,
+    DOUBLE,
+    INT64,
+    MESSAGE,
+    STRING,
+    UINT64,
+    Field,
+    message_classes,
+)
 
 __all__ = [
     "LazyXEvent",
@@ -48,108 +57,55 @@ __all__ = [
     "stat_value",
 ]
 
-_PACKAGE = "xprof_magic.xplane"
-_F = descriptor_pb2.FieldDescriptorProto
-_INT64, _UINT64, _DOUBLE = _F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_DOUBLE
-_STRING, _BYTES, _MESSAGE = _F.TYPE_STRING, _F.TYPE_BYTES, _F.TYPE_MESSAGE
-
 # (message, [(field, number, type, repeated, message type or None)]) as in xplane.proto.
-_Field = tuple[str, int, int, bool, "str | None"]
-_XSTAT: list[_Field] = [
-    ("metadata_id", 1, _INT64, False, None),
-    ("double_value", 2, _DOUBLE, False, None),
-    ("uint64_value", 3, _UINT64, False, None),
-    ("int64_value", 4, _INT64, False, None),
-    ("str_value", 5, _STRING, False, None),
-    ("bytes_value", 6, _BYTES, False, None),
-    ("ref_value", 7, _UINT64, False, None),
+_XSTAT: list[Field] = [
+    ("metadata_id", 1, INT64, False, None),
+    ("double_value", 2, DOUBLE, False, None),
+    ("uint64_value", 3, UINT64, False, None),
+    ("int64_value", 4, INT64, False, None),
+    ("str_value", 5, STRING, False, None),
+    ("bytes_value", 6, BYTES, False, None),
+    ("ref_value", 7, UINT64, False, None),
 ]
-_EVENT: list[_Field] = [
-    ("metadata_id", 1, _INT64, False, None),
-    ("offset_ps", 2, _INT64, False, None),
-    ("duration_ps", 3, _INT64, False, None),
+_EVENT: list[Field] = [
+    ("metadata_id", 1, INT64, False, None),
+    ("offset_ps", 2, INT64, False, None),
+    ("duration_ps", 3, INT64, False, None),
 ]
-_LINE: list[_Field] = [
-    ("name", 2, _STRING, False, None),
-    ("timestamp_ns", 3, _INT64, False, None),
+_LINE: list[Field] = [
+    ("name", 2, STRING, False, None),
+    ("timestamp_ns", 3, INT64, False, None),
 ]
-_PLANE: list[_Field] = [
-    ("name", 2, _STRING, False, None),
-    ("event_metadata", 4, _MESSAGE, True, "XPlane.EventMetadataEntry"),
-    ("stat_metadata", 5, _MESSAGE, True, "XPlane.StatMetadataEntry"),
-    ("stats", 6, _MESSAGE, True, "XStat"),
+_PLANE: list[Field] = [
+    ("name", 2, STRING, False, None),
+    ("event_metadata", 4, MESSAGE, True, "XPlane.EventMetadataEntry"),
+    ("stat_metadata", 5, MESSAGE, True, "XPlane.StatMetadataEntry"),
+    ("stats", 6, MESSAGE, True, "XStat"),
 ]
-_MESSAGES: dict[str, list[_Field]] = {
+_MESSAGES: dict[str, list[Field]] = {
     "XStat": _XSTAT,
-    "XStatMetadata": [("name", 2, _STRING, False, None)],
-    "XEventMetadata": [("name", 2, _STRING, False, None), ("stats", 5, _MESSAGE, True, "XStat")],
-    "XEvent": [*_EVENT, ("stats", 4, _MESSAGE, True, "XStat")],
-    "LazyXEvent": [*_EVENT, ("stats", 4, _BYTES, True, None)],
-    "XLine": [*_LINE, ("events", 4, _MESSAGE, True, "XEvent")],
-    "LazyXLine": [*_LINE, ("events", 4, _MESSAGE, True, "LazyXEvent")],
-    "RawXLine": [*_LINE, ("events", 4, _BYTES, True, None)],
-    "XPlane": [*_PLANE, ("lines", 3, _MESSAGE, True, "XLine")],
-    "LazyXPlane": [*_PLANE, ("lines", 3, _BYTES, True, None)],
-    "XSpace": [("planes", 1, _MESSAGE, True, "XPlane")],
-    "LazyXSpace": [("planes", 1, _MESSAGE, True, "LazyXPlane")],
+    "XStatMetadata": [("name", 2, STRING, False, None)],
+    "XEventMetadata": [("name", 2, STRING, False, None), ("stats", 5, MESSAGE, True, "XStat")],
+    "XEvent": [*_EVENT, ("stats", 4, MESSAGE, True, "XStat")],
+    "LazyXEvent": [*_EVENT, ("stats", 4, BYTES, True, None)],
+    "XLine": [*_LINE, ("events", 4, MESSAGE, True, "XEvent")],
+    "LazyXLine": [*_LINE, ("events", 4, MESSAGE, True, "LazyXEvent")],
+    "RawXLine": [*_LINE, ("events", 4, BYTES, True, None)],
+    "XPlane": [*_PLANE, ("lines", 3, MESSAGE, True, "XLine")],
+    "LazyXPlane": [*_PLANE, ("lines", 3, BYTES, True, None)],
+    "XSpace": [("planes", 1, MESSAGE, True, "XPlane")],
+    "LazyXSpace": [("planes", 1, MESSAGE, True, "LazyXPlane")],
 }
 _MAPS = {"EventMetadataEntry": "XEventMetadata", "StatMetadataEntry": "XStatMetadata"}
 
 
-def _add_fields(
-    message: descriptor_pb2.DescriptorProto,
-    fields: list[_Field],
-) -> None:
-    for name, number, kind, repeated, type_name in fields:
-        field = message.field.add(name=name, number=number, type=kind)
-        field.label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
-        if type_name is not None:
-            field.type_name = f".{_PACKAGE}.{type_name}"
-
-
-def _file() -> descriptor_pb2.FileDescriptorProto:
-    file = descriptor_pb2.FileDescriptorProto(
-        name="xprof_magic/xplane_subset.proto", package=_PACKAGE, syntax="proto3"
-    )
-    for name, fields in _MESSAGES.items():
-        message = file.message_type.add(name=name)
-        _add_fields(message, fields)
-        if name == "XStat":
-            message.oneof_decl.add(name="value")
-            for field in message.field[1:]:
-                field.oneof_index = 0
-        if name in ("XPlane", "LazyXPlane"):
-            for entry, value in _MAPS.items():
-                nested = message.nested_type.add(name=entry)
-                nested.options.map_entry = True
-                _add_fields(
-                    nested,
-                    [
-                        ("key", 1, _INT64, False, None),
-                        ("value", 2, _MESSAGE, False, value),
-                    ],
-                )
-            for field in message.field:
-                if field.type_name.endswith("Entry"):
-                    field.type_name = f".{_PACKAGE}.{name}.{field.type_name.rsplit('.', 1)[1]}"
-    return file
-
-
-def _classes() -> dict[str, Any]:
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(_file())
-    found: dict[str, Any] = {}
-    for name in _MESSAGES:
-        descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.{name}")
-        get_class = getattr(message_factory, "GetMessageClass", None)
-        if get_class is not None:
-            found[name] = get_class(descriptor)
-        else:  # protobuf 4.21, before GetMessageClass
-            found[name] = message_factory.MessageFactory(pool).GetPrototype(descriptor)
-    return found
-
-
-_CLASSES = _classes()
+_CLASSES = message_classes(
+    "xprof_magic.xplane",
+    "xprof_magic/xplane_subset.proto",
+    _MESSAGES,
+    oneof="XStat",
+    maps={"XPlane": _MAPS, "LazyXPlane": _MAPS},
+)
 XStat: Any = _CLASSES["XStat"]
 XLine: Any = _CLASSES["XLine"]
 LazyXLine: Any = _CLASSES["LazyXLine"]

@@ -32,8 +32,10 @@ class _Gzip:
 
 
 def _fast_gzip() -> None:
-    """XProf's plugin compressing at :data:`GZIP_LEVEL`; left as it is if its module no
-    longer imports :mod:`gzip` under that name (another XProf)."""
+    """Make XProf's plugin compress at :data:`GZIP_LEVEL`.
+
+    Left as it is if its module no longer imports :mod:`gzip` under that name (another XProf).
+    """
     from xprof import profile_plugin
 
     if getattr(profile_plugin, "gzip", None) is gzip:

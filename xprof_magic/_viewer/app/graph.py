@@ -121,16 +121,20 @@ _LOCAL_FAILED = (
 
 
 def assets_dir() -> Path:
-    """Where the renderer's files are looked for: :data:`ASSETS_ENV`, else the environment's
-    ``share/xprof_magic/graph-viewer``."""
+    """Where the renderer's files are looked for.
+
+    :data:`ASSETS_ENV`, else the environment's ``share/xprof_magic/graph-viewer``.
+    """
     given = os.environ.get(ASSETS_ENV)
     return Path(given) if given else Path(sys.prefix) / "share" / "xprof_magic" / "graph-viewer"
 
 
 @functools.lru_cache(maxsize=4)
 def local_assets(folder: Path) -> dict[str, bytes] | None:
-    """Every file of :data:`ASSETS` in ``folder``, by name, if all are there with their pinned
-    SHA-256; otherwise None (the page keeps XProf's internet copies)."""
+    """Every file of :data:`ASSETS` in ``folder``, by name, if all are there with their pinned hash.
+
+    The hash is SHA-256. Otherwise None (the page keeps XProf's internet copies).
+    """
     found = {}
     for item in ASSETS:
         try:
@@ -153,8 +157,10 @@ def asset(name: str) -> tuple[bytes, str] | None:
 
 
 def graph_page(page: bytes) -> bytes:
-    """XProf's graph page pointed at this viewer's renderer where the machine has it, and
-    made to say in one line when its renderer did not load. Any other page as it is."""
+    """XProf's graph page pointed at this viewer's renderer where the machine has it.
+
+    Also made to say in one line when its renderer did not load. Any other page as it is.
+    """
     if not _HPCC.search(page):
         return page
     local = local_assets(assets_dir()) is not None
@@ -170,8 +176,11 @@ def graph_page(page: bytes) -> bytes:
 
 
 def install(folder: Path) -> str | None:
-    """Put :data:`ASSETS` into ``folder``, from the npm registry by ``npm pack``, each checked
-    against its pinned SHA-256; None when done, else why not, in one line."""
+    """Put :data:`ASSETS` into ``folder``, from the npm registry by ``npm pack``.
+
+    Each is checked against its pinned SHA-256. Returns None when done, else why not, in one
+    line.
+    """
     npm = shutil.which("npm")
     if npm is None:
         return (

@@ -80,8 +80,10 @@ def allow_capture(info_dir: str | os.PathLike[str], addresses: Iterable[str]) ->
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock between this user's kernels (POSIX ``flock``; none elsewhere), so two
-    kernels adding addresses at once do not lose one's."""
+    """An exclusive lock between this user's kernels (POSIX ``flock``; none elsewhere).
+
+    So that two kernels adding addresses at once do not lose one's.
+    """
     try:
         import fcntl
     except ImportError:  # Windows: no kernels race on one machine's folder there in practice
@@ -123,8 +125,11 @@ def _loopback(address: str) -> bool:
 
 
 def _capture_refusal(query: list[tuple[str, str]], allowed: frozenset[str]) -> str | None:
-    """Why a capture request must not run: it names a TPU, or a target that is neither
-    loopback nor one the kernel has captured from."""
+    """Why a capture request must not run, or None.
+
+    It must not when it names a TPU, or a target that is neither loopback nor one the kernel has
+    captured from.
+    """
     targets: list[str] = []
     for key, value in query:
         if key == "is_tpu_name" and value == "true":
@@ -280,8 +285,11 @@ def guard(
 def _request_refusal(
     environ: dict[str, Any], rest: str, logdir: str, info_dir: str | None
 ) -> str | None:
-    """:func:`refusal` for one request below the prefix, with its query parsed as the
-    viewer will parse it, and for a capture the addresses allowed now."""
+    """:func:`refusal` for one request below the prefix.
+
+    Its query is parsed as the viewer will parse it, and for a capture the addresses allowed now
+    are given.
+    """
     from werkzeug.wrappers import Request
 
     query = Request(environ).args.items(multi=True)

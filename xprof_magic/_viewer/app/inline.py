@@ -113,6 +113,8 @@ def inline_page(page: bytes) -> bytes:
 
 
 def inline_trace_viewer(page: bytes) -> bytes:
-    """XProf's trace viewer page for under a cell: :data:`TRACE_STYLE`,
-    :data:`TRACE_SETTLE` and :data:`WATCH_BUSY`."""
+    """XProf's trace viewer page for under a cell.
+
+    With :data:`TRACE_STYLE`, :data:`TRACE_SETTLE` and :data:`WATCH_BUSY`.
+    """
     return _into_head(page, TRACE_STYLE + TRACE_SETTLE + WATCH_BUSY)

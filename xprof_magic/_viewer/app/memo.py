@@ -61,8 +61,11 @@ def _key(environ: dict[str, Any], logdir: str) -> tuple[Any, ...] | None:
 
 
 def _keeps(status: str, headers: list[tuple[str, str]]) -> bool:
-    """Whether a reply is kept: a success, and data rather than a page (the graph viewer's
-    page says whether this machine has its renderer, which an install changes)."""
+    """Whether a reply is kept: a success, and data rather than a page.
+
+    Not a page: the graph viewer's page says whether this machine has its renderer, which an
+    install changes.
+    """
     kind = next((v for k, v in headers if k.lower() == "content-type"), "")
     return status.startswith("200") and not kind.lower().startswith("text/html")
 

@@ -1,5 +1,7 @@
-"""What the viewer changes in XProf's replies: the label thread first, no stuck v2, a graph
-that draws offline, the embedded pages made for under a cell.
+"""What the viewer changes in XProf's replies.
+
+The label thread first, no stuck v2, a graph that draws offline, the embedded pages made for
+under a cell.
 
 XProf's trace viewer orders a process's threads by their ``thread_sort_index`` metadata,
 which XProf sets to the thread id; the thread where ``# xprof:`` labels and
@@ -102,15 +104,21 @@ _NAME = re.compile(
 
 
 def label_thread(name: str) -> bool:
-    """Whether a host thread of this name holds labels: it is not the runtime's
-    (:data:`RUNTIME_THREADS`), as the summary's timeline reader tells them apart too."""
+    """Whether a host thread of this name holds labels: it is not the runtime's.
+
+    The runtime's are :data:`RUNTIME_THREADS`, as the summary's timeline reader tells them apart
+    too.
+    """
     return bool(name) and not name.startswith(RUNTIME_THREADS)
 
 
 def label_threads_first(body: bytes) -> bytes:
-    """The trace JSON ``body`` (XProf's ``trace_viewer@`` reply) with each host thread that
-    :func:`label_thread` names given :data:`TOP_SORT_INDEX`: its sort-index event rewritten,
-    or one added after its name event when XProf sent none. Anything else is left as sent."""
+    """The trace JSON ``body`` with each label thread sorted first (:data:`TOP_SORT_INDEX`).
+
+    ``body`` is XProf's ``trace_viewer@`` reply. Each host thread that :func:`label_thread` names
+    is given :data:`TOP_SORT_INDEX`: its sort-index event rewritten, or one added after its name
+    event when XProf sent none. Anything else is left as sent.
+    """
     devices = {m["pid"] for m in _PROCESS.finditer(body) if HOST_PROCESS not in m["name"]}
     found = [
         m
@@ -134,8 +142,10 @@ def label_threads_first(body: bytes) -> bytes:
 
 
 def forget_failed_v2(page: bytes) -> bytes:
-    """XProf's index page with :data:`FORGET_FAILED_V2` at the top of its head; any other
-    page as it is."""
+    """XProf's index page with :data:`FORGET_FAILED_V2` at the top of its head.
+
+    Any other page as it is.
+    """
     head = page.find(b"<head>")
     if _APP not in page or head < 0:
         return page
@@ -144,8 +154,11 @@ def forget_failed_v2(page: bytes) -> bytes:
 
 
 def _change(environ: dict[str, Any]) -> tuple[Callable[[bytes], bytes], bool] | None:
-    """How a reply to this request is changed, and whether it must be HTML to be: the trace
-    data, XProf's index page or the graph viewer's graph page; None for any other."""
+    """How a reply to this request is changed, and whether it must be HTML to be.
+
+    Changed are the trace data, XProf's index page and the graph viewer's graph page; None for
+    any other.
+    """
     query = str(environ.get("QUERY_STRING", "")) + "&"
     path = str(environ.get("PATH_INFO", ""))
     if path == PROFILE_ROUTE + "/data":
@@ -165,9 +178,12 @@ def _change(environ: dict[str, Any]) -> tuple[Callable[[bytes], bytes], bool] | 
 
 
 def xprof_replies(app: WSGIApp) -> WSGIApp:
-    """``app`` with its trace data replies passed through :func:`label_threads_first`, its
-    index page through :func:`forget_failed_v2` and its graph pages through ``graph_page``
-    (gzip as XProf sends them, or plain); every other reply untouched."""
+    """``app`` with its trace data, index page and graph pages changed.
+
+    Trace data replies pass through :func:`label_threads_first`, the index page through
+    :func:`forget_failed_v2` and graph pages through ``graph_page`` (gzip as XProf sends them, or
+    plain); every other reply is untouched.
+    """
 
     def rewritten(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         how = _change(environ)
@@ -190,8 +206,11 @@ def xprof_replies(app: WSGIApp) -> WSGIApp:
 def whole_reply(
     app: WSGIApp, environ: dict[str, Any]
 ) -> tuple[str, list[tuple[str, str]], tuple[Any, ...], bytes]:
-    """``app``'s reply to ``environ`` read whole, its body closed: status, headers, the
-    ``exc_info`` it gave ``start_response``, and the body's bytes."""
+    """``app``'s reply to ``environ`` read whole, its body closed.
+
+    Returns the status, headers, the ``exc_info`` it gave ``start_response``, and the body's
+    bytes.
+    """
     held: list[Any] = []
 
     def hold(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
@@ -210,8 +229,10 @@ def whole_reply(
 
 
 def _static(environ: dict[str, Any]) -> bool:
-    """A file of XProf's front end (its scripts, styles, fonts, images): the same bytes
-    for as long as this viewer runs."""
+    """Whether a request is for a file of XProf's front end (scripts, styles, fonts, images).
+
+    Such a file is the same bytes for as long as this viewer runs.
+    """
     path = str(environ.get("PATH_INFO", ""))
     if not path.startswith(PROFILE_ROUTE + "/") or environ.get("REQUEST_METHOD") != "GET":
         return False
@@ -219,8 +240,10 @@ def _static(environ: dict[str, Any]) -> bool:
 
 
 def _kept(start_response: StartResponse) -> StartResponse:
-    """``start_response`` adding :data:`STATIC_CACHE` to a 200 reply that says nothing of
-    caching: XProf sends its files without, so every frame fetched them again."""
+    """``start_response`` adding :data:`STATIC_CACHE` to a 200 reply that says nothing of caching.
+
+    XProf sends its files without, so every frame fetched them again.
+    """
 
     def start(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
         said = any(k.lower() in ("cache-control", "expires") for k, _ in headers)

@@ -75,8 +75,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 def xprof_version() -> str:
-    """The installed XProf's version, as its profile plugin writes it in the cache version
-    file and compares it there (``xprof.version.__version__``)."""
+    """The installed XProf's version (``xprof.version.__version__``).
+
+    As its profile plugin writes it in the cache version file and compares it there.
+    """
     from xprof import version
 
     return str(version.__version__)
@@ -88,9 +90,11 @@ def cache_files(folder: Path, host: str) -> list[Path]:
 
 
 def is_prepared(run_dir: Path, hosts: tuple[str, ...], version: str) -> bool:
-    """Whether XProf would serve ``run_dir``'s trace viewer from its caches: its cache
-    version file says at least ``version`` (XProf compares the strings) and every host's
-    last cache file is there."""
+    """Whether XProf would serve ``run_dir``'s trace viewer from its caches.
+
+    It would when its cache version file says at least ``version`` (XProf compares the strings)
+    and every host's last cache file is there.
+    """
     try:
         written = (run_dir / CACHE_VERSION_FILE).read_text().strip()
     except OSError:
@@ -101,9 +105,12 @@ def is_prepared(run_dir: Path, hosts: tuple[str, ...], version: str) -> bool:
 
 
 def scratch_for(run_dir: Path, scratch: Path, hosts: tuple[str, ...]) -> None:
-    """Fill ``scratch`` with each host's ``xplane.pb`` of the run: a hard link (the same
-    file, no bytes copied), or a copy where the file system has none. The log directory is
-    never made again: one removed meanwhile fails this, not recreated empty."""
+    """Fill ``scratch`` with each host's ``xplane.pb`` of the run.
+
+    Each is a hard link (the same file, no bytes copied), or a copy where the file system has
+    none. The log directory is never made again: one removed meanwhile fails this, not recreated
+    empty.
+    """
     scratch.parent.mkdir(exist_ok=True)
     scratch.mkdir()
     for host in hosts:
@@ -122,8 +129,10 @@ def remove_scratch(scratch: Path) -> None:
 
 
 def clean_scratch(folder: Path) -> None:
-    """Remove what the conversions of viewers no longer running left in ``folder``
-    (``<pid>-<hex>`` each)."""
+    """Remove what the conversions of viewers no longer running left in ``folder``.
+
+    Each is named ``<pid>-<hex>``.
+    """
     with contextlib.suppress(OSError):
         for entry in os.scandir(folder):
             pid = entry.name.partition("-")[0]
@@ -132,10 +141,12 @@ def clean_scratch(folder: Path) -> None:
 
 
 def commit(scratch: Path, run_dir: Path, hosts: tuple[str, ...], version: str) -> bool:
-    """Move the caches the child wrote in ``scratch`` into ``run_dir``, each with one rename
-    (each host's ``.SSTABLE`` after its other two), then :data:`CACHE_VERSION_FILE`
-    through a temporary file: until that last rename XProf ignores them. False, and
-    nothing written, when a cache file is missing."""
+    """Move the caches the child wrote in ``scratch`` into ``run_dir``, each with one rename.
+
+    Each host's ``.SSTABLE`` goes after its other two, then :data:`CACHE_VERSION_FILE` through a
+    temporary file: until that last rename XProf ignores them. False, and nothing written, when a
+    cache file is missing.
+    """
     if not all(path.is_file() for host in hosts for path in cache_files(scratch, host)):
         return False
     for host in hosts:
@@ -148,8 +159,11 @@ def commit(scratch: Path, run_dir: Path, hosts: tuple[str, ...], version: str) -
 
 
 def memory_bound(xplane_bytes: int) -> int:
-    """The bytes one conversion may hold: :data:`MAX_MB_ENV`, else 60 times the capture
-    (XProf held 37 times a 30 MB capture), at least 1 GiB, at most half the memory."""
+    """The bytes one conversion may hold.
+
+    :data:`MAX_MB_ENV`, else 60 times the capture (XProf held 37 times a 30 MB capture), at least
+    1 GiB, at most half the memory.
+    """
     with contextlib.suppress(KeyError, ValueError):
         return int(float(os.environ[MAX_MB_ENV]) * 1e6)
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -183,8 +197,11 @@ def last_line(path: Path) -> str:
 
 
 def why_ended(code: int, log: Path) -> str:
-    """Why the child ended with exit ``code``: the signal that stopped it (``signal 35``
-    for one without a name, the real-time ones), else the last line it wrote to ``log``."""
+    """Why the child ended with exit ``code``.
+
+    The signal that stopped it (``signal 35`` for one without a name, the real-time ones), else
+    the last line it wrote to ``log``.
+    """
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"the conversion was stopped by {signal.Signals(-code).name}"
@@ -193,8 +210,10 @@ def why_ended(code: int, log: Path) -> str:
 
 
 def command(root: str, scratch: Path, hosts: tuple[str, ...]) -> list[str]:
-    """The child's command line: this interpreter, ``root`` (the viewer's package root)
-    first on ``sys.path``, :func:`main` over ``scratch`` and the hosts."""
+    """The child's command line: :func:`main` over ``scratch`` and the hosts.
+
+    Run by this interpreter, with ``root`` (the viewer's package root) first on ``sys.path``.
+    """
     code = (
         "import sys; sys.path.insert(0, sys.argv.pop(1)); "
         "from xprof_magic._viewer.prepare.convert import main; sys.exit(main(sys.argv[1:]))"
@@ -210,8 +229,10 @@ def start(
     log: IO[bytes],
     keep: int = 0,
 ) -> subprocess.Popen[bytes]:
-    """Start the child (:func:`command`), its output into ``log``; ``urgent``: see
-    :data:`URGENT_ENV`; ``keep``: the events its preview keeps (0: none)."""
+    """Start the child (:func:`command`), its output into ``log``.
+
+    ``urgent``: see :data:`URGENT_ENV`; ``keep``: the events its preview keeps (0: none).
+    """
     env = {**os.environ, URGENT_ENV: "1" if urgent else "0", preview.KEEP_ENV: str(keep)}
     return subprocess.Popen(
         command(root, scratch, hosts),
@@ -224,9 +245,12 @@ def start(
 
 
 def hurry(pid: int) -> bool:
-    """Raise running child ``pid``, each of its threads, to normal priority (``SCHED_OTHER``,
-    nice 0) in place, keeping its work; False where this user may not (lowering a nice
-    value takes root or ``RLIMIT_NICE``): the caller then starts it again at normal priority."""
+    """Raise running child ``pid``, each of its threads, to normal priority in place.
+
+    Normal is ``SCHED_OTHER``, nice 0; its work is kept. False where this user may not (lowering a
+    nice value takes root or ``RLIMIT_NICE``): the caller then starts it again at normal
+    priority.
+    """
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
             os.sched_setscheduler(int(task), os.SCHED_OTHER, os.sched_param(0))
@@ -237,8 +261,10 @@ def hurry(pid: int) -> bool:
 
 
 def _priority(urgent: bool) -> None:
-    """Die with the viewer (``PR_SET_PDEATHSIG``) and, unless ``urgent``, run only where the
-    CPUs have nothing else to do: nice 19, and ``SCHED_IDLE`` where Linux has it."""
+    """Die with the viewer (``PR_SET_PDEATHSIG``) and, unless ``urgent``, run only on idle CPUs.
+
+    Idle: the CPUs have nothing else to do; nice 19, and ``SCHED_IDLE`` where Linux has it.
+    """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if urgent:
@@ -250,8 +276,10 @@ def _priority(urgent: bool) -> None:
 
 
 def _to_trace_viewer(folder: Path, host: str) -> None:
-    """XProf's trace viewer conversion of ``host``'s ``xplane.pb`` in ``folder``, as its first
-    ``trace_viewer@`` request would: the caches beside it."""
+    """XProf's trace viewer conversion of ``host``'s ``xplane.pb`` in ``folder``.
+
+    As its first ``trace_viewer@`` request would do it: the caches beside it.
+    """
     from xprof.convert import raw_to_tool_data
 
     xplane = str(folder / f"{host}{_XPLANE}")
@@ -264,10 +292,12 @@ def _to_trace_viewer(folder: Path, host: str) -> None:
 
 
 def _preview(scratch: Path, hosts: list[str], keep: int) -> None:
-    """Each host's capture in ``scratch`` cut to its first ``keep`` events
-    (:func:`~xprof_magic._viewer.prepare.preview.cut`) into ``scratch/preview``, converted there,
-    then its :data:`CACHE_VERSION_FILE` and, last, what it shows: until then the preparer
-    leaves it alone (:meth:`~xprof_magic._viewer.prepare.preview.Previews.take`)."""
+    """Each host's capture in ``scratch`` cut to its first ``keep`` events and converted.
+
+    Cut by :func:`~xprof_magic._viewer.prepare.preview.cut` into ``scratch/preview``, converted
+    there, then its :data:`CACHE_VERSION_FILE` and, last, what it shows: until then the preparer
+    leaves it alone (:meth:`~xprof_magic._viewer.prepare.preview.Previews.take`).
+    """
     folder = scratch / preview.FOLDER
     folder.mkdir()
     spans = [
@@ -281,9 +311,11 @@ def _preview(scratch: Path, hosts: list[str], keep: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Convert each host's ``xplane.pb`` in the scratch folder ``argv[0]`` for the trace
-    viewer, as XProf's first ``trace_viewer@`` request would; the exit code says whether
-    all were written, and a failure's reason is the last line of standard error."""
+    """Convert each host's ``xplane.pb`` in the scratch folder ``argv[0]`` for the trace viewer.
+
+    As XProf's first ``trace_viewer@`` request would; the exit code says whether all were
+    written, and a failure's reason is the last line of standard error.
+    """
     args = sys.argv[1:] if argv is None else argv
     scratch, hosts = Path(args[0]), args[1:]
     _priority(os.environ.get(URGENT_ENV) == "1")

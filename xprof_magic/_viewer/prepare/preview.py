@@ -80,12 +80,15 @@ def wanted(xplane_bytes: int) -> int:
 
 
 def cut(source: Path, target: Path, keep: int) -> dict[str, float]:
-    """Write to ``target`` the XSpace ``source`` without its events that start at or after
-    the time before which ``keep`` of its events start (at least one); what it shows.
+    """Write XSpace ``source`` to ``target`` with its first ``keep`` events; return what it shows.
+
+    Left out are the events that start at or after the time before which ``keep`` of its events
+    start (at least one).
 
     The profiler sorts each line's events by start before it writes the file, so the cut
     time and each line's cut are binary searches that parse a few events; a line found out
-    of order (checked at 64 points) is sorted first. The rest is never parsed."""
+    of order (checked at 64 points) is sorted first. The rest is never parsed.
+    """
     from xprof_magic._analysis.timeline import xspace
 
     space = xspace.LazyXSpace()
@@ -171,17 +174,22 @@ class _Line:
 
 
 class Previews:
-    """The previews of one viewer's runs, by run name: each in a folder of ``scratch``
-    named ``<pid>-preview-<hex>`` (removed with the viewer's other scratch once it is gone);
-    the newest :data:`KEPT` are kept. Not thread-safe: the preparer holds its lock."""
+    """The previews of one viewer's runs, by run name.
+
+    Each is in a folder of ``scratch`` named ``<pid>-preview-<hex>`` (removed with the viewer's
+    other scratch once it is gone); the newest :data:`KEPT` are kept. Not thread-safe: the
+    preparer holds its lock.
+    """
 
     def __init__(self, scratch: Path) -> None:
         self.scratch = scratch
         self._shown: dict[str, tuple[Path, dict[str, Any]]] = {}
 
     def take(self, name: str, child_scratch: Path) -> bool:
-        """Adopt run ``name``'s preview, moved out of its conversion's scratch once finished
-        (its :data:`SPAN_FILE` written); whether it was adopted now."""
+        """Adopt run ``name``'s preview, moved out of its conversion's scratch once finished.
+
+        Finished: its :data:`SPAN_FILE` is written. Returns whether it was adopted now.
+        """
         if name in self._shown:
             return False
         folder = child_scratch / FOLDER

@@ -55,8 +55,11 @@ WAIT_S = 900.0  # how long a trace data request waits for our conversion before 
 
 @dataclass
 class _Run:
-    """One run's state: ``idle`` (there, nobody asked), ``queued``, ``converting``,
-    ``ready``, ``failed`` (``reason``) or ``none`` (no timeline to convert)."""
+    """One run's state.
+
+    ``idle`` (there, nobody asked), ``queued``, ``converting``, ``ready``, ``failed``
+    (``reason``) or ``none`` (no timeline to convert).
+    """
 
     name: str
     created: float
@@ -122,8 +125,10 @@ class Preparer:
             self.previews.clear()
 
     def want(self, name: str, retry: bool = False) -> None:
-        """Someone looks at run ``name``: convert it now, before the others; a failed run
-        only with ``retry`` (its timeline asked for again, not another tool's request)."""
+        """Someone looks at run ``name``: convert it now, before the others.
+
+        A failed run only with ``retry`` (its timeline asked for again, not another tool's request).
+        """
         with self._lock:
             if (run := self._find(name)) is None:
                 return
@@ -133,8 +138,11 @@ class Preparer:
             self._lock.notify_all()
 
     def status(self, name: str) -> dict[str, Any]:
-        """The run's state for the page: ``state``, ``seconds`` since it was asked for or
-        queued, ``left`` (an estimate, or None), ``paused``, ``reason``."""
+        """The run's state for the page.
+
+        ``state``, ``seconds`` since it was asked for or queued, ``left`` (an estimate, or None),
+        ``paused``, ``reason``.
+        """
         with self._lock:
             run = self._find(name)
             if run is None:
@@ -163,10 +171,12 @@ class Preparer:
             return self.previews.folder(name)
 
     def wait(self, name: str, timeout: float = WAIT_S, shown: float = 0.0) -> None:
-        """Return once run ``name`` is neither queued nor converting (or after ``timeout``):
-        someone waits for its timeline (see :meth:`_starved`). With ``shown`` (another tool's
-        request, which competes with the first paint), until then XProf has served the run's
-        trace data too, or ``shown`` seconds passed since it was ready with no request for it."""
+        """Return once run ``name`` is neither queued nor converting (or after ``timeout``).
+
+        Someone waits for its timeline (see :meth:`_starved`). With ``shown`` (another tool's
+        request, which competes with the first paint), wait until XProf has served the run's trace
+        data too, or ``shown`` seconds passed since it was ready with no request for it.
+        """
         deadline = time.monotonic() + timeout
         with self._lock:
             self._waiting[name] += not shown
@@ -185,8 +195,10 @@ class Preparer:
 
     @contextlib.contextmanager
     def xprof_converts(self, name: str, timeout: float = WAIT_S) -> Iterator[None]:
-        """XProf serves run ``name``'s trace data itself (and may convert it) once ours is
-        done, or after ``timeout`` (ours then stopped): never two conversions at once."""
+        """Let XProf serve run ``name``'s trace data itself once ours is done, or after ``timeout``.
+
+        XProf may convert it then (ours stopped after ``timeout``): never two conversions at once.
+        """
         with self._lock:
             self.wait(name, timeout)
             self._xprof[name] += 1
@@ -312,8 +324,10 @@ class Preparer:
         self._child = _Child(run, process, scratch, log, hosts, now, bound, urgent, mark=(now, 0))
 
     def _watch(self, child: _Child) -> None:
-        """Kill a child past its memory bound, or converting a run nobody asked for when
-        one is asked for (that run goes back to the queue); adopt its finished preview."""
+        """Kill a child past its memory bound or converting an unwanted run; adopt its done preview.
+
+        Unwanted: a run nobody asked for when one is asked for (that run goes back to the queue).
+        """
         if self.previews.take(child.run.name, child.scratch):
             _log(f"a preview of run {child.run.name} in {time.monotonic() - child.started:.1f} s")
         if convert.rss(child.process.pid) > child.bound:
@@ -338,10 +352,13 @@ class Preparer:
             child.run.state = "queued"
 
     def _starved(self, child: _Child) -> bool:
-        """Whether someone waits for the child's run (its page asked within
-        :data:`WAITING_S`, or a data request waits) while the child, at the lowest priority
-        and not paused, got under :data:`STARVED_SHARE` of a CPU over :data:`STARVED_S`:
-        other work keeps the CPUs busy, and without help the conversion would not end."""
+        """Whether someone waits for the child's run while it starves.
+
+        Someone waits: its page asked within :data:`WAITING_S`, or a data request waits. It starves:
+        at the lowest priority and not paused, it got under :data:`STARVED_SHARE` of a CPU over
+        :data:`STARVED_S`: other work keeps the CPUs busy, and without help the conversion would not
+        end.
+        """
         now = time.monotonic()
         if child.urgent or child.paused or _store.capturing(self.logdir, summaries=True):
             child.mark = (now, convert.cpu_s(child.process.pid))

@@ -142,8 +142,10 @@ def _page(status: dict[str, Any]) -> bytes:
 
 
 def _trace_run(args: dict[str, list[str]]) -> tuple[str | None, bool]:
-    """The run a trace viewer page shows (the ``run`` of its ``trace_data_url``), and
-    whether it shows that run's preview (:data:`PREVIEW_QUERY`)."""
+    """The run a trace viewer page shows, and whether it shows that run's preview.
+
+    The run is the ``run`` of its ``trace_data_url``; the preview is :data:`PREVIEW_QUERY`.
+    """
     for url in args.get("trace_data_url", []):
         query = urlsplit(url).query
         runs = parse_qs(query).get("run", [])
@@ -153,8 +155,10 @@ def _trace_run(args: dict[str, list[str]]) -> tuple[str | None, bool]:
 
 
 def _previewed(environ: dict[str, Any], args: dict[str, list[str]], folder: Path) -> dict[str, Any]:
-    """``environ`` of a trace data request for a run, made one for its preview ``folder``:
-    XProf's ``session_path`` (inside the log directory), the run named as its folder."""
+    """``environ`` of a trace data request for a run, made one for its preview ``folder``.
+
+    XProf's ``session_path`` (inside the log directory), the run named as its folder.
+    """
     pairs = [
         (k, v) for k, values in args.items() for v in values if k not in ("run", "session_path")
     ]
@@ -175,9 +179,12 @@ def _reply(start_response: StartResponse, body: bytes, kind: str) -> Iterable[by
 
 
 def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
-    """``app`` with :class:`Preparer` in front: every request naming a run asks for it;
-    the embedded trace viewer page of a run not yet ready is :data:`PREPARING_PAGE` (its
-    state as JSON with :data:`STATUS_QUERY`); trace data waits for the run's conversion."""
+    """``app`` with :class:`Preparer` in front.
+
+    Every request naming a run asks for it; the embedded trace viewer page of a run not yet ready
+    is :data:`PREPARING_PAGE` (its state as JSON with :data:`STATUS_QUERY`); trace data waits for
+    the run's conversion.
+    """
 
     def serve(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = str(environ.get("PATH_INFO", ""))
@@ -216,8 +223,11 @@ def prepared(app: WSGIApp, preparer: Preparer) -> WSGIApp:
 def _background(
     app: WSGIApp, environ: dict[str, Any], start_response: StartResponse
 ) -> Iterable[bytes]:
-    """``app``'s reply, made in a thread of its own at nice :data:`BACKGROUND_NICE` (and
-    the threads XProf starts from it): a pooled thread's priority could not be restored."""
+    """``app``'s reply, made in a thread of its own at nice :data:`BACKGROUND_NICE`.
+
+    The threads XProf starts from it too. Its own thread, since a pooled thread's priority could
+    not be restored.
+    """
     reply: list[Any] = []
 
     def serve() -> None:
@@ -242,8 +252,10 @@ def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
 
 
 def ahead(app: WSGIApp, logdir: str) -> tuple[WSGIApp, Callable[[], None]]:
-    """XProf's ``app`` for ``logdir`` behind a started :class:`Preparer` (:func:`prepared`),
-    and what stops it; ``app`` as it is where :func:`enabled` says no."""
+    """XProf's ``app`` for ``logdir`` behind a started :class:`Preparer`, and what stops it.
+
+    See :func:`prepared`. ``app`` as it is where :func:`enabled` says no.
+    """
     if not enabled():
         return app, lambda: None
     root = str(Path(__file__).resolve().parents[3])

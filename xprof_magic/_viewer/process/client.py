@@ -120,8 +120,9 @@ class Viewer:
         view_start: float | None = None,
         view_end: float | None = None,
     ) -> str:
-        """The timeline alone, without XProf's sidebar: the compact view under a cell, in
-        :mod:`~xprof_magic._viewer.app.inline`'s form.
+        """The path of the timeline alone, without XProf's sidebar: the compact view under a cell.
+
+        In :mod:`~xprof_magic._viewer.app.inline`'s form.
 
         The page fetches ``trace_data_url`` from ``location.origin`` + that value, so the value
         is an absolute path that must carry ``prefix`` too. ``view_start`` and ``view_end``
@@ -141,11 +142,13 @@ class Viewer:
     def embedded_path(
         self, run: str, tool: str, host: str | None = None, *, prefix: str = "", **params: str
     ) -> str:
-        """One tool of XProf's full UI as the widget embeds it: its docked menu
-        (``new_nav``: its classic one covers the tool below 960 px until clicked), then
-        :mod:`~xprof_magic._viewer.app.inline`'s form for under a cell (no toolbar, no menu: the
-        widget's dropdowns are the navigation), and ``params`` for the tool (such as the
-        program the memory viewer opens on)."""
+        """The path of one tool of XProf's full UI as the widget embeds it.
+
+        Its docked menu (``new_nav``: its classic one covers the tool below 960 px until clicked),
+        then :mod:`~xprof_magic._viewer.app.inline`'s form for under a cell (no toolbar, no menu:
+        the widget's dropdowns are the navigation), and ``params`` for the tool (such as the program
+        the memory viewer opens on).
+        """
         extra = f"&{_query(**params)}" if params else ""
         return f"{self.tool_path(run, tool, host, prefix=prefix)}&{NEW_NAV}&{INLINE_QUERY}{extra}"
 
@@ -160,8 +163,10 @@ class Viewer:
 
 
 def proxy_template(environ: Mapping[str, str]) -> str | None:
-    """The proxy route the user set (``$XPROF_MAGIC_PROXY_URL``, else TensorBoard's
-    ``$TENSORBOARD_PROXY_URL``), with ``%PORT%`` for the port; None if unset or ``none``."""
+    """The proxy route the user set, with ``%PORT%`` for the port; None if unset or ``none``.
+
+    ``$XPROF_MAGIC_PROXY_URL``, else TensorBoard's ``$TENSORBOARD_PROXY_URL``.
+    """
     for name in (PROXY_ENV, TENSORBOARD_PROXY_ENV):
         value = environ.get(name, "").strip()
         if value:
@@ -180,10 +185,12 @@ def server_proxy_template(environ: Mapping[str, str]) -> str | None:
 
 
 def locate(port: int, template: str | None) -> tuple[str, str]:
-    """``(origin, prefix)`` for a loopback port as the browser reaches it: through a proxy
-    route (``template``, with ``%PORT%``), else the port itself. The browser URL of a server
-    path is ``origin + prefix + path``; a path that the page itself puts after
-    ``location.origin`` needs the prefix only."""
+    """``(origin, prefix)`` for a loopback port as the browser reaches it.
+
+    Through a proxy route (``template``, with ``%PORT%``), else the port itself. The browser URL
+    of a server path is ``origin + prefix + path``; a path that the page itself puts after
+    ``location.origin`` needs the prefix only.
+    """
     if template:
         prefix = template.replace("%PORT%", str(port)).rstrip("/")
         if "://" in prefix:

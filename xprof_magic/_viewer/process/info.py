@@ -112,8 +112,11 @@ class Clients:
         return [int(name) for name in names if name.isdigit()]
 
     def gone_for(self) -> float | None:
-        """Seconds since a registered kernel was last seen alive; None if none ever
-        registered (a server started by hand), 0 while one lives. Dead ones are dropped."""
+        """Seconds since a registered kernel was last seen alive.
+
+        None if none ever registered (a server started by hand), 0 while one lives. Dead ones are
+        dropped.
+        """
         pids = self.pids()
         self._registered = self._registered or bool(pids)
         if not self._registered:

@@ -135,8 +135,10 @@ def spawn(
     idle_timeout: float,
     grace_s: float = DEFAULT_GRACE_S,
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start a server for ``logdir`` (resolved) recording itself in ``directory``, with this
-    process registered as its first client (it exits ``grace_s`` after its clients are gone).
+    """Start a server for ``logdir`` (resolved) recording itself in ``directory``.
+
+    This process is registered as its first client (it exits ``grace_s`` after its clients are
+    gone).
 
     Returns the process and its log file without waiting; raises :class:`LaunchError` when
     the log cannot be written or Python cannot be started.

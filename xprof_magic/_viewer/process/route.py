@@ -1,6 +1,7 @@
-"""The kernel route: the viewer's replies carried through the kernel, for a browser that
-cannot open the viewer's port (VS Code over Remote-SSH, Colab in VS Code, Kaggle, Positron, a
-JupyterLab reached through an SSH tunnel).
+"""The kernel route: the viewer's replies carried through the kernel.
+
+It is for a browser that cannot open the viewer's port (VS Code over Remote-SSH, Colab in VS
+Code, Kaggle, Positron, a JupyterLab reached through an SSH tunnel).
 
 The browser asks for a path below the viewer's root (``/data/plugin/profile/...``, never
 the secret: the kernel adds its own); the kernel forwards it to its own loopback viewer, so
@@ -80,8 +81,10 @@ class Head:
 
 
 def route_refusal(path: str) -> str | None:
-    """Why ``path`` (the browser's, below the viewer's root, with its query) is not sent to
-    the viewer, if so."""
+    """Why ``path`` is not sent to the viewer, if so.
+
+    ``path`` is the browser's, below the viewer's root, with its query.
+    """
     if not isinstance(path, str) or not path.startswith("/") or len(path) > MAX_PATH:
         return "a path below the viewer's root, starting with /, is expected"
     route, _, _ = path.partition("?")
@@ -97,10 +100,12 @@ def route_refusal(path: str) -> str | None:
 
 
 def answer(viewer: Viewer, path: str, timeout: float = 300.0) -> Iterator[Head | bytes]:
-    """The viewer's reply to a GET of ``path``: its :class:`Head` first, then its body in
-    chunks of at most :data:`CHUNK` bytes, as they are read (gzip left as the viewer sent it,
-    for the browser to undo). A refused path is a 403 that says why, sent to no server; a
-    viewer that does not answer, a 502 that says so."""
+    """The viewer's reply to a GET of ``path``: its :class:`Head` first, then its body.
+
+    The body comes in chunks of at most :data:`CHUNK` bytes, as they are read (gzip left as the
+    viewer sent it, for the browser to undo). A refused path is a 403 that says why, sent to no
+    server; a viewer that does not answer, a 502 that says so.
+    """
     reason = route_refusal(path)
     if reason is not None:
         yield from _said(403, "Forbidden", f"Forbidden: {reason}.")
@@ -134,9 +139,11 @@ Send = Callable[[dict[str, Any], list[bytes]], None]
 
 
 def serve(viewer: Viewer, content: Any, send: Send) -> None:
-    """Answer one request of the browser's (``content``, a custom message) with ``send``:
-    ``taken`` at once, then the reply's head and body chunks as they are read, then
-    ``last``. Anything else than a request is ignored."""
+    """Answer one request of the browser's (``content``, a custom message) with ``send``.
+
+    It sends ``taken`` at once, then the reply's head and body chunks as they are read, then
+    ``last``. Anything else than a request is ignored.
+    """
     if not isinstance(content, dict) or content.get("type") != ASK:
         return
     ident, path = content.get("id"), content.get("path")
@@ -153,9 +160,11 @@ def serve(viewer: Viewer, content: Any, send: Send) -> None:
 
 
 def forced_route(environ: Mapping[str, str] | None = None) -> RouteChoice:
-    """The route the user's settings force: ``kernel`` for ``XPROF_MAGIC_PROXY_URL=kernel``,
-    ``direct`` for a proxy template (``XPROF_MAGIC_PROXY_URL``, ``TENSORBOARD_PROXY_URL``),
-    else ``auto``: the browser chooses."""
+    """The route the user's settings force, else ``auto``: the browser chooses.
+
+    ``kernel`` for ``XPROF_MAGIC_PROXY_URL=kernel``; ``direct`` for a proxy template
+    (``XPROF_MAGIC_PROXY_URL``, ``TENSORBOARD_PROXY_URL``).
+    """
     environ = os.environ if environ is None else environ
     if environ.get(PROXY_ENV, "").strip().lower() == KERNEL_ROUTE:
         return "kernel"
@@ -172,13 +181,17 @@ def xprof_version() -> str:
 
 
 def route_notes(viewer: Viewer, where: tuple[str, str]) -> dict[str, Any]:
-    """What a front's frame needs for the route from the browser to ``viewer``: its root as
-    the browser sees it (``where``: ``(origin, prefix)``), the route a setting forces, XProf's
-    version (the browser's cache key) and the frame's code (:data:`PAGE_JS`)."""
+    """What a front's frame needs for the route from the browser to ``viewer``.
+
+    That is the viewer's root as the browser sees it (``where``: ``(origin, prefix)``), the route
+    a setting forces, XProf's version (the browser's cache key), whether its pages can cross the
+    kernel (XProf's all can; TensorBoard's cannot) and the frame's code (:data:`PAGE_JS`).
+    """
     origin, prefix = where
     return {
         "base": origin + prefix + viewer.base_path,
         "route": forced_route(),
         "version": xprof_version(),
+        "kernel": viewer.kind == "xprof",
         "page_js": PAGE_JS,
     }

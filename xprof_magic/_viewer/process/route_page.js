@@ -1,15 +1,28 @@
 // The route from this browser to the viewer, in the widget's wrapper frame: chosen once per
 // frame (the viewer's port when its health route answers within PROBE_MS, else the kernel
-// route, else a line), and the trace viewer's page loaded through the kernel. Why this way,
-// not a service worker: xprof_magic/_notebook/route.py.
+// route, else a line), and XProf's pages loaded through the kernel (the trace viewer, and
+// the Angular app of every other tool). Why this way, not a service worker:
+// xprof_magic/_notebook/route.py.
 window.xprofRoute = (function () {
   var PROBE_MS = 1000, BUSY_MS = 1500, FIND_MS = 3000, HEALTH = '/xprof_magic/health';
   var holder = window.frameElement, choosing = null, cache = null, waiting = 0;
   var current = null;
   // The page's own location, read or moved: a stand-in (the page is about:srcdoc).
-  var LOCATION = /(^|[^.\w$])(?:window\.)?location\??\.(href|origin|search|pathname|hash|host)\b/g;
+  var LOCATION =
+    /(^|[^.\w$])(?:window\.|document\.)?location\??\.(href|origin|search|pathname|hash|host)\b/g;
   var MOVES = /(^|[^.\w$])(?:window\.)?location\.(replace|assign)\(/g;
   var RELOAD = /(^|[^.\w$])(?:window\.)?location\.reload\(\)/g;
+  // The location itself, kept (Angular's platform location: `this._location=window.location`),
+  // and the history the page moves in (Angular's router, XProf's own replaceState): stand-ins
+  // too, so that XProf's Angular tools route on the viewer's URL, not about:srcdoc.
+  var WHOLE = /(^|[^.\w$])window\.location(?=\s*[,;)}\]])/g;
+  var HISTORY = /(^|[^.\w$])(?:window\.history\b|history(?=\.(?:pushState|replaceState)\b))/g;
+  // The window's origin (the graph viewer builds its frame's URL on it), and a frame's
+  // location moved by the page (the graph viewer's `frame.contentWindow.location.replace`).
+  var ORIGIN = /(^|[^.\w$])window\.origin\b/g;
+  var FRAME_LOCATION =
+    /(?<=[^\w$.?]|^)([\w$]+(?:\??\.[\w$]+)*?)\??\.contentWindow\??\.location\b/g;
+  var URLS = /url\((["']?)([^)"']+)\1\)/g;
   var REFS = /(<script\b[^>]*\bsrc=|<link\b[^>]*\bhref=)(["'])([^"']+)\2/gi;
   function relay() {
     var box = holder && holder.closest('.xprof-viewer, .xprof-view');
@@ -90,8 +103,32 @@ window.xprofRoute = (function () {
     return reply;
   }
   function relocate(text) {
-    return text.replace(MOVES, '$1__xprofGo(').replace(RELOAD, '$1__xprofGo(__xprofLoc.href)')
-      .replace(LOCATION, '$1__xprofLoc.$2');
+    text = text.replace(MOVES, '$1__xprofGo(').replace(RELOAD, '$1__xprofGo(__xprofLoc.href)')
+      .replace(LOCATION, '$1__xprofLoc.$2').replace(WHOLE, '$1__xprofLoc')
+      .replace(HISTORY, '$1__xprofHistory').replace(ORIGIN, '$1__xprofLoc.origin');
+    // The costliest pattern, on 2.8 MB scripts: only where it can match.
+    return text.indexOf('.contentWindow') < 0 ? text
+      : text.replace(FRAME_LOCATION, '__xprofFrameLoc($1)');
+  }
+  // A file of the viewer's as a blob: URL of this origin: a script with its location read
+  // from the stand-in, a style sheet with the files it names (its fonts) made blobs too.
+  async function blobOf(page, path, busy, url) {
+    var one = await ask(page, path, busy);
+    if (!one.ok) return null;
+    if (/\.js$/.test(path)) {
+      return URL.createObjectURL(new Blob([relocate(await one.text())], {type: 'text/javascript'}));
+    }
+    if (!/\.css$/.test(path)) return URL.createObjectURL(await one.blob());
+    var css = await one.text(), refs = {}, m;
+    URLS.lastIndex = 0;
+    while ((m = URLS.exec(css))) refs[m[2]] = true;
+    var base = collapse(new URL(page.base, document.baseURI).href), made = {};
+    await Promise.all(Object.keys(refs).map(async function (ref) {
+      var inner = ref.indexOf('data:') === 0 ? null : within(new URL(ref, url).href, base);
+      if (inner !== null) made[ref] = await blobOf(page, inner, busy, url);
+    }));
+    css = css.replace(URLS, function (all, q, ref) { return made[ref] ? 'url(' + made[ref] + ')' : all; });
+    return URL.createObjectURL(new Blob([css], {type: 'text/css'}));
   }
   // The page at `target` (a URL of the viewer's, as the port route would open it) written
   // into `inner`: its scripts and style sheets as blob: URLs, its requests to the viewer
@@ -107,13 +144,10 @@ window.xprofRoute = (function () {
     REFS.lastIndex = 0;
     while ((m = REFS.exec(html))) refs.push(m[3]);
     await Promise.all(refs.map(async function (ref) {
-      var path = within(new URL(ref, url).href, base);
+      var full = new URL(ref, url).href, path = within(full, base);
       if (path === null) return;
-      var one = await ask(page, path, busy);
-      if (!one.ok) return;
-      var blob = /\.js$/.test(path)
-        ? new Blob([relocate(await one.text())], {type: 'text/javascript'}) : await one.blob();
-      made[ref] = URL.createObjectURL(blob);
+      var blob = await blobOf(page, path, busy, full);
+      if (blob) made[ref] = blob;
     }));
     (inner.xprofBlobs || []).forEach(function (b) { URL.revokeObjectURL(b); });
     inner.xprofBlobs = Object.keys(made).map(function (k) { return made[k]; });
@@ -131,6 +165,15 @@ window.xprofRoute = (function () {
     var parentRoute = window.parent.xprofRoute || window.parent.__xprofRoute;
     window.__xprofRoute = parentRoute;
     window.__xprofLoc = new URL(PAGE);
+    // The page's history: moves change the stand-in location, nothing else.
+    function moved(state, url) {
+      window.__xprofHistory.state = state === undefined ? null : state;
+      if (url !== undefined && url !== null) window.__xprofLoc.href = new URL(String(url), window.__xprofLoc.href).href;
+    }
+    window.__xprofHistory = {state: null, length: 1, scrollRestoration: 'auto',
+      pushState: function (state, title, url) { moved(state, url); },
+      replaceState: function (state, title, url) { moved(state, url); },
+      back: function () {}, forward: function () {}, go: function () {}};
     function mine(url) {
       try { return parentRoute.within(new URL(String(url), PAGE).href, BASE); } catch (e) { return null; }
     }
@@ -138,12 +181,39 @@ window.xprofRoute = (function () {
     // The page moves (XProf's "preparing" page reloads into the timeline), or opens a frame
     // of its own on the viewer (its preview, the graph viewer's): through the kernel too.
     window.__xprofGo = function (url) { parentRoute.open(window.frameElement, new URL(String(url), PAGE).href); };
+    // A frame's location as the page moves it: to the viewer through the kernel, else as is.
+    window.__xprofFrameLoc = function (frame) {
+      var real = frame && frame.contentWindow && frame.contentWindow.location;
+      if (!real) return real;
+      function go(how) {
+        return function (url) {
+          if (mine(url) === null) real[how](url);
+          else parentRoute.open(frame, new URL(String(url), PAGE).href);
+        };
+      }
+      return {replace: go('replace'), assign: go('assign'), get href() { return real.href; }};
+    };
+    // The graph viewer's renderer looks for its WebAssembly beside its script, which as a
+    // blob: URL has no folder: it is named here (xprof_magic._viewer.app.graph.GRAPH_ROUTE).
+    window.__hpcc_wasmFolder = BASE + '/xprof_magic/graph/dist';
     var src = Object.getOwnPropertyDescriptor(HTMLIFrameElement.prototype, 'src');
     Object.defineProperty(HTMLIFrameElement.prototype, 'src', {
       configurable: true, enumerable: true, get: src.get,
       set: function (v) {
         if (mine(v) === null) src.set.call(this, v);
         else parentRoute.open(this, new URL(String(v), PAGE).href);
+      },
+    });
+    // A script the page adds (XProf's Angular app adds its runtime and bundle so): its file
+    // through the kernel too.
+    var scriptSrc = Object.getOwnPropertyDescriptor(HTMLScriptElement.prototype, 'src');
+    Object.defineProperty(HTMLScriptElement.prototype, 'src', {
+      configurable: true, enumerable: true, get: scriptSrc.get,
+      set: function (v) {
+        var el = this, path = mine(v);
+        if (path === null) { scriptSrc.set.call(el, v); return; }
+        parentRoute.blob(window.frameElement, path, new URL(String(v), PAGE).href).then(
+          function (b) { scriptSrc.set.call(el, b || 'data:text/javascript,'); });
       },
     });
     var nativeFetch = window.fetch;
@@ -160,21 +230,27 @@ window.xprofRoute = (function () {
       this.withCredentials = false; this.upload = {addEventListener: function () {}};
       this._on = {}; this._headers = null; this._path = null;
     }
-    KernelXHR.UNSENT = 0; KernelXHR.OPENED = 1; KernelXHR.HEADERS_RECEIVED = 2;
-    KernelXHR.LOADING = 3; KernelXHR.DONE = 4;
+    [KernelXHR, KernelXHR.prototype].forEach(function (o) {
+      o.UNSENT = 0; o.OPENED = 1; o.HEADERS_RECEIVED = 2; o.LOADING = 3; o.DONE = 4;
+    });
     // Plain listener lists and event objects: the page's Web Components polyfill replaces
-    // EventTarget and Event with wrappers that take no object of ours.
-    KernelXHR.prototype.addEventListener = function (t, f) {
-      (this._on[t] = this._on[t] || []).push(f);
-    };
-    KernelXHR.prototype.removeEventListener = function (t, f) {
-      this._on[t] = (this._on[t] || []).filter(function (g) { return g !== f; });
-    };
+    // EventTarget and Event with wrappers that take no object of ours. A listener runs in the
+    // zone.js zone it was added in (Angular's, which then updates the view), as zone.js's
+    // own patched XMLHttpRequest would run it; zone.js's send asks for the unpatched adder.
+    function add(t, f) {
+      var z = window.Zone && window.Zone.current, g = z && typeof f === 'function' ? z.wrap(f, 'xhr') : f;
+      (this._on[t] = this._on[t] || []).push({f: f, g: g});
+    }
+    function remove(t, f) {
+      this._on[t] = (this._on[t] || []).filter(function (e) { return e.f !== f; });
+    }
+    KernelXHR.prototype.addEventListener = KernelXHR.prototype.__zone_symbol__addEventListener = add;
+    KernelXHR.prototype.removeEventListener = KernelXHR.prototype.__zone_symbol__removeEventListener = remove;
     KernelXHR.prototype._fire = function (type, loaded) {
       var self = this, e = {type: type, target: self, currentTarget: self,
         lengthComputable: !!loaded, loaded: loaded || 0, total: loaded || 0};
-      (self._on[type] || []).slice().forEach(function (f) {
-        if (typeof f === 'function') f.call(self, e); else if (f) f.handleEvent(e);
+      (self._on[type] || []).slice().forEach(function (on) {
+        if (typeof on.g === 'function') on.g.call(self, e); else if (on.g) on.g.handleEvent(e);
       });
       var own = self['on' + type];
       if (typeof own === 'function') own.call(self, e);
@@ -228,11 +304,19 @@ window.xprofRoute = (function () {
   function byPage(path) {
     return current ? ask(current.page, path, current.busy) : Promise.reject(new Error('no page'));
   }
+  function blob(frame, path, url) {
+    if (!current) return Promise.resolve(null);
+    return blobOf(current.page, path, current.busy, url).then(function (b) {
+      if (b && frame) (frame.xprofBlobs = frame.xprofBlobs || []).push(b);
+      return b;
+    });
+  }
   function open(frame, url) {
     if (current) load(frame, current.page, url, current.busy).catch(function (e) {
       console.error('xprof_magic: through the kernel', url, e);
     });
   }
   // `log`: the paths asked of the kernel (not the browser's cache), in order, for tests.
-  return {choose: choose, load: load, asked: byPage, within: within, open: open, log: asked};
+  return {choose: choose, load: load, asked: byPage, within: within, open: open, blob: blob,
+    log: asked};
 })();

@@ -203,9 +203,11 @@ def _info(
 
 
 def _wsgi_server(port: int, app: WSGIApp) -> wsgi.Server:
-    """A cheroot server on loopback that reads each request-target in origin form first
-    (:func:`~xprof_magic._viewer.app.guard.origin_form`): cheroot answers a path starting with
-    ``//`` with 400 "Absolute URI not allowed" before any WSGI code sees it."""
+    """A cheroot server on loopback that reads each request-target in origin form first.
+
+    See :func:`~xprof_magic._viewer.app.guard.origin_form`: cheroot answers a path starting with
+    ``//`` with 400 "Absolute URI not allowed" before any WSGI code sees it.
+    """
     from cheroot import server as http
     from cheroot import wsgi
 
@@ -272,8 +274,11 @@ def _serve_until_done(
     activity: Activity,
     clients: Clients,
 ) -> None:
-    """Return when stopped, when the server thread ends, after ``idle_timeout`` without a
-    request, or after ``grace`` without a request and without a kernel using the server."""
+    """Return when stopped, when the server thread ends, or after a time without a request.
+
+    After ``idle_timeout`` without a request, or after ``grace`` without a request and without a
+    kernel using the server.
+    """
     timeout = args.idle_timeout
     tick = min(0.5, timeout / 4) if timeout > 0 else 0.5
     while not stop.wait(tick):
