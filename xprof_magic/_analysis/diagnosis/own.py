@@ -107,7 +107,8 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
         looks, t = looks[keep], t[keep]
     spans = {key: merge(pieces) for key, pieces in facts.spans.items()}
     pipeline = words.timeline.input_pipeline
-    mine = [b for b in facts.blocks if b.line == main_line(facts.blocks, pipeline)]
+    line = main_line(facts.blocks, pipeline)  # once: a walk over every block
+    mine = [b for b in facts.blocks if b.line == line]
     fetches = fetch_spans(mine, pipeline)
     steps = step_spans(mine, fetches, launched_work(facts), device_work(facts))
     starts = np.array([s.start for s in steps])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xprof_magic._analysis.timeline.thread_lines import Floats, Ints, Line, as_number
+from xprof_magic._analysis.timeline.line_arrays import Floats, Index, Ints, Line, as_number
 
 __all__ = ["ALLOCATOR_EVENTS", "Allocations", "allocations"]
 
@@ -24,7 +24,7 @@ Allocations = dict[str, tuple[list[float], list[float], list[float]]]
 hold then (in use + available; 0 where unknown)."""
 
 
-def allocations(line: Line, order: Ints, start: Floats, name_id: Ints) -> Allocations:
+def allocations(line: Line, order: Index, start: Floats, name_id: Ints) -> Allocations:
     """The line's allocator events by allocator (``order``, ``start``, ``name_id``: the line's
     events in time order)."""
     wanted = [i for i, name in enumerate(line.names) if name in ALLOCATOR_EVENTS]

@@ -23,6 +23,7 @@ joins the true path costs time, not the result.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline.line_arrays import Ints
 from xprof_magic._analysis.timeline.varint import Bytes, WireError, leading_varint, word_at
@@ -38,6 +39,8 @@ _EVENTS_A_BLOCK = 96
 _PROBE = 32
 """Steps of the first walker, alone, to measure the events' size, hence the blocks'."""
 _RUNNING, _MET, _ENDED, _BROKEN = range(4)
+_PATH_CHUNK = 512
+"""Walkers whose steps are copied out together."""
 
 
 def event_headers(data: Bytes, first: int) -> tuple[Ints, int]:
@@ -58,7 +61,8 @@ def event_headers(data: Bytes, first: int) -> tuple[Ints, int]:
     starts = _guesses(data, np.arange(stop, n - 1, block, dtype=np.int64))
     starts = np.concatenate(([stop], starts))
     headers, end = _walk_together(data, starts)
-    return np.concatenate((probe, headers)), end
+    found: Ints = np.concatenate((probe, headers), dtype=np.int64)  # one copy, in int64
+    return found, end
 
 
 def _walk_alone(data: Bytes, at: int, steps: int) -> tuple[Ints, int, int]:
@@ -113,7 +117,7 @@ def _step(data: Bytes, here: Ints) -> tuple[Ints, Ints | None]:
     return after, state
 
 
-def _walk_together(data: Bytes, starts: Ints) -> tuple[Ints, int]:
+def _walk_together(data: Bytes, starts: Ints) -> tuple[NDArray[np.int32], int]:
     """The walk from ``starts[0]`` (a true event), helped by walkers from the others."""
     count = len(starts)
     here = starts.copy()
@@ -164,12 +168,17 @@ class _Steps:
         self.taken[who] += 1
         self.rounds += 1
 
-    def path(self, walkers: list[int], first: Ints) -> Ints:
-        """The steps of ``walkers``, in turn, each from its step ``first[i]`` on."""
+    def path(self, walkers: list[int], first: Ints) -> NDArray[np.int32]:
+        """The steps of ``walkers``, in turn, each from its step ``first[i]`` on; a few
+        hundred walkers at a time (a copy of all their steps was as big as the steps)."""
         chosen = np.array(walkers, np.int64)
         step = np.arange(self.rounds)[:, None]
-        keep = (step >= first[None, :]) & (step < self.taken[chosen][None, :])
-        found: Ints = self.at[: self.rounds, chosen].T[keep.T].astype(np.int64)
+        pieces = []
+        for lo in range(0, len(chosen), _PATH_CHUNK):
+            who, since = chosen[lo : lo + _PATH_CHUNK], first[lo : lo + _PATH_CHUNK]
+            keep = (step >= since[None, :]) & (step < self.taken[who][None, :])
+            pieces.append(self.at[: self.rounds, who].T[keep.T])
+        found: NDArray[np.int32] = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
         return found
 
 
@@ -200,7 +209,7 @@ def _next_marked(marked: np.ndarray) -> Ints:
 
 def _stitched(
     starts: Ints, here: Ints, state: Ints, met: Ints, mark: Ints, rounds: _Steps
-) -> tuple[Ints, int]:
+) -> tuple[NDArray[np.int32], int]:
     """The true path: the first walker's events up to the mark it met, then those of the
     walker it met from there (its steps from its mark on), and so on to the walker that
     reached the end."""

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.events import launched_program
 from xprof_magic._analysis.timeline.facts import LAUNCH, execution_key
-from xprof_magic._analysis.timeline.line_arrays import Floats, Ints, Line, first_of_each
+from xprof_magic._analysis.timeline.line_arrays import Floats, Index, Ints, Line, first_of_each
 from xprof_magic._analysis.timeline.programs import module_of
 
 __all__ = ["correlated", "executions", "launch_spans"]
@@ -41,7 +41,7 @@ def launch_spans(
     span key of the program they name (``prefixes``: the vocabulary's ``launches``): each
     from when it launched, after the events inside it that come first (``before``), to its
     end. The line's events are in time order, with their nesting ``nest``."""
-    outer = np.flatnonzero(launch & ~((nest.parent >= 0) & launch[np.maximum(nest.parent, 0)]))
+    outer = np.flatnonzero(launch & ~((nest.parent >= 0) & launch[nest.parent]))
     if not len(outer):
         return []
     owner = np.full(len(start), -1, np.int64)
@@ -61,7 +61,7 @@ def launch_spans(
 
 
 def correlated(
-    line: Line, order: Ints, start: Floats, name_id: Ints
+    line: Line, order: Index, start: Floats, name_id: Ints
 ) -> tuple[list[float], list[float]] | None:
     """The line's launches of device work that name it (a ``correlation_id`` stat): each
     one's id and start (None: none). A stat read per distinct name first, then per event of

@@ -18,6 +18,7 @@ from xprof_magic._analysis.timeline import xspace
 
 __all__ = [
     "Floats",
+    "Index",
     "Ints",
     "Line",
     "MetaLookup",
@@ -32,6 +33,9 @@ __all__ = [
 
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
+Index = NDArray[np.signedinteger[Any]]
+"""Positions in a line, int32 where a big line's arrays are kept that way (a line has
+fewer than 2**31 events: half an int64's memory), else int64."""
 StatLookup = Callable[[int, str], "str | None"]
 StatCheck = Callable[[Ints, str], "NDArray[np.bool_]"]
 MetaStat = Callable[[str], "list[str | None]"]
@@ -47,7 +51,7 @@ class Line:
     name: str
     start: Floats
     dur: Floats
-    name_id: Ints
+    name_id: Index
     names: list[str]
     stat: StatLookup
     """``stat(i, key)``: the value of event ``i``'s last stat named ``key``, or None."""
@@ -105,14 +109,17 @@ def as_int(text: str | None) -> int | None:
         return None
 
 
-def dense(ids: Ints) -> tuple[Ints, Ints]:
-    """The distinct ids, and each id's index among them (``np.unique``, without sorting)."""
+def dense(ids: Ints) -> tuple[Ints, Index]:
+    """The distinct ids, and each id's index among them (``np.unique``, without sorting),
+    in int32 (a line's names are fewer than 2**31: half the memory of a big line's)."""
     if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
         unique, inverse = np.unique(ids, return_inverse=True)
-        return unique, inverse.reshape(-1).astype(np.int64)
+        return unique, inverse.reshape(-1).astype(np.int32)
     present = np.zeros(int(ids.max()) + 1, bool)
     present[ids] = True
-    return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
+    index = np.cumsum(present, dtype=np.int32)
+    index -= 1
+    return np.flatnonzero(present), index[ids]
 
 
 def packed(values: Floats) -> array[float]:

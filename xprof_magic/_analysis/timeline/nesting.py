@@ -13,18 +13,19 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline.thread_lines import Floats, Ints, Line
+from xprof_magic._analysis.timeline.line_arrays import Floats, Index, Ints, Line
 
 __all__ = ["Nesting", "nest", "time_order", "union_ns", "walk"]
 
 
-def time_order(line: Line) -> tuple[Ints, Floats, Floats, Ints]:
+def time_order(line: Line) -> tuple[Index, Floats, Floats, Ints]:
     """The walk's order (by start, longer first at equal starts, else as stored) and the
-    line's start, duration and name in that order; no copies when already in order."""
+    line's start, duration and name in that order; no copies when already in order (the
+    order then in int32: half the memory of a big line's)."""
     start, dur = line.start, line.dur
     step, longer = np.diff(start), np.diff(dur)
     if np.all((step > 0) | ((step == 0) & (longer <= 0))):
-        return np.arange(len(start)), start, dur, line.name_id
+        return np.arange(len(start), dtype=np.int32), start, dur, line.name_id
     order = np.lexsort((-dur, start))
     return order, start[order], dur[order], line.name_id[order]
 
@@ -52,9 +53,9 @@ def union_ns(lo: Floats, hi: Floats, window: tuple[float, float] | None) -> floa
 class Nesting:
     """Where each event of a sorted line sits: parent (-1: none), depth, closing order."""
 
-    parent: Ints
-    depth: Ints
-    closed: Ints
+    parent: Index
+    depth: Index
+    closed: Index
     """Positions of the pushed events in the order they close (children before parents)."""
 
 
@@ -68,15 +69,17 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     A line where a child outlasts its parent gets the walk itself.
     """
     n = len(start)
-    is_pushed = pushed.astype(np.int64)
-    depth = np.cumsum(is_pushed)
+    # Depths and parents in int32: a big line's nesting keeps two arrays as long as it.
+    is_pushed = pushed.astype(np.int32)
+    depth = np.cumsum(is_pushed, dtype=np.int32)
     depth -= is_pushed
     del is_pushed
     ends = end[pushed]
     by_end = np.argsort(ends, kind="stable")  # nearly in order: few runs
-    closing = _at_or_before(ends[by_end], start)
+    ends = ends[by_end]  # the unsorted ones let go before the search's answer is made
+    closing = _at_or_before(ends, start)
     del ends
-    depth -= closing
+    np.subtract(depth, closing, out=depth, casting="unsafe")  # at most n: fits
     # Where each pushed event closes: the first start at or after its end. ``closing[i]``
     # counts the ends at or before start ``i``, so the starts before the ``k``-th end (in
     # order) are those with ``closing`` at most ``k``: counted, not searched.
@@ -86,34 +89,23 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     close_at[by_end] = before
     del by_end, before
     levels = int(depth.max(initial=0)) + 1
-    # Each event's parent: the last pushed event one level up before it. The pushed
-    # events keyed by (level, position), sorted, answer every event in one search.
+    # Each event's parent: the last pushed event one level up before it. The events sorted
+    # by level, then position: each level's events are found among the pushed ones of the
+    # level above by one search (no keys of level and position as long as the line).
     small = np.int16 if levels < 1 << 15 else np.int64
-    every = np.argsort(depth.astype(small), kind="stable")  # by level, then position
-    by_level = every[pushed[every]]
-    keys = depth[by_level]
-    keys *= n
-    keys += by_level
-    inner = every[depth[every] >= 1]  # sorted as the keys they look for: a fast search
-    del every
-    if len(inner):
-        sought = depth[inner]
-        sought -= 1
-        sought *= n
-        sought += inner
-        at = np.searchsorted(keys, sought)
+    every = np.argsort(depth.astype(small), kind="stable").astype(np.int32)
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(depth, minlength=levels)))).tolist()
+    parent = np.full(n, -1, np.int32)
+    for level in range(1, levels):
+        up = every[bounds[level - 1] : bounds[level]]
+        up = up[pushed[up]]
+        here = every[bounds[level] : bounds[level + 1]]
+        at = np.searchsorted(up, here)
         at -= 1
-        # The key found (the last one before the one sought) must be on the level up.
-        sought -= inner
-        if at.min() < 0 or np.any(keys[at] < sought):
+        if len(here) and int(at.min()) < 0:  # no pushed event a level up before it
             return walk(start, end, pushed)
-        del sought, keys
-        parent = np.full(n, -1, np.int64)  # made here: a big line's arrays above are gone
-        parent[inner] = by_level[at]
-        del at
-    else:
-        parent = np.full(n, -1, np.int64)
-    del by_level, inner
+        parent[here] = up[at]
+    del every
     positions = np.flatnonzero(pushed)
     kids = positions[parent[positions] >= 0]
     if np.any(end[kids] > end[parent[kids]]):

@@ -24,7 +24,7 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from xprof_magic._analysis.timeline.line_arrays import Floats, Ints, first_of_each
+from xprof_magic._analysis.timeline.line_arrays import Floats, Index, Ints, first_of_each
 
 __all__ = [
     "METADATA_PLANE",
@@ -84,7 +84,7 @@ def read_programs(plane: Any, compiles: int) -> list[Program]:
 
 def name_programs(
     stat: Callable[[int, str], str | None],
-    order: Ints,
+    order: Index,
     name_id: Ints,
     names: Sequence[str] | None = None,
 ) -> list[str]:
@@ -111,10 +111,10 @@ def module_of(program: str) -> str:
 
 def program_time(
     stat: Callable[[int, str], str | None],
-    order: Ints,
+    order: Index,
     name_id: Ints,
     dur: Floats,
-    parent: Ints | None = None,
+    parent: Index | None = None,
     names: Sequence[str] | None = None,
     program: list[str] | None = None,
 ) -> dict[str, float]:
@@ -136,7 +136,7 @@ def program_time(
     is_op = np.array([bool(p) for p in program])
     op = is_op[name_id]
     if parent is not None:
-        op &= ~((parent >= 0) & op[np.maximum(parent, 0)])
+        op &= ~((parent >= 0) & op[parent])  # op[-1] where none: masked out
     if not op.any():
         return found
     totals = np.bincount(name_id[op], weights=dur[op], minlength=len(program))

@@ -56,7 +56,14 @@ from xprof_magic._analysis.timeline.facts import (
     TraceFacts,
 )
 from xprof_magic._analysis.timeline.host_launches import correlated, executions, launch_spans
-from xprof_magic._analysis.timeline.line_arrays import Floats, Ints, Line, first_of_each, packed
+from xprof_magic._analysis.timeline.line_arrays import (
+    Floats,
+    Index,
+    Ints,
+    Line,
+    first_of_each,
+    packed,
+)
 from xprof_magic._analysis.timeline.programs import name_programs, program_time
 
 __all__ = ["Reader"]
@@ -159,7 +166,7 @@ class Reader:
         self,
         line: Line,
         group: str,
-        order: Ints,
+        order: Index,
         name_id: Ints,
         nest: nesting.Nesting,
         pushed: NDArray[np.bool_],
@@ -177,8 +184,11 @@ class Reader:
         depth = nest.depth[positions]
         levels = int(nest.depth.max(initial=0)) + 1
         small = np.int16 if levels < 1 << 15 else np.int64
-        by_level = positions[np.argsort(depth.astype(small), kind="stable")]
+        by_level = np.argsort(depth.astype(small), kind="stable")
+        np.take(positions, by_level, out=by_level)  # in place: a big line's arrays
+        del positions
         bounds = np.concatenate(([0], np.cumsum(np.bincount(depth, minlength=levels))))
+        del depth
         for level in range(levels):
             here = by_level[bounds[level] : bounds[level + 1]]
             if not len(here):
@@ -220,7 +230,7 @@ class Reader:
     def _blocks(
         self,
         line: Line,
-        order: Ints,
+        order: Index,
         start: Floats,
         end: Floats,
         nest: nesting.Nesting,
@@ -264,7 +274,7 @@ class Reader:
         start: float,
         dur: float,
         at: int,
-        parent: Ints,
+        parent: Index,
         blocks: dict[int, int],
         group: str,
     ) -> None:
@@ -358,8 +368,7 @@ class Reader:
         each event was added on closing.
         """
         n = len(start)
-        kids = np.flatnonzero(nest.parent >= 0)
-        kids = kids[cat[kids] >= 0]
+        kids = np.flatnonzero((nest.parent >= 0) & (cat >= 0))  # one array as long as them
         parent = nest.parent[kids]
         inside = end[kids]  # each child's time inside its parent (arrays reused: a big line)
         np.minimum(inside, end[parent], out=inside)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -65,8 +66,8 @@ class Stats:
     stored order; ``at`` is where each one's serialized ``XStat`` starts in :attr:`data`
     (its length is the varint just before)."""
 
-    ptr: Ints
-    id: NDArray[np.int32]
+    ptr: NDArray[np.int32]
+    id: NDArray[np.signedinteger[Any]]
     at: NDArray[np.int32]
     data: Bytes
 
@@ -183,6 +184,8 @@ def _walked(serialized: Buffer, first: int, release: Release | None) -> EventCol
         raise WireError("the line's other fields") from error
     if len(raw.events):
         raise WireError("events apart from the others")
+    if release is not None:  # the walk read every page: given back before the columns are
+        release(0, len(serialized))  # made, read again a chunk at a time as they decode
     at = field_at
     at += 1
     at += sizes
@@ -230,13 +233,13 @@ _CHUNK = 1 << 15
 
 def _event_fields(
     data: Bytes, at: Ints, end: Ints, release: Release | None = None
-) -> tuple[Ints, Ints, Ints, Ints, NDArray[np.int32], NDArray[np.int32]]:
+) -> tuple[Ints, Ints, Ints, NDArray[np.int32], NDArray[np.signedinteger[Any]], NDArray[np.int32]]:
     """The fields of the events whose payloads are ``data[at[i]:end[i]]``: metadata id,
     offset, duration, and their stats' pointer, ids and starts (see :class:`Stats`), a
     chunk of events at a time."""
     n = len(at)
     metadata_id, offset_ps, duration_ps = (np.zeros(n, np.int64) for _ in _FIELDS)
-    ptr = np.zeros(n + 1, np.int64)
+    ptr = np.zeros(n + 1, np.int32)  # a line's stats are fewer than its bytes: under 2**31
     counts = ptr[1:]  # each event's stats, summed into the pointer in place below
     ids: list[NDArray[np.int32]] = []
     starts: list[NDArray[np.int32]] = []
@@ -263,7 +266,13 @@ def _event_fields(
             np.zeros(0, np.int32),
             np.zeros(0, np.int32),
         )
-    return metadata_id, offset_ps, duration_ps, ptr, np.concatenate(ids), np.concatenate(starts)
+    # The ids in the narrowest type that holds them (a plane names a few dozen stats: a
+    # byte each, not four, for the 3M stats of a 100 MB capture's biggest line).
+    top = max(int(chunk.max(initial=0)) for chunk in ids)
+    narrow = np.int8 if top < 1 << 7 else np.int16 if top < 1 << 15 else np.int32
+    stat_id: NDArray[np.signedinteger[Any]] = np.concatenate(ids, dtype=narrow, casting="unsafe")
+    del ids
+    return metadata_id, offset_ps, duration_ps, ptr, stat_id, np.concatenate(starts)
 
 
 def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
