@@ -25,6 +25,7 @@ The backend's own event names come from the caller (its vocabulary's
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -70,7 +71,8 @@ def read_trace(
         raise ValueError(f"cannot read {path}: {error}") from error
     # Workers only where nothing waits on a deadline: the kernel's own quick pass has one.
     mapped, planes = _parse(path)
-    with pool.Pool(pool.worker_count(size) if deadline is None else 0) as workers, small_pages():
+    pages = small_pages() if size >= SMALL_PAGES_FROM else contextlib.nullcontext()
+    with pool.Pool(pool.worker_count(size) if deadline is None else 0) as workers, pages:
         facts = _read(
             xspace_planes(planes, mapped.release),
             host=path.name[: -len(".xplane.pb")],
@@ -126,6 +128,11 @@ def read_planes(
         deadline=deadline,
         runtime=runtime,
     )
+
+
+SMALL_PAGES_FROM = 16 * 2**20
+"""The file size from which numpy's huge pages are switched off while it is read: a size
+the notebook reads in a process of its own, where no user code's arrays share the setting."""
 
 
 @contextmanager
