@@ -306,12 +306,12 @@ class Timed:
 class Fallback:
     """An op that ran on the CPU outside the compiled program, from the backend's counter.
 
-    ``op`` is the counter's full name (torch_xla: ``aten::nonzero``).
+    ``op`` is the counter's full name (torch_xla: ``aten::nonzero``); what to do about it is
+    the backend's words, said when the summary is shown.
     """
 
     op: str
     count: int
-    hint: str
 
 
 @dataclass(frozen=True)

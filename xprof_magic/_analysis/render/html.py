@@ -18,6 +18,7 @@ from xprof_magic._analysis.render.memory_section import memory_lines, memory_svg
 from xprof_magic._analysis.render.notes import device_statement, notes_of
 from xprof_magic._analysis.render.text import (
     CODE,
+    fallback_hint,
     header,
     label_name,
     op_sections,
@@ -153,7 +154,7 @@ def render_html(summary: Summary) -> str:
     if s.fallbacks:
         fallbacks = table(
             ["op", "calls", "hint"],
-            [[_e(f.op), str(f.count), _e(f.hint)] for f in s.fallbacks],
+            [[_e(f.op), str(f.count), _e(fallback_hint(f, words))] for f in s.fallbacks],
             {1},
         )
         parts.append(section(words.headings.fallbacks, [fallbacks], opened=True))

@@ -18,6 +18,7 @@ from xprof_magic._units import NONE, data_size, percent, seconds
 
 if TYPE_CHECKING:
     from xprof_magic._analysis.model.summary import (
+        Fallback,
         LabelRow,
         OpRow,
         StepStats,
@@ -25,9 +26,11 @@ if TYPE_CHECKING:
         ThreadGroup,
         Timed,
     )
+    from xprof_magic._backends import Vocabulary
 
 __all__ = [
     "estimated_steps",
+    "fallback_hint",
     "header",
     "label_name",
     "op_sections",
@@ -45,6 +48,11 @@ _LEVEL_MARK = {"error": "✖", "warning": "!", "info": "·"}
 _KIND_TAG = {"trace": " [xp.Trace]", "step": " [step]", "label": ""}
 CODE = re.compile(r"`([^`\n]+)`")
 """Code that a note's prose quotes, between backticks (the cell's line, a program)."""
+
+
+def fallback_hint(fallback: Fallback, words: Vocabulary) -> str:
+    """What to do about an op that fell back to the CPU, in its backend's words."""
+    return words.advice.fallback_hints.get(fallback.op, words.advice.fallback_hint)
 
 
 def plain(prose: str) -> str:
@@ -184,7 +192,7 @@ def render_text(summary: Summary) -> str:
         out.append(f"  {s.compiles.outside_labels} compilation(s) outside any labelled block")
     if s.fallbacks:
         out += ["", f"{words.headings.fallbacks}:"]
-        out.extend(f"  {f.op} ×{f.count} — {f.hint}" for f in s.fallbacks)
+        out.extend(f"  {f.op} ×{f.count} — {fallback_hint(f, words)}" for f in s.fallbacks)
     for title, ops in op_sections(s):
         out += ["", f"{title} (self time):"]
         out.extend(

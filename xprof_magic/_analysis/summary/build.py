@@ -212,11 +212,11 @@ def _functions(
 
 
 def _fallbacks(counters: Mapping[str, int], words: Vocabulary) -> tuple[Fallback, ...]:
-    prefix, advice = words.metrics.fallback_prefix, words.advice
+    prefix = words.metrics.fallback_prefix
     if not prefix:
         return ()
     found = [
-        Fallback(name, value, advice.fallback_hints.get(name, advice.fallback_hint))
+        Fallback(name, value)
         for name, value in counters.items()
         if name.startswith(prefix) and value > 0
     ]
