@@ -25,8 +25,10 @@ hold then (in use + available; 0 where unknown)."""
 
 
 def allocations(line: Line, order: Index, start: Floats, name_id: Ints) -> Allocations:
-    """The line's allocator events by allocator (``order``, ``start``, ``name_id``: the line's
-    events in time order)."""
+    """The line's allocator events, by allocator.
+
+    ``order``, ``start`` and ``name_id`` are the line's events in time order.
+    """
     wanted = [i for i, name in enumerate(line.names) if name in ALLOCATOR_EVENTS]
     if not wanted:
         return {}

@@ -34,9 +34,11 @@ def line_of(
     stat_ids: dict[str, set[int]],
     meta: MetaLookup,
 ) -> Line:
-    """The :class:`~.line.Line` of decoded columns (``names``, ``stat_ids``: the plane's
-    event names and stat ids by name; ``meta``: its event metadata's stats). A stat's value
-    is parsed by the runtime, only when asked for."""
+    """The :class:`~.line.Line` of decoded columns.
+
+    ``names``, ``stat_ids``: the plane's event names and stat ids by name; ``meta``: its event
+    metadata's stats. A stat's value is parsed by the runtime, only when asked for.
+    """
     unique, name_id = dense(columns.metadata_id)
     stats = columns.stats  # what the closures below keep of the columns
     ids = stats.id

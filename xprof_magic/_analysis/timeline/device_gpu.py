@@ -46,10 +46,12 @@ def is_gpu(line_names: list[str]) -> bool:
 
 
 def read_gpu_plane(reader: Reader, plane: str, lines: dict[str, Line], first: bool) -> float:
-    """The GPU's busy time (ns) and copy time (:attr:`~.facts.TraceFacts.device_copy_ns`);
-    on the ``first`` device plane also the breakdown's spans (``device``, ``collective``,
+    """The GPU's busy time (ns) and copy time (:attr:`~.facts.TraceFacts.device_copy_ns`).
+
+    On the ``first`` device plane also the breakdown's spans (``device``, ``collective``,
     ``device:transfer``), the kernels' table, the programs that ran and the correlation of
-    each event with its launch."""
+    each event with its launch.
+    """
     facts = reader.facts
     every: _Pieces = []
     compute: _Pieces = []
@@ -87,9 +89,12 @@ def read_gpu_plane(reader: Reader, plane: str, lines: dict[str, Line], first: bo
 
 
 def _op_name(line: Line, name_id: int, at: int) -> str:
-    """A kernel's row: the XLA op that launched it, then the kernel's own name, where the
-    two differ (``custom-call.1 · sm90_xmma_gemm_…``); the kernel's alone where the op is a
-    CUDA graph's (``command_buffer_1``) or the kernel is named after its op."""
+    """A kernel's row in the device-op table.
+
+    The XLA op that launched it, then the kernel's own name, where the two differ
+    (``custom-call.1 · sm90_xmma_gemm_…``); the kernel's alone where the op is a CUDA graph's
+    (``command_buffer_1``) or the kernel is named after its op.
+    """
     kernel = line.names[name_id]
     op = (line.text or line.stat)(at, "hlo_op")
     if not op or op.startswith("command_buffer") or op.replace(".", "_") == kernel:
@@ -98,8 +103,11 @@ def _op_name(line: Line, name_id: int, at: int) -> str:
 
 
 def _kernels(reader: Reader, line: Line) -> None:
-    """One stream's events into the device-op table (count and time per name: kernels do
-    not nest), the programs that ran, and each event's launch (``correlation_id``)."""
+    """One stream's events into the device-op table, the programs and the launches.
+
+    The table holds count and time per name (kernels do not nest); each event's launch is
+    its ``correlation_id``.
+    """
     facts = reader.facts
     n = len(line.start)
     counts = np.bincount(line.name_id, minlength=len(line.names))

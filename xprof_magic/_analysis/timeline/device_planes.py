@@ -28,8 +28,10 @@ DEVICE_NAME_STATS = ("gpu_device_name", "device_type_string")
 
 
 def read_device_plane(reader: Reader, plane: Plane) -> None:
-    """One device plane into the reader's facts: its busy time and name, and on the first
-    device plane what the breakdown measures."""
+    """One device plane into the reader's facts.
+
+    Its busy time and name, and on the first device plane what the breakdown measures.
+    """
     facts = reader.facts
     first = not facts.devices
     lines: dict[str, Line] = {}

@@ -34,9 +34,11 @@ def is_tpu(line_names: list[str]) -> bool:
 
 
 def read_tpu_plane(reader: Reader, lines: dict[str, Line], first: bool) -> float:
-    """A chip's busy time (ns: its modules', else its ops'); on the ``first`` device plane
-    also the breakdown's spans: its modules (``device``) and, within them, its waits
-    (:data:`DEVICE_SIDE`)."""
+    """A chip's busy time (ns: its modules', else its ops').
+
+    On the ``first`` device plane also the breakdown's spans: its modules (``device``) and,
+    within them, its waits (:data:`DEVICE_SIDE`).
+    """
     busy_line = lines.get("XLA Modules") or lines.get("XLA Ops")
     busy = 0.0
     for name, line in lines.items():
@@ -64,9 +66,11 @@ def read_tpu_plane(reader: Reader, lines: dict[str, Line], first: bool) -> float
 
 
 def _device_ops(reader: Reader, line: Line, waits: bool) -> None:
-    """Self time of a device's XLA ops (an op's nested ops are not its own time), and
-    with ``waits`` the spans of those :func:`device_side` names, at any depth (a loop's
-    body nests in its ``while``)."""
+    """Self time of a device's XLA ops, and with ``waits`` the spans of its waits.
+
+    An op's nested ops are not its own time. The waits are the :func:`device_side` names, at
+    any depth (a loop's body nests in its ``while``).
+    """
     _, start, dur, name_id = nesting.time_order(line)
     end = start + dur
     pushed = dur > 0

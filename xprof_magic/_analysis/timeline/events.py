@@ -36,10 +36,12 @@ __all__ = [
 
 
 class Runtime(NamedTuple):
-    """A backend's own host events (its vocabulary's
-    :class:`~xprof_magic._backends.TimelineNames`): exact names and name prefixes; of
-    those, the waits for the device, the step ends, the prefixes of program launches, and
-    the phases of a compilation that are not one (compile time, not a compile)."""
+    """A backend's own host events: its vocabulary's names and name prefixes.
+
+    From its :class:`~xprof_magic._backends.TimelineNames`: exact names and name prefixes; of
+    those, the waits for the device, the step ends, the prefixes of program launches, and the
+    phases of a compilation that are not one (compile time, not a compile).
+    """
 
     names: frozenset[str]
     prefixes: tuple[str, ...]
@@ -99,8 +101,11 @@ def blocks_host(name: str) -> bool:
 
 
 def launched_program(name: str, launches: tuple[str, ...]) -> str:
-    """The program a launch event ``name`` names: the event's own name where its prefix
-    ends with ``(`` (``PjitFunction(train)``), else ``""``."""
+    """The program a launch event ``name`` names.
+
+    The event's own name where its prefix ends with ``(`` (``PjitFunction(train)``), else
+    ``""``.
+    """
     named = any(p.endswith("(") and name.startswith(p) for p in launches)
     return name if named else ""
 
@@ -137,23 +142,31 @@ def name_flags(
 
 
 def step_nums(line: Line, events: Ints) -> list[int | None]:
-    """Each of those events' ``step_num`` stat as a number: the event is a step; else
-    None."""
+    """Each of those events' ``step_num`` stat as a number.
+
+    A number: the event is a step; else None.
+    """
     return line.ints(events, "step_num")
 
 
 def thread_group(line_name: str) -> str:
-    """The kind of thread a line is: its pool's name (the line's name up to ``/``) for the
-    runtime's own threads (:data:`XLA_RUNTIME_POOLS`), else ``python``: the user's."""
+    """The kind of thread a line is: its runtime pool's name, else ``python``.
+
+    The pool's name (the line's name up to ``/``) for the runtime's own threads
+    (:data:`XLA_RUNTIME_POOLS`), else ``python``: the user's.
+    """
     if not line_name.startswith(XLA_RUNTIME_POOLS):
         return "python"
     return line_name.split("/", 1)[0]
 
 
 def runtime_name(name: str) -> bool:
-    """A host event of XLA's runtime: C++-qualified, one of :data:`XLA_RUNTIME_PREFIXES` or
-    :data:`XLA_RUNTIME_NAMES`, or a host↔device copy of its own (``H2D``/``D2H`` in the
-    name: ``D2H Copy From Staging Buffer``, ``H2D Dispatch``)."""
+    """Whether ``name`` is a host event of XLA's runtime.
+
+    C++-qualified, one of :data:`XLA_RUNTIME_PREFIXES` or :data:`XLA_RUNTIME_NAMES`, or a
+    host↔device copy of its own (``H2D``/``D2H`` in the name: ``D2H Copy From Staging
+    Buffer``, ``H2D Dispatch``).
+    """
     return (
         "::" in name
         or name.startswith(XLA_RUNTIME_PREFIXES)

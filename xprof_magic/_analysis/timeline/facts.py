@@ -107,12 +107,17 @@ _OPCODE = re.compile(r" = .*? ([a-z][a-z0-9-]*)\(")
 
 
 def device_side(category: str | None, text: str) -> str:
-    """The span key (:data:`DEVICE_SIDE`) of a chip's XLA op that waits rather than computes,
-    else ``""``: ``category`` is its ``hlo_category`` (None: the opcode in its HLO ``text``),
-    ``text`` its HLO text and shape. Infeed is input; outfeed and ``host send``/``recv`` a
-    transfer; a copy (``copy-start``/``copy-done``) with the host memory space
-    (:data:`HOST_MEMORY_SPACE`) anywhere in its shapes a host-offload copy
-    (``device:offload``); a category holding a word of :data:`COLLECTIVE` a collective."""
+    """The span key (:data:`DEVICE_SIDE`) of a chip's XLA op that waits, else ``""``.
+
+    Infeed is input; outfeed and ``host send``/``recv`` a transfer; a copy
+    (``copy-start``/``copy-done``) with the host memory space (:data:`HOST_MEMORY_SPACE`)
+    anywhere in its shapes a host-offload copy (``device:offload``); a category holding a word
+    of :data:`COLLECTIVE` a collective. An op that computes gets ``""``.
+
+    Args:
+        category: the op's ``hlo_category`` (None: the opcode in its HLO ``text``).
+        text: the op's HLO text and shape.
+    """
     if category is None:
         match = _OPCODE.search(text)
         category = match.group(1) if match else ""

@@ -44,10 +44,12 @@ _PATH_CHUNK = 512
 
 
 def event_headers(data: Bytes, first: int) -> tuple[Ints, int]:
-    """Where each ``events`` field starts, from ``first`` (the first one) on, one after
-    another; and where they stop (the end, or the first field that is not one).
+    """Where each ``events`` field starts, and where they stop.
 
-    :class:`~.varint.WireError` where a length runs past the end of the line."""
+    From ``first`` (the first one) on, one after another; they stop at the end, or at the
+    first field that is not one. :class:`~.varint.WireError` where a length runs past the end
+    of the line.
+    """
     n = len(data)
     if n < 2 or not 0 <= first < n or n >= 1 << 31:
         raise WireError("no events to walk, or a line of 2 GB or more")
@@ -79,8 +81,11 @@ def _walk_alone(data: Bytes, at: int, steps: int) -> tuple[Ints, int, int]:
 
 
 def _guesses(data: Bytes, bounds: Ints) -> Ints:
-    """For each block's start, the first byte ``0x22`` in the 24 from it whose event would
-    start with a metadata id (``0x08``), or else the block's start."""
+    """A guess at where an event starts in each block.
+
+    For each block's start, the first byte ``0x22`` in the 24 from it whose event would start
+    with a metadata id (``0x08``), or else the block's start.
+    """
     if not len(bounds):
         return bounds
     last = len(data) - 1
@@ -90,9 +95,11 @@ def _guesses(data: Bytes, bounds: Ints) -> Ints:
 
 
 def _step(data: Bytes, here: Ints) -> tuple[Ints, Ints | None]:
-    """Each walker's next position (where its event ends), and its state: running (it
-    stood on an event), ended (at the end, or on another field) or broken (a length that
-    runs past the end, or a bad varint); None: all running."""
+    """Each walker's next position (where its event ends), and its state.
+
+    The state is running (it stood on an event), ended (at the end, or on another field) or
+    broken (a length that runs past the end, or a bad varint); None: all running.
+    """
     n = len(data)
     if len(here) and int(here.max()) < n - 1:  # the usual round: one-byte lengths
         length = data[here + 1]
@@ -151,10 +158,12 @@ def _walk_together(data: Bytes, starts: Ints) -> tuple[NDArray[np.int32], int]:
 
 
 class _Steps:
-    """Where each walker stood at each of its steps: round ``k``'s row holds the ``k``-th
-    step of the walkers that took one (a walker steps in every round until it stops). One
-    array, grown by doubling, not an array per round: the line's part of the heap stays in
-    one piece."""
+    """Where each walker stood at each of its steps.
+
+    Round ``k``'s row holds the ``k``-th step of the walkers that took one (a walker steps in
+    every round until it stops). One array, grown by doubling, not an array per round: the
+    line's part of the heap stays in one piece.
+    """
 
     def __init__(self, walkers: int, rounds: int):
         self.at = np.zeros((rounds, walkers), np.int32)
@@ -169,8 +178,10 @@ class _Steps:
         self.rounds += 1
 
     def path(self, walkers: list[int], first: Ints) -> NDArray[np.int32]:
-        """The steps of ``walkers``, in turn, each from its step ``first[i]`` on; a few
-        hundred walkers at a time (a copy of all their steps was as big as the steps)."""
+        """The steps of ``walkers``, in turn, each from its step ``first[i]`` on.
+
+        A few hundred walkers at a time (a copy of all their steps was as big as the steps).
+        """
         chosen = np.array(walkers, np.int64)
         step = np.arange(self.rounds)[:, None]
         pieces = []
@@ -210,9 +221,11 @@ def _next_marked(marked: np.ndarray) -> Ints:
 def _stitched(
     starts: Ints, here: Ints, state: Ints, met: Ints, mark: Ints, rounds: _Steps
 ) -> tuple[NDArray[np.int32], int]:
-    """The true path: the first walker's events up to the mark it met, then those of the
-    walker it met from there (its steps from its mark on), and so on to the walker that
-    reached the end."""
+    """The true path through the line's events, pieced from the walkers that met.
+
+    The first walker's events up to the mark it met, then those of the walker it met from
+    there (its steps from its mark on), and so on to the walker that reached the end.
+    """
     del starts, mark  # the first walker's path starts at its start, each other's at its mark
     walker = 0
     chain = [0]

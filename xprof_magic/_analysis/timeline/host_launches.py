@@ -1,5 +1,6 @@
-"""What the host launched on the device, read off one host line: the timeline pass's part
-that says whose the device's work is.
+"""What the host launched on the device, read off one host line.
+
+The timeline pass's part that says whose the device's work is.
 
 Two kinds of events say it:
 
@@ -37,10 +38,13 @@ def launch_spans(
     nest: nesting.Nesting,
     prefixes: tuple[str, ...],
 ) -> list[tuple[str, Floats, Floats]]:
-    """The line's program launches (``launch``: those not inside another are kept) by the
-    span key of the program they name (``prefixes``: the vocabulary's ``launches``): each
-    from when it launched, after the events inside it that come first (``before``), to its
-    end. The line's events are in time order, with their nesting ``nest``."""
+    """The line's program launches, as spans by the span key of the program they name.
+
+    Of the ``launch`` events, those not inside another are kept; ``prefixes`` are the
+    vocabulary's ``launches``. Each span runs from when it launched, after the events inside
+    it that come first (``before``), to its end. The line's events are in time order, with
+    their nesting ``nest``.
+    """
     outer = np.flatnonzero(launch & ~((nest.parent >= 0) & launch[nest.parent]))
     if not len(outer):
         return []
@@ -63,9 +67,12 @@ def launch_spans(
 def correlated(
     line: Line, order: Index, start: Floats, name_id: Ints
 ) -> tuple[list[float], list[float]] | None:
-    """The line's launches of device work that name it (a ``correlation_id`` stat): each
-    one's id and start (None: none). A stat read per distinct name first, then per event of
-    those names only. ``order``, ``start`` and ``name_id`` are the line's in time order."""
+    """The line's launches of device work that name it: each one's id and start.
+
+    A launch names its work with a ``correlation_id`` stat; None: none. A stat read per
+    distinct name first, then per event of those names only. ``order``, ``start`` and
+    ``name_id`` are the line's in time order.
+    """
     _, first = first_of_each(name_id)
     if not len(first):
         return None
@@ -83,11 +90,13 @@ def correlated(
 def executions(
     program: list[str], start: Floats, name_id: Ints, ends: NDArray[np.bool_]
 ) -> list[tuple[str, Floats]]:
-    """The XLA CPU client's executions on one of its lines, by program: each mark of an
-    execution's end (``ends``: :data:`~.events.EXECUTION_ENDS`) is the program of the last
-    XLA op the line ran before it; for each program's span key (:func:`~.facts.execution_key`),
-    when its executions ended (ns). The line's events are in time order (``start``);
-    ``program``: each event name's (:func:`~.programs.name_programs`)."""
+    """The XLA CPU client's executions on one of its lines, by program.
+
+    Each mark of an execution's end (``ends``: :data:`~.events.EXECUTION_ENDS`) is the program
+    of the last XLA op the line ran before it; for each program's span key
+    (:func:`~.facts.execution_key`), when its executions ended (ns). The line's events are in
+    time order (``start``); ``program``: each event name's (:func:`~.programs.name_programs`).
+    """
     is_op = np.array([bool(p) for p in program], bool)[name_id]
     ops = np.flatnonzero(is_op)
     marks = np.flatnonzero(ends)

@@ -70,8 +70,11 @@ def subtract(spans: Spans, cut: Spans) -> Spans:
 
 
 def _distinct_sorted(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``np.unique`` of both together. Each is sorted where its spans are disjoint (a start,
-    its end, the next start...), and a stable sort merges two sorted runs in one pass."""
+    """``np.unique`` of both together.
+
+    Each is sorted where its spans are disjoint (a start, its end, the next start...), and a
+    stable sort merges two sorted runs in one pass.
+    """
     both = np.sort(np.concatenate((a, b)), kind="stable")
     if not len(both):
         return both

@@ -75,15 +75,19 @@ class Line:
     event)."""
 
     def ints(self, index: Ints, key: str) -> list[int | None]:
-        """Each of those events' last stat named ``key`` as a whole number (None where it
-        has none, or its text is not one): step numbers."""
+        """Each of those events' last stat named ``key`` as a whole number: step numbers.
+
+        None where it has none, or its text is not one.
+        """
         if self.integers is not None:
             return self.integers(index, key)
         return [as_int(self.stat(i, key)) for i in index.tolist()]
 
     def numbers(self, index: Ints, key: str) -> Floats:
-        """Each of those events' last stat named ``key`` as a number (NaN where it has
-        none, or not a number)."""
+        """Each of those events' last stat named ``key`` as a number.
+
+        NaN where it has none, or not a number.
+        """
         return np.array([as_number(v) for v in self.values(index, (key,))[key]], np.float64)
 
 
@@ -110,8 +114,11 @@ def as_int(text: str | None) -> int | None:
 
 
 def dense(ids: Ints) -> tuple[Ints, Index]:
-    """The distinct ids, and each id's index among them (``np.unique``, without sorting),
-    in int32 (a line's names are fewer than 2**31: half the memory of a big line's)."""
+    """The distinct ids, and each id's index among them (``np.unique``, without sorting).
+
+    The indices are int32 (a line's names are fewer than 2**31: half the memory of a big
+    line's).
+    """
     if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
         unique, inverse = np.unique(ids, return_inverse=True)
         return unique, inverse.reshape(-1).astype(np.int32)
@@ -123,14 +130,20 @@ def dense(ids: Ints) -> tuple[Ints, Index]:
 
 
 def packed(values: Floats) -> array[float]:
-    """Times kept for later stages as ``array('d')``: 8 bytes each, where a list's Python
-    floats take 32, and compared and pickled as plainly as a list."""
+    """Times kept for later stages as ``array('d')``.
+
+    8 bytes each, where a list's Python floats take 32, and compared and pickled as plainly as
+    a list.
+    """
     return array("d", np.ascontiguousarray(values, np.float64).tobytes())
 
 
 def first_of_each(ids: Ints) -> tuple[Ints, Ints]:
-    """The distinct ids in order and where each first occurs (``np.unique(ids,
-    return_index=True)``, without sorting the ids when they are small numbers)."""
+    """The distinct ids in order and where each first occurs.
+
+    As ``np.unique(ids, return_index=True)``, without sorting the ids when they are small
+    numbers.
+    """
     if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
         unique, first = np.unique(ids, return_index=True)
         return unique, first.astype(np.int64)
@@ -146,10 +159,17 @@ Read = Callable[[int, str], str | None]
 def stat_readers(
     last: Callable[[int, str], Any], stat_ids: dict[str, Any]
 ) -> tuple[Read, Read, Callable[[Any], str]]:
-    """A line's ``stat`` and ``text`` (:class:`Line`) from ``last(event, key)``, its last
-    stat of that name as a protobuf ``XStat`` (None: none), and ``stat_ids``, each stat
-    name's metadata ids; and ``as_text``, one ``XStat``'s value with what a ``ref_value``
-    points at named."""
+    """A line's ``stat`` and ``text`` (:class:`Line`), and ``as_text``, from its protobuf stats.
+
+    Args:
+        last: ``last(event, key)`` is the event's last stat of that name as a protobuf
+            ``XStat`` (None: none).
+        stat_ids: each stat name's metadata ids.
+
+    Returns:
+        ``stat`` and ``text``, then ``as_text``: one ``XStat``'s value with what a
+        ``ref_value`` points at named.
+    """
     refs: dict[int, str] = {}
 
     def as_text(found: Any) -> str:

@@ -19,9 +19,11 @@ __all__ = ["Nesting", "nest", "time_order", "union_ns", "walk"]
 
 
 def time_order(line: Line) -> tuple[Index, Floats, Floats, Ints]:
-    """The walk's order (by start, longer first at equal starts, else as stored) and the
-    line's start, duration and name in that order; no copies when already in order (the
-    order then in int32: half the memory of a big line's)."""
+    """The walk's order, and the line's start, duration and name in that order.
+
+    The order is by start, longer first at equal starts, else as stored. No copies when
+    already in order (the order then in int32: half the memory of a big line's).
+    """
     start, dur = line.start, line.dur
     step, longer = np.diff(start), np.diff(dur)
     if np.all((step > 0) | ((step == 0) & (longer <= 0))):
@@ -119,9 +121,11 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
 
 def _at_or_before(ends: Floats, starts: Floats) -> Ints:
     """For each of ``starts`` (sorted), how many of ``ends`` (sorted) are at or before it.
+
     A search, not a merge of the two runs by a stable sort: that sort's order and ranks
     took four arrays of twice the line's length (64 MB for a line of a million events),
-    and numpy's search of sorted keys is as fast."""
+    and numpy's search of sorted keys is as fast.
+    """
     found: Ints = np.searchsorted(ends, starts, side="right")
     return found
 

@@ -60,8 +60,10 @@ class _Part:
 def read_parts(
     data: list[bytes], names: dict[int, str], stat_ids: dict[str, set[int]], settings: _Settings
 ) -> list[_Part]:
-    """A worker's task: serialized host lines of one plane (``names``, ``stat_ids``: the
-    plane's), each read on its own."""
+    """A worker's task: serialized host lines of one plane, each read on its own.
+
+    ``names``, ``stat_ids``: the plane's.
+    """
     lines = SerializedLines(data, names, stat_ids)
     return [_read_part(lines, i, settings) for i in range(len(data))]
 

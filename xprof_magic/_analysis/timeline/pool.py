@@ -123,8 +123,10 @@ class Pool:
         return [k for k, proc in enumerate(self._procs) if proc is not None]
 
     def send(self, worker: int, task: Any) -> None:
-        """Give worker ``worker`` its task (it answers once), from a thread: the worker may
-        still be starting, and the pipe holds only a little."""
+        """Give worker ``worker`` its task (it answers once), from a thread.
+
+        The worker may still be starting, and the pipe holds only a little.
+        """
         proc = self._procs[worker]
         if proc is None or proc.stdin is None:
             return
@@ -133,8 +135,11 @@ class Pool:
         self._writers[worker] = writer
 
     def receive(self, worker: int, timeout_s: float) -> Any:
-        """Worker ``worker``'s answer; :class:`WorkerFailed` when there is none, or none
-        begins within ``timeout_s`` (the worker is stopped then)."""
+        """Worker ``worker``'s answer.
+
+        :class:`WorkerFailed` when there is none, or none begins within ``timeout_s`` (the
+        worker is stopped then).
+        """
         proc = self._procs[worker]
         if proc is None or proc.stdout is None:
             raise WorkerFailed(f"worker {worker} is not running")
@@ -181,9 +186,12 @@ class Pool:
 
 
 def _worker_env() -> dict[str, str]:
-    """This process's environment, with this package importable in the worker: a checkout
-    added to ``sys.path`` at run time is put on ``PYTHONPATH``; an installed package needs
-    nothing (and putting site-packages ahead of the standard library could shadow it)."""
+    """This process's environment, with this package importable in the worker.
+
+    A checkout added to ``sys.path`` at run time is put on ``PYTHONPATH``; an installed
+    package needs nothing (and putting site-packages ahead of the standard library could
+    shadow it).
+    """
     import site
 
     env = dict(os.environ)
@@ -195,8 +203,10 @@ def _worker_env() -> dict[str, str]:
 
 def _write(proc: subprocess.Popen[bytes], task: Any) -> None:
     """Pickle a task into a worker's stdin and close it; a worker that died reads nothing.
+
     Pickled straight into the pipe, its big buffers (lines still in the mapped file) are
-    written from where they are, not first copied into one payload."""
+    written from where they are, not first copied into one payload.
+    """
     if proc.stdin is None:
         return
     try:

@@ -44,8 +44,11 @@ _ID = re.compile(r"\((\d+)\)$")
 
 @dataclass(frozen=True)
 class Program:
-    """One compiled program: XLA's id for it (in compile order), its module name, its
-    serialized ``HloProto``, and whether it was compiled ``earlier`` than the capture."""
+    """One compiled program.
+
+    XLA's id for it (in compile order), its module name, its serialized ``HloProto``, and
+    whether it was compiled ``earlier`` than the capture.
+    """
 
     id: int
     name: str
@@ -54,9 +57,12 @@ class Program:
 
 
 def read_programs(plane: Any, compiles: int) -> list[Program]:
-    """The programs of the ``/host:metadata`` plane (an XSpace plane message) that can tell
-    why the capture compiled, by id: the ``compiles`` newest (those its compile events
-    made) and, for each of their module names, the newest one compiled before them."""
+    """The programs that can tell why the capture compiled, by id.
+
+    From the ``/host:metadata`` plane (an XSpace plane message): the ``compiles`` newest
+    (those its compile events made) and, for each of their module names, the newest one
+    compiled before them.
+    """
     if compiles <= 0:
         return []
     hlo_stats = {key for key, meta in plane.stat_metadata.items() if meta.name == _HLO_STAT}
@@ -88,9 +94,11 @@ def name_programs(
     name_id: Ints,
     names: Sequence[str] | None = None,
 ) -> list[str]:
-    """The program of each event name of a line (by name id), as XProf names it
-    (``<module>(<program id>)``), "" for a name that is no XLA op: a name's first event
-    with the ``hlo_module`` stat says it (see :func:`program_time`)."""
+    """The program of each event name of a line (by name id), as XProf names it.
+
+    XProf's name is ``<module>(<program id>)``; "" for a name that is no XLA op. A name's
+    first event with the ``hlo_module`` stat says it (see :func:`program_time`).
+    """
     if not len(order):
         return []
     unique, first = first_of_each(name_id)
@@ -118,16 +126,18 @@ def program_time(
     names: Sequence[str] | None = None,
     program: list[str] | None = None,
 ) -> dict[str, float]:
-    """Time (ns) of each program that ran on one line, named as XProf names it
-    (``<module>(<program id>)``). The line's events are given in ``order`` (their stored
-    indices), with their ``name_id``, ``dur`` and ``parent`` (their enclosing event's
-    position, -1 for none); ``stat`` is the line's :attr:`~.lines.Line.text`.
+    """Time (ns) of each program that ran on one line, named as XProf names it.
+
+    XProf's name is ``<module>(<program id>)``. The line's events are given in ``order``
+    (their stored indices), with their ``name_id``, ``dur`` and ``parent`` (their enclosing
+    event's position, -1 for none); ``stat`` is the line's :attr:`~.lines.Line.text`.
 
     An event is an XLA op of a program when its name's first event has the ``hlo_module``
     stat (an op's name is its program's), so a line costs a stat read per distinct name, not
     per event; only ops outside another op count. With ``names`` (the line's: a chip's
     modules line) every event is a module, named as its program already; ``program``, the
-    line's :func:`name_programs` where the caller has them."""
+    line's :func:`name_programs` where the caller has them.
+    """
     found: dict[str, float] = {}
     if not len(order):
         return found
@@ -217,16 +227,20 @@ _CLASSES = _classes()
 
 
 def _shape(shape: Any) -> str:
-    """``(16, 20)`` for an array, ``((16, 20), ())`` for a tuple, as torch and NumPy
-    print shapes (XLA's element type left out)."""
+    """A shape as torch and NumPy print it: ``(16, 20)``, or ``((16, 20), ())`` for a tuple.
+
+    XLA's element type is left out.
+    """
     if shape.tuple_shapes:
         return "(" + ", ".join(_shape(s) for s in shape.tuple_shapes) + ")"
     return str(tuple(int(n) for n in shape.dimensions))
 
 
 def signature(program: Program) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """A program's input shapes and its outputs' (a tuple result's elements, else the
-    result); ``((), ())`` if it does not decode."""
+    """A program's input shapes and its outputs'; ``((), ())`` if it does not decode.
+
+    The outputs are a tuple result's elements, else the result.
+    """
     message = _CLASSES["HloSignature"]()
     try:
         message.ParseFromString(program.hlo)
@@ -242,9 +256,11 @@ _VALUES = ("f32s", "f64s", "s32s", "s64s", "u32s", "u64s", "preds")
 
 
 def constants(program: Program) -> tuple[str, ...]:
-    """The program's scalar constants, in the order of its computations and instructions
-    (``0.31``, ``2``): where a Python number baked into the graph shows; () if it does not
-    decode."""
+    """The program's scalar constants (``0.31``, ``2``); () if it does not decode.
+
+    In the order of its computations and instructions: where a Python number baked into the
+    graph shows.
+    """
     message = _CLASSES["HloProto"]()
     try:
         message.ParseFromString(program.hlo)

@@ -89,8 +89,10 @@ def read_trace(
 
 
 def _parse(path: Path) -> tuple[space.Mapped, list[space.SplitPlane]]:
-    """The file, mapped, and its planes (:func:`.space.split_space`): each line's bytes
-    stay in the file until that line is read, and are given back then."""
+    """The file, mapped, and its planes (:func:`.space.split_space`).
+
+    Each line's bytes stay in the file until that line is read, and are given back then.
+    """
     try:
         mapped = space.Mapped(path)
     except (OSError, ValueError) as error:

@@ -309,12 +309,14 @@ class Reader:
         top: NDArray[np.bool_],
         flag: dict[str, NDArray[np.bool_]],
     ) -> None:
-        """Keep the spans the step breakdown needs: on the XLA CPU client's threads each
-        top-level event is an execution (device) or a host-device copy (transfer); on
-        PjRt's workers (:data:`~.events.XLA_RUNTIME_POOLS` but TSL's ``tf_*``) each
-        top-level copy (transfer: the host's staging); on the Python threads, the
-        runtime's copies (transfer), its waits (sync), its step ends and its reads of a
-        device value (the vocabulary's ``waits``: :data:`~.facts.READ`)."""
+        """Keep the spans the step breakdown needs.
+
+        On the XLA CPU client's threads each top-level event is an execution (device) or a
+        host-device copy (transfer); on PjRt's workers (:data:`~.events.XLA_RUNTIME_POOLS`
+        but TSL's ``tf_*``) each top-level copy (transfer: the host's staging); on the Python
+        threads, the runtime's copies (transfer), its waits (sync), its step ends and its
+        reads of a device value (the vocabulary's ``waits``: :data:`~.facts.READ`).
+        """
         copy = flag["copy"][name_id]
         if group in XLA_CPU_CLIENT_GROUPS:
             found = {"device": top & ~copy, "transfer": top & copy, STAGING: top & copy}

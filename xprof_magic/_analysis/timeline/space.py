@@ -38,10 +38,12 @@ class SplitPlane(NamedTuple):
 
 
 def split_space(data: Buffer | mmap.mmap) -> list[SplitPlane]:
-    """The planes of a serialized ``XSpace``: each one's fields but its lines, parsed by the
-    runtime, and its lines' bytes, not copied. A plane has some hundreds of fields besides
-    its lines, so the walk over them is Python's. ``DecodeError`` where the bytes are not
-    an ``XSpace``."""
+    """The planes of a serialized ``XSpace``: their fields parsed, their lines' bytes not.
+
+    Each plane's fields but its lines are parsed by the runtime; its lines' bytes are not
+    copied. A plane has some hundreds of fields besides its lines, so the walk over them is
+    Python's. ``DecodeError`` where the bytes are not an ``XSpace``.
+    """
     view = memoryview(data)
     planes = []
     for tag, _, start, end in _fields(view, 0, len(view)):
@@ -61,9 +63,11 @@ def split_space(data: Buffer | mmap.mmap) -> list[SplitPlane]:
 
 
 class Mapped:
-    """A file mapped into memory (read only), whose pages are given back to the system
-    once the bytes on them are read (:meth:`release`): the file's part of the process's
-    memory is then the line being read, not the whole file."""
+    """A file mapped into memory (read only), its pages given back once read.
+
+    Pages go back to the system once the bytes on them are read (:meth:`release`): the file's
+    part of the process's memory is then the line being read, not the whole file.
+    """
 
     def __init__(self, path: Path):
         with open(path, "rb") as file:
@@ -85,8 +89,10 @@ class Mapped:
 
 
 def _fields(view: memoryview, pos: int, end: int) -> list[tuple[int, int, int, int]]:
-    """The fields of the message in ``view[pos:end]``: tag, where its header starts, where
-    its value starts and ends."""
+    """The fields of the message in ``view[pos:end]``.
+
+    Each field's tag, where its header starts, where its value starts and ends.
+    """
     found = []
     while pos < end:
         head = pos

@@ -79,9 +79,12 @@ class SerializedLines:
             self.release(index, 0, len(self.data[index]))
 
     def line(self, index: int) -> Line:
-        """Line ``index`` as arrays: decoded from its bytes (:mod:`.wire`, which gives back
-        each part of a big line once it is decoded), or through the protobuf runtime where
-        their layout is not the one the decoder knows."""
+        """Line ``index`` as arrays.
+
+        Decoded from its bytes (:mod:`.wire`, which gives back each part of a big line once
+        it is decoded), or through the protobuf runtime where their layout is not the one
+        the decoder knows.
+        """
         data = self.data[index]
         release = self.release
         try:
@@ -110,9 +113,11 @@ def xspace_planes(
     planes: Sequence[tuple[Any, Sequence[wire.Buffer], Sequence[tuple[int, int]]]],
     release: Callable[[tuple[int, int]], None] | None = None,
 ) -> list[Plane]:
-    """Planes as :func:`.space.split_space` gives them (a :data:`xspace.LazyXPlane` without
-    its lines, its lines' bytes and where they are in the file), each line read when
-    reached; ``release`` is told where a line was once it is read."""
+    """Planes as :func:`.space.split_space` gives them, each line read when reached.
+
+    Each is a :data:`xspace.LazyXPlane` without its lines, its lines' bytes and where they
+    are in the file; ``release`` is told where a line was once it is read.
+    """
     return [_proto_plane(plane, lines, spans, release) for plane, lines, spans in planes]
 
 

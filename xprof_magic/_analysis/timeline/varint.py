@@ -45,8 +45,11 @@ _ONE, EIGHT, BYTE = np.uint64(1), np.uint64(8), np.uint64(0xFF)
 
 
 def word_at(data: Bytes, at: Ints) -> NDArray[np.uint64]:
-    """The little-endian 8-byte word at each position ``at``: one gather of unaligned
-    loads; past the end of ``data`` (at least 8 bytes) the bytes read as zeros."""
+    """The little-endian 8-byte word at each position ``at``.
+
+    One gather of unaligned loads; past the end of ``data`` (at least 8 bytes) the bytes read
+    as zeros.
+    """
     last = len(data) - 8
     words: NDArray[np.uint64] = np.ndarray((last + 1,), "<u8", data, 0, (1,))
     if not len(at) or int(at.max()) <= last:
@@ -60,8 +63,11 @@ def word_at(data: Bytes, at: Ints) -> NDArray[np.uint64]:
 def leading_varint(
     word: NDArray[np.uint64], most: int
 ) -> tuple[NDArray[np.uint64], Ints, NDArray[np.bool_]]:
-    """The varint each word starts with: its value and size, and whether it ends within the
-    word's first ``most`` bytes (where not, the value and size mean nothing)."""
+    """The varint each word starts with: its value and size, and whether it ends soon enough.
+
+    Soon enough: within the word's first ``most`` bytes (where not, the value and size mean
+    nothing).
+    """
     stop = ~word & _CONTINUED
     low = stop & (~stop + _ONE)  # the first byte without a continuation bit
     ok = (stop != 0) & (low <= np.uint64(1 << (8 * most - 1)))
@@ -72,8 +78,10 @@ def leading_varint(
 
 
 def _size(low: NDArray[np.uint64], ok: NDArray[np.bool_]) -> Ints:
-    """A varint's size in bytes from its last byte's high bit (``low``): the continuation
-    bits below it, counted, and one."""
+    """A varint's size in bytes from its last byte's high bit (``low``).
+
+    The continuation bits below it, counted, and one.
+    """
     if _BITWISE_COUNT is not None:
         counted: Ints = _BITWISE_COUNT((low - _ONE) & _CONTINUED).astype(np.int64) + 1
         return counted
@@ -104,9 +112,12 @@ def varints(data: Bytes, at: Ints) -> tuple[NDArray[np.uint64], Ints]:
 
 
 def _words(data: Bytes, at: Ints) -> tuple[NDArray[np.uint64], Ints]:
-    """:func:`varints`, each one's first 8 bytes read as a little-endian word: its size is
-    where the first byte without the continuation bit is, its value the 7-bit groups up to
-    there. Longer varints and those in the last 8 bytes are read a byte at a time."""
+    """:func:`varints`, each one's first 8 bytes read as a little-endian word.
+
+    Its size is where the first byte without the continuation bit is, its value the 7-bit
+    groups up to there. Longer varints and those in the last 8 bytes are read a byte at a
+    time.
+    """
     value = np.zeros(len(at), np.uint64)
     size = np.zeros(len(at), np.int64)
     end = len(data)

@@ -62,9 +62,11 @@ _PLAIN_MASK, _PLAIN = np.uint64(0x80FF80FF), np.uint64(0x00080000 | _STATS)
 
 @dataclass
 class Stats:
-    """A line's stats, grouped by event: event ``i``'s are ``id[ptr[i]:ptr[i + 1]]``, in
-    stored order; ``at`` is where each one's serialized ``XStat`` starts in :attr:`data`
-    (its length is the varint just before)."""
+    """A line's stats, grouped by event.
+
+    Event ``i``'s are ``id[ptr[i]:ptr[i + 1]]``, in stored order; ``at`` is where each one's
+    serialized ``XStat`` starts in :attr:`data` (its length is the varint just before).
+    """
 
     ptr: NDArray[np.int32]
     id: NDArray[np.signedinteger[Any]]
@@ -84,10 +86,12 @@ class Stats:
         return self.data[begin : begin + length].tobytes()
 
     def integers(self, stats: Ints) -> tuple[NDArray[np.uint64], NDArray[np.bool_], Ints]:
-        """The value of each of those stats that holds a whole number and nothing else
-        after its metadata id (an ``int64_value`` or ``uint64_value``, with a one-byte
-        length): the number's bits, whether the stat is one of those, and its field's tag
-        (``0x20``: signed)."""
+        """The value of each of those stats that holds just a whole number.
+
+        Such a stat holds nothing else after its metadata id (an ``int64_value`` or
+        ``uint64_value``, with a one-byte length). Gives the number's bits, whether the stat
+        is one of those, and its field's tag (``0x20``: signed).
+        """
         at = self.at[stats].astype(np.int64)
         data = self.data
         ok = at >= 2
@@ -131,7 +135,9 @@ Release = Callable[[int, int], None]
 
 def decode_line(serialized: Buffer, release: Release | None = None) -> EventColumns:
     """A serialized ``XLine`` as columns; :class:`WireError` where the layout is unexpected.
-    A big line's bytes are told to ``release`` part by part as they are decoded."""
+
+    A big line's bytes are told to ``release`` part by part as they are decoded.
+    """
     if len(serialized) >= WALK_FROM:
         first = _first_event(serialized, none=-1)
         if first >= 0:  # else a line without events: the runtime's to read
@@ -170,8 +176,10 @@ def decode_line(serialized: Buffer, release: Release | None = None) -> EventColu
 
 
 def _walked(serialized: Buffer, first: int, release: Release | None) -> EventColumns:
-    """:func:`decode_line` with the events framed by numpy (:mod:`.framing`): the line's
-    other fields, before and after its events, parsed by the runtime."""
+    """:func:`decode_line` with the events framed by numpy (:mod:`.framing`).
+
+    The line's other fields, before and after its events, are parsed by the runtime.
+    """
     if len(serialized) >= 1 << 31:
         raise WireError("a line of 2 GB or more")
     data = np.frombuffer(serialized, np.uint8)
@@ -198,9 +206,11 @@ def _walked(serialized: Buffer, first: int, release: Release | None) -> EventCol
 
 
 def _first_event(serialized: Buffer, none: int | None = None) -> int:
-    """Where the line's first ``events`` field starts: after its other fields, in Python
-    (a line has a handful of fields before its events); ``none`` where it has none (if
-    given, else :class:`WireError`)."""
+    """Where the line's first ``events`` field starts.
+
+    After its other fields, found in Python (a line has a handful of fields before its
+    events); ``none`` where it has none (if given, else :class:`WireError`).
+    """
     data = np.frombuffer(serialized, np.uint8)
     pos = 0
     while pos < len(serialized):
@@ -234,9 +244,11 @@ _CHUNK = 1 << 15
 def _event_fields(
     data: Bytes, at: Ints, end: Ints, release: Release | None = None
 ) -> tuple[Ints, Ints, Ints, NDArray[np.int32], NDArray[np.signedinteger[Any]], NDArray[np.int32]]:
-    """The fields of the events whose payloads are ``data[at[i]:end[i]]``: metadata id,
-    offset, duration, and their stats' pointer, ids and starts (see :class:`Stats`), a
-    chunk of events at a time."""
+    """The fields of the events whose payloads are ``data[at[i]:end[i]]``.
+
+    Metadata id, offset, duration, and their stats' pointer, ids and starts (see
+    :class:`Stats`), a chunk of events at a time.
+    """
     n = len(at)
     metadata_id, offset_ps, duration_ps = (np.zeros(n, np.int64) for _ in _FIELDS)
     ptr = np.zeros(n + 1, np.int32)  # a line's stats are fewer than its bytes: under 2**31
@@ -276,8 +288,10 @@ def _event_fields(
 
 
 def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
-    """One varint field (``tag``) of each event, where its payload goes on with it (the
-    profiler leaves out a field that is 0): into ``column``; ``cur`` moves past it."""
+    """One varint field (``tag``) of each event into ``column``; ``cur`` moves past it.
+
+    Only where an event's payload goes on with it (the profiler leaves out a field that is 0).
+    """
     word = word_at(data, cur)
     hit = (cur < end) & ((word & BYTE) == tag)
     value, size, ok = leading_varint(word >> EIGHT, 7)
@@ -298,8 +312,9 @@ def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
 def _stats(
     data: Bytes, cur: Ints, end: Ints
 ) -> tuple[Ints, tuple[NDArray[np.int32], NDArray[np.int32]]]:
-    """The stats of events whose stats start at ``cur`` and end at ``end``, in rounds (the
-    first stat of each event, then the second...): how many each has, and their ids and
+    """The stats of events whose stats start at ``cur`` and end at ``end``, in rounds.
+
+    The first stat of each event, then the second...: how many each has, and their ids and
     starts grouped by event.
 
     A stat's header, its length and its first field (the metadata id) are read from one
@@ -375,8 +390,10 @@ def _stats(
 
 
 def _stat_ids(data: Bytes, at: Ints, end: Ints) -> Ints:
-    """Each stat's metadata id: its first field, as the profiler writes it; a stat that
-    starts otherwise is parsed by the runtime."""
+    """Each stat's metadata id: its first field, as the profiler writes it.
+
+    A stat that starts otherwise is parsed by the runtime.
+    """
     ids = np.zeros(len(at), np.int64)
     nonempty = at < end
     plain = np.zeros(len(at), bool)

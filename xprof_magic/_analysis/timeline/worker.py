@@ -1,10 +1,8 @@
-"""``python -m xprof_magic._analysis.timeline.worker``: one share of a timeline pass, for
-another process.
+"""``python -m xprof_magic._analysis.timeline.worker``: one share of a timeline pass.
 
-Started by :class:`.pool.Pool`: reads one pickled task from stdin
-(the arguments of :func:`.parallel.read_parts`: serialized lines and
-what reading them needs) and writes the pickled parts, or the exception that stopped it,
-to stdout.
+Run in another process, started by :class:`.pool.Pool`: reads one pickled task from stdin
+(the arguments of :func:`.parallel.read_parts`: serialized lines and what reading them
+needs) and writes the pickled parts, or the exception that stopped it, to stdout.
 """
 
 from __future__ import annotations
