@@ -39,7 +39,7 @@ from xprof_magic._analysis import (
 from xprof_magic._analysis.model.summary import SUMMARY_SCHEMA, Compiles, CompileSite
 from xprof_magic._analysis.render.gaps import gaps_said
 from xprof_magic._analysis.render.notes import device_statement, notes_for
-from xprof_magic._analysis.render.text import fallback_hint, plain
+from xprof_magic._analysis.render.text import fallback_hint, plain, thread_role
 from xprof_magic._analysis.summary.blocks import INPUT_PIPELINE
 from xprof_magic._analysis.summary.device import device_info
 from xprof_magic._analysis.timeline.read import read_planes
@@ -891,7 +891,7 @@ def test_a_backend_brings_its_own_words_and_numbers(
         ("fake.host/scatter", 1, "fake default hint"),
     ]
     assert device_statement(s) == "Fake statement: ran on the CPU."
-    roles = {g.name: g.role for g in s.device.threads}
+    roles = {g.name: thread_role(g, VOCABULARY) for g in s.device.threads}
     assert roles["python"] == "fake role: the user's threads"
     assert roles["tf_XLAPjRtCpuClient"] == "other host threads"
     notes = "\n".join(n.text for n in notes_of(s))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "NEUTRAL",
     "NEUTRAL_FIXES",
+    "XLA_THREAD_ROLES",
     "Advice",
     "CaptureWords",
     "Headings",
@@ -22,6 +23,18 @@ __all__ = [
     "TimelineNames",
     "Vocabulary",
 ]
+
+
+XLA_THREAD_ROLES = {
+    "pjrt_async_work_runner": "PjRt workers: the host's side of host↔device copies",
+    "pjrt-tpu-tasks": "PjRt TPU tasks: the host's side of host↔device copies",
+    "py_xla_execute": "JAX's execute threads: launch programs on the devices",
+    "py_xla_callback": "JAX's callbacks: frees device buffers",
+    "Host Threads": "the device tracer's own threads",
+    "tf_pjrt_compile_thread_pool": "XLA's compiler threads: compilation",
+}
+"""What the runtime's own threads do, where every backend on XLA shares them (a backend's
+:attr:`TimelineNames.thread_roles` adds its own)."""
 
 
 @dataclass(frozen=True)

@@ -140,11 +140,11 @@ class DeviceBusy:
 class ThreadGroup:
     """Host threads of one kind (``tf_XLAEigen/*`` ...) and the time they were busy.
 
-    ``busy_s`` adds the threads up (thread-seconds), so ``share`` of the window can pass 1.
+    ``busy_s`` adds the threads up (thread-seconds), so ``share`` of the window can pass 1. What
+    such threads do is the backend's words, said when the summary is shown.
     """
 
     name: str
-    role: str
     threads: int
     busy_s: float
     share: float

@@ -25,6 +25,7 @@ from xprof_magic._analysis.render.text import (
     per_thread,
     runtime_parts,
     steps_line,
+    thread_role,
     versions_line,
 )
 from xprof_magic._backends.registry import get_vocabulary
@@ -266,7 +267,7 @@ def _device(s: Summary) -> list[str]:
                         str(g.threads),
                         seconds(g.busy_s),
                         percent(per_thread(g)),
-                        _e(g.role),
+                        _e(thread_role(g, get_vocabulary(s.backend))),
                     ]
                     for g in d.threads
                 ],

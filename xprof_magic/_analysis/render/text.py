@@ -14,6 +14,7 @@ from xprof_magic._analysis.render.gaps import gaps_said
 from xprof_magic._analysis.render.memory_section import memory_lines
 from xprof_magic._analysis.render.notes import notes_of
 from xprof_magic._backends.registry import get_vocabulary
+from xprof_magic._backends.words import XLA_THREAD_ROLES
 from xprof_magic._units import NONE, data_size, percent, seconds
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ __all__ = [
     "render_text",
     "runtime_parts",
     "steps_line",
+    "thread_role",
     "versions_line",
 ]
 
@@ -48,6 +50,11 @@ _LEVEL_MARK = {"error": "✖", "warning": "!", "info": "·"}
 _KIND_TAG = {"trace": " [xp.Trace]", "step": " [step]", "label": ""}
 CODE = re.compile(r"`([^`\n]+)`")
 """Code that a note's prose quotes, between backticks (the cell's line, a program)."""
+
+
+def thread_role(group: ThreadGroup, words: Vocabulary) -> str:
+    """What a kind of host thread does, in the backend's words (the runtime's, else the user's)."""
+    return {**XLA_THREAD_ROLES, **words.timeline.thread_roles}.get(group.name, "other host threads")
 
 
 def fallback_hint(fallback: Fallback, words: Vocabulary) -> str:
@@ -263,7 +270,7 @@ def _device_lines(s: Summary) -> list[str]:
         for g in d.threads:
             out.append(
                 f"    {g.name} ×{g.threads}: {seconds(g.busy_s)} ({percent(per_thread(g))})"
-                f" — {g.role}"
+                f" — {thread_role(g, get_vocabulary(s.backend))}"
             )
     return out
 

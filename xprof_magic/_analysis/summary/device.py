@@ -7,7 +7,6 @@ from collections.abc import Mapping
 import numpy as np
 
 from xprof_magic._analysis.model.summary import DeviceBusy, DeviceInfo, OpRow, ThreadGroup
-from xprof_magic._analysis.timeline.events import XLA_THREAD_ROLES
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._analysis.timeline.intervals import measure, merge
 from xprof_magic._backends import NEUTRAL, Vocabulary
@@ -61,11 +60,9 @@ def device_info(
     on_cpu = kind == "CPU"
     if facts is None:
         return DeviceInfo(kind, on_cpu, window_s, name=name)
-    roles = {**XLA_THREAD_ROLES, **words.timeline.thread_roles}
     threads = tuple(
         ThreadGroup(
             name=group,
-            role=roles.get(group, "other host threads"),
             threads=g.threads,
             busy_s=g.busy_ns / 1e9,
             share=g.busy_ns / 1e9 / window_s if window_s else 0.0,

@@ -23,7 +23,6 @@ __all__ = [
     "XLA_RUNTIME_NAMES",
     "XLA_RUNTIME_POOLS",
     "XLA_RUNTIME_PREFIXES",
-    "XLA_THREAD_ROLES",
     "Runtime",
     "blocks_host",
     "is_copy",
@@ -72,15 +71,6 @@ TPU), JAX's execute and callback threads (``py_xla_execute/…``, ``py_xla_callb
 queues and a TPU host's fibers (``switchto-…``, ``EventFDAsyncWorker/…``), and the GPU
 tracer's own threads (``Host Threads/…``). Seen on torch_xla and JAX CPU captures, a TPU v6e
 capture and H200 captures; every other thread is the user's (Python)."""
-XLA_THREAD_ROLES = {
-    "pjrt_async_work_runner": "PjRt workers: the host's side of host↔device copies",
-    "pjrt-tpu-tasks": "PjRt TPU tasks: the host's side of host↔device copies",
-    "py_xla_execute": "JAX's execute threads: launch programs on the devices",
-    "py_xla_callback": "JAX's callbacks: frees device buffers",
-    "Host Threads": "the device tracer's own threads",
-    "tf_pjrt_compile_thread_pool": "XLA's compiler threads: compilation",
-}
-"""What the runtime's own threads do, where every backend on XLA shares them."""
 XLA_CPU_CLIENT_GROUPS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")
 """The threads of XLA's CPU client that run the compiled XLA ops."""
 XLA_CODEGEN = "tf_xla-cpu-codegen"
