@@ -175,6 +175,13 @@ def _looks(
         "\n"
         "work()\n"
     )
+    return _sampled(source, cell, frameworks, ops=ops, fast=fast)
+
+
+def _sampled(
+    source: str, cell: Path, frameworks: tuple[str, ...], **options: Any
+) -> list[tuple[int, int, int, int]]:
+    """Run ``source``, compiled as the file ``cell``, on a thread of its own, sampled."""
     code = compile(source, str(cell), "exec")
     ready = threading.Event()
     ident: list[int] = []
@@ -188,7 +195,7 @@ def _looks(
     worker.start()
     while not ident:
         time.sleep(0.001)
-    sampler = LineSampler(ident[0], str(cell), frameworks, ops=ops, fast=fast)
+    sampler = LineSampler(ident[0], str(cell), frameworks, **options)
     sampler.start()
     ready.set()
     worker.join()
@@ -243,25 +250,8 @@ def test_pure_python_between_calls_that_release_the_lock_gets_its_share_of_looks
         "    time.sleep(0.0001)\n"
         "    spin(0.0018)\n"
     )
-    cell = tmp_path / "cell.py"
-    code = compile(source, str(cell), "exec")
-    ready = threading.Event()
-    ident: list[int] = []
-
-    def target() -> None:
-        ident.append(threading.get_ident())
-        ready.wait()
-        exec(code, {"time": time})
-
-    worker = threading.Thread(target=target)
-    worker.start()
-    while not ident:
-        time.sleep(0.001)
-    sampler = LineSampler(ident[0], str(cell), ())
-    sampler.start()
-    ready.set()
-    worker.join()
-    looks = [line for _, line, _, _ in sampler.stop() if line in (7, 8)]
+    sampled = _sampled(source, tmp_path / "cell.py", ())
+    looks = [line for _, line, _, _ in sampled if line in (7, 8)]
     assert len(looks) >= 100
     assert looks.count(8) >= 0.5 * len(looks), (looks.count(7), looks.count(8))
 
