@@ -4,12 +4,15 @@ the line inside the loop that holds it.
 Real JAX and real torch_xla on the CPU: a jitted (or torch_xla) step fed by batches that a
 NumPy ``augment(raw)`` makes inside the loop, or in a list before it, is "making batches in
 your own Python and NumPy" at that line, with the data path's fix, never jit, scan or
-compile advice; a loop of many tiny framework ops stays the framework's. The last tests pin
-the sampler, the sorting of looks and the words on their own.
+compile advice; a loop of many tiny framework ops stays the framework's; a script's capture
+started and stopped by hand names that line too. The last tests pin the sampler, the sorting
+of looks and the words on their own.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,8 +25,10 @@ import pytest
 from tests._said import said, worded
 from tests.conftest import names_of
 from tests.test_idioms import diagnosed
+from xprof_magic import summarize
 from xprof_magic._analysis.diagnosis.own import Sampled, feeds_the_step, own_python
 from xprof_magic._cell.sampler import SPARSE, WEIGHT, LineSampler
+from xprof_magic._runs import metadata as _metadata
 
 JAX = """
 import numpy as np
@@ -161,6 +166,67 @@ def test_torch_xla_tiny_ops_traced_from_the_cells_line_stay_the_frameworks(
     assert d.verdict == "host" and d.cause not in ("own code", "making batches"), d
     assert d.own is None and "graph building" in d.headline
     assert d.framework is not None and d.framework.line == 5 and d.line == 5
+
+
+HAND = (
+    "import sys\nimport xprof_magic\n"
+    + JAX
+    + """
+for i in range(2):  # compiled before the capture
+    W = train(W, augment(raw))
+cap = xprof_magic.capture(logdir=sys.argv[1], name="hand", steps=True, server=False)
+cap.start()
+for i in range(8):
+    with xprof_magic.step():
+        x = augment(raw)
+        W = train(W, x)
+jax.block_until_ready(W)
+cap.stop()
+
+
+def stop(capture):
+    capture.stop()
+
+
+elsewhere = xprof_magic.capture(logdir=sys.argv[1], name="elsewhere", server=False)
+elsewhere.start()
+W = train(W, augment(raw))
+stop(elsewhere)
+unread = xprof_magic.capture(logdir=sys.argv[1], name="unread", server=False)
+exec(compile("unread.start()\\nW = train(W, augment(raw))\\nunread.stop()\\n", "<hand>", "exec"))
+"""
+)
+
+
+def test_a_scripts_start_and_stop_by_hand_name_the_line_between_them(tmp_path: Path) -> None:
+    """A script's ``cap.start()`` … ``cap.stop()``, in a process of its own: the code between
+    them is the run's cell, at the script's lines, and the verdict names its statement that
+    holds the time (making batches at ``x = augment(raw)``), as for a ``with`` block. Stopped
+    in another function, or run from source that cannot be read, the run has no cell and no
+    looks (never a wrong line), and its clock is the code's."""
+    script = tmp_path / "train.py"
+    script.write_text(HAND)
+    logdir = tmp_path / "logs"
+    done = subprocess.run(
+        [sys.executable, str(script), str(logdir)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    source = HAND.splitlines()
+    line = source.index("        x = augment(raw)") + 1
+    meta = _metadata.read(logdir / "plugins" / "profile" / "hand")
+    assert meta is not None and meta.cell_file == str(script)
+    assert meta.first_line == source.index("cap.start()") + 1
+    assert meta.cell is not None and meta.cell.splitlines()[-1] == "cap.stop()", meta.cell
+    assert meta.wall_s is not None and 0 < meta.wall_s < 60
+    s = summarize(logdir / "plugins" / "profile" / "hand")
+    assert s.complete, s.missing
+    making_batches(s, "x = augment(raw)", line, NO_FRAMEWORK_FIX[0])
+    for name in ("elsewhere", "unread"):
+        meta = _metadata.read(logdir / "plugins" / "profile" / name)
+        assert meta is not None and meta.status == "ok", name
+        assert meta.cell is None and meta.cell_file == "" and meta.lines == (), name
+        assert meta.wall_s is not None and 0 < meta.wall_s < 60, (name, meta.wall_s)
+        assert summarize(logdir / "plugins" / "profile" / name).diagnosis.line == 0, name
 
 
 def _looks(

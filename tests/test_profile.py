@@ -1,6 +1,7 @@
 """``xprof_magic.profile``, in process, with real torch_xla and JAX on the CPU: a decorated
 function keeps its value, names and errors and gets the magic's labels, steps and summary;
-a ``with`` block is one run; bad input is one line naming the fix."""
+a ``with`` block is one run, and so is a script capture's ``start()`` … ``stop()`` by hand,
+its cell the code between them; bad input is one line naming the fix."""
 
 from __future__ import annotations
 
@@ -269,6 +270,156 @@ def test_a_with_block_is_its_runs_cell_sampled_at_its_statements(logdir: Path, a
     lines = [line for _, line, _, _ in meta.lines if line]
     assert lines and set(lines) <= set(range(meta.first_line, meta.first_line + len(cell)))
     assert max(set(lines), key=lines.count) == sort, lines
+
+
+def _cell_sampled(logdir: Path, name: str, first: str, held: str) -> None:
+    """Run ``name``'s cell starts at its line ``first`` (stripped) and ends at ``cap.stop()``,
+    its looks all on its lines, most of them on the line ``held``."""
+    meta = _metadata.read(logdir / "plugins" / "profile" / name)
+    assert meta is not None and meta.cell is not None and meta.cell_file == __file__, name
+    cell = meta.cell.splitlines()
+    assert cell[0].strip() == first and "cap.stop()" in meta.cell, meta.cell
+    assert meta.wall_s is not None and 0 < meta.wall_s < 60, meta.wall_s
+    numbered = dict(enumerate(cell, meta.first_line))
+    lines = [line for _, line, _, _ in meta.lines if line]
+    assert lines and set(lines) <= set(numbered), (lines, meta.first_line, cell)
+    assert numbered[max(set(lines), key=lines.count)].strip() == held, (lines, numbered)
+
+
+def test_a_start_and_stop_by_hand_are_the_runs_cell_in_the_block_holding_both(
+    logdir: Path,
+) -> None:
+    """A script's ``start()`` and ``stop()`` by hand, in one frame: the cell runs from one to
+    the other in the block holding both (a ``try`` whose ``finally`` stops, a loop started in
+    its first pass and stopped after it, or stopped in a later pass: the loop), and the looks
+    name the statement between them that holds the time; ``run()`` between them is optional."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    step = jax.jit(lambda w, x: w - 0.01 * x.mean())
+    raw = np.random.default_rng(0).random((512, 512))
+    w = step(jnp.ones(4), raw[:4])  # compiled before: the loops' time is the sort's
+    sort = "x = np.sort(raw + 1.0, axis=0)"
+
+    cap = xprof_magic.capture(logdir=logdir, name="try", backend="jax", server=False)
+    cap.start()
+    try:
+        for _ in range(20):
+            x = np.sort(raw + 1.0, axis=0)
+            w = step(w, x[:4])
+    finally:
+        cap.stop()
+    _cell_sampled(logdir, "try", "cap.start()", sort)
+
+    cap = xprof_magic.capture(logdir=logdir, name="first-pass", backend="jax", server=False)
+    for i in range(20):
+        if i == 0:
+            cap.start()
+        x = np.sort(raw + 1.0, axis=0)
+        w = step(w, x[:4])
+    cap.stop()
+    _cell_sampled(logdir, "first-pass", "for i in range(20):", sort)
+
+    cap = xprof_magic.capture(logdir=logdir, name="later-pass", backend="jax", server=False)
+    for i in range(21):
+        if i == 20:
+            cap.stop()
+            break
+        x = np.sort(raw + 1.0, axis=0)
+        w = step(w, x[:4])
+        if i == 0:
+            cap.start()
+    _cell_sampled(logdir, "later-pass", "for i in range(21):", sort)
+
+    def sorts() -> Any:
+        y = w
+        for _ in range(20):
+            x = np.sort(raw + 1.0, axis=0)
+            y = step(y, x[:4])
+        return y
+
+    cap = xprof_magic.capture(logdir=logdir, name="run", backend="jax", server=False)
+    cap.start()
+    w = cap.run(sorts)
+    cap.stop()
+    _cell_sampled(logdir, "run", "cap.start()", "w = cap.run(sorts)")
+
+
+def test_a_start_by_hand_stopped_elsewhere_has_no_cell(logdir: Path) -> None:
+    """``stop()`` called from another frame than ``start()`` (the function that started it
+    has returned): no cell and no looks, never a line of the wrong frame."""
+    import numpy as np
+
+    def begin() -> Any:
+        cap = xprof_magic.capture(logdir=logdir, name="elsewhere", backend="jax", server=False)
+        cap.start()
+        return cap
+
+    cap = begin()
+    for _ in range(20):
+        np.sort(np.random.default_rng(0).random((512, 512)), axis=0)
+    cap.stop()
+    meta = _metadata.read(only_run(logdir).path)
+    assert meta is not None and meta.status == "ok"
+    assert meta.cell is None and meta.cell_file == "" and meta.lines == ()
+    assert meta.wall_s is not None and 0 < meta.wall_s < 60, meta.wall_s
+
+
+def test_a_notebook_cells_start_and_stop_by_hand_are_its_runs_cell(ip: Any, logdir: Path) -> None:
+    """In a notebook, ``start()`` and ``stop()`` by hand in one cell: the code between them is
+    the run's cell, at the cell's lines; stopped in a later cell, the run has no cell."""
+    cell = (
+        "import numpy as np\n"
+        f"cap = xprof_magic.capture(logdir={str(logdir)!r}, name='one', server=False)\n"
+        "cap.start()\n"
+        "for _ in range(20):\n"
+        "    y = np.sort(np.random.default_rng(0).random((512, 512)), axis=0)\n"
+        "cap.stop()\n"
+    )
+    ip.user_ns["xprof_magic"] = xprof_magic
+    try:
+        assert ip.run_cell(cell).success
+        meta = _metadata.read(logdir / "plugins" / "profile" / "one")
+        assert meta is not None and meta.cell is not None, meta
+        assert meta.first_line == 3 and meta.cell.splitlines()[-1] == "cap.stop()", meta.cell
+        lines = [line for _, line, _, _ in meta.lines if line]
+        assert lines and set(lines) <= {3, 4, 5, 6} and max(set(lines), key=lines.count) == 5
+        started = cell.replace("name='one'", "name='two'").replace("cap.stop()\n", "")
+        assert ip.run_cell(started).success and ip.run_cell("cap.stop()").success
+        meta = _metadata.read(logdir / "plugins" / "profile" / "two")
+        assert meta is not None and meta.status == "ok"
+        assert meta.cell is None and meta.lines == ()
+    finally:
+        for name in ("xprof_magic", "cap", "np", "y"):
+            ip.user_ns.pop(name, None)
+
+
+@pytest.mark.parametrize(
+    ("source", "start", "stop", "cell"),
+    [
+        ("a()\nc.start(); b(); c.stop()\nd()\n", 2, 2, (2, "c.start(); b(); c.stop()\n")),
+        ("c.start()\nif x:\n    c.stop()\n", 1, 3, (1, "c.start()\nif x:\n    c.stop()\n")),
+        ("try:\n    c.start()\n    b()\nfinally:\n    c.stop()\n", 2, 5, (1, None)),
+        ("c.stop()\nc.start()\n", 2, 1, None),  # no loop around both: no cell
+        ("c.start(\n", 1, 1, None),  # the source does not parse
+        ("", 1, 2, None),  # no source
+        ("a()\nc.start()\n", 2, 5, None),  # stop() past the source read
+        ("a()\nb()\nc()\n", 1, 3, None),  # an edited file: no start() and stop() there
+        ("c = capture(\n    x).start()\nb()\nc.stop()\n", 1, 4, (1, None)),  # a call on 2 lines
+    ],
+)
+def test_the_cell_between_a_start_and_a_stop(
+    source: str, start: int, stop: int, cell: tuple[int, str | None] | None
+) -> None:
+    from xprof_magic._capture.plan import Plan, between
+
+    got = between(Plan(), source.splitlines(keepends=True), start, stop)
+    if cell is None:
+        assert got is None
+        return
+    assert got is not None and got.cell_first_line == cell[0]
+    assert got.cell == (source if cell[1] is None else cell[1])
 
 
 def test_a_trace_already_running_refuses_the_call_with_nothing_run(logdir: Path) -> None:

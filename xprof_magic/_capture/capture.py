@@ -15,19 +15,28 @@ into its owner.
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass
-from types import TracebackType
+from dataclasses import dataclass, replace
+from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
 from xprof_magic._backends import Backend, CaptureWords, MetricsSnapshot
 from xprof_magic._backends.registry import capabilities, get_backend, get_vocabulary
-from xprof_magic._capture.plan import DEFAULT_PORT, NO_SERVER_ENV, Options, Plan, with_block
+from xprof_magic._capture.plan import (
+    DEFAULT_PORT,
+    NO_SERVER_ENV,
+    Options,
+    Plan,
+    between,
+    hand_started,
+    with_block,
+)
 from xprof_magic._capture.result import CaptureResult, size_warning
 from xprof_magic._capture.run_record import Ended, run_metadata
 from xprof_magic._capture.trace_window import Trace, TraceWindow, collect_workers
@@ -83,6 +92,31 @@ class _Running:
     cell: ExitStack
 
 
+@dataclass
+class _Hand:
+    """Where a script's ``start()`` by hand was called: its frame, line, and file's lines then."""
+
+    frame: FrameType
+    line: int
+    lines: list[str]
+    thread: int
+
+    def stopped_in(self, frame: FrameType) -> bool:
+        """Whether a ``stop()`` called in ``frame`` ends the code this ``start()`` began.
+
+        In its frame; or, started at a module's top level, at that module's top level on the
+        same thread (IPython runs each statement of a notebook cell as code of its own).
+        """
+        if frame is self.frame:
+            return True
+        began, ended = self.frame.f_code, frame.f_code
+        return (
+            began.co_name == ended.co_name == "<module>"
+            and began.co_filename == ended.co_filename
+            and threading.get_ident() == self.thread
+        )
+
+
 class Capture:
     """One capture: :meth:`start`, :meth:`run` the code, :meth:`stop`; or a ``with`` block.
 
@@ -90,14 +124,16 @@ class Capture:
     the trace, and refuses with nothing written; ``run`` times the code; ``stop`` waits for
     the device, stops the trace and stores the run; ``result`` then holds it. The magic
     uses the three steps, so that setting up its display between start and run is not
-    counted as the cell's time; scripts use ``with``. Raises ``ValueError`` for a run name
-    with no usable character.
+    counted as the cell's time; scripts use ``with``, or ``start()`` and ``stop()`` by hand
+    (``run`` is then optional). Raises ``ValueError`` for a run name with no usable character.
     """
 
     def __init__(
         self, plan: Plan, notify: Notify = _to_stderr, namespace: dict[str, Any] | None = None
     ) -> None:
         self.plan = plan.with_name()
+        self._asked = self.plan  # as made: each start by hand or with block plans from it
+        self._hand: _Hand | None = None
         self.notify = notify
         # The user's names, so that profiler functions they imported by name are guarded too.
         self.namespace = namespace
@@ -110,9 +146,34 @@ class Capture:
     def start(self) -> Capture:
         """Check the log directory, start the server and the trace (or arm the window).
 
+        A script's capture (:func:`capture`) started by hand counts its time from here, and the
+        code between this call and :meth:`stop`, in the same frame (the same function, the same
+        notebook cell), is the run's cell: the summary names its statement that holds the time,
+        as for a ``with`` block. Stopped from another frame (another function, another cell), or
+        where the source cannot be read, the run has no cell.
+
         Raises :class:`~xprof_magic._runs.store.LogdirError` or
         :class:`~xprof_magic._backends.TraceAlreadyRunning` with nothing written.
         """
+        asked = self._asked
+        if asked.options.get("api") is True and not asked.cell:
+            frame = sys._getframe(1)
+            code = frame.f_code
+            lines = linecache.getlines(code.co_filename, frame.f_globals)
+            self._hand = _Hand(frame, frame.f_lineno or 0, lines, threading.get_ident())
+            self.plan = hand_started(asked, frame)
+            del frame
+            try:
+                self._start()
+            except BaseException:
+                self._hand = None
+                raise
+            self._begin()
+            return self
+        self._start()
+        return self
+
+    def _start(self) -> None:
         plan = self.plan
         with ExitStack() as stack:
             staging = _logdir.stage(plan.logdir)
@@ -136,7 +197,7 @@ class Capture:
             self._hook_cell(run)
             run.stack = stack.pop_all()
         self._run = run
-        return self
+        self._t0 = 0.0
 
     def _tracker(
         self, backend: Backend, recorder: _labels.Recorder, trace: Trace, words: CaptureWords
@@ -185,7 +246,8 @@ class Capture:
         The value is the one the rewritten cell kept, if it kept one.
         """
         __tracebackhide__ = True
-        self._begin()
+        if not self._t0:  # started by hand, the cell's time already runs
+            self._begin()
         value = code()
         recorder = self._running().recorder
         return recorder.value if recorder.has_value else value
@@ -196,14 +258,18 @@ class Capture:
         An interrupt while stopping is re-raised once the trace is stopped (unless the code itself
         already failed). Returns :attr:`result` (None if nothing was stored).
         """
-        self._stop(error)
+        hand, self._hand = self._hand, None
+        at = sys._getframe(1)
+        stop_line = (at.f_lineno or 0) if hand is not None and hand.stopped_in(at) else 0
+        del at
+        self._stop(error, None if hand is None else (hand, stop_line))
         return self.result
 
     def __enter__(self) -> Capture:
-        if self.plan.options.get("api") is True and not self.plan.cell:
+        if self._asked.options.get("api") is True and not self._asked.cell:
             # The script API's block (``with xprof_magic.capture(...)``) is the run's cell.
-            self.plan = with_block(self.plan, sys._getframe(1))
-        self.start()
+            self.plan = with_block(self._asked, sys._getframe(1))
+        self._start()
         self._begin()
         return self
 
@@ -252,10 +318,12 @@ class Capture:
             said.add(status.message)
             self.notify(f"xprof: {status.message}")
 
-    def _stop(self, exc: BaseException | None) -> None:
+    def _stop(self, exc: BaseException | None, hand: tuple[_Hand, int] | None = None) -> None:
         run, self._run = self._running(), None
         with run.stack:
             interrupt, wall_s = self._end_cell(run, exc)
+            if hand is not None:
+                self._hand_cell(run, *hand)
             if not run.trace.running and run.tracker.state in ("before", "failed"):
                 for message in self._messages:
                     self.notify(f"xprof: {message}")
@@ -293,6 +361,29 @@ class Capture:
         run.tracker.finish()
         self._messages.extend(end_messages(run.tracker, self.plan.steps, run.words.no_steps))
         return interrupt, wall_s
+
+    def _hand_cell(self, run: _Running, hand: _Hand, stop_line: int) -> None:
+        """The cell of a start by hand: the code to the ``stop()`` at ``stop_line`` (0: none).
+
+        Its frame's looks outside the cell's lines (a loop around both calls) name no line;
+        with no cell (stopped from another frame, the source unread) the run keeps no looks,
+        as a capture without a cell.
+        """
+        try:
+            plan = between(self.plan, hand.lines, hand.line, stop_line) if stop_line else None
+        except Exception:  # source too deep to parse (RecursionError): no cell, never a failure
+            plan = None
+        if plan is None or not plan.cell:
+            self.plan = replace(self.plan, cell_file="", cell_code=None)
+            run.recorder.lines.clear()
+            return
+        self.plan = plan
+        first = plan.cell_first_line
+        last = first + len(plan.cell.splitlines()) - 1
+        run.recorder.lines[:] = [
+            (t, line if first <= line <= last else 0, flags, ended)
+            for t, line, flags, ended in run.recorder.lines
+        ]
 
     def _wait_for_device(self, run: _Running) -> BaseException | None:
         """Wait for the device work the trace should hold; an interrupt, to raise later."""
@@ -396,10 +487,12 @@ def capture(
     """Trace a block of a script into one run, with the magic's machinery.
 
     ``with xprof_magic.capture(logdir="logs", name="train") as cap: ...`` then
-    ``cap.result`` (also :func:`xprof_magic.last`) describes the run. Label blocks by hand
-    with :func:`xprof_magic.label`; ``steps``/``sync`` mean what ``--steps``/``--sync`` do:
-    ``steps=True`` marks steps, ``steps="100:103"`` traces only steps 100 to 102 (raises
-    ``ValueError`` for a window that is not one, and
+    ``cap.result`` (also :func:`xprof_magic.last`) describes the run; or ``cap.start()`` …
+    ``cap.stop()`` by hand, whose code between them, in one frame, is the run's cell as the
+    block is (see :meth:`Capture.start`). Label blocks by hand with :func:`xprof_magic.label`;
+    ``steps``/``sync`` mean what ``--steps``/``--sync`` do: ``steps=True`` marks steps,
+    ``steps="100:103"`` traces only steps 100 to 102 (raises ``ValueError`` for a window that is
+    not one, and
     :class:`~xprof_magic._runs.store.LogdirError` for a ``gs://`` location that is not one).
     ``backend="auto"``, as for a cell, is the framework the calling module has imported.
     """

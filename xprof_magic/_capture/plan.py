@@ -17,7 +17,7 @@ import ast
 import linecache
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import CodeType, FrameType
@@ -36,6 +36,8 @@ __all__ = [
     "Options",
     "Plan",
     "Viewer",
+    "between",
+    "hand_started",
     "server_by_default",
     "with_block",
 ]
@@ -72,7 +74,8 @@ class Plan:
     cell_code: CodeType | None = field(default=None, compare=False, repr=False)
     """The code whose frame the line sampler reads the line from: the cell's compiled code
     (IPython's frame that runs the magic has the cell's file name too), a profiled
-    function's (a script calling it shares its file), or a ``with`` block's frame's."""
+    function's (a script calling it shares its file), or a ``with`` block's frame's, or the
+    frame's that calls ``start()`` by hand."""
     options: dict[str, Any] = field(default_factory=dict)
 
     def with_name(self) -> Plan:
@@ -262,7 +265,7 @@ def with_block(plan: Plan, frame: FrameType) -> Plan:
     lines, and its frame's code the one the sampler reads the line in (:attr:`Plan.cell_code`),
     so that the summary names the block's statement that holds the time. The plan is returned
     unchanged where the source cannot be read or no ``with`` statement starts there (``start()``
-    and ``stop()`` by hand).
+    and ``stop()`` by hand have :func:`hand_started` and :func:`between`).
     """
     code = frame.f_code
     lines = linecache.getlines(code.co_filename, frame.f_globals)
@@ -287,3 +290,96 @@ def with_block(plan: Plan, frame: FrameType) -> Plan:
         cell_file=code.co_filename,
         cell_code=code,
     )
+
+
+def hand_started(plan: Plan, frame: FrameType) -> Plan:
+    """The plan of a capture that ``frame`` starts by hand (``start()``), its cell not yet known.
+
+    The sampler reads the line in the frame's code (:attr:`Plan.cell_code`), or at a module's
+    top level in the outermost frame of its file: IPython runs each statement of a notebook
+    cell as code of its own. :func:`between` makes the cell once ``stop()`` says where it ends.
+    """
+    code = frame.f_code
+    top = code.co_name == "<module>"
+    return replace(plan, cell_file=code.co_filename, cell_code=None if top else code)
+
+
+def between(plan: Plan, lines: Sequence[str], start: int, stop: int) -> Plan | None:
+    """The plan whose cell is the code from a ``start()`` at file line ``start`` to ``stop()``.
+
+    ``lines``: the file's, read when the capture started; both calls in one frame. The cell runs
+    from the statement that calls ``start()`` to the one that calls ``stop()``, both whole, in the
+    innermost block holding both: ``start()`` in a loop's body and ``stop()`` after the loop
+    is the loop and what follows it to ``stop()``; ``start()`` and ``stop()`` in two blocks of one
+    statement (a ``try`` and its ``finally``) is that statement; a ``stop()`` above its
+    ``start()`` in a loop's body (a later pass) is the loop. None (no cell) where the source
+    cannot be read or holds no such statements, or its lines name no ``start`` and ``stop`` there
+    (a file edited since it ran). The looks outside the cell's lines (a loop around both calls,
+    run again between them) are the capture's to drop.
+    """
+    try:
+        tree = ast.parse("".join(lines))
+    except (SyntaxError, ValueError):
+        return None
+    began, ended = _path(tree.body, start), _path(tree.body, stop)
+    if not began or not ended:
+        return None
+    if "start" not in _text(lines, began[-1]) or "stop" not in _text(lines, ended[-1]):
+        return None
+    common = 0
+    while common < min(len(began), len(ended)) and began[common] is ended[common]:
+        common += 1
+    outer = began[:common]
+    if common == min(len(began), len(ended)) or not _one_block(outer, began[common], ended[common]):
+        first = last = outer[-1]  # one statement holds both calls, or both its blocks
+    elif began[common].lineno <= ended[common].lineno:  # both in one block, in order
+        first, last = began[common], ended[common]
+    else:  # stopped in a later pass of a loop around both: that loop
+        loops = [s for s in outer if isinstance(s, ast.For | ast.AsyncFor | ast.While)]
+        if not loops:
+            return None
+        first = last = loops[-1]
+    return replace(plan, cell=_text(lines, first, last), cell_first_line=first.lineno)
+
+
+def _text(lines: Sequence[str], first: ast.stmt, last: ast.stmt | None = None) -> str:
+    """The source from statement ``first`` to ``last`` (else ``first``), whole lines."""
+    last = first if last is None else last
+    return "".join(lines[first.lineno - 1 : last.end_lineno or last.lineno])
+
+
+def _path(body: list[ast.stmt], line: int) -> list[ast.stmt]:
+    """The statements holding file line ``line``, from the outermost in ``body`` inwards."""
+    path: list[ast.stmt] = []
+    while True:
+        found = next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+        if found is None:
+            return path
+        path.append(found)
+        body = [inner for block in _blocks(found) for inner in block]
+
+
+def _one_block(outer: list[ast.stmt], one: ast.stmt, other: ast.stmt) -> bool:
+    """Whether statements ``one`` and ``other``, inside the last of ``outer``, share a block."""
+    if not outer:
+        return True  # the module's (or the function's source's) own
+    return any(
+        any(s is one for s in block) and any(s is other for s in block)
+        for block in _blocks(outer[-1])
+    )
+
+
+def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    """The blocks of statements a compound statement holds (its body, else, handlers, cases)."""
+    blocks: list[list[ast.stmt]] = []
+    for _, value in ast.iter_fields(statement):
+        if isinstance(value, list) and value:
+            if isinstance(value[0], ast.stmt):
+                blocks.append(value)
+            else:
+                blocks.extend(
+                    part.body
+                    for part in value
+                    if isinstance(part, ast.ExceptHandler | ast.match_case)
+                )
+    return blocks
