@@ -412,9 +412,10 @@ def test_a_notebook_cells_start_and_stop_by_hand_are_its_runs_cell(ip: Any, logd
 def test_the_cell_between_a_start_and_a_stop(
     source: str, start: int, stop: int, cell: tuple[int, str | None] | None
 ) -> None:
-    from xprof_magic._capture.plan import Plan, between
+    from xprof_magic._capture.plan import Plan, between, parsed
 
-    got = between(Plan(), source.splitlines(keepends=True), start, stop)
+    lines = source.splitlines(keepends=True)
+    got = between(Plan(), lines, parsed("<source>", lines), start, stop)
     if cell is None:
         assert got is None
         return
@@ -483,3 +484,15 @@ def test_what_cannot_be_rewritten_is_refused_naming_the_fix() -> None:
     with pytest.raises(TypeError, match="source of hidden cannot be read"):
         xprof_magic.profile(namespace["hidden"])
     assert xprof_magic.profile(plain).source.text.startswith("def plain()")
+
+
+def test_a_files_source_is_parsed_once_while_linecache_keeps_it() -> None:
+    """A loop that starts and stops a capture by hand parses its file once, not at each start."""
+    from xprof_magic._capture.plan import parsed
+
+    lines = ["c.start()\n", "c.stop()\n"]
+    tree = parsed("<kept>", lines)
+    assert tree is not None and parsed("<kept>", lines) is tree
+    again = parsed("<kept>", list(lines))  # linecache read the file again: parsed again
+    assert again is not None and again is not tree
+    assert parsed("<bad>", ["c.start(\n"]) is None

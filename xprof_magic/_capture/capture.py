@@ -14,6 +14,7 @@ into its owner.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import linecache
 import os
@@ -35,6 +36,7 @@ from xprof_magic._capture.plan import (
     Plan,
     between,
     hand_started,
+    parsed,
     with_block,
 )
 from xprof_magic._capture.result import CaptureResult, size_warning
@@ -99,6 +101,7 @@ class _Hand:
     frame: FrameType
     line: int
     lines: list[str]
+    tree: ast.Module | None
     thread: int
 
     def stopped_in(self, frame: FrameType) -> bool:
@@ -160,7 +163,8 @@ class Capture:
             frame = sys._getframe(1)
             code = frame.f_code
             lines = linecache.getlines(code.co_filename, frame.f_globals)
-            self._hand = _Hand(frame, frame.f_lineno or 0, lines, threading.get_ident())
+            tree = parsed(code.co_filename, lines)  # before the trace: not the run's time
+            self._hand = _Hand(frame, frame.f_lineno or 0, lines, tree, threading.get_ident())
             self.plan = hand_started(asked, frame)
             del frame
             try:
@@ -369,10 +373,10 @@ class Capture:
         with no cell (stopped from another frame, the source unread) the run keeps no looks,
         as a capture without a cell.
         """
-        try:
-            plan = between(self.plan, hand.lines, hand.line, stop_line) if stop_line else None
-        except Exception:  # source too deep to parse (RecursionError): no cell, never a failure
-            plan = None
+        plan = None
+        if stop_line:
+            with contextlib.suppress(Exception):  # never a failure of the run: no cell
+                plan = between(self.plan, hand.lines, hand.tree, hand.line, stop_line)
         if plan is None or not plan.cell:
             self.plan = replace(self.plan, cell_file="", cell_code=None)
             run.recorder.lines.clear()

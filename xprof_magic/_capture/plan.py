@@ -38,6 +38,7 @@ __all__ = [
     "Viewer",
     "between",
     "hand_started",
+    "parsed",
     "server_by_default",
     "with_block",
 ]
@@ -269,9 +270,8 @@ def with_block(plan: Plan, frame: FrameType) -> Plan:
     """
     code = frame.f_code
     lines = linecache.getlines(code.co_filename, frame.f_globals)
-    try:
-        tree = ast.parse("".join(lines))
-    except (SyntaxError, ValueError):
+    tree = parsed(code.co_filename, lines)
+    if tree is None:
         return plan
     at = frame.f_lineno or 0
     blocks = [
@@ -304,10 +304,38 @@ def hand_started(plan: Plan, frame: FrameType) -> Plan:
     return replace(plan, cell_file=code.co_filename, cell_code=None if top else code)
 
 
-def between(plan: Plan, lines: Sequence[str], start: int, stop: int) -> Plan | None:
+_PARSED: dict[str, tuple[Sequence[str], ast.Module | None]] = {}
+_KEPT = 8
+
+
+def parsed(filename: str, lines: Sequence[str]) -> ast.Module | None:
+    """A file's ``lines`` (as :mod:`linecache` holds them) parsed; None where they do not parse.
+
+    The last few files' trees are kept while :mod:`linecache` keeps their lines, so that a loop
+    of captures (``with`` blocks, or started and stopped by hand) parses its file once (a
+    500-line file takes 5 to 10 ms).
+    """
+    kept = _PARSED.get(filename)
+    if kept is not None and kept[0] is lines:
+        return kept[1]
+    try:
+        tree: ast.Module | None = ast.parse("".join(lines))
+    except Exception:  # SyntaxError, ValueError (a null byte), RecursionError (too deep)
+        tree = None
+    _PARSED.pop(filename, None)
+    _PARSED[filename] = (lines, tree)
+    while len(_PARSED) > _KEPT:
+        del _PARSED[next(iter(_PARSED))]
+    return tree
+
+
+def between(
+    plan: Plan, lines: Sequence[str], tree: ast.Module | None, start: int, stop: int
+) -> Plan | None:
     """The plan whose cell is the code from a ``start()`` at file line ``start`` to ``stop()``.
 
-    ``lines``: the file's, read when the capture started; both calls in one frame. The cell runs
+    ``lines``: the file's, read when the capture started, and ``tree`` what they parse to
+    (:func:`parsed`; None: they did not); both calls in one frame. The cell runs
     from the statement that calls ``start()`` to the one that calls ``stop()``, both whole, in the
     innermost block holding both: ``start()`` in a loop's body and ``stop()`` after the loop
     is the loop and what follows it to ``stop()``; ``start()`` and ``stop()`` in two blocks of one
@@ -317,9 +345,7 @@ def between(plan: Plan, lines: Sequence[str], start: int, stop: int) -> Plan | N
     (a file edited since it ran). The looks outside the cell's lines (a loop around both calls,
     run again between them) are the capture's to drop.
     """
-    try:
-        tree = ast.parse("".join(lines))
-    except (SyntaxError, ValueError):
+    if tree is None:
         return None
     began, ended = _path(tree.body, start), _path(tree.body, stop)
     if not began or not ended:
