@@ -209,6 +209,44 @@ def opened(
         server.shutdown_kernels()
 
 
+def first_run_shown(
+    notebook: NotebookPage, server: JupyterLab, route: str, screenshot: str
+) -> tuple[Any, Any]:
+    """Run the notebook's three cells and wait for the first widget's trace viewer to show the
+    first run's ``update`` by ``route`` (its frame a ``srcdoc`` for the kernel's, the viewer's
+    own port for the direct one); returns the widget and its XProf frame."""
+    notebook.run_all(count=3, timeout=RUN_TIMEOUT_S)
+    outputs = notebook.outputs()
+    assert "Traceback" not in outputs, outputs
+    first = notebook.widgets.first
+    notebook.wait(lambda: wrapper_route(first) == route, f"the {route} route", 30)
+    first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
+    notebook.wait(
+        lambda: has_event(notebook, first, "update"),
+        lambda: f"the trace viewer with 'update'; {story(notebook, first)}",
+        LOAD_TIMEOUT_S,
+    )
+    frame = notebook.xprof_frame(first)
+    url = urlsplit(frame.url)
+    if route == "kernel":
+        assert frame.url == "about:srcdoc", frame.url
+    else:
+        assert url.hostname == "127.0.0.1" and url.port not in (None, server.port), url
+    notebook.screenshot(screenshot, first)
+    return first, frame
+
+
+def switched(notebook: NotebookPage, first: Any, frame: Any, run: str) -> None:
+    """The runs dropdown switches the same frame to ``run``, whose trace shows ``evaluate``."""
+    select_run(first, run)
+    notebook.wait(
+        lambda: has_event(notebook, first, "evaluate"),
+        lambda: f"the other run's trace viewer; {story(notebook, first)}",
+        LOAD_TIMEOUT_S,
+    )
+    assert notebook.xprof_frame(first) == frame, "a new frame replaced the XProf frame"
+
+
 def reads_and_switches(
     server: JupyterLab, browser: Any, ui: Frontend, name: str, blocked: bool
 ) -> None:
@@ -219,31 +257,8 @@ def reads_and_switches(
     cells = [SETUP, capture(f"{prefix}-train", "update"), capture(f"{prefix}-eval", "evaluate")]
     route = "kernel" if blocked else "direct"
     with opened(server, browser, name, cells, blocked, ui) as (notebook, refused):
-        notebook.run_all(count=3, timeout=RUN_TIMEOUT_S)
-        outputs = notebook.outputs()
-        assert "Traceback" not in outputs, outputs
-        first = notebook.widgets.first
-        notebook.wait(lambda: wrapper_route(first) == route, f"the {route} route", 30)
-        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
-        notebook.wait(
-            lambda: has_event(notebook, first, "update"),
-            lambda: f"the trace viewer with 'update'; {story(notebook, first)}",
-            LOAD_TIMEOUT_S,
-        )
-        frame = notebook.xprof_frame(first)
-        url = urlsplit(frame.url)
-        if blocked:
-            assert frame.url == "about:srcdoc", frame.url
-        else:
-            assert url.hostname == "127.0.0.1" and url.port not in (None, server.port), url
-        notebook.screenshot(f"{prefix}-trace-viewer", first)
-        select_run(first, f"{prefix}-eval")
-        notebook.wait(
-            lambda: has_event(notebook, first, "evaluate"),
-            lambda: f"the other run's trace viewer; {story(notebook, first)}",
-            LOAD_TIMEOUT_S,
-        )
-        assert notebook.xprof_frame(first) == frame, "a new frame replaced the XProf frame"
+        first, frame = first_run_shown(notebook, server, route, f"{prefix}-trace-viewer")
+        switched(notebook, first, frame, f"{prefix}-eval")
         assert all(urlsplit(u).path.endswith("/xprof_magic/health") for u in refused), refused
         assert error_pages(notebook.page) == []
 
@@ -251,31 +266,10 @@ def reads_and_switches(
 def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any) -> None:
     cells = [SETUP, capture("kr-train", "update"), capture("kr-eval", "evaluate")]
     with opened(lab, browser, "kernel.ipynb", cells, True) as (notebook, refused):
-        notebook.run_all(count=3, timeout=RUN_TIMEOUT_S)
-        outputs = notebook.outputs()
-        assert "Traceback" not in outputs, outputs
-        first = notebook.widgets.first
-        notebook.wait(lambda: wrapper_route(first) == "kernel", "the kernel route", 30)
-        first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
-        notebook.wait(
-            lambda: has_event(notebook, first, "update"),
-            lambda: f"the trace viewer with 'update'; {story(notebook, first)}",
-            LOAD_TIMEOUT_S,
-        )
-        frame = notebook.xprof_frame(first)
-        assert frame.url == "about:srcdoc", frame.url
+        first, frame = first_run_shown(notebook, lab, "kernel", "kernel-route-trace-viewer")
         # "open in new tab" would open the port this browser cannot reach.
         assert not first.locator("a.xprof-open").is_visible()
-        notebook.screenshot("kernel-route-trace-viewer", first)
-
-        # The runs dropdown switches the same frame to the other run.
-        select_run(first, "kr-eval")
-        notebook.wait(
-            lambda: has_event(notebook, first, "evaluate"),
-            "the other run's trace viewer with 'evaluate'",
-            LOAD_TIMEOUT_S,
-        )
-        assert notebook.xprof_frame(first) == frame, "a new frame replaced the XProf frame"
+        switched(notebook, first, frame, "kr-eval")
         # XProf's 2.8 MB script crossed the kernel once: the browser kept it for the next page.
         asked = (
             first.frame_locator("iframe.xprof-outer")
