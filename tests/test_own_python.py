@@ -26,8 +26,9 @@ from tests._said import said, worded
 from tests.conftest import names_of
 from tests.test_idioms import diagnosed
 from xprof_magic import summarize
+from xprof_magic._analysis.diagnosis import own as _own
 from xprof_magic._analysis.diagnosis.own import Sampled, feeds_the_step, own_python
-from xprof_magic._cell.sampler import SPARSE, WEIGHT, LineSampler
+from xprof_magic._cell.sampler import SPARSE, STALLED, WEIGHT, LineSampler
 from xprof_magic._runs import metadata as _metadata
 
 JAX = """
@@ -281,10 +282,11 @@ def test_the_sampler_names_the_cells_line_and_the_frameworks_frames(tmp_path: Pa
     assert {fw for _, _, fw, _ in _looks(cell, (str(tmp_path) + "/",))} == {1}
     made = iter(range(100_000))
     grows = _looks(cell, (), ops=lambda: next(made) // 3 * 5)
-    assert {fw for _, _, fw, _ in grows} == {0, 2}, "the counter grew by 5 every third look"
+    # (STALLED, 4, marks a look before which a busy machine gave the thread no core.)
+    assert {fw & ~STALLED for _, _, fw, _ in grows} == {0, 2}, "grew by 5 every third look"
     made = iter(range(100_000))
     one = _looks(cell, (), ops=lambda: next(made) // 3)
-    assert {fw for _, _, fw, _ in one} == {0}, "one op (a tensor moved to the device) is no tracing"
+    assert {fw & ~STALLED for _, _, fw, _ in one} == {0}, "one op (a .to(dev)) is no tracing"
 
 
 def test_in_a_loop_recorded_in_c_each_look_stands_for_several(tmp_path: Path) -> None:
@@ -320,6 +322,41 @@ def test_pure_python_between_calls_that_release_the_lock_gets_its_share_of_looks
     looks = [line for _, line, _, _ in sampled if line in (7, 8)]
     assert len(looks) >= 100
     assert looks.count(8) >= 0.5 * len(looks), (looks.count(7), looks.count(8))
+
+
+@pytest.mark.skipif(
+    not hasattr(time, "pthread_getcpuclockid"), reason="no other thread's CPU clock here"
+)
+def test_a_look_after_which_the_thread_ran_no_cpu_says_so(tmp_path: Path) -> None:
+    """A thread that waits (as one waiting for a core on a busy machine does) runs no CPU
+    between looks: where the framework counts its ops and they did not grow, each look after
+    the first says the pair tells nothing (STALLED); where they grew, it does not."""
+    source = "time.sleep(0.3)\n"
+    still = _sampled(source, tmp_path / "cell.py", (), ops=lambda: 0)
+    assert len(still) >= 10
+    assert all(flags & STALLED for _, _, flags, _ in still[1:]), still
+    made = iter(range(0, 10**9, 5))
+    growing = _sampled(source, tmp_path / "cell.py", (), ops=lambda: next(made))
+    assert {flags for _, _, flags, _ in growing} == {2}, "ops made: the look says so, not stalled"
+    assert {flags & STALLED for _, _, flags, _ in _sampled(source, tmp_path / "cell.py", ())} == {
+        0
+    }, "without an ops counter, no look is flagged"
+
+
+def test_pairs_of_looks_between_which_the_thread_had_no_core_do_not_vote() -> None:
+    """A line tracing ops, seen in 8 pairs of looks of one step: in 6 the machine gave the
+    thread no core (no CPU ran, no ops made), in 2 ops were made. Counted as they came, it
+    read as the user's own code (2 of 8 grew); the 6 stalled pairs count for neither."""
+    line = np.full(9, 5)
+    step = np.zeros(9, np.int64)
+    grew = np.array([False, True, False, False, True, False, False, False, False])
+    ran = np.array([True, True, False, False, True, False, False, False, False])
+    assert _own._made_ops(line, grew, step, ran).all()
+    assert not _own._made_ops(line, grew, step, np.ones(9, bool)).any()
+    frame = np.ones(9, bool)
+    assert _own._frames(line, frame, grew, ran).all(), "2 of the 2 looks that ran grew"
+    assert not _own._frames(line, frame, grew, np.ones(9, bool)).any(), "2 of 9 < TRACING"
+    assert _own.STALLED == STALLED and _own.WEIGHT == WEIGHT, "the sampler's flags"
 
 
 def test_a_statement_feeds_the_step_when_a_later_call_or_loop_takes_its_name() -> None:

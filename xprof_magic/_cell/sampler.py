@@ -36,7 +36,9 @@ __all__ = [
     "INTERVAL_S",
     "MANY_OPS",
     "MOST",
+    "RAN_NS",
     "SPARSE",
+    "STALLED",
     "WEIGHT",
     "LineSampler",
     "Sample",
@@ -57,7 +59,7 @@ SPARSE = 5
 often, each one standing for this many (its flags say so, :data:`WEIGHT`): over a loop of
 thousands of repeating tiny steps, a fifth of the looks still tell which statement holds the
 time, and the hand-offs of the interpreter's lock cost the loop a fifth as much."""
-WEIGHT = 4
+WEIGHT = 8
 """The flags of a look, divided by this: how many looks it stands for (0: one)."""
 MOST = 40_000
 """The most looks one capture keeps: past them (80 s at 500 a second) every other look is
@@ -68,10 +70,22 @@ GREW = 2
 MANY_OPS = 3
 """Ops made between two looks that say the framework was tracing: one or two are a tensor
 moved to the device (``.to(dev)`` makes one) in a line of the user's own NumPy."""
+STALLED = 4
+"""The flag of a look before which the cell's thread had run less than :data:`RAN_NS` of CPU
+since the look before, and made no ops: on a busy machine the sampler often wakes while the
+cell's thread waits for a core (3 CPU hogs on 2 cores: 3 pairs of looks in 4 at a line
+tracing ops, none ran in between), so that no ops made then says nothing of its line.
+Set only where the framework counts its ops and the system reads another thread's CPU
+clock (``time.pthread_getcpuclockid``: Linux, not macOS or Windows)."""
+RAN_NS = 200_000
+"""The CPU time (ns) the cell's thread must run between two looks for the ops it made to
+speak for its line: a tenth of :data:`INTERVAL_S`, some tens of ops traced (between
+looks 0.3 ms or more apart every pair at a line tracing ops made some)."""
 Sample = tuple[int, int, int, int]
 """When (wall-clock ns), the cell's line then (the editor's numbering, as the cell's code is
 compiled; 0: none), and flags: 1 when the innermost Python frame was the framework's,
-:data:`GREW` when ops were made since the look before; the steps ended by then (``steps``:
+:data:`GREW` when ops were made since the look before, :data:`STALLED` when neither they
+nor the thread's CPU time moved; the steps ended by then (``steps``:
 the step tracker's count), which tells two looks of one step from two of the same line in
 two steps. ``flags // WEIGHT``, when not 0: the look stands for as many (:data:`SPARSE`)."""
 
@@ -101,6 +115,8 @@ class LineSampler:
         self._frameworks = tuple(frameworks)
         self._ops, self._steps, self._fast = ops, steps, fast
         self._made = ops() if ops is not None else 0
+        self._clock = _cpu_clock(thread) if ops is not None else None
+        self._ran = time.clock_gettime_ns(self._clock) if self._clock is not None else 0
         self._gate = threading.Lock()  # held until stop(): the worker's wait between looks
         self._gate.acquire()
         self._stopped = False
@@ -170,13 +186,35 @@ class LineSampler:
                 line = at.f_lineno or 0
             at = at.f_back
         del frame
-        grew = False
+        grew = stalled = False
         if self._ops is not None:
             made = self._ops()
             grew, self._made = made - self._made >= MANY_OPS, made
+        if self._clock is not None:
+            try:
+                ran = time.clock_gettime_ns(self._clock)
+            except OSError:  # the thread is gone: no more of its CPU time to read
+                self._clock = None
+            else:
+                stalled, self._ran = not grew and ran - self._ran < RAN_NS, ran
         ended = self._steps() if self._steps is not None else 0
-        flags = int(framework) | (GREW if grew else 0) | (WEIGHT * weight if weight > 1 else 0)
+        flags = (
+            int(framework)
+            | (GREW if grew else 0)
+            | (STALLED if stalled else 0)
+            | (WEIGHT * weight if weight > 1 else 0)
+        )
         self.samples.append((time.time_ns(), line, flags, ended))
+
+
+def _cpu_clock(thread: int) -> int | None:
+    """The clock of ``thread``'s CPU time (its ``threading.get_ident()``); None where none."""
+    try:
+        clock = time.pthread_getcpuclockid(thread)
+        time.clock_gettime_ns(clock)
+    except (AttributeError, OSError, OverflowError):
+        return None
+    return clock
 
 
 def framework_folders() -> tuple[str, ...]:

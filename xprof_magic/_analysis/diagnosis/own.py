@@ -63,7 +63,11 @@ GREW = 2
 (:data:`xprof_magic._cell.sampler.GREW`; 1 is the innermost frame's being the framework's)."""
 OWN_HOST = 0.5
 """The share of the host's sampled time that must be the user's own for the verdict to say so."""
-WEIGHT = 4
+STALLED = 4
+"""A look's flag: the cell's thread had run no CPU to speak of since the look before and made
+no ops (:data:`xprof_magic._cell.sampler.STALLED`: a busy machine), so the pair says nothing
+of whether its line makes ops."""
+WEIGHT = 8
 """A look's flags divided by this: how many looks it stands for, 0 meaning one
 (:data:`xprof_magic._cell.sampler.WEIGHT`: the sampler looks less often in a loop of tiny
 steps)."""
@@ -124,8 +128,10 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
     host = ~_within(elsewhere, t)
     flags = looks[:, 2]
     step = np.where(inside, at, -1)
-    grew = (flags & GREW) > 0
-    theirs = _frames(looks[:, 1], (flags & 1) > 0, grew) | _made_ops(looks[:, 1], grew, looks[:, 3])
+    grew, ran = (flags & GREW) > 0, (flags & STALLED) == 0
+    theirs = _frames(looks[:, 1], (flags & 1) > 0, grew, ran) | _made_ops(
+        looks[:, 1], grew, looks[:, 3], ran
+    )
     own = host & ~theirs & ~_within(framework, t) & (looks[:, 1] > 0)
     feeding = [
         v for v in np.unique(looks[own, 1]).tolist() if feeds_the_step(meta.numbered_cell, v)
@@ -149,38 +155,47 @@ which it had made ops that its framework frames need to be its tracing."""
 
 
 def _frames(
-    line: NDArray[np.int64], frame: NDArray[np.bool_], grew: NDArray[np.bool_]
+    line: NDArray[np.int64],
+    frame: NDArray[np.bool_],
+    grew: NDArray[np.bool_],
+    ran: NDArray[np.bool_],
 ) -> NDArray[np.bool_]:
     """Whether each look's innermost frame is the framework's, and that is the framework's time.
 
     Where it counts the ops it makes (any look ``grew``), a line whose looks made ops after fewer
     than :data:`TRACING` of them is not its tracing: torch stacking CPU tensors in a ``collate_fn``,
     or other Python of its that makes no device op, is the user's own work, whose fix is never
-    ``torch_xla.compile``.
+    ``torch_xla.compile``. The share is of the looks after which the thread had ``ran`` (all of
+    the line's where none had).
     """
     if not grew.any():
         return frame
     out: NDArray[np.bool_] = frame.copy()
     for value in np.unique(line[frame]).tolist():
         at = line == value
-        if grew[at].mean() < TRACING:
+        counted = at & ran if (at & ran).any() else at
+        if grew[counted].mean() < TRACING:
             out[at] = False
     return out
 
 
 def _made_ops(
-    line: NDArray[np.int64], grew: NDArray[np.bool_], step: NDArray[np.int64]
+    line: NDArray[np.int64],
+    grew: NDArray[np.bool_],
+    step: NDArray[np.int64],
+    ran: NDArray[np.bool_],
 ) -> NDArray[np.bool_]:
     """Whether the framework made ops at each look's line (torch_xla's counter ``grew`` meanwhile).
 
     ``grew`` says the counter grew since the look before. A line seen at two looks in a row of the
     same ``step`` (the step tracker's count of steps ended at each look), at least twice, is judged
     by whether the counter grew between most of those (the line ran all that time): a NumPy line
-    before a step's ops is not theirs. Another look, by its own growth.
+    before a step's ops is not theirs. A pair between which the thread had not ``ran`` (waiting
+    for a core) counts for neither. Another look, by its own growth.
     """
     out: NDArray[np.bool_] = np.array(grew, dtype=bool)
     same = np.zeros(len(line), bool)
-    same[1:] = (line[1:] == line[:-1]) & (step[1:] == step[:-1])
+    same[1:] = (line[1:] == line[:-1]) & (step[1:] == step[:-1]) & ran[1:]
     for value in np.unique(line[same]).tolist():
         pairs = same & (line == value)
         if pairs.sum() >= 2:
