@@ -56,12 +56,12 @@ class WorkerFailed(Exception):
     """A worker gave no answer; the caller does its share itself."""
 
 
-def worker_count(total_bytes: int) -> int:
-    """How many workers a timeline of ``total_bytes`` gets (0: none)."""
+def worker_count(total_bytes: int, min_bytes: int = MIN_BYTES) -> int:
+    """How many workers a timeline of ``total_bytes`` gets (0: none, under ``min_bytes``)."""
     wanted = os.environ.get(WORKERS_ENV, "").strip()
     if wanted.isdigit():
         return min(int(wanted), MAX_WORKERS)
-    if total_bytes < MIN_BYTES:
+    if total_bytes < min_bytes:
         return 0
     try:
         cpus = len(os.sched_getaffinity(0))
@@ -70,18 +70,26 @@ def worker_count(total_bytes: int) -> int:
     return max(0, min(cpus - 1, MAX_WORKERS))
 
 
-def assign(sizes: Sequence[int], workers: int) -> list[int]:
+def assign(
+    sizes: Sequence[int],
+    workers: int,
+    start_bytes: int | None = None,
+    line_min_bytes: int | None = None,
+) -> list[int]:
     """Who reads each line: ``-1`` this process, ``k`` worker ``k``.
 
     Longest first, each to whoever would finish it soonest, sizes standing for time: a
-    worker starts :data:`START_BYTES` behind, and lines under :data:`LINE_MIN_BYTES` stay.
+    worker starts ``start_bytes`` behind (:data:`START_BYTES`), and lines under
+    ``line_min_bytes`` (:data:`LINE_MIN_BYTES`) stay.
     """
     owner = [-1] * len(sizes)
     if workers <= 0:
         return owner
-    load = [0] + [START_BYTES] * workers
+    start = START_BYTES if start_bytes is None else start_bytes
+    line_min = LINE_MIN_BYTES if line_min_bytes is None else line_min_bytes
+    load = [0] + [start] * workers
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        least = 0 if sizes[i] < LINE_MIN_BYTES else min(range(len(load)), key=load.__getitem__)
+        least = 0 if sizes[i] < line_min else min(range(len(load)), key=load.__getitem__)
         load[least] += sizes[i]
         owner[i] = least - 1
     return owner
