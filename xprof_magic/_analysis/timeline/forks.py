@@ -67,6 +67,7 @@ class Forks:
         self._count = max(0, workers)
         self._kids: dict[int, tuple[int, int]] = {}  # worker: (pid, read end of its pipe)
         self._used: set[int] = set()
+        self._ending: list[int] = []  # children that answered: waited for in close()
 
     @property
     def workers(self) -> int:
@@ -137,23 +138,31 @@ class Forks:
         return answer
 
     def _stop(self, worker: int, answered: bool = False) -> None:
-        """Close child ``worker``'s pipe and wait for its end.
+        """Close child ``worker``'s pipe; one that has not answered is killed and waited for.
 
-        A child ends once it has answered; one that has not is killed first.
+        One that answered ends by itself (giving its memory back takes it a while): it is
+        waited for in :meth:`close`, meanwhile this process goes on.
         """
         kid = self._kids.pop(worker, None)
         if kid is None:
             return
         pid, read_end = kid
         os.close(read_end)
+        if answered:
+            self._ending.append(pid)
+            return
         with contextlib.suppress(OSError):
-            if not answered and os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):
                 os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+                os.waitpid(pid, 0)
 
     def close(self) -> None:
+        """Stop every child still running, and wait for the end of those that answered."""
         for worker in list(self._kids):
             self._stop(worker)
+        while self._ending:
+            with contextlib.suppress(OSError):
+                os.waitpid(self._ending.pop(), 0)
 
     def __enter__(self) -> Forks:
         return self
