@@ -53,10 +53,11 @@ assert forks.safe(), os.listdir("/proc/self/task")
 path = next(run.glob("*.xplane.pb"))
 os.environ[pool.WORKERS_ENV] = "0"
 alone, whole = read_trace(path), summarize(run, budget_s=None)
-# Every line of 1 byte or more may go to the child.
+# Every line of 1 byte or more may go to the child, a Python thread's too.
 os.environ[pool.WORKERS_ENV] = "1"
 forks.MIN_BYTES = pool.LINE_MIN_BYTES = 0
-forks.LINE_SHARE = 10**12
+names = []
+parallel.thread_group = lambda name: names.append(name) or "tf_pool"
 parent, here = os.getpid(), []
 read_part = parallel._read_part
 
@@ -77,6 +78,7 @@ parallel._read_part = recorded
 pool.ANSWER_S = 2.0
 helped = read_trace(path)
 assert helped == alone, "the facts differ from the one-process pass"
+assert names and all(names), "the lines' names were not read before their events"
 lines = len(set(here))
 here.clear()
 assert replace(summarize(run, budget_s=None), read_s=0) == replace(whole, read_s=0)
@@ -144,3 +146,16 @@ def test_a_process_with_another_thread_never_forks(
     monkeypatch.setenv(pool.WORKERS_ENV, "0")
     assert facts == read_trace(next(run_dir.glob("*.xplane.pb")))
     assert forked == []
+
+
+def test_python_threads_lines_stay_and_the_biggest_go_to_children() -> None:
+    mb = 1_000_000
+    # The 100 MB bench capture's host lines: the Python thread's 5.7 MB line weighs four
+    # times its bytes, the two 41 MB runtime lines go one here, one to the child, and the
+    # smaller ones to the child, whose share is then the lighter.
+    sizes = [57 * mb // 10, 405 * mb // 10, 409 * mb // 10, 5 * mb, 34 * mb // 10, mb // 2]
+    here = [True, False, False, False, False, False]
+    assert forks.assign(sizes, here, workers=1) == [-1, -1, 0, 0, 0, -1]
+    assert forks.assign(sizes, here, workers=0) == [-1] * 6
+    # Ties go to this process first: 41 MB here, then one line to each child.
+    assert forks.assign([40 * mb, 41 * mb, 39 * mb], [False] * 3, workers=2) == [0, -1, 1]

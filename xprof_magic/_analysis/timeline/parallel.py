@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from xprof_magic._analysis.timeline import forks, pool
-from xprof_magic._analysis.timeline.events import Runtime
+from xprof_magic._analysis.timeline.events import Runtime, thread_group
 from xprof_magic._analysis.timeline.facts import GroupFacts, TraceFacts
 from xprof_magic._analysis.timeline.reader import Reader
 from xprof_magic._analysis.timeline.thread_lines import Floats, SerializedLines
@@ -97,8 +97,8 @@ def host_lines_in_parallel(
     sizes = [len(line) for line in lines.data]
     live = workers.live()
     if isinstance(workers, forks.Forks):
-        line_min = max(pool.LINE_MIN_BYTES, sum(sizes) // forks.LINE_SHARE)
-        owner = pool.assign(sizes, len(live), forks.START_BYTES, line_min)
+        here = [thread_group(lines.name(i)) == "python" for i in range(len(sizes))]
+        owner = forks.assign(sizes, here, len(live))
     else:
         owner = pool.assign(sizes, len(live))
     shares = [[i for i, o in enumerate(owner) if o == k] for k in range(len(live))]

@@ -70,26 +70,18 @@ def worker_count(total_bytes: int, min_bytes: int = MIN_BYTES) -> int:
     return max(0, min(cpus - 1, MAX_WORKERS))
 
 
-def assign(
-    sizes: Sequence[int],
-    workers: int,
-    start_bytes: int | None = None,
-    line_min_bytes: int | None = None,
-) -> list[int]:
+def assign(sizes: Sequence[int], workers: int) -> list[int]:
     """Who reads each line: ``-1`` this process, ``k`` worker ``k``.
 
     Longest first, each to whoever would finish it soonest, sizes standing for time: a
-    worker starts ``start_bytes`` behind (:data:`START_BYTES`), and lines under
-    ``line_min_bytes`` (:data:`LINE_MIN_BYTES`) stay.
+    worker starts :data:`START_BYTES` behind, and lines under :data:`LINE_MIN_BYTES` stay.
     """
     owner = [-1] * len(sizes)
     if workers <= 0:
         return owner
-    start = START_BYTES if start_bytes is None else start_bytes
-    line_min = LINE_MIN_BYTES if line_min_bytes is None else line_min_bytes
-    load = [0] + [start] * workers
+    load = [0] + [START_BYTES] * workers
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        least = 0 if sizes[i] < line_min else min(range(len(load)), key=load.__getitem__)
+        least = 0 if sizes[i] < LINE_MIN_BYTES else min(range(len(load)), key=load.__getitem__)
         load[least] += sizes[i]
         owner[i] = least - 1
     return owner
