@@ -7,9 +7,10 @@ per step: about 12 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
 
 - ``summary``: :func:`xprof_magic._analysis.summarize` with no budget, as the magic runs it
   in a process of its own, started with the same environment
-  (``cache.SUMMARY_PROCESS_ENV``: one BLAS thread): a capture of 16 MiB or more gets forked
-  workers for its biggest lines (:mod:`xprof_magic._analysis.timeline.forks`), one less
-  than the CPUs, and their CPU time is counted with the process's;
+  (``cache.SUMMARY_PROCESS_ENV``: one BLAS thread): a capture over 200 MB gets worker
+  processes for its biggest lines, one less than the CPUs, forked (the process holds one
+  thread: :mod:`xprof_magic._analysis.timeline.forks`), their CPU time counted with the
+  process's;
 - ``summary_serial``: the same in one process (``XPROF_MAGIC_SUMMARY_WORKERS=0``);
 - ``summary_nodiag``: ``summary`` without the diagnosis (no breakdown spans read, no
   compiled programs kept, no verdict), for the diagnosis's cost: ``--routes summary

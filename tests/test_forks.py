@@ -55,7 +55,7 @@ os.environ[pool.WORKERS_ENV] = "0"
 alone, whole = read_trace(path), summarize(run, budget_s=None)
 # Every line of 1 byte or more may go to the child, a Python thread's too.
 os.environ[pool.WORKERS_ENV] = "1"
-forks.MIN_BYTES = pool.LINE_MIN_BYTES = 0
+pool.LINE_MIN_BYTES = 0
 names = []
 parallel.thread_group = lambda name: names.append(name) or "tf_pool"
 parent, here = os.getpid(), []
@@ -132,7 +132,6 @@ def test_a_process_with_another_thread_never_forks(
 ) -> None:
     forked: list[Any] = []
     monkeypatch.setattr(forks.os, "fork", lambda: forked.append(1) or 0)
-    monkeypatch.setattr(forks, "MIN_BYTES", 0)
     monkeypatch.setenv(pool.WORKERS_ENV, "1")
     release = threading.Event()
     other = threading.Thread(target=release.wait)

@@ -2,8 +2,9 @@
 
 A forked child shares its parent's memory: the modules already imported, the file already
 mapped. It starts in a few milliseconds and is sent nothing, where a fresh interpreter
-(:mod:`.pool`) costs its imports (about 0.2 s of CPU) and a copy of its lines; so a capture
-of tens of MB can give one of its biggest lines to another core (:mod:`.parallel`).
+(:mod:`.pool`) costs its imports (about 0.2 s of CPU) and a copy of its lines. It is used
+where such workers are (past :data:`.pool.MIN_BYTES`, or as ``XPROF_MAGIC_SUMMARY_WORKERS``
+asks), in their place.
 
 Forking is safe only where the process has a single thread: a thread that holds a lock
 when the process forks leaves it held for ever in the child. :func:`safe` asks the system
@@ -33,11 +34,8 @@ from typing import Any
 from xprof_magic._analysis.timeline import pool
 from xprof_magic._analysis.timeline.pool import WorkerFailed
 
-__all__ = ["MIN_BYTES", "Forks", "assign", "safe"]
+__all__ = ["Forks", "assign", "safe"]
 
-MIN_BYTES = 16 * 2**20
-"""Timelines smaller than this are read in one process: the size the notebook reads in a
-process of its own (below it, a summary is read within the cell's time budget)."""
 HERE_WEIGHT = 4
 """How many bytes of a line kept here (a Python thread's) one byte of a runtime thread's line
 is worth in time: a Python thread's events are nested deeper, hold the blocks and steps, and

@@ -39,7 +39,12 @@ MIN_BYTES = 200_000_000
 """Timelines smaller than this are read in one process: a worker's start costs more. With
 lines decoded by :mod:`.wire`, a 100 MB capture took 2.71 s (1.95 s CPU) in one process
 and 2.60 s (1.61 s + 1.00 s CPU) with one worker on a busy 2-core machine: a tenth of a
-second for a third more CPU."""
+second for a third more CPU. A forked worker (:mod:`.forks`) starts for nothing, but its
+work does not: every page of its working set (about 150 MB for a 41 MB line) is faulted in
+afresh, where one process reads its second big line in the pages of the first. On the same
+machine the 100 MB capture took 0.1–0.2 s more CPU with a forked child (2.1× a plain parse
+against 1.9× in one process), was slower whenever the other core was busy, and the
+child's own memory (about 115 MB) came on top of this process's."""
 LINE_MIN_BYTES = 1_000_000
 """Smaller lines stay here: a worker's share of the work is worth its start only above it."""
 START_BYTES = 6_000_000
@@ -56,12 +61,12 @@ class WorkerFailed(Exception):
     """A worker gave no answer; the caller does its share itself."""
 
 
-def worker_count(total_bytes: int, min_bytes: int = MIN_BYTES) -> int:
-    """How many workers a timeline of ``total_bytes`` gets (0: none, under ``min_bytes``)."""
+def worker_count(total_bytes: int) -> int:
+    """How many workers a timeline of ``total_bytes`` gets (0: none)."""
     wanted = os.environ.get(WORKERS_ENV, "").strip()
     if wanted.isdigit():
         return min(int(wanted), MAX_WORKERS)
-    if total_bytes < min_bytes:
+    if total_bytes < MIN_BYTES:
         return 0
     try:
         cpus = len(os.sched_getaffinity(0))

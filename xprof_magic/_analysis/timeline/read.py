@@ -90,13 +90,14 @@ def read_trace(
 def _workers(size: int, deadline: float | None) -> pool.Pool | forks.Forks:
     """Who helps read a timeline of ``size`` bytes besides this process.
 
-    Only where nothing waits on a deadline (the kernel's own quick pass has one): forked
-    children where this process may fork (:func:`.forks.safe`), else fresh interpreters
-    past :data:`.pool.MIN_BYTES`.
+    Only where nothing waits on a deadline (the kernel's own quick pass has one), as many
+    as :func:`.pool.worker_count` says: forked children where this process may fork
+    (:func:`.forks.safe`), else fresh interpreters.
     """
-    if deadline is None and size >= forks.MIN_BYTES and forks.safe():
-        return forks.Forks(pool.worker_count(size, forks.MIN_BYTES))
-    return pool.Pool(pool.worker_count(size) if deadline is None else 0)
+    count = pool.worker_count(size) if deadline is None else 0
+    if count and forks.safe():
+        return forks.Forks(count)
+    return pool.Pool(count)
 
 
 def _parse(path: Path) -> tuple[space.Mapped, list[space.SplitPlane]]:
