@@ -6,8 +6,11 @@ per step: about 12 KB of ``xplane.pb`` a step) of about 5, 30 and 100 MB under
 ``bench/.captures/`` (ignored by git), then times, each in a fresh process, median of 3:
 
 - ``summary``: :func:`xprof_magic._analysis.summarize` with no budget, as the magic runs it
-  in a process of its own: a capture over 16 MB gets worker processes for its biggest
-  lines (:mod:`xprof_magic._analysis.timeline.pool`), one less than the CPUs;
+  in a process of its own, started with the same environment
+  (``cache.SUMMARY_PROCESS_ENV``: one BLAS thread): a capture over 200 MB gets worker
+  processes for its biggest lines, one less than the CPUs, forked (the process holds one
+  thread: :mod:`xprof_magic._analysis.timeline.forks`), their CPU time counted with the
+  process's;
 - ``summary_serial``: the same in one process (``XPROF_MAGIC_SUMMARY_WORKERS=0``);
 - ``summary_nodiag``: ``summary`` without the diagnosis (no breakdown spans read, no
   compiled programs kept, no verdict), for the diagnosis's cost: ``--routes summary
@@ -153,9 +156,14 @@ def child_env() -> dict[str, str]:
 _CHILD = """
 import json, resource, sys, time
 route, path = sys.argv[1], sys.argv[2]
+SUMMARY_PROCESS_ENV = json.loads(sys.argv[3])
 t, cpu = time.perf_counter(), time.process_time()
+import os
+if route.startswith("summary"):
+    # As the magic's summary process has it (cache.summarize_in_subprocess): one BLAS
+    # thread, so the process has one thread and may fork its workers (timeline.forks).
+    os.environ.update(SUMMARY_PROCESS_ENV)
 if route == "summary_serial":
-    import os
     os.environ["XPROF_MAGIC_SUMMARY_WORKERS"] = "0"
 if route == "summary_nodiag":
     # The summary as it was before the diagnosis: no breakdown spans, no compiled programs
@@ -229,10 +237,19 @@ AGAINST = "summary_against"
 def _child(route: str, xplane: Path, against: Path | None = None) -> dict[str, float]:
     if route == AGAINST:
         assert against is not None, "--against DIR names the other checkout"
-        found: dict[str, float] = _run_child(_CHILD, "summary", str(xplane), tree=against)
+        found: dict[str, float] = _run_child(
+            _CHILD, "summary", str(xplane), _summary_env(), tree=against
+        )
         return found
-    result: dict[str, float] = _run_child(_CHILD, route, str(xplane))
+    result: dict[str, float] = _run_child(_CHILD, route, str(xplane), _summary_env())
     return result
+
+
+def _summary_env() -> str:
+    """The environment the magic starts its summary's process with, as JSON."""
+    from xprof_magic._analysis.cache import SUMMARY_PROCESS_ENV
+
+    return json.dumps(SUMMARY_PROCESS_ENV)
 
 
 def _clean_caches(run_dir: Path) -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from tests import _oracle_trace as oracle
 from xprof_magic._analysis import render_text, summarize
-from xprof_magic._analysis.timeline import nesting, pool
+from xprof_magic._analysis.timeline import forks, nesting, pool
 from xprof_magic._analysis.timeline import parallel as parallel_pass
 from xprof_magic._analysis.timeline.facts import TraceFacts
 from xprof_magic._analysis.timeline.read import read_planes, read_trace
@@ -325,7 +325,9 @@ def test_the_full_schema_and_the_lazy_one_read_the_same_events(run_dir: Path) ->
 @pytest.fixture
 def lines_read_here(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Workers take every line they can (none is too small to send); the lines this
-    process read itself are recorded."""
+    process read itself are recorded. The workers are fresh interpreters, as in a process
+    with threads (forked ones: ``test_forks.py``)."""
+    monkeypatch.setattr(forks, "safe", lambda: False)
     monkeypatch.setattr(pool, "START_BYTES", 0)
     monkeypatch.setattr(pool, "LINE_MIN_BYTES", 0)
     monkeypatch.setenv(pool.WORKERS_ENV, "2")

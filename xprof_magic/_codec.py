@@ -21,12 +21,16 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, Literal, TypeVar, Union
 
 __all__ = ["from_plain", "read_plain", "to_plain"]
 
 T = TypeVar("T")
 _hints_cache: dict[type, dict[str, Any]] = {}
+_MISS = object()
+"""What a quick reading (:func:`_quick`) gives for a value it does not take as it is."""
+_quick_cache: dict[Any, Callable[[Any], Any] | None] = {}
 
 
 def to_plain(value: Any) -> Any:
@@ -104,6 +108,11 @@ class _Reader:
             raise ValueError(f"{where or cls.__name__}: {error}") from None
 
     def value(self, hint: Any, value: Any, where: str) -> Any:
+        quick = _quick_cache[hint] if hint in _quick_cache else _quick(hint)
+        if quick is not None:
+            found = quick(value)
+            if found is not _MISS:
+                return found
         origin = typing.get_origin(hint)
         if origin is Literal:
             if value in typing.get_args(hint):
@@ -176,3 +185,73 @@ class _Reader:
                     raise
                 self._misfit(where)
         return out
+
+
+def _quick(hint: Any) -> Callable[[Any], Any] | None:
+    """A reading of ``hint`` for values that fit it as JSON gives them, made once per hint.
+
+    A number, text, a flag, or a tuple of those: the long fields of a run's metadata (the
+    line sampler's looks, the steps' times), tens of thousands of values. It gives
+    :data:`_MISS` for any value that does not plainly fit, which :meth:`_Reader.value` then
+    reads the long way (and finds what is wrong with it); what it gives is what the long way
+    gives. None: no quick reading of this hint.
+    """
+    quick: Callable[[Any], Any] | None = None
+    if hint in _PLAIN:
+        quick = _quick_plain(hint)
+    elif typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            quick = _quick_items(args[0])
+        elif args and all(arg in _EXACT for arg in args):
+            quick = _quick_row(args)
+    _quick_cache[hint] = quick
+    return quick
+
+
+_EXACT = (int, str, bool)
+"""Hints whose values are taken as they are, if of exactly that type (not a flag for an int)."""
+_PLAIN = (*_EXACT, float)
+"""Hints whose values are read in one step: :data:`_EXACT`, and a float from any number."""
+_NUMBERS = frozenset((int, float))
+
+
+def _quick_plain(hint: type) -> Callable[[Any], Any]:
+    if hint is float:
+        return lambda value: float(value) if type(value) in _NUMBERS else _MISS
+    return lambda value: value if type(value) is hint else _MISS
+
+
+def _quick_items(hint: Any) -> Callable[[Any], Any] | None:
+    """``tuple[hint, ...]``, every item read quickly, or :data:`_MISS` if one is not."""
+    if hint in _PLAIN:
+        kinds = _NUMBERS if hint is float else frozenset((hint,))
+
+        def plain(value: Any) -> Any:
+            if type(value) is not list or not kinds.issuperset(map(type, value)):
+                return _MISS
+            return tuple(map(float, value)) if hint is float else tuple(value)
+
+        return plain
+    item = _quick(hint)
+    if item is None:
+        return None
+
+    def read(value: Any) -> Any:
+        if type(value) is not list:
+            return _MISS
+        items = tuple(map(item, value))
+        return _MISS if _MISS in items else items
+
+    return read
+
+
+def _quick_row(hints: tuple[Any, ...]) -> Callable[[Any], Any]:
+    """``tuple[a, b, ...]`` of :data:`_EXACT` types: a list of exactly those, as a tuple."""
+
+    def read(value: Any) -> Any:
+        if type(value) is not list or tuple(map(type, value)) != hints:
+            return _MISS
+        return tuple(value)
+
+    return read

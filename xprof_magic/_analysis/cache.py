@@ -36,6 +36,12 @@ __all__ = [
 READ_BYTES_PER_S = 20e6
 
 
+SUMMARY_PROCESS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""What the summary's own process is started with: one thread for numpy's linear algebra,
+which the summary does not use, so that the process holds one thread and may fork the
+workers that read a big capture's biggest lines (:mod:`.timeline.forks`)."""
+
+
 def estimate_read_s(run_dir: str | os.PathLike[str]) -> float:
     """Seconds a full summary is expected to need, from the size of the timeline files."""
     return _store.xplane_bytes(run_dir) / READ_BYTES_PER_S
@@ -72,6 +78,7 @@ def summarize_in_subprocess(run_dir: str | os.PathLike[str]) -> tuple[Summary | 
     """
     done = subprocess.run(
         [sys.executable, "-m", "xprof_magic._analysis", str(run_dir)],
+        env={**os.environ, **SUMMARY_PROCESS_ENV},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

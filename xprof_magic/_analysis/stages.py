@@ -14,8 +14,11 @@ timeline's events mean.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,7 +58,8 @@ def summarize(
     started = time.perf_counter()
     path = Path(run_dir)
     try:
-        summary = _summarize(path, budget_s, started)
+        with _collector_paused():
+            summary = _summarize(path, budget_s, started)
     except Exception as error:  # the summary must never take the cell down with it
         summary = Summary(
             run=path.name,
@@ -63,6 +67,23 @@ def summarize(
             missing=(Gap("analysis failed", error=str(error), names=(type(error).__name__,)),),
         )
     return replace(summary, read_s=round(time.perf_counter() - started, 4))
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a summary is made, as it was after.
+
+    The summary makes tens of thousands of objects (blocks, steps, the line sampler's looks)
+    and keeps them: the collections their count set off walked every object for nothing
+    (about 0.04 s of the 100 MB capture's summary). Whatever cycle it leaves is collected
+    later."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _summarize(path: Path, budget_s: float | None, started: float) -> Summary:

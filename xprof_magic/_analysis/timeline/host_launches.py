@@ -101,8 +101,12 @@ def executions(
     ops = np.flatnonzero(is_op)
     marks = np.flatnonzero(ends)
     before = np.searchsorted(start[ops], start[marks], side="right") - 1
-    keys = [
-        execution_key(module_of(program[int(name_id[ops[b]])]) if b >= 0 else "")
-        for b in before.tolist()
-    ]
-    return [(key, start[marks[[k == key for k in keys]]]) for key in sorted(set(keys))]
+    # The name of the op before each mark (-1: none), each name's key worked out once.
+    last_op = np.full(len(marks), -1, np.int64)
+    ran = before >= 0
+    last_op[ran] = name_id[ops[before[ran]]]
+    names, which = np.unique(last_op, return_inverse=True)
+    name_keys = [execution_key(module_of(program[u])) if u >= 0 else "" for u in names.tolist()]
+    keys = sorted(set(name_keys))
+    key_at = np.array([keys.index(key) for key in name_keys], np.int64)[which]
+    return [(key, start[marks[key_at == k]]) for k, key in enumerate(keys)]

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from xprof_magic._analysis.timeline import pool
-from xprof_magic._analysis.timeline.events import Runtime
+from xprof_magic._analysis.timeline import forks, pool
+from xprof_magic._analysis.timeline.events import Runtime, thread_group
 from xprof_magic._analysis.timeline.facts import GroupFacts, TraceFacts
 from xprof_magic._analysis.timeline.reader import Reader
 from xprof_magic._analysis.timeline.thread_lines import Floats, SerializedLines
@@ -68,6 +69,11 @@ def read_parts(
     return [_read_part(lines, i, settings) for i in range(len(data))]
 
 
+def _read_share(lines: SerializedLines, share: list[int], settings: _Settings) -> list[_Part]:
+    """A forked worker's task: lines ``share`` of the plane, each read on its own."""
+    return [_read_part(lines, i, settings) for i in share]
+
+
 def _read_part(lines: SerializedLines, index: int, settings: _Settings) -> _Part:
     reader = settings.reader()
     reader.host_line(lines.line(index))
@@ -76,24 +82,36 @@ def _read_part(lines: SerializedLines, index: int, settings: _Settings) -> _Part
     )
 
 
-def host_lines_in_parallel(reader: Reader, lines: SerializedLines, workers: pool.Pool) -> None:
+def host_lines_in_parallel(
+    reader: Reader, lines: SerializedLines, workers: pool.Pool | forks.Forks
+) -> None:
     """The plane's biggest lines in the workers, the rest here; added up in line order.
 
     The sums are the serial pass's to the last bit: each line's part starts from zero, and
     :func:`absorb` adds each part's numbers in the order the serial pass would.
-    A worker that fails costs time only: its lines are read here.
+    A worker that fails costs time only: its lines are read here. A forked worker
+    (:mod:`.forks`) reads its lines where this process has them; a fresh interpreter
+    (:mod:`.pool`) is sent them.
     """
     settings = _Settings.of(reader)
     sizes = [len(line) for line in lines.data]
     live = workers.live()
-    owner = pool.assign(sizes, len(live))
+    if isinstance(workers, forks.Forks):
+        here = [thread_group(lines.name(i)) == "python" for i in range(len(sizes))]
+        owner = forks.assign(sizes, here, len(live))
+    else:
+        owner = pool.assign(sizes, len(live))
     shares = [[i for i, o in enumerate(owner) if o == k] for k in range(len(live))]
     for worker, share in zip(live, shares, strict=True):
-        if share:
-            # Pickled from where they are (the mapped file): one copy, in the task's bytes.
-            data = [pickle.PickleBuffer(lines.data[i]) for i in share]
-            workers.send(worker, (data, lines.names, lines.stat_ids, settings))
-            del data
+        if not share:
+            continue
+        if isinstance(workers, forks.Forks):
+            workers.send(worker, partial(_read_share, lines, share, settings))
+            continue
+        # Pickled from where they are (the mapped file): one copy, in the task's bytes.
+        data = [pickle.PickleBuffer(lines.data[i]) for i in share]
+        workers.send(worker, (data, lines.names, lines.stat_ids, settings))
+        del data
     parts = {}
     for i in [i for i, o in enumerate(owner) if o < 0]:
         parts[i] = _read_part(lines, i, settings)

@@ -8,10 +8,11 @@ added, so the biggest go to worker processes while this process reads the rest.
 A worker is a fresh interpreter running ``python -m xprof_magic._analysis.timeline.worker``,
 started before the file is read (its imports take about 0.2 s) and given one task through its
 stdin: its lines, still serialized, written by a thread of this process so that reading
-goes on meanwhile. It answers with its lines' parts on stdout. Neither ``fork`` (unsafe in
-a process that holds threads, such as a kernel or a training script) nor
-``multiprocessing``'s spawn (which imports the caller's ``__main__`` again, re-running a
-script that has no ``if __name__`` guard) is used.
+goes on meanwhile. It answers with its lines' parts on stdout. ``multiprocessing``'s spawn
+(which imports the caller's ``__main__`` again, re-running a script that has no ``if
+__name__`` guard) is not used, nor ``fork`` in a process that holds threads (a kernel, a
+training script); a process with one thread, as the summary's own, forks its workers
+instead (:mod:`.forks`: nothing to import, nothing to send).
 Anything that goes wrong in a worker costs only time: the caller reads those lines itself.
 
 ``XPROF_MAGIC_SUMMARY_WORKERS`` sets the number of workers (``0``: read everything in this
@@ -39,7 +40,12 @@ MIN_BYTES = 200_000_000
 """Timelines smaller than this are read in one process: a worker's start costs more. With
 lines decoded by :mod:`.wire`, a 100 MB capture took 2.71 s (1.95 s CPU) in one process
 and 2.60 s (1.61 s + 1.00 s CPU) with one worker on a busy 2-core machine: a tenth of a
-second for a third more CPU."""
+second for a third more CPU. A forked worker (:mod:`.forks`) starts for nothing, but its
+work does not: every page of its working set (about 150 MB for a 41 MB line) is faulted in
+afresh, where one process reads its second big line in the pages of the first. On the same
+machine, busy, the 100 MB capture took 0.07–0.23 s more CPU with a forked child (2.1× a
+plain parse against 1.9× in one process) and was slower in six runs of eight, and the
+child's own memory (most of its 160 MB) came on top of this process's."""
 LINE_MIN_BYTES = 1_000_000
 """Smaller lines stay here: a worker's share of the work is worth its start only above it."""
 START_BYTES = 6_000_000

@@ -34,7 +34,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from xprof_magic._analysis.timeline import pool, space
+from xprof_magic._analysis.timeline import forks, pool, space
 from xprof_magic._analysis.timeline.device_planes import read_device_plane
 from xprof_magic._analysis.timeline.events import Runtime
 from xprof_magic._analysis.timeline.facts import TraceFacts
@@ -69,10 +69,9 @@ def read_trace(
         size = path.stat().st_size
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error}") from error
-    # Workers only where nothing waits on a deadline: the kernel's own quick pass has one.
     mapped, planes = _parse(path)
     pages = small_pages() if size >= SMALL_PAGES_FROM else contextlib.nullcontext()
-    with pool.Pool(pool.worker_count(size) if deadline is None else 0) as workers, pages:
+    with _workers(size, deadline) as workers, pages:
         facts = _read(
             xspace_planes(planes, mapped.release),
             host=path.name[: -len(".xplane.pb")],
@@ -86,6 +85,19 @@ def read_trace(
         if found.plane.name == METADATA_PLANE:
             facts.programs = read_programs(found.plane, facts.compile_count)
     return facts
+
+
+def _workers(size: int, deadline: float | None) -> pool.Pool | forks.Forks:
+    """Who helps read a timeline of ``size`` bytes besides this process.
+
+    Only where nothing waits on a deadline (the kernel's own quick pass has one), as many
+    as :func:`.pool.worker_count` says: forked children where this process may fork
+    (:func:`.forks.safe`), else fresh interpreters.
+    """
+    count = pool.worker_count(size) if deadline is None else 0
+    if count and forks.safe():
+        return forks.Forks(count)
+    return pool.Pool(count)
 
 
 def _parse(path: Path) -> tuple[space.Mapped, list[space.SplitPlane]]:
@@ -168,7 +180,7 @@ def _read(
     cell_ns: tuple[int, int] | None,
     deadline: float | None,
     runtime: TimelineNames | None,
-    workers: pool.Pool | None = None,
+    workers: pool.Pool | forks.Forks | None = None,
 ) -> TraceFacts:
     facts = TraceFacts(host=host)
     words = NEUTRAL.timeline if runtime is None else runtime

@@ -21,6 +21,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 from numpy.typing import NDArray
 
 from xprof_magic._analysis.timeline import columns, wire, xspace
@@ -72,6 +73,20 @@ class SerializedLines:
     release: Callable[[int, int, int], None] | None = field(default=None, repr=False)
     """``release(index, lo, hi)``: bytes ``lo:hi`` of line ``index`` are read (or the line
     is sent away): the mapped file gives back their pages (:meth:`.space.Mapped.release`)."""
+
+    def name(self, index: int) -> str:
+        """Line ``index``'s name, from the fields before its events (none decoded).
+
+        "" where they cannot be read.
+        """
+        data = self.data[index]
+        try:
+            first = wire.first_event(data, none=len(data))
+            head = xspace.RawXLine()
+            head.ParseFromString(bytes(data[:first]))
+        except (wire.WireError, DecodeError):
+            return ""
+        return str(head.name)
 
     def done(self, index: int) -> None:
         """Line ``index`` is read: its bytes are not needed any more."""

@@ -44,7 +44,7 @@ from xprof_magic._analysis.timeline.varint import (
     word_at,
 )
 
-__all__ = ["Buffer", "EventColumns", "Stats", "WireError", "decode_line"]
+__all__ = ["Buffer", "EventColumns", "Stats", "WireError", "decode_line", "first_event"]
 
 Buffer = bytes | memoryview
 
@@ -139,7 +139,7 @@ def decode_line(serialized: Buffer, release: Release | None = None) -> EventColu
     A big line's bytes are told to ``release`` part by part as they are decoded.
     """
     if len(serialized) >= WALK_FROM:
-        first = _first_event(serialized, none=-1)
+        first = first_event(serialized, none=-1)
         if first >= 0:  # else a line without events: the runtime's to read
             return _walked(serialized, first, release)
     raw = xspace.RawXLine()
@@ -152,7 +152,7 @@ def decode_line(serialized: Buffer, release: Release | None = None) -> EventColu
     data = np.frombuffer(serialized, np.uint8)
     if len(data) < 8:  # words are read at every byte: a short line is read padded
         data = np.concatenate([data, np.zeros(8, np.uint8)])
-    first = _first_event(serialized) if len(lengths) else 0
+    first = first_event(serialized) if len(lengths) else 0
     head = 1 + varint_sizes(lengths)
     field_at = first + np.concatenate(([0], np.cumsum(head + lengths)[:-1]))
     if len(lengths):
@@ -205,7 +205,7 @@ def _walked(serialized: Buffer, first: int, release: Release | None) -> EventCol
     return EventColumns(raw.name, int(raw.timestamp_ns), metadata_id, offset_ps, duration_ps, stats)
 
 
-def _first_event(serialized: Buffer, none: int | None = None) -> int:
+def first_event(serialized: Buffer, none: int | None = None) -> int:
     """Where the line's first ``events`` field starts.
 
     After its other fields, found in Python (a line has a handful of fields before its
