@@ -23,9 +23,12 @@ from xprof_magic._analysis.timeline.line_arrays import (
     dense,
     stat_readers,
 )
-from xprof_magic._analysis.timeline.wire import EventColumns
+from xprof_magic._analysis.timeline.wire import EventColumns, Stats
 
 __all__ = ["line_of"]
+
+_CHUNK = 1 << 18
+"""Events whose stats are looked at together."""
 
 
 def line_of(
@@ -40,12 +43,23 @@ def line_of(
     metadata's stats. A stat's value is parsed by the runtime, only when asked for.
     """
     unique, name_id = dense(columns.metadata_id)
-    stats = columns.stats  # what the closures below keep of the columns
-    ids = stats.id
+    kept: list[Stats] = [columns.stats]  # what the closures below keep of the columns
+    name = columns.name  # (not the columns: their other arrays go once the line is made)
     marks: dict[str, NDArray[np.bool_]] = {}
+
+    def held() -> Stats:
+        if not kept:
+            raise RuntimeError(f"the stats of line {name!r} were let go")
+        return kept[0]
+
+    def release() -> None:
+        kept.clear()
+        marks.clear()
 
     def marked(key: str) -> NDArray[np.bool_]:
         if key not in marks:
+            stats = held()
+            ids = stats.id
             found = np.zeros(len(name_id), bool)
             wanted = stat_ids.get(key)
             if wanted and len(ids):
@@ -54,16 +68,23 @@ def line_of(
                     found[np.searchsorted(stats.ptr, np.flatnonzero(hit), side="right") - 1] = True
                 else:  # whether any of each event's stats is named so: one reduction each
                     # (a False after the last stat: an event without stats reads it, and is
-                    # told apart by its count)
-                    padded = np.concatenate((hit, [False]))
-                    found = np.logical_or.reduceat(padded, stats.ptr[:-1])
-                    found &= stats.ptr[1:] > stats.ptr[:-1]
+                    # told apart by its count), a chunk of events at a time (the reduction's
+                    # positions are made in int64: a big line's at once took 10 MB)
+                    ptr = stats.ptr
+                    for lo in range(0, len(found), _CHUNK):
+                        hi = min(len(found), lo + _CHUNK)
+                        first, stop = int(ptr[lo]), int(ptr[hi])
+                        padded = np.concatenate((hit[first:stop], [False]))
+                        found[lo:hi] = np.logical_or.reduceat(padded, ptr[lo:hi] - first)
+                    found &= ptr[1:] > ptr[:-1]
             marks[key] = found
         return marks[key]
 
     def last(index: int, key: str) -> Any:
         wanted = stat_ids.get(key)
         if wanted:
+            stats = held()
+            ids = stats.id
             for j in reversed(stats.of(index)):
                 if int(ids[j]) in wanted:
                     return xspace.parse_stat(stats.serialized(j))
@@ -76,6 +97,8 @@ def line_of(
         wanted = {i: key for key in keys for i in stat_ids.get(key, ())}
         if not wanted:
             return out
+        stats = held()
+        ids = stats.id
         for k, event in enumerate(index.tolist()):
             for j in stats.of(event):
                 key = wanted.get(int(ids[j]))
@@ -88,6 +111,8 @@ def line_of(
         wanted = stat_ids.get(key)
         if not wanted or not len(index):
             return out
+        stats = held()
+        ids = stats.id
         # Every stat of those events, then the last of each event's named so.
         lo = stats.ptr[index]
         counts = stats.ptr[index + 1] - lo
@@ -127,4 +152,5 @@ def line_of(
         meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
         values=values,
         integers=integers,
+        release=release,
     )

@@ -22,7 +22,14 @@ from numpy.typing import NDArray
 from xprof_magic._analysis.timeline import nesting
 from xprof_magic._analysis.timeline.events import launched_program
 from xprof_magic._analysis.timeline.facts import LAUNCH, execution_key
-from xprof_magic._analysis.timeline.line_arrays import Floats, Index, Ints, Line, first_of_each
+from xprof_magic._analysis.timeline.line_arrays import (
+    EndTimes,
+    Floats,
+    Index,
+    Ints,
+    Line,
+    first_of_each,
+)
 from xprof_magic._analysis.timeline.programs import module_of
 
 __all__ = ["correlated", "executions", "launch_spans"]
@@ -30,7 +37,7 @@ __all__ = ["correlated", "executions", "launch_spans"]
 
 def launch_spans(
     start: Floats,
-    end: Floats,
+    end: EndTimes,
     name_id: Ints,
     names: list[str],
     launch: NDArray[np.bool_],

@@ -17,6 +17,8 @@ from numpy.typing import NDArray
 from xprof_magic._analysis.timeline import xspace
 
 __all__ = [
+    "EndTimes",
+    "Ends",
     "Floats",
     "Index",
     "Ints",
@@ -73,6 +75,9 @@ class Line:
     integers: StatIntegers | None = field(default=None, repr=False)
     """``integers(events, key)``: as :meth:`ints`, all at once (None: one :attr:`stat` an
     event)."""
+    release: Callable[[], None] = field(default=lambda: None, repr=False)
+    """Let go of what the stat readers above keep (a big line's stat columns, 20 MB at 100
+    MB of capture): none of them may be called after (a decoded line's then raise)."""
 
     def ints(self, index: Ints, key: str) -> list[int | None]:
         """Each of those events' last stat named ``key`` as a whole number: step numbers.
@@ -89,6 +94,29 @@ class Line:
         NaN where it has none, or not a number.
         """
         return np.array([as_number(v) for v in self.values(index, (key,))[key]], np.float64)
+
+
+class Ends:
+    """A line's end times, each computed where it is read: ``start[i] + dur[i]``.
+
+    The same numbers as ``(start + dur)[i]`` (one addition each), without an array of them
+    as long as the line kept while it is read (10 MB for a line of 1.3 million events).
+    Indexed as an array is (a position, positions, a mask or a slice).
+    """
+
+    def __init__(self, start: Floats, dur: Floats):
+        self.start = start
+        self.dur = dur
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __getitem__(self, index: Any) -> Any:  # as an array's indexing is typed
+        return self.start[index] + self.dur[index]
+
+
+EndTimes = Floats | Ends
+"""End times: an array, or :class:`Ends` computed from starts and durations."""
 
 
 def no_values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
@@ -138,6 +166,10 @@ def packed(values: Floats) -> array[float]:
     return array("d", np.ascontiguousarray(values, np.float64).tobytes())
 
 
+_FIRST_CHUNK = 1 << 18
+"""Positions made together in :func:`first_of_each` (a big line's took 10 MB at once)."""
+
+
 def first_of_each(ids: Ints) -> tuple[Ints, Ints]:
     """The distinct ids in order and where each first occurs.
 
@@ -147,8 +179,11 @@ def first_of_each(ids: Ints) -> tuple[Ints, Ints]:
     if not len(ids) or ids.min() < 0 or ids.max() > 8 * len(ids) + 1024:
         unique, first = np.unique(ids, return_index=True)
         return unique, first.astype(np.int64)
-    first = np.full(int(ids.max()) + 1, len(ids), np.int64)
-    np.minimum.at(first, ids, np.arange(len(ids)))
+    n = len(ids)
+    first = np.full(int(ids.max()) + 1, n, np.int64)
+    for lo in range(0, n, _FIRST_CHUNK):  # positions a chunk at a time, not one array of all
+        hi = min(n, lo + _FIRST_CHUNK)
+        np.minimum.at(first, ids[lo:hi], np.arange(lo, hi))
     present = np.flatnonzero(first < len(ids))
     return present, first[present]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from xprof_magic._analysis.timeline.line_arrays import Floats, Index, Ints, Line
+from xprof_magic._analysis.timeline.line_arrays import EndTimes, Floats, Index, Ints, Line
 
 __all__ = ["Nesting", "nest", "time_order", "union_ns", "walk"]
 
@@ -61,7 +61,7 @@ class Nesting:
     """Positions of the pushed events in the order they close (children before parents)."""
 
 
-def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
+def nest(start: Floats, end: EndTimes, pushed: NDArray[np.bool_]) -> Nesting:
     """Parents by time, as a stack walk in (start, -duration) order finds them.
 
     The walk pops every open event that ends at or before the next start, then pushes the
@@ -85,7 +85,8 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
     # the pushed events' ends, fewer than the line's starts).
     before = _before(start, ends)
     del ends
-    closing = np.cumsum(np.bincount(before, minlength=n + 1)[:n])
+    closing = np.bincount(before, minlength=n + 1)[:n]
+    np.cumsum(closing, out=closing)  # in place: one array as long as the line, not two
     np.subtract(depth, closing, out=depth, casting="unsafe")  # at most n: fits
     del closing
     close_at = np.empty(len(by_end), np.int64)
@@ -110,14 +111,32 @@ def nest(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
         parent[here] = up[at]
     del every
     positions = np.flatnonzero(pushed)
-    kids = positions[parent[positions] >= 0]
-    if np.any(end[kids] > end[parent[kids]]):
+    if _outlasts(positions, parent, end):
         return walk(start, end, pushed)
-    del kids
-    # By closing position, deeper first (a child closes before its parent): one key.
-    order = close_at * levels + (levels - 1 - depth[positions])
-    closed = positions[np.argsort(order, kind="stable")]
+    # By closing position, deeper first (a child closes before its parent): one key, made
+    # in place of the closing positions, and the order in place of the key.
+    order = close_at
+    order *= levels
+    order += levels - 1 - depth[positions]
+    closed = np.argsort(order, kind="stable")
+    del order, close_at
+    np.take(positions, closed, out=closed, mode="clip")  # unbuffered: in place
     return Nesting(parent, depth, closed)
+
+
+_CHECK_CHUNK = 1 << 16
+"""Pushed events whose ends are compared with their parents' together (a big line's
+comparison took four arrays as long as its pushed events at once)."""
+
+
+def _outlasts(positions: Ints, parent: Index, end: EndTimes) -> bool:
+    """Whether any of the pushed events at ``positions`` ends after its parent."""
+    for lo in range(0, len(positions), _CHECK_CHUNK):
+        here = positions[lo : lo + _CHECK_CHUNK]
+        kids = here[parent[here] >= 0]
+        if np.any(end[kids] > end[parent[kids]]):
+            return True
+    return False
 
 
 def _before(starts: Floats, ends: Floats) -> Ints:
@@ -131,13 +150,13 @@ def _before(starts: Floats, ends: Floats) -> Ints:
     return found
 
 
-def walk(start: Floats, end: Floats, pushed: NDArray[np.bool_]) -> Nesting:
+def walk(start: Floats, end: EndTimes, pushed: NDArray[np.bool_]) -> Nesting:
     n = len(start)
     parent = np.full(n, -1, np.int64)
     depth = np.zeros(n, np.int64)
     closed: list[int] = []
     stack: list[int] = []
-    ends = end.tolist()
+    ends = end[:].tolist()
     for i, (begin, push) in enumerate(zip(start.tolist(), pushed.tolist(), strict=True)):
         while stack and begin >= ends[stack[-1]]:
             closed.append(stack.pop())

@@ -57,6 +57,8 @@ from xprof_magic._analysis.timeline.facts import (
 )
 from xprof_magic._analysis.timeline.host_launches import correlated, executions, launch_spans
 from xprof_magic._analysis.timeline.line_arrays import (
+    Ends,
+    EndTimes,
     Floats,
     Index,
     Ints,
@@ -109,7 +111,7 @@ class Reader:
         if group in XLA_CPU_CLIENT_GROUPS:
             self.facts.has_cpu_client = True
         order, start, dur, name_id = nesting.time_order(line)
-        end = start + dur
+        end = Ends(start, dur)  # each end computed where read: no array as long as the line
         names = line.names
         flag = name_flags(names, self.label_names, self.runtime, self.compile_events)
         pushed = (dur > 0) & ~flag["end"][name_id]
@@ -117,6 +119,9 @@ class Reader:
         steps: dict[int, int | None] = {}
         cat = self._categories(line, group, order, name_id, nest, pushed, flag, steps)
         blocks = self._blocks(line, order, start, end, nest, cat, steps)
+        if group != "python" or not self.runtime.launches:  # none reads the depths past here
+            nest = nesting.Nesting(nest.parent, nest.depth[:0], nest.closed)
+        # Each mask as long as the line is let go once read (a big line's peak memory).
         has_parent = nest.parent >= 0
         parent_cat = np.where(has_parent, cat[nest.parent], -1)
         outermost = pushed & (cat == _COMPILE) & (parent_cat != _COMPILE)
@@ -126,21 +131,28 @@ class Reader:
             self._compile(float(start[i]), float(dur[i]), i, nest.parent, blocks, group)
         # The phases of a compilation that are not one (JAX's lowering): its time, no count.
         phases = outermost & ~counted
+        del outermost, counted, is_compile
         if group == "python" and phases.any():
             self.facts.spans.setdefault("compile", []).append((start[phases], end[phases]))
+        del phases
         top = pushed & ~has_parent
+        del has_parent
         busy = top & ~flag["wait"][name_id]
         facts = self.facts
         group_facts = facts.groups.setdefault(group, GroupFacts())
         group_facts.threads += 1
         group_facts.busy_ns += nesting.union_ns(start[busy], end[busy], facts.window)
+        del busy
         ops = pushed & (cat == _XLA_OP) & (parent_cat != _XLA_OP)
+        del parent_cat
         if ops.any():
             self.cpu_op_spans.append((start[ops], end[ops]))
             if group == "python":
                 self.add_spans("device", start[ops], end[ops])
                 self.add_spans(INLINE, start[ops], end[ops])
+        del ops
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
+        del top
         program = name_programs(line.text or line.stat, order, name_id)
         if group in XLA_CPU_CLIENT_GROUPS:
             for key, at in executions(program, start, name_id, flag["execution_end"][name_id]):
@@ -160,6 +172,7 @@ class Reader:
         for allocator, events in allocations(line, order, start, name_id).items():
             self.facts.memory.setdefault(allocator, []).append(events)
         del order, flag, pushed  # a big line's: the tables make arrays as long as it
+        line.release()  # its stats are read no more: their columns go before the tables'
         self.tables(start, end, dur, name_id, names, nest, cat)
 
     def _categories(
@@ -185,7 +198,7 @@ class Reader:
         levels = int(nest.depth.max(initial=0)) + 1
         small = np.int16 if levels < 1 << 15 else np.int64
         by_level = np.argsort(depth.astype(small), kind="stable")
-        np.take(positions, by_level, out=by_level)  # in place: a big line's arrays
+        np.take(positions, by_level, out=by_level, mode="clip")  # unbuffered: in place
         del positions
         bounds = np.concatenate(([0], np.cumsum(np.bincount(depth, minlength=levels))))
         del depth
@@ -232,7 +245,7 @@ class Reader:
         line: Line,
         order: Index,
         start: Floats,
-        end: Floats,
+        end: EndTimes,
         nest: nesting.Nesting,
         cat: NDArray[np.int8],
         steps: dict[int, int | None],
@@ -302,7 +315,7 @@ class Reader:
         self,
         group: str,
         start: Floats,
-        end: Floats,
+        end: EndTimes,
         name_id: Ints,
         pushed: NDArray[np.bool_],
         cat: NDArray[np.int8],
@@ -357,7 +370,7 @@ class Reader:
     def tables(
         self,
         start: Floats,
-        end: Floats,
+        end: EndTimes,
         dur: Floats,
         name_id: Ints,
         names: list[str],
