@@ -271,6 +271,36 @@ def test_a_child_that_outlasts_its_parent_is_read_as_before() -> None:
     assert set(facts.device_ops) == {"fusion", "dot", "ThreadpoolListener::Record"}
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 1 << 16])
+def test_a_child_outlasting_its_parent_anywhere_is_walked(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a child ends after its parent is looked at a chunk of events at a time:
+    wherever that child is in the line, the nesting is the stack walk's."""
+    import numpy as np
+
+    monkeypatch.setattr(nesting, "_CHECK_CHUNK", chunk)
+    # Two top-level events with three children each, the middle child with one of its own,
+    # and a last one.
+    start = np.array([0, 10, 30, 32, 50, 100, 110, 130, 132, 150, 192], np.float64)
+    end = np.array([90, 20, 40, 35, 60, 190, 120, 140, 135, 160, 193], np.float64)
+    pushed = np.ones(len(start), bool)
+    nested = nesting.nest(start, end, pushed)
+    walked = nesting.walk(start, end, pushed)
+    assert nested.parent.tolist() == walked.parent.tolist()
+    assert walked.parent.tolist() == [-1, 0, 0, 2, 0, -1, 5, 5, 7, 5, -1]
+    kids = [i for i, up in enumerate(walked.parent.tolist()) if up >= 0]
+    for kid in kids:
+        # It outlasts its parent, past the start of the next event after its parent's end:
+        # the walk nests that event in it, where counting ends would not.
+        late = end.copy()
+        late[kid] = start[start >= end[walked.parent[kid]]].min() + 5
+        want = nesting.walk(start, late, pushed)
+        got = nesting.nest(start, late, pushed)
+        for field in ("parent", "depth", "closed"):
+            assert getattr(got, field).tolist() == getattr(want, field).tolist(), (kid, field)
+
+
 def test_device_planes_and_windows_read_as_before() -> None:
     ms = 1e6
     device = _Plane(

@@ -236,3 +236,97 @@ def test_a_layout_the_decoder_does_not_know_is_refused() -> None:
     assert swapped != data and xspace.XLine.FromString(swapped) == line
     with pytest.raises(wire.WireError):
         wire.decode_line(swapped)
+
+
+@pytest.mark.parametrize("name", [name for name, _ in STORED])
+def test_the_passes_made_a_chunk_at_a_time_read_the_same_facts(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big line's passes go a chunk of events at a time (its memory): the facts are those
+    of one chunk for the whole line, with chunks of a few events, and with the heap trimmed
+    after every line."""
+    from xprof_magic._analysis.timeline import columns, line_arrays, nesting, read
+
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_bytes(dict(STORED)[name]))
+    words = (JAX_WORDS if name.startswith(("gpu", "shared")) else NEUTRAL).timeline
+    whole = read_trace(path, runtime=words)
+    for module, constant in (
+        (columns, "_CHUNK"),
+        (nesting, "_CHECK_CHUNK"),
+        (line_arrays, "_FIRST_CHUNK"),
+    ):
+        monkeypatch.setattr(module, constant, 3)
+    trims: list[int] = []
+    trimmer = read.heap_trimmer()
+    monkeypatch.setattr(read, "SMALL_PAGES_FROM", 0)
+    monkeypatch.setattr(read, "TRIM_FROM", 1)
+    monkeypatch.setattr(read, "TRIM_BEFORE", 1)
+    monkeypatch.setattr(read, "heap_trimmer", lambda: lambda: trims.append(trimmer and 1))
+    _equal(read_trace(path, runtime=words), whole)
+    assert trims, "the heap was trimmed before the lines after one with events"
+
+
+def test_a_lines_stats_once_let_go_are_read_no_more() -> None:
+    """The pass lets a line's stat columns go before its tables (a big line's 20 MB): a
+    stat reader called after that raises, not answers from nothing."""
+    from xprof_magic._analysis.timeline.space import split_space
+    from xprof_magic._analysis.timeline.thread_lines import xspace_planes
+
+    planes = xspace_planes(split_space(_bytes(dict(STORED)["tpu_inference_2"])))
+    line = next(line for plane in planes for line in plane.lines() if len(line.start))
+    every = np.arange(len(line.start))
+    key = "hlo_op"
+    before = line.has(every, key)
+    assert before.dtype == bool and len(before) == len(every)
+    line.release()
+    with pytest.raises(RuntimeError, match="let go"):
+        line.has(every, key)
+    with pytest.raises(RuntimeError, match="let go"):
+        line.values(every[:1], (key,))
+
+
+def test_ends_computed_where_read_are_the_sums_kept_before() -> None:
+    from xprof_magic._analysis.timeline.line_arrays import Ends
+
+    rng = np.random.default_rng(0)
+    start = np.cumsum(rng.random(1000) * 1e3) + 1.7e12 / 3
+    dur = rng.random(1000) * 1e4 / 7
+    end = start + dur
+    ends = Ends(start, dur)
+    assert len(ends) == len(end)
+    mask = rng.random(1000) > 0.5
+    index = rng.integers(0, 1000, 300)
+    for at in (mask, index, slice(None), slice(10, 20), 5):
+        assert np.array_equal(ends[at], end[at]), at  # bit for bit: one addition each
+
+
+@pytest.mark.parametrize("chunk", [1 << 18, 3])
+def test_which_events_have_a_stat_is_each_events(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """:attr:`Line.has` from the columns (a reduction a chunk of events at a time) against
+    the events their stats belong to, for every stat name of every line of three stored
+    captures."""
+    from xprof_magic._analysis.timeline import columns
+    from xprof_magic._analysis.timeline.space import split_space
+
+    monkeypatch.setattr(columns, "_CHUNK", chunk)
+    many = 0
+    for name, path in STORED[:3]:
+        for split in split_space(_bytes(path)):
+            stat_ids: dict[str, set[int]] = {}
+            for key, meta in split.plane.stat_metadata.items():
+                stat_ids.setdefault(meta.name, set()).add(key)
+            for raw in split.lines:
+                decoded = wire.decode_line(raw)
+                line = columns.line_of(decoded, {}, stat_ids, lambda i, k: None)
+                ptr, ids = decoded.stats.ptr, decoded.stats.id
+                every = np.arange(len(line.start))
+                owner = np.repeat(every, np.diff(ptr))  # each stat's event
+                for key, wanted in stat_ids.items():
+                    want = np.zeros(len(every), bool)
+                    want[owner[np.isin(ids, list(wanted))]] = True
+                    assert np.array_equal(line.has(every, key), want), (name, key)
+                    many += np.isin(ids, list(wanted)).sum() * 8 >= max(1, len(every))
+    assert many, "no stat that most events have: the reduction was not tried"

@@ -176,7 +176,11 @@ def small_pages() -> Iterator[None]:
 
 
 TRIM_FROM = 1 << 18
-"""The events of a line after which the heap's free pages go back to the system."""
+"""The events read since the heap was last trimmed from which it is trimmed again before a
+big line (:data:`TRIM_BEFORE`): the free pages their arrays left go back to the system."""
+TRIM_BEFORE = 16 << 20
+"""The bytes of a line before which the heap is trimmed (not after the last big line: the
+pages would come back for nothing, each at the cost of a fault when used again)."""
 
 
 def heap_trimmer() -> Callable[[], object] | None:
@@ -240,14 +244,26 @@ def _read(
             if workers is not None and workers.workers and plane.serialized is not None:
                 host_lines_in_parallel(reader, plane.serialized, workers)
                 continue
+            big = _big_lines(plane) if give_back is not None else set()
+            read_since = 0  # events read since the heap was last trimmed
+            index = 0  # (not enumerate's: its tuple would keep each line until the next)
             for line in plane.lines():
-                events = len(line.start)
+                read_since += len(line.start)
                 reader.host_line(line)
                 del line  # before the next line is parsed: one line in memory at a time
-                if give_back is not None and events >= TRIM_FROM:
+                index += 1  # noqa: SIM113 (see above)
+                if give_back is not None and read_since >= TRIM_FROM and index in big:
                     give_back()
+                    read_since = 0
         elif plane.name.startswith("/device:"):
             read_device_plane(reader, plane)
         reader.check()
     reader.finish()
     return facts
+
+
+def _big_lines(plane: Plane) -> set[int]:
+    """The lines of ``plane`` the heap may be trimmed before (:data:`TRIM_BEFORE`)."""
+    if plane.serialized is None:
+        return set()
+    return {i for i, data in enumerate(plane.serialized.data) if len(data) >= TRIM_BEFORE}
