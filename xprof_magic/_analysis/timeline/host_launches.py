@@ -72,15 +72,20 @@ def launch_spans(
 
 
 def correlated(
-    line: Line, order: Index, start: Floats, name_id: Ints
+    line: Line,
+    order: Index,
+    start: Floats,
+    name_id: Ints,
+    firsts: tuple[Ints, Ints] | None = None,
 ) -> tuple[list[float], list[float]] | None:
     """The line's launches of device work that name it: each one's id and start.
 
     A launch names its work with a ``correlation_id`` stat; None: none. A stat read per
     distinct name first, then per event of those names only. ``order``, ``start`` and
-    ``name_id`` are the line's in time order.
+    ``name_id`` are the line's in time order; ``firsts``: ``first_of_each(name_id)`` where
+    the caller has it.
     """
-    _, first = first_of_each(name_id)
+    _, first = first_of_each(name_id) if firsts is None else firsts
     if not len(first):
         return None
     named = line.has(order[first], "correlation_id")

@@ -93,15 +93,17 @@ def name_programs(
     order: Index,
     name_id: Ints,
     names: Sequence[str] | None = None,
+    firsts: tuple[Ints, Ints] | None = None,
 ) -> list[str]:
     """The program of each event name of a line (by name id), as XProf names it.
 
     XProf's name is ``<module>(<program id>)``; "" for a name that is no XLA op. A name's
     first event with the ``hlo_module`` stat says it (see :func:`program_time`).
+    ``firsts``: ``first_of_each(name_id)`` where the caller has it.
     """
     if not len(order):
         return []
-    unique, first = first_of_each(name_id)
+    unique, first = first_of_each(name_id) if firsts is None else firsts
     program = [""] * (int(unique[-1]) + 1)
     for u, at in zip(unique.tolist(), first.tolist(), strict=True):
         name = names[u] if names is not None else stat(int(order[at]), "hlo_module")

@@ -153,7 +153,8 @@ class Reader:
         del ops
         self._spans(group, start, end, name_id, pushed, cat, top, flag)
         del top
-        program = name_programs(line.text or line.stat, order, name_id)
+        firsts = first_of_each(name_id)  # each name's first event: read twice below
+        program = name_programs(line.text or line.stat, order, name_id, firsts=firsts)
         if group in XLA_CPU_CLIENT_GROUPS:
             for key, at in executions(program, start, name_id, flag["execution_end"][name_id]):
                 self.add_spans(key, at, at)
@@ -166,7 +167,8 @@ class Reader:
                 start, end, name_id, names, launch, before, nest, self.runtime.launches
             ):
                 self.add_spans(key, made, ends)
-        found = correlated(line, order, start, name_id)
+        found = correlated(line, order, start, name_id, firsts)
+        del firsts
         if found is not None:
             self.facts.launch_ids.append(found)
         for allocator, events in allocations(line, order, start, name_id).items():
