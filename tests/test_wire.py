@@ -259,7 +259,7 @@ def test_the_passes_made_a_chunk_at_a_time_read_the_same_facts(
         monkeypatch.setattr(module, constant, 3)
     trims: list[int] = []
     trimmer = read.heap_trimmer()
-    monkeypatch.setattr(read, "SMALL_PAGES_FROM", 0)
+    monkeypatch.setattr(read, "TRIM_FILES_FROM", 0)
     monkeypatch.setattr(read, "TRIM_FROM", 1)
     monkeypatch.setattr(read, "TRIM_BEFORE", 1)
     monkeypatch.setattr(read, "heap_trimmer", lambda: lambda: trims.append(trimmer and 1))
