@@ -173,7 +173,9 @@ def _frames(
     out: NDArray[np.bool_] = frame.copy()
     for value in np.unique(line[frame]).tolist():
         at = line == value
-        counted = at & ran if (at & ran).any() else at
+        counted = at & ran
+        if not counted.any():
+            counted = at
         if grew[counted].mean() < TRACING:
             out[at] = False
     return out

@@ -96,7 +96,7 @@ class Forks:
     def live(self) -> list[int]:
         """The numbers of the children not started yet (each takes one share).
 
-        None once this process holds a thread besides its own.
+        Empty once this process holds a thread besides its own.
         """
         if not safe():
             return []
