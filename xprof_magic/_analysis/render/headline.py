@@ -244,10 +244,16 @@ def split(d: Diagnosis) -> str:
 
 
 def _cheapest(d: Diagnosis, where: str) -> str:
-    """The category of a mixed step the verdict names, and why it is the one."""
+    """The category of a mixed step the verdict names, and why it is the one.
+
+    A cause with words of its own (:data:`WORDED_CAUSES`) is named in them, as a step with one
+    bottleneck names it: the host's time around a compiled step is no graph building.
+    """
     if d.verdict == "device":
         return f"; the largest is the device's own compute{where}"
-    return f". Cheapest to remove: {KIND[d.verdict].without}{where}"
+    own = WORDED_CAUSES.get(d.cause)
+    what = f"the time that {own.what}" if own is not None else KIND[d.verdict].without
+    return f". Cheapest to remove: {what}{where}"
 
 
 def gained(d: Diagnosis) -> str:
