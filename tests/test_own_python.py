@@ -27,7 +27,7 @@ from tests.conftest import names_of
 from tests.test_idioms import diagnosed
 from xprof_magic import summarize
 from xprof_magic._analysis.diagnosis import own as _own
-from xprof_magic._analysis.diagnosis.own import Sampled, feeds_the_step, own_python
+from xprof_magic._analysis.diagnosis.own import Sampled, feeds_the_step, moves_data, own_python
 from xprof_magic._cell.sampler import SPARSE, STALLED, WEIGHT, LineSampler
 from xprof_magic._runs import metadata as _metadata
 
@@ -376,6 +376,27 @@ def test_a_statement_feeds_the_step_when_a_later_call_or_loop_takes_its_name() -
     assert not feeds_the_step(cell, 5), "a print feeds nothing"
     assert not feeds_the_step(cell, 9), "a name nothing takes"
     assert not feeds_the_step("for x in\n", 1), "a cell that does not parse"
+
+
+def test_a_statement_that_only_moves_data_to_the_device_is_the_frameworks_copy() -> None:
+    """The quickstart's ``inputs.to(device)`` line feeds the step, yet makes no batch: its
+    looks are the framework's transfer, never "making batches in your own Python"."""
+    cell = (
+        "for inputs, targets in batches:\n"
+        "    inputs, targets = inputs.to(device), targets.to(device)\n"
+        "    x = torch.from_numpy(augment(raw)).to(dev)\n"
+        "    batch = {k: v.cuda(non_blocking=True) for k, v in batch.items()}\n"
+        "    x = jax.device_put(x)\n"
+        "    d = {k: v for k, v in b.items()}\n"
+        "    try:\n"
+        "        y = y.to(dev)\n"
+        "    finally:\n"
+        "        loss = loss_fn(model(inputs), targets)\n"
+    )
+    assert feeds_the_step(cell, 2), "it does feed the step"
+    moving = [n for n in range(1, 11) if moves_data(cell, n)]
+    assert moving == [2, 4, 5, 8], moving
+    assert not moves_data("x = (\n", 1), "a cell that does not parse"
 
 
 def test_own_python_counts_the_host_looks_of_the_steps_it_is_given() -> None:

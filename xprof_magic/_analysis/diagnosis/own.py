@@ -9,7 +9,8 @@ clock). A look is the framework's when its innermost frame is, or its line makes
 framework's ops (torch_xla's counter grew while it ran: :func:`_made_ops`), or it falls in the
 runtime's own events on the Python thread (:data:`~..timeline.facts.FRAMEWORK`: JAX's
 ``PjitFunction`` dispatch, a sync, a copy), a launch or a compile; it is input inside a
-``next()``; else it is the user's own code, at the cell line it was on.
+``next()``; a line that only moves data to the device (:func:`moves_data`) is the
+framework's copy; else it is the user's own code, at the cell line it was on.
 
 :func:`sampled` places every look in its step; :func:`own_python` sums the steps a verdict
 is about into an :class:`~xprof_magic._analysis.model.diagnosis.OwnPython`.
@@ -53,6 +54,7 @@ __all__ = [
     "feeds_the_step",
     "framework_python",
     "held_by",
+    "moves_data",
     "own_python",
     "prints",
     "sampled",
@@ -132,7 +134,10 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
     theirs = _frames(looks[:, 1], (flags & 1) > 0, grew, ran) | _made_ops(
         looks[:, 1], grew, looks[:, 3], ran
     )
+    cell_lines = np.unique(looks[:, 1]).tolist()
+    moving = [v for v in cell_lines if moves_data(meta.numbered_cell, v)]
     own = host & ~theirs & ~_within(framework, t) & (looks[:, 1] > 0)
+    own &= ~np.isin(looks[:, 1], moving)
     feeding = [
         v for v in np.unique(looks[own, 1]).tolist() if feeds_the_step(meta.numbered_cell, v)
     ]
@@ -337,6 +342,68 @@ def feeds_the_step(cell: str, line: int) -> bool:
                     if isinstance(n, ast.Call) and any(_names(a) & names for a in n.args):
                         return True
     return False
+
+
+_MOVES = frozenset(
+    {
+        "to",
+        "cuda",
+        "device_put",
+        "device_put_replicated",
+        "device_put_sharded",
+        "send_cpu_data_to_device",
+    }
+)
+"""The calls that copy data to a device: a tensor's ``.to(dev)`` and ``.cuda()``, JAX's
+``device_put`` and its variants, torch_xla's ``send_cpu_data_to_device``."""
+_WALKS = frozenset({"items", "values", "keys"})
+"""The calls a statement that moves data may also make: walking a dict of tensors."""
+
+
+def moves_data(cell: str, line: int) -> bool:
+    """Whether the statement at ``line`` only copies data to the device.
+
+    ``x, y = x.to(dev), y.to(dev)``, ``batch = {k: v.cuda() for k, v in batch.items()}``,
+    ``x = jax.device_put(x)``: every call it makes is one of :data:`_MOVES` (or walks a dict),
+    and one at least copies. Its time is the framework's transfer, not the user's own Python
+    making a batch (whose fix is the data path's): its looks are never :func:`own_python`'s.
+    A statement that also calls anything else (``torch.from_numpy(augment(raw)).to(dev)``)
+    makes the batch it moves, so it stays the user's.
+    """
+    try:
+        tree = ast.parse(cell)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or isinstance(node, _COMPOUND):
+            continue
+        if not node.lineno <= line <= (node.end_lineno or node.lineno):
+            continue
+        calls = [_called(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)]
+        return bool(calls) and set(calls) <= _MOVES | _WALKS and not _WALKS.issuperset(calls)
+    return False
+
+
+_COMPOUND = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.If,
+    ast.With,
+    ast.AsyncWith,
+    ast.Try,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+)
+"""Statements that hold others: the line's own statement is the simple one inside them."""
+
+
+def _called(func: ast.expr) -> str:
+    """The name a call's function goes by: ``x.to`` is ``to``, ``jax.device_put`` ``device_put``."""
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
 
 
 def _stored(name: ast.Name) -> bool:
