@@ -114,6 +114,28 @@ def test_the_gain_is_the_step_without_the_verdicts_time_bounded_by_the_device() 
     assert ("without input", "20.0 ms instead of 100.0 ms (5.0×)") in idle.evidence
 
 
+def test_workers_for_a_batch_made_on_the_cpu_gain_no_more_than_the_machines_cores_allow() -> None:
+    """A loop waits 70 ms of each 100 ms step while its loader decodes on the cell's thread.
+
+    Workers take that work to other cores, but it is still done: with the step's own 10 ms of
+    host work it needs 40 ms of a 2-core machine each step, not the 30 ms left without the
+    wait. On 64 cores, or for a wait on a store's latency (no CPU), the wait's bound stands.
+    """
+    parts = _steps({"input": 0.07, "device": 0.02, "host": 0.01}, busy=0.02)
+    assert gain_of(parts, "input") == Gain("input", 0.1, 0.03)
+    assert gain_of(parts, "input", cores=2) == Gain("input", 0.1, 0.04, 2)
+    assert gain_of(parts, "input", cores=64) == Gain("input", 0.1, 0.03)
+    assert gain_of(parts, "input", cores=2, on_cpu=0.1) == Gain("input", 0.1, 0.03)
+    assert gain_of(parts, "input", "making batches", cores=2) == Gain("input", 0.1, 0.03)
+    s = Summary(run="r", run_dir="/r", backend="torch_xla")
+    diagnosis = replace(diagnose(s, TORCH_XLA_WORDS, parts), gain=gain_of(parts, "input", cores=2))
+    bound = worded(replace(s, diagnosis=diagnosis))
+    assert (
+        "still need this machine's 2 cores beside the step: a step would take about 40.0 ms"
+        " instead of 100.0 ms on average (2.5×)" in bound.headline
+    ), bound.headline
+
+
 _UNDECIDED = {"input": 0.09, "host": 0.16} | dict.fromkeys(
     ("compile", "transfer", "sync", "device", "collective"), 0.15
 )

@@ -69,6 +69,7 @@ def run_metadata(
         backend=backend.name,
         device=backend.device(),
         device_name=backend.device_name(),
+        cpus=usable_cpus(),
         memory=tuple(
             _metadata.MemoryFigure(t, path, used, peak, limit)
             for t, path, used, peak, limit in recorder.samples
@@ -111,3 +112,11 @@ def _message(exc: BaseException) -> str:
 
 def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).astimezone().isoformat()
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity; the machine's where unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -125,6 +125,10 @@ class RunMetadata:
     """The file name the cell's code was compiled under (``/tmp/ipykernel_…/….py``), which
     the runtime's messages (an out-of-memory error's ``source_file``) name the cell by."""
     lines: tuple[tuple[int, int, int, int], ...] = ()  # sampled: ns, line, flags, steps (sampler)
+    cpus: int | None = None
+    """The cores the cell's process could run on (its CPU affinity): how far a fix that moves
+    work to other cores (DataLoader workers) can spread it. None in a run from before it was
+    kept, or from another process (an on-demand capture)."""
     schema: int = SCHEMA
     problems: tuple[str, ...] = field(default=(), compare=False, metadata={"saved": False})
 

@@ -12,6 +12,11 @@ A graph that grows because the loop never syncs (:data:`GROWING`) also makes eac
 the steps before it again, which the fix ends too: every step would then cost what the least
 of them costs without its compile.
 
+A wait for the next batch whose fix spreads the batches' making over other cores (DataLoader
+workers) is bounded by the machine's cores too (``cores``): that work, as much of it as ran
+on a CPU (``on_cpu``), and the step's own host work still share them, so that on a 2-core
+machine workers gain far less than the wait (:data:`SPREAD`).
+
 ``device``, the healthy case, has no cost to remove: its estimate is the step reduced to the
 device's own time, the most that any fix outside the model would gain.
 
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, Gain
 
-__all__ = ["GROWING", "gain_of", "step_time"]
+__all__ = ["GROWING", "SPREAD", "gain_of", "step_time"]
 
 GROWING = "growing graph"
 """The compile cause whose fix (a sync per step) also stops each step from running the graph
@@ -32,28 +37,59 @@ of every step before it again: each step would cost what the least of them costs
 its compile."""
 
 
-def gain_of(parts: Breakdown, category: str, cause: str = "", part: float = 1.0) -> Gain | None:
+SPREAD = "input"
+"""The category whose fix spreads its work over the machine's other cores (a loader's
+workers), when the verdict's cause is the wait itself (not batches made in the step)."""
+
+
+def gain_of(
+    parts: Breakdown,
+    category: str,
+    cause: str = "",
+    part: float = 1.0,
+    cores: int = 0,
+    on_cpu: float = 1.0,
+) -> Gain | None:
     """The mean step of ``parts`` now, and without ``category``'s seconds or ``part`` of them.
 
     ``parts`` is a diagnosis's basis; ``cause`` is the verdict's (:data:`GROWING`); ``part`` is the
-    part of the seconds a fix removes (the host's own Python, of its time). None when it has no such
-    category or no time.
+    part of the seconds a fix removes (the host's own Python, of its time). ``cores`` (0: not
+    known) and ``on_cpu`` bound a :data:`SPREAD` wait's fix, which moves its work to other cores
+    (the module's text). None when it has no such category or no time.
     """
     if category not in parts.categories or "device" not in parts.categories:
         return None
     at, device = parts.categories.index(category), parts.categories.index("device")
+    host = parts.categories.index("host") if "host" in parts.categories else -1
     if parts.steps:
-        rows = [(s.total_s, s.seconds[at] * part, s.seconds[device], s.busy_s) for s in parts.steps]
+        rows = [
+            (s.total_s, s.seconds[at] * part, s.seconds[device], s.busy_s, _at(s.seconds, host))
+            for s in parts.steps
+        ]
     elif parts.cell:
-        rows = [(parts.total_s(False), parts.cell[at] * part, parts.cell[device], parts.busy_s)]
+        cell = parts.cell
+        rows = [
+            (parts.total_s(False), cell[at] * part, cell[device], parts.busy_s, _at(cell, host))
+        ]
     else:
         return None
     total = sum(row[0] for row in rows)
     if total <= 0:
         return None
-    lefts = [_left(category, *row) for row in rows]
+    lefts = [_left(category, *row[:4]) for row in rows]
+    bound = 0
+    if category == SPREAD and cause == "" and cores > 0:
+        spread = [
+            max(left, (r[1] * on_cpu + r[4]) / cores) for left, r in zip(lefts, rows, strict=True)
+        ]
+        if sum(spread) > sum(lefts) * 1.05:
+            lefts, bound = spread, cores
     left = min(lefts) * len(lefts) if cause == GROWING else sum(lefts)
-    return Gain(category, round(total / len(rows), 9), round(left / len(rows), 9))
+    return Gain(category, round(total / len(rows), 9), round(left / len(rows), 9), bound)
+
+
+def _at(seconds: tuple[float, ...], at: int) -> float:
+    return seconds[at] if at >= 0 else 0.0
 
 
 def _left(category: str, total: float, removed: float, device: float, busy: float) -> float:

@@ -96,10 +96,27 @@ class Sampled:
     device: NDArray[np.bool_]
     line: NDArray[np.int64]
     batch: NDArray[np.bool_] | None = None
+    fed: NDArray[np.bool_] | None = None
+    """Whether each look was the loop waiting for its next batch (in a fetch)."""
+    ran: NDArray[np.bool_] | None = None
+    """Whether the cell's thread ran on a CPU before each look (not :data:`STALLED`)."""
+    cpus: int = 0
+    """The cores the cell's process could run on (:attr:`RunMetadata.cpus`; 0: unknown)."""
 
     def batches(self) -> NDArray[np.bool_]:
         """Whether each look was the user's own Python making batches."""
         return self.batch if self.batch is not None else np.zeros(len(self.step), bool)
+
+    def waits_on_cpu(self) -> float:
+        """The share of the looks at the loop's waits for a batch in which its thread ran.
+
+        A loader that decodes on the cell's thread (no workers) computes there (1.0); one that
+        waits on a store's latency does not. 1.0 without such looks, or where the thread's CPU
+        clock is not read.
+        """
+        if self.fed is None or self.ran is None or not self.fed.any():
+            return 1.0
+        return float(self.ran[self.fed].mean())
 
 
 def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled | None:
@@ -151,6 +168,9 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
         device=np.repeat(_within(device, t), times),
         line=np.repeat(looks[:, 1], times),
         batch=np.repeat(own & np.isin(looks[:, 1], feeding), times),
+        fed=np.repeat(_within(merge([fetches]), t), times),
+        ran=np.repeat(ran, times),
+        cpus=meta.cpus or 0,
     )
 
 

@@ -198,7 +198,7 @@ def diagnose(
         program=program,
         mixed=mixed,
         runner_up=runner_up(share, verdict),
-        gain=gain_of(basis, verdict, cause, part),
+        gain=gain_of(basis, verdict, cause, part, *_machine(looks)),
         changed=changes.changed,
         changed_in=changes.found_in,
         read_back=read_back,
@@ -206,6 +206,13 @@ def diagnose(
         framework=theirs,
         idle=idle_time(basis, looks, frame.steady(), _where(s, "input", of_steps)[1]),
     )
+
+
+def _machine(looks: Sampled | None) -> tuple[int, float]:
+    """The cores the cell could use, and the share of its waits for a batch spent on a CPU."""
+    if looks is None:
+        return 0, 1.0
+    return looks.cpus, looks.waits_on_cpu()
 
 
 def _eager_call(s: Summary) -> tuple[str, int, str] | None:

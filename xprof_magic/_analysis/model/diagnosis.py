@@ -179,6 +179,10 @@ class Gain:
     category: str
     step_s: float
     without_s: float
+    cores: int = 0
+    """The machine's cores, where they bound ``without_s``: a fix that moves the work to other
+    cores (DataLoader workers) still needs it done, and the step's own host work too, on
+    these (0: they did not bound it)."""
 
     @property
     def speedup(self) -> float:

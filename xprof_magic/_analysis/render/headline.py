@@ -280,6 +280,12 @@ def gained(d: Diagnosis) -> str:
         )
     own = WORDED_CAUSES.get(d.cause)
     removed = own.removed if own is not None else KIND[g.category].without
+    if g.cores:
+        # The wait's fix moves the batches' work to other cores, which this machine has few of.
+        return (
+            f"Made by workers, the batches still need this machine's {counted(g.cores, 'core')}"
+            f" beside the step: {unit} would take about {times} ({speedup(g.speedup)})."
+        )
     return f"Without {removed} {unit} would take about {times} ({speedup(g.speedup)})."
 
 
