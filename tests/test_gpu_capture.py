@@ -119,6 +119,7 @@ def test_a_read_back_each_step_is_named_at_its_line(summaries: dict[str, Summary
     assert r.call.startswith("l = float(mid(")
     # Without the read, the host launches while the GPU works: about twice as fast.
     assert 1.5 < r.step_s / r.without_s < 2.5
+    assert not r.shared and "this machine's CPU" not in d.headline, "a GPU's own estimate"
     assert "read a value back" in d.headline and "Speed now comes from the model" not in d.headline
 
 

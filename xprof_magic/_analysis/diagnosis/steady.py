@@ -146,4 +146,5 @@ def read_back(
         call=text,
         step_s=round(now / len(reading), 9),
         without_s=round(left / len(reading), 9),
+        shared=s.device is not None and s.device.on_cpu,
     )

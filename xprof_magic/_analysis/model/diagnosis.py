@@ -235,6 +235,9 @@ class ReadBack:
     statement that reads, 0: unknown); the host waits for the device in each and launches nothing
     meanwhile, so the device idles between steps. ``step_s`` is their mean step now, ``without_s``
     with the host's work overlapping the device's as it would without the reads.
+    ``shared``: the device was this machine's CPU, whose cores the host's work shares, so that
+    overlap may not come (a torch_xla loop on the CPU ran slower without its reads): the
+    estimate is an accelerator's, not this machine's.
     """
 
     steps: int
@@ -245,6 +248,7 @@ class ReadBack:
     call: str
     step_s: float
     without_s: float
+    shared: bool = False
 
 
 @dataclass(frozen=True)

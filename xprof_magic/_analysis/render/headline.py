@@ -226,11 +226,18 @@ def read_back(d: Diagnosis) -> str:
         return ""
     where = f" (`{r.call}`, line {r.line})" if r.call else f" (line {r.line})" if r.line else ""
     times = r.step_s / r.without_s if r.without_s > 0 else float("inf")
+    estimate = (
+        f"without the reads those steps would take about {seconds(r.without_s)} instead of "
+        f"{seconds(r.step_s)} ({speedup(times)})"
+    )
+    if r.shared:
+        estimate = (
+            f"on an accelerator, {estimate}, but here the device is this machine's CPU, whose "
+            "cores the host's work shares, so reading less may gain little"
+        )
     return (
         f"{r.steps} of {r.of} steps read a value back from the device{where}: the host waits "
-        "there and launches nothing meanwhile, so the device idles between steps; without "
-        f"the reads those steps would take about {seconds(r.without_s)} instead of "
-        f"{seconds(r.step_s)} ({speedup(times)})."
+        f"there and launches nothing meanwhile, so the device idles between steps; {estimate}."
     )
 
 
