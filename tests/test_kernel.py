@@ -224,7 +224,7 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     names = sorted(r.name for r in _store.runs(tmp_path))
     assert names == ["quickstart-eval", "quickstart-train"]
     train = _store.read_metadata(tmp_path / "plugins" / "profile" / "quickstart-train") or {}
-    assert len(train["steps"]) == 6
+    assert len(train["steps"]) == 16
     paths = {tuple(label["path"]) for label in train["labels"]}
     assert ("for inputs, targets in batches", "forward") in paths
     json.dumps(nb)  # outputs are plain JSON
