@@ -8,8 +8,11 @@ microseconds). The loop's own time, measured inside the cell with ``time.perf_co
 - ``manual+steps``: the same, with a step marker by hand around each iteration
   (``jax.profiler.StepTraceAnnotation``), which is what ``--steps`` draws;
 - ``manual+stamps``: the same, each step's start appended to a list by the loop's iterator
-  in C (``map``/``zip``), as ``--steps`` records tiny steps: the floor of steps recorded
-  in Python;
+  in C (``map``/``zip``), as ``--steps`` records tiny steps over a dict or set;
+- ``manual+count``: the same, the loop's own iterator handed on by a
+  :func:`itertools.chain`, as ``--steps`` counts tiny steps over a built-in sequence or a
+  ``range`` (the position is read from the iterator at the sampler's looks and the loop's
+  end, nothing per step): the floor of steps recorded in Python;
 - ``manual+sampler``: the first, with the magic's line sampler
   (:mod:`xprof_magic._cell.sampler`) looking at the loop's thread at its full rate (a loop
   whose steps are not recorded in C): its cost alone;
@@ -21,7 +24,8 @@ microseconds). The loop's own time, measured inside the cell with ``time.perf_co
 - ``xprof (markers)``: the cell under ``%%xprof --steps`` with a profiler marker on every
   step, as before tiny steps were recorded in Python;
 - ``xprof``: the cell under ``%%xprof --steps`` (labels, its first steps marked, the rest
-  recorded in Python and written into the timeline after the trace, the sampler).
+  counted, their times spread between the sampler's looks and written into the timeline
+  after the trace).
 
 Prints the medians and each variant's ratio to ``manual``, and the same of the fastest runs
 (on a shared machine the least disturbed).
@@ -39,7 +43,7 @@ from typing import Any
 __all__ = ["main", "measure"]
 
 SETUP = """
-import operator, sys, time, threading
+import itertools, operator, sys, time, threading
 import jax, jax.numpy as jnp
 from xprof_magic._cell.sampler import LineSampler, framework_folders
 
@@ -83,11 +87,27 @@ elapsed = time.perf_counter() - _t
 """
 
 
-def _manual(logdir: str, sampled: str = "", stepped: bool = False, stamped: bool = False) -> str:
+COUNTED = """
+for i in itertools.chain.from_iterable([iter(range(STEPS))]):
+    W = tiny(W)
+jax.block_until_ready(W)
+elapsed = time.perf_counter() - _t
+"""
+
+
+def _manual(
+    logdir: str,
+    sampled: str = "",
+    stepped: bool = False,
+    stamped: bool = False,
+    counted: bool = False,
+) -> str:
     """``sampled``: the sampler's class, and its arguments past the frameworks."""
     body = STEPPED if stepped else LOOP.replace("_t = time.perf_counter()", "")
     if stamped:
         body = STAMPED
+    if counted:
+        body = COUNTED
     start = "_t = time.perf_counter()\n"
     if sampled:
         kind, _, rest = sampled.partition(",")
@@ -113,6 +133,7 @@ def measure(steps: int = 10_000, reps: int = 5) -> dict[str, Any]:
         "manual": _manual(str(tmp / "manual")),
         "manual+steps": _manual(str(tmp / "stepped"), stepped=True),
         "manual+stamps": _manual(str(tmp / "stamped"), stamped=True),
+        "manual+count": _manual(str(tmp / "counted"), counted=True),
         "manual+sampler": _manual(str(tmp / "sampled"), "LineSampler"),
         "manual+wakes": _manual(str(tmp / "woken"), "Wakes"),
         "manual+sparse": _manual(str(tmp / "sparse"), "LineSampler,fast=lambda: True"),
