@@ -33,6 +33,11 @@ from xprof_magic._runs import metadata as _metadata
 FIRST = _steps.FAST_AFTER
 
 
+def spread(tracker: _steps.StepTracker) -> list[tuple[int, int]]:
+    """The ranges of step numbers whose times are spread between the sampler's looks."""
+    return [(first, end) for first, end, _ in tracker.spread()]
+
+
 def marked() -> list[int]:
     """The step numbers of the markers that were closed, i.e. recorded."""
     return [s["step_num"] for kind, name, s in FakeEvent.log if kind == "close" and name == "step"]
@@ -100,7 +105,7 @@ def test_each_run_of_an_inner_loop_is_marked_first_then_recorded_in_python() -> 
     assert marked() == [n for run in runs for n in run]
     python = [n for n, _, _ in tracker.python_steps()]
     assert python == [n for k in range(3) for n in range(100 * k + FIRST, 100 * (k + 1))]
-    assert tracker.spread() == [(100 * k + FIRST, 100 * (k + 1)) for k in range(3)]
+    assert spread(tracker) == [(100 * k + FIRST, 100 * (k + 1)) for k in range(3)]
     assert len(tracker.durations()) == 300 and (tracker.first, tracker.last) == (0, 299)
     # The durations are in step order: each run's marked steps, then its recorded ones.
     ns = [round(d * 1e9) for d in tracker.durations()]
@@ -127,7 +132,7 @@ def test_a_loop_over_a_built_in_container_is_counted_and_spread_evenly(container
     """
     tracker = traced(f"for i in {container}:\n    pass\n")
     check_python_steps(tracker, 300)
-    assert tracker.spread() == [(FIRST, 300)]
+    assert spread(tracker) == [(FIRST, 300)]
     ns = [end - start for _, start, end in tracker.python_steps()]
     assert max(ns) - min(ns) <= 1
 
@@ -136,7 +141,7 @@ def test_a_dict_loop_is_stamped_step_by_step() -> None:
     """A dict's iterator forgets where it was when the dict changes: each start is read."""
     tracker = traced("for i in {k: k for k in range(300)}:\n    pass\n")
     check_python_steps(tracker, 300)
-    assert tracker.spread() == []
+    assert spread(tracker) == []
 
 
 def test_a_list_that_grows_while_its_loop_runs_is_counted_to_its_end() -> None:
@@ -148,13 +153,13 @@ def test_a_list_that_grows_while_its_loop_runs_is_counted_to_its_end() -> None:
     """
     tracker = traced(source)
     check_python_steps(tracker, 300)
-    assert tracker.spread() == [(FIRST, 300)]
+    assert spread(tracker) == [(FIRST, 300)]
 
 
 def test_a_break_in_a_list_loop_ends_the_count_there() -> None:
     tracker = traced("for i in list(range(300)):\n    if i == 99:\n        break\n")
     check_python_steps(tracker, 100)
-    assert tracker.spread() == [(FIRST, 100)]
+    assert spread(tracker) == [(FIRST, 100)]
 
 
 def test_a_zip_over_two_lists_keeps_a_marker_each() -> None:
@@ -212,7 +217,7 @@ def test_spread_ends_move_between_the_events_they_cut() -> None:
 
     steps = [(n, n * 10, n * 10 + 10) for n in range(10)]  # spread evenly over 0..100
     events = [(-5, 200), (3, 45), (4, 6)] + [(a, a + 2) for a in range(47, 93, 5)]
-    out = _between_events(steps, [(0, 10)], events)
+    out = _between_events(steps, [(0, 10, [(0.0, 0), (10.0, 100)])], events)
     assert [n for n, _, _ in out] == list(range(10))
     assert out[0][1] == 0 and out[-1][2] == 100
     assert all(end > start for _, start, end in out), "none empty"
@@ -220,6 +225,24 @@ def test_spread_ends_move_between_the_events_they_cut() -> None:
         assert end == start
     for a, b in events[1:]:
         assert any(start <= a and b <= end for _, start, end in out), (a, b, out)
+
+
+def test_the_events_place_steps_that_a_look_inside_a_long_call_would_smear() -> None:
+    """The only look came during step 7's long call: spread over time, steps 0-7 would share
+    the call's time; spread over the events (a call a step), each step holds its own call."""
+    from xprof_magic._capture.step_events import _between_events
+
+    true_starts = [6 * k for k in range(8)] + [442, 448]
+    calls = [(a + 1, a + 5) for a in true_starts[:7]] + [(43, 441), (443, 447), (449, 453)]
+    looks = [(300, 8)]
+    starts = spread_starts(0, looks, 10, 454)
+    assert starts[1] > 30, "over time, the look smears the steps before it"
+    steps = [(n, starts[n], starts[n + 1]) for n in range(10)]
+    known = [(0.0, 0), (7.5, 300), (10.0, 454)]
+    out = _between_events(steps, [(0, 10, known)], [(-1, 500), *calls])
+    for (_, start, end), (a, b) in zip(out, calls, strict=True):
+        assert start <= a and b <= end, (out, calls)
+    assert max(out, key=lambda step: step[2] - step[1])[0] == 7
 
 
 def test_long_steps_keep_a_marker_each(monkeypatch: pytest.MonkeyPatch) -> None:

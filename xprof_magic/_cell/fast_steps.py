@@ -8,10 +8,10 @@ only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Fast", "Run", "spread_starts"]
+__all__ = ["Fast", "Run", "interpolate", "knots", "spread_starts"]
 
 
 @dataclass(slots=True)
@@ -74,19 +74,37 @@ class Run:
         ends = starts[1:] if self.end_ns is None else [*starts[1:], self.end_ns]
         return starts[: len(ends)], ends
 
+    def knots(self) -> list[tuple[float, int]]:
+        """A counted run's :func:`knots` (none for a stamped one)."""
+        if self.looks is None:
+            return []
+        return knots(self.start_ns, self.looks, self.held, self.stop_ns)
+
 
 def spread_starts(
     start_ns: int, looks: list[tuple[int, int]], count: int, stop_ns: int
 ) -> list[int]:
     """Where each of ``count`` counted steps started, and where the last ended (wall-clock ns).
 
-    The steps ran from ``start_ns`` to ``stop_ns``; each look (its time, the steps started by
-    then) landed inside the step running then: half-way through it for one look, a quarter
-    from each end for the first and last of several looks at the same step (a long one).
-    Between those points the steps are spread evenly, so that their times are monotone and
-    within the loop.
+    Spread evenly between the :func:`knots` that the loop's start and end and the sampler's
+    looks make, so that the times are monotone and within the loop.
     """
-    knots: list[tuple[float, int]] = [(0.0, start_ns)]
+    # From the start: a wall-clock ns (1.8e18) as a float is a multiple of 256.
+    points = [(place, t - start_ns) for place, t in knots(start_ns, looks, count, stop_ns)]
+    return [start_ns + round(t) for t in interpolate(points, count + 1)]
+
+
+def knots(
+    start_ns: int, looks: list[tuple[int, int]], count: int, stop_ns: int
+) -> list[tuple[float, int]]:
+    """Where the counted steps are known to have been: (steps started, wall-clock ns), in order.
+
+    The steps ran from ``start_ns`` (0 started) to ``stop_ns`` (``count``); each look (its time,
+    the steps started by then) landed inside the step running then: half-way through it for one
+    look, a quarter from each end for the first and last of several looks at the same step (a
+    long one).
+    """
+    found: list[tuple[float, int]] = [(0.0, start_ns)]
     at = start_ns
     k = 0
     while k < len(looks):
@@ -101,13 +119,18 @@ def spread_starts(
         places = [started - 0.5] if len(times) == 1 else [started - 0.75, started - 0.25]
         for place, t in zip(places, times, strict=True):
             at = max(min(t, stop_ns), at)
-            knots.append((place, at))
-    knots.append((float(count), max(stop_ns, at)))
-    out: list[int] = []
+            found.append((place, at))
+    found.append((float(count), max(stop_ns, at)))
+    return found
+
+
+def interpolate(points: Sequence[tuple[float, float]], count: int) -> list[float]:
+    """The values at 0, 1 … ``count - 1`` of the line through ``points`` (x increasing)."""
+    out: list[float] = []
     j = 0
-    for n in range(count + 1):
-        while j + 2 < len(knots) and knots[j + 1][0] <= n:
+    for n in range(count):
+        while j + 2 < len(points) and points[j + 1][0] <= n:
             j += 1
-        (p0, t0), (p1, t1) = knots[j], knots[j + 1]
-        out.append(t0 + round((t1 - t0) * (n - p0) / (p1 - p0)) if p1 > p0 else t1)
+        (p0, t0), (p1, t1) = points[j], points[j + 1]
+        out.append(t0 + (t1 - t0) * (n - p0) / (p1 - p0) if p1 > p0 else t1)
     return out

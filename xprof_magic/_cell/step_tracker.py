@@ -207,19 +207,21 @@ class StepTracker:
             fast.looks.append((time.time_ns(), started))
             return fast.first + started
 
-    def spread(self) -> list[tuple[int, int]]:
+    def spread(self) -> list[tuple[int, int, list[tuple[float, int]]]]:
         """The steps recorded in Python whose times are spread between the sampler's looks.
 
-        Each a range of step numbers, first and end (exclusive): such a loop counted its steps
-        and read no clock per step (:meth:`go_fast`).
+        Each a range of step numbers, first and end (exclusive), and where its steps are known to
+        have been (:func:`~xprof_magic._cell.fast_steps.knots`: steps started since the first,
+        wall-clock ns): such a loop counted its steps and read no clock per step
+        (:meth:`go_fast`).
         """
         with self._lock:
-            found: list[tuple[int, int]] = []
+            found: list[tuple[int, int, list[tuple[float, int]]]] = []
             for run in self._runs:
                 if run.looks is not None:
                     count = len(run.bounds()[0])
                     if count:
-                        found.append((run.first, run.first + count))
+                        found.append((run.first, run.first + count, run.knots()))
             return found
 
     def python_steps(self) -> list[tuple[int, int, int]]:
