@@ -261,8 +261,8 @@ class StepTracker:
             if taken is not None:
                 try:
                     fast.base, fast.taken, fast.looks = taken(), taken, []
-                except Exception:
-                    fast.taken = None
+                except Exception:  # it cannot say where it is: the loop keeps its markers
+                    return None
                 fast.start_ns = time.time_ns()
             self._fast = fast
             return fast.stamps
