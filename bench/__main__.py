@@ -9,6 +9,8 @@ TensorBoard's, and the step time of a slow host in an on-demand capture (see
 :mod:`bench.timings`).
 ``python -m bench tiny-steps``: what ``%%xprof --steps`` adds to a loop of 10,000 tiny steps,
 against ``start_trace``/``stop_trace`` by hand (see :mod:`bench.tiny_steps`).
+``python -m bench sync-steps``: what a step marker costs a tiny torch_xla step that ends at a
+sync (see :mod:`bench.sync_steps`).
 ``python -m bench device-truth [--kinds a,b] [--logdir DIR] [--write]``: the summary's verdict
 against JAX loops whose bottleneck is known, each timed without the profiler (see
 :mod:`bench.device_truth`).
@@ -385,6 +387,10 @@ def main() -> int:
         from bench import memory_sampling
 
         return memory_sampling.main(sys.argv[2:])
+    if sys.argv[1:2] == ["sync-steps"]:
+        from bench import sync_steps
+
+        return sync_steps.main(sys.argv[2:])
     if sys.argv[1:2] == ["tiny-steps"]:
         from bench import tiny_steps
 

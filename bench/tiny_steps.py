@@ -1,15 +1,19 @@
 """``python -m bench tiny-steps``: what ``%%xprof --steps`` adds to a loop of 10,000 tiny steps.
 
 One in-process IPython shell, JAX on the CPU, a jitted step on a 4×4 array (tens of
-microseconds). The loop's own time, measured inside the cell with ``time.perf_counter``
-(not the capture's start, stop and store), in three variants run interleaved:
+microseconds). The loop's own time, measured inside the cell with ``time.perf_counter`` (or,
+``--clock cpu``, the thread's CPU time, ``time.thread_time``), not the capture's start, stop
+and store, in these variants run interleaved:
 
 - ``manual``: ``jax.profiler.start_trace`` / ``stop_trace`` by hand around the loop;
 - ``manual+steps``: the same, with a step marker by hand around each iteration
   (``jax.profiler.StepTraceAnnotation``), which is what ``--steps`` draws;
 - ``manual+stamps``: the same, each step's start appended to a list by the loop's iterator
-  in C (``map``/``zip``), as ``--steps`` records tiny steps: the floor of steps recorded
-  in Python;
+  in C (``map``/``zip``), as ``--steps`` records tiny steps over a dict or set;
+- ``manual+count``: the same, the loop's own iterator handed on by a
+  :func:`itertools.chain`, as ``--steps`` counts tiny steps over a built-in sequence or a
+  ``range`` (the position is read from the iterator at the sampler's looks and the loop's
+  end, nothing per step): the floor of steps recorded in Python;
 - ``manual+sampler``: the first, with the magic's line sampler
   (:mod:`xprof_magic._cell.sampler`) looking at the loop's thread at its full rate (a loop
   whose steps are not recorded in C): its cost alone;
@@ -21,7 +25,8 @@ microseconds). The loop's own time, measured inside the cell with ``time.perf_co
 - ``xprof (markers)``: the cell under ``%%xprof --steps`` with a profiler marker on every
   step, as before tiny steps were recorded in Python;
 - ``xprof``: the cell under ``%%xprof --steps`` (labels, its first steps marked, the rest
-  recorded in Python and written into the timeline after the trace, the sampler).
+  counted, their times spread between the sampler's looks and written into the timeline
+  after the trace).
 
 Prints the medians and each variant's ratio to ``manual``, and the same of the fastest runs
 (on a shared machine the least disturbed).
@@ -33,13 +38,14 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 __all__ = ["main", "measure"]
 
 SETUP = """
-import operator, sys, time, threading
+import itertools, operator, sys, time, threading
 import jax, jax.numpy as jnp
 from xprof_magic._cell.sampler import LineSampler, framework_folders
 
@@ -56,11 +62,11 @@ class Wakes(LineSampler):
 """
 
 LOOP = """
-_t = time.perf_counter()
+_t = CLOCK()
 for i in range(STEPS):
     W = tiny(W)
 jax.block_until_ready(W)
-elapsed = time.perf_counter() - _t
+elapsed = CLOCK() - _t
 """
 
 
@@ -69,7 +75,7 @@ for i in range(STEPS):
     with jax.profiler.StepTraceAnnotation("step", step_num=i):
         W = tiny(W)
 jax.block_until_ready(W)
-elapsed = time.perf_counter() - _t
+elapsed = CLOCK() - _t
 """
 
 
@@ -79,16 +85,32 @@ _stamped = map(_stamps.append, iter(time.time_ns, None))
 for i in map(operator.itemgetter(0), zip(range(STEPS), _stamped)):
     W = tiny(W)
 jax.block_until_ready(W)
-elapsed = time.perf_counter() - _t
+elapsed = CLOCK() - _t
 """
 
 
-def _manual(logdir: str, sampled: str = "", stepped: bool = False, stamped: bool = False) -> str:
+COUNTED = """
+for i in itertools.chain.from_iterable([iter(range(STEPS))]):
+    W = tiny(W)
+jax.block_until_ready(W)
+elapsed = CLOCK() - _t
+"""
+
+
+def _manual(
+    logdir: str,
+    sampled: str = "",
+    stepped: bool = False,
+    stamped: bool = False,
+    counted: bool = False,
+) -> str:
     """``sampled``: the sampler's class, and its arguments past the frameworks."""
-    body = STEPPED if stepped else LOOP.replace("_t = time.perf_counter()", "")
+    body = STEPPED if stepped else LOOP.replace("_t = CLOCK()", "")
     if stamped:
         body = STAMPED
-    start = "_t = time.perf_counter()\n"
+    if counted:
+        body = COUNTED
+    start = "_t = CLOCK()\n"
     if sampled:
         kind, _, rest = sampled.partition(",")
         start = (
@@ -99,8 +121,14 @@ def _manual(logdir: str, sampled: str = "", stepped: bool = False, stamped: bool
     return f"jax.profiler.start_trace({logdir!r})\n{start}{body}{stop}jax.profiler.stop_trace()\n"
 
 
-def measure(steps: int = 10_000, reps: int = 5) -> dict[str, Any]:
-    """The loop's seconds per variant (``reps`` each, interleaved), medians and ratios."""
+def measure(steps: int = 10_000, reps: int = 5, clock: str = "wall") -> dict[str, Any]:
+    """The loop's seconds per variant (``reps`` each, interleaved), medians and ratios.
+
+    ``clock``: ``wall`` (``time.perf_counter``) or ``cpu``: the cell thread's own CPU time
+    (``time.thread_time``), which a busy machine disturbs far less (the time the thread waits
+    for a core is left out, and with it the looking thread's own work: the hand-offs of the
+    interpreter's lock still count).
+    """
     from IPython.testing.globalipapp import start_ipython
 
     ip = start_ipython()
@@ -108,11 +136,13 @@ def measure(steps: int = 10_000, reps: int = 5) -> dict[str, Any]:
     ip.run_line_magic("load_ext", "xprof_magic")
     assert ip.run_cell(SETUP).success
     ip.user_ns["STEPS"] = steps
+    ip.user_ns["CLOCK"] = time.thread_time if clock == "cpu" else time.perf_counter
     tmp = Path(tempfile.mkdtemp(prefix="bench-tiny-"))
     variants = {
         "manual": _manual(str(tmp / "manual")),
         "manual+steps": _manual(str(tmp / "stepped"), stepped=True),
         "manual+stamps": _manual(str(tmp / "stamped"), stamped=True),
+        "manual+count": _manual(str(tmp / "counted"), counted=True),
         "manual+sampler": _manual(str(tmp / "sampled"), "LineSampler"),
         "manual+wakes": _manual(str(tmp / "woken"), "Wakes"),
         "manual+sparse": _manual(str(tmp / "sparse"), "LineSampler,fast=lambda: True"),
@@ -154,8 +184,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench tiny-steps")
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="the loop's wall time, or its thread's CPU time (steadier on a busy machine)",
+    )
     args = parser.parse_args(argv)
-    result = measure(args.steps, args.reps)
+    result = measure(args.steps, args.reps, args.clock)
     for name, median in result["median_s"].items():
         per = median / result["steps"] * 1e6
         ratio, least = result["ratio"][name], result["min_ratio"][name]

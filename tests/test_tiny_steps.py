@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import itertools
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,20 @@ import pytest
 import xprof_magic
 from tests._said import worded
 from tests.conftest import FakeEvent, run, step_numbers
+from xprof_magic._analysis.render.text import render_text
 from xprof_magic._cell import labels as _labels
 from xprof_magic._cell import step_tracker as _steps
+from xprof_magic._cell.fast_steps import spread_starts
 from xprof_magic._cell.rewrite import rewrite
 from xprof_magic._cell.sampler import SPARSE, WEIGHT
 from xprof_magic._runs import metadata as _metadata
 
 FIRST = _steps.FAST_AFTER
+
+
+def spread(tracker: _steps.StepTracker) -> list[tuple[int, int]]:
+    """The ranges of step numbers whose times are spread between the sampler's looks."""
+    return [(first, end) for first, end, _ in tracker.spread()]
 
 
 def marked() -> list[int]:
@@ -97,11 +105,144 @@ def test_each_run_of_an_inner_loop_is_marked_first_then_recorded_in_python() -> 
     assert marked() == [n for run in runs for n in run]
     python = [n for n, _, _ in tracker.python_steps()]
     assert python == [n for k in range(3) for n in range(100 * k + FIRST, 100 * (k + 1))]
+    assert spread(tracker) == [(100 * k + FIRST, 100 * (k + 1)) for k in range(3)]
     assert len(tracker.durations()) == 300 and (tracker.first, tracker.last) == (0, 299)
     # The durations are in step order: each run's marked steps, then its recorded ones.
     ns = [round(d * 1e9) for d in tracker.durations()]
     by_number = {n: end - start for n, start, end in tracker.python_steps()}
     assert [ns[n] for n in python] == [by_number[n] for n in python]
+
+
+@pytest.mark.parametrize(
+    "container",
+    [
+        "list(range(300))",
+        "tuple(range(300))",
+        "'x' * 300",
+        "'\\u0100' * 300",
+        "b'x' * 300",
+        "bytearray(300)",
+        "frozenset(range(300))",
+    ],
+)
+def test_a_loop_over_a_built_in_container_is_counted_and_spread_evenly(container: str) -> None:
+    """Its iterator says how many items it gave: no clock read per step, the count exact.
+
+    Without the sampler's looks, the steps share the loop's time evenly.
+    """
+    tracker = traced(f"for i in {container}:\n    pass\n")
+    check_python_steps(tracker, 300)
+    assert spread(tracker) == [(FIRST, 300)]
+    ns = [end - start for _, start, end in tracker.python_steps()]
+    assert max(ns) - min(ns) <= 1
+
+
+def test_a_dict_loop_is_stamped_step_by_step() -> None:
+    """A dict's iterator forgets where it was when the dict changes: each start is read."""
+    tracker = traced("for i in {k: k for k in range(300)}:\n    pass\n")
+    check_python_steps(tracker, 300)
+    assert spread(tracker) == []
+
+
+def test_a_list_that_grows_while_its_loop_runs_is_counted_to_its_end() -> None:
+    source = """
+    items = list(range(100))
+    for x in items:
+        if len(items) < 300:
+            items.append(x)
+    """
+    tracker = traced(source)
+    check_python_steps(tracker, 300)
+    assert spread(tracker) == [(FIRST, 300)]
+
+
+def test_a_break_in_a_list_loop_ends_the_count_there() -> None:
+    tracker = traced("for i in list(range(300)):\n    if i == 99:\n        break\n")
+    check_python_steps(tracker, 100)
+    assert spread(tracker) == [(FIRST, 100)]
+
+
+def test_a_zip_over_two_lists_keeps_a_marker_each() -> None:
+    """Not a built-in container: its items may wait, so each step is marked, and counted."""
+    tracker = traced("for i, j in zip(list(range(100)), range(100)):\n    pass\n")
+    assert marked() == list(range(100)) and tracker.python_steps() == []
+
+
+def test_the_samplers_looks_place_the_counted_steps() -> None:
+    """A look is when, and how many steps had started: a long step between two looks is long."""
+    source = """
+    for i in range(300):
+        if i == 150:
+            look()
+            look()
+    """
+    tracker: _steps.StepTracker | None = None
+    looked: list[int] = []
+
+    def look() -> None:
+        """A look; the first waits 2 ms after it (a loop in the cell would be a step loop)."""
+        assert tracker is not None
+        looked.append(tracker.look())
+        until = time.time_ns() + 2_000_000
+        while len(looked) == 1 and time.time_ns() < until:
+            pass
+
+    source = textwrap.dedent(source)
+    cell = rewrite(ast.parse(source), source.splitlines(), labels=False, steps=True)
+    recorder = _labels.Recorder(FakeEvent)
+    tracker = _steps.StepTracker(FakeEvent, recorder, watch_syncs=True)
+    with _labels.recording(recorder, tracker):
+        tracker.arm()
+        exec(compile(cell.tree, "<cell>", "exec"), {"look": look})
+        tracker.finish()
+    check_python_steps(tracker, 300)
+    assert looked == [151, 151], "each look: the steps started by then"
+    python = {n: end - start for n, start, end in tracker.python_steps()}
+    assert max(python, key=python.__getitem__) == 150
+    assert python[150] >= 2_000_000
+    assert sorted(python.values())[-2] < 2_000_000 / 10, "the others stay short"
+
+
+def test_spread_steps_are_monotone_within_the_loop_whatever_the_looks() -> None:
+    looks = [(150, 3), (140, 3), (400, 3), (500, 9), (900, 50), (2000, 7)]
+    out = spread_starts(100, looks, 10, 1000)
+    assert len(out) == 11 and out[0] == 100 and out[-1] == 1000
+    assert all(a <= b for a, b in itertools.pairwise(out))
+    assert out[2] <= 150 and out[3] >= 400, "step 2 held the looks at 3 started"
+
+
+def test_spread_ends_move_between_the_events_they_cut() -> None:
+    """A step holds its body's events whole; a long event takes one step, not many empty ones."""
+    from xprof_magic._capture.step_events import _between_events
+
+    steps = [(n, n * 10, n * 10 + 10) for n in range(10)]  # spread evenly over 0..100
+    events = [(-5, 200), (3, 45), (4, 6)] + [(a, a + 2) for a in range(47, 93, 5)]
+    out = _between_events(steps, [(0, 10, [(0.0, 0), (10.0, 100)])], events)
+    assert [n for n, _, _ in out] == list(range(10))
+    assert out[0][1] == 0 and out[-1][2] == 100
+    assert all(end > start for _, start, end in out), "none empty"
+    for (_, _, end), (_, start, _) in itertools.pairwise(out):
+        assert end == start
+    for a, b in events[1:]:
+        assert any(start <= a and b <= end for _, start, end in out), (a, b, out)
+
+
+def test_the_events_place_steps_that_a_look_inside_a_long_call_would_smear() -> None:
+    """The only look came during step 7's long call: spread over time, steps 0-7 would share
+    the call's time; spread over the events (a call a step), each step holds its own call."""
+    from xprof_magic._capture.step_events import _between_events
+
+    true_starts = [6 * k for k in range(8)] + [442, 448]
+    calls = [(a + 1, a + 5) for a in true_starts[:7]] + [(43, 441), (443, 447), (449, 453)]
+    looks = [(300, 8)]
+    starts = spread_starts(0, looks, 10, 454)
+    assert starts[1] > 30, "over time, the look smears the steps before it"
+    steps = [(n, starts[n], starts[n + 1]) for n in range(10)]
+    known = [(0.0, 0), (7.5, 300), (10.0, 454)]
+    out = _between_events(steps, [(0, 10, known)], [(-1, 500), *calls])
+    for (_, start, end), (a, b) in zip(out, calls, strict=True):
+        assert start <= a and b <= end, (out, calls)
+    assert max(out, key=lambda step: step[2] - step[1])[0] == 7
 
 
 def test_long_steps_keep_a_marker_each(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,8 +282,8 @@ def written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     counts: list[int] = []
     write = step_events.write_steps
 
-    def counted(folder: Path, steps: Any) -> int:
-        counts.append(write(folder, steps))
+    def counted(folder: Path, steps: Any, *spread: Any) -> int:
+        counts.append(write(folder, steps, *spread))
         return counts[-1]
 
     monkeypatch.setattr(step_events, "write_steps", counted)
@@ -177,13 +318,17 @@ def test_jax_tiny_steps_are_in_the_timeline_and_the_summary(
     # Every step is an XProf step marker on the timeline, as XProf's own reader sees it.
     assert step_numbers(run_dir) == list(range(count))
     s = xprof_magic.summarize(run_dir)
-    assert s.steps is not None and s.steps.count == count
-    # The steps recorded in Python start on the timeline where they started in the loop:
-    # each one's host part is as long as the metadata says.
+    assert s.steps is not None and s.steps.count == count, "every step of the loop, no more"
+    # The steps recorded in Python were counted: the summary says their times are estimates,
+    # spread between the sampler's looks, as data (indices) and in its words.
+    assert meta.steps_spread == ((FIRST, count),) and s.steps.spread == ((FIRST, count),)
+    assert f"steps {FIRST}–{count - 1} estimated: a loop of tiny steps counted" in render_text(s)
+    # On the timeline they follow one another, in the loop, after the marked ones; each holds
+    # its body's events whole (XProf's reader found every step above), none is empty.
     starts = np.array(s.steps.host_starts_s or s.steps.starts_s)
-    assert len(starts) == count
-    gaps = np.diff(starts)[FIRST:]
-    assert np.allclose(gaps, np.array(meta.steps[FIRST:-1]), atol=2e-6), (gaps, meta.steps)
+    assert len(starts) == count and np.all(np.diff(starts) > 0)
+    (loop_s,) = [row.total_s for row in s.labels if row.path[-1] == "for i in range(300)"]
+    assert starts[-1] - starts[0] < loop_s
     # The breakdown has every step, with the summary's step times.
     d = worded(s)
     assert [round(x.total_s, 9) for x in d.breakdown.steps] == [
@@ -209,6 +354,7 @@ def test_torch_xla_tiny_steps_are_in_the_timeline(
     assert step_numbers(run_dir) == list(range(200))
     s = xprof_magic.summarize(run_dir)
     assert s.steps is not None and s.steps.count == 200
+    assert meta.steps_spread == ((FIRST, 200),) and s.steps.spread == ((FIRST, 200),)
 
 
 def test_jax_a_long_loop_of_tiny_steps_is_looked_at_less_often(

@@ -234,7 +234,7 @@ class Capture:
                 self.plan.cell_file,
                 _sampler.framework_folders(),
                 made if made() >= 0 else None,
-                lambda: run.tracker.ended,
+                run.tracker.look,
                 self.plan.cell_code,
                 lambda: run.tracker.fast,
             )
@@ -408,7 +408,7 @@ class Capture:
         from xprof_magic._capture.step_events import write_steps  # numpy: only when needed
 
         try:
-            written = write_steps(run.staging.path, steps)
+            written = write_steps(run.staging.path, steps, run.tracker.spread())
         except Exception as error:
             written, reason = 0, f": {error}"
         else:

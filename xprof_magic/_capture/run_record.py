@@ -84,6 +84,7 @@ def run_metadata(
         step_rule=tracker.rule if steps else None,
         step_window=None if tracker.window is None else str(tracker.window),
         steps_first=tracker.first if steps else None,
+        steps_spread=tuple((a, b) for a, b, _ in tracker.spread()) if steps else (),
         messages=tuple(messages),
     )
 

@@ -282,17 +282,42 @@ def steps(iterable: Iterable[Any], deferred: bool = False) -> Iterable[Any]:
 
     The first iterations report to the step tracker, a marker each. A loop over a built-in
     container (a ``range``, a list …: nothing to wait for between items) whose steps the
-    tracker finds short goes on in C (:func:`itertools.chain` of ``map`` and ``zip``), which
-    appends each step's start (``time.time_ns()``) to the tracker's list and calls nothing
-    in Python: the per-step cost of ``--steps`` on tiny steps is then about that of the
-    ``for`` statement itself (``python -m bench tiny-steps``). Items, exceptions and
+    tracker finds short goes on in C: :func:`itertools.chain` hands on the container's own
+    iterator, whose position the tracker reads at the sampler's looks and the loop's end
+    (:func:`_taken`), nothing per step; over a dict or set (whose iterator cannot say where
+    it is), ``map`` and ``zip`` append each step's start (``time.time_ns()``) to the tracker's
+    list. The per-step cost of ``--steps`` on tiny steps is then about that of the ``for``
+    statement itself (``python -m bench tiny-steps``). Items, exceptions and
     ``StopIteration`` pass through unchanged.
     """
     active = _active
     if active is None:
         return iterable
     ready = isinstance(iterable, _READY) and not deferred
-    return itertools.chain.from_iterable(_parts(iter(iterable), active.tracker, deferred, ready))
+    it = iter(iterable)
+    taken = _taken(iterable, it) if ready else None
+    return itertools.chain.from_iterable(_parts(it, active.tracker, deferred, ready, taken))
+
+
+def _taken(iterable: Any, it: Iterator[Any]) -> Callable[[], int] | None:
+    """How many items ``it``, the iterator of a built-in container, has given, read untouched.
+
+    Its ``__length_hint__`` (the items left: 0 once it ran out) from the container's length,
+    which a list or bytearray reads anew (items appended while the loop runs). None for a dict
+    or set (changed, its iterator raises and forgets where it was), or a subclass's iterator.
+    """
+    kind = type(iterable)
+    if kind not in _SIZED or type(it) not in _COUNTED:
+        return None
+    left: Callable[[], int] = getattr(it, "__length_hint__")  # noqa: B009 (not in Iterator)
+    if kind is list or kind is bytearray:
+        size = iterable.__len__
+        return lambda: size() - left()
+    try:
+        fixed = len(iterable)
+    except OverflowError:  # a range longer than sys.maxsize
+        return None
+    return lambda: fixed - left()
 
 
 class _Open:
@@ -308,12 +333,17 @@ class _Open:
 
 
 def _parts(
-    it: Iterator[Any], tracker: StepTracker, deferred: bool, ready: bool
+    it: Iterator[Any],
+    tracker: StepTracker,
+    deferred: bool,
+    ready: bool,
+    taken: Callable[[], int] | None = None,
 ) -> Iterator[Iterator[Any]]:
     """The loop's items in parts, each an iterator.
 
     Reported ones come :data:`FAST_AFTER` at a time, until the tracker lets the rest be recorded
-    in C (see :func:`steps`).
+    in C (see :func:`steps`): ``it`` itself where ``taken`` counts its items (:func:`_taken`),
+    else ``it`` with each item's start appended.
     """
     __tracebackhide__ = True
     state = _Open()
@@ -325,7 +355,10 @@ def _parts(
             if left.empty:
                 return
             with contextlib.suppress(Exception):
-                fast = tracker.go_fast()
+                fast = tracker.go_fast(taken)
+            if fast is not None and taken is not None:
+                yield it
+                return
             if fast is not None:
                 stamped = map(fast.append, iter(time.time_ns, None))
                 yield map(operator.itemgetter(0), zip(it, stamped, strict=False))
@@ -446,6 +479,21 @@ def inputs(iterable: Any, name: str) -> Any:
 
 
 _READY = (list, tuple, dict, set, frozenset, str, bytes, bytearray, range)
+_SIZED = frozenset((list, tuple, frozenset, str, bytes, bytearray, range))
+"""The containers whose loops are counted, not stamped (:func:`_taken`): exactly these types."""
+_EMPTY: tuple[Iterable[Any], ...] = (
+    [],
+    (),
+    frozenset(),
+    "",
+    "\u0100",
+    b"",
+    bytearray(),
+    range(0),
+    range(1 << 64),
+)
+_COUNTED = frozenset(type(iter(empty)) for empty in _EMPTY)
+"""Their iterators' types, whose ``__length_hint__`` says how many items are left."""
 
 
 class _Inputs:

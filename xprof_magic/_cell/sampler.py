@@ -17,7 +17,8 @@ to this thread and back (``python -m bench tiny-steps``: a thread that wakes as 
 nothing cost a loop of tiny steps about as much as the looks). While the step tracker records a
 loop's steps in C (its steps are tiny, its body repeats), the looks come :data:`SPARSE` times
 less often and each says so (its weight in the flags), so that the analysis counts it as the
-looks it stands for. Standard library only.
+looks it stands for; the tracker keeps each look's time and step count (``steps``), between
+which it spreads a counted loop's steps. Standard library only.
 """
 
 from __future__ import annotations

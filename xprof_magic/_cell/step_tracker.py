@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from xprof_magic._cell.fast_steps import Fast, Run
+
 __all__ = [
     "FAST_AFTER",
     "FAST_BELOW_NS",
@@ -84,33 +86,6 @@ class _Open:
     labels_before: int
 
 
-@dataclass(slots=True)
-class _Fast:
-    """Steps recorded in Python: the first one's number, and where each started.
-
-    Starts are wall-clock ns, appended by the loop's iterator, nothing else per step.
-    """
-
-    first: int
-    stamps: list[int]
-    done: bool = False
-
-
-@dataclass(slots=True)
-class _Run:
-    """A loop's steps recorded in Python, once it ended.
-
-    Where they come among the marked steps' durations, the first one's number, the starts (the
-    first ``held``), and the end of the last (None: it was still running, so it is no step).
-    """
-
-    position: int
-    first: int
-    stamps: list[int]
-    held: int
-    end_ns: int | None
-
-
 class StepTracker:
     """Decides where one capture's steps begin and end, and marks them for XProf.
 
@@ -156,7 +131,11 @@ class StepTracker:
 
     A loop of tiny steps cannot afford a profiler marker per step (about 4.4 µs a step, most
     of it XProf's own). Once a loop's iterations are the steps and they are measured short
-    (:meth:`go_fast`), its iterator appends each step's start to a list, nothing more, and
+    (:meth:`go_fast`), nothing runs per step where the loop's iterator can say how far it is
+    (a built-in sequence's or a ``range``'s): the line sampler's looks read it
+    (:meth:`look`), and :meth:`fast_done` reads it at the loop's end, so the count is exact
+    and the steps' times are spread between the looks (:meth:`spread` says which). Elsewhere
+    (a dict) its iterator appends each step's start to a list, nothing more, and
     :meth:`fast_done` turns the list into steps when the loop ends; the capture writes them
     into the saved timeline afterwards (:meth:`python_steps`,
     :mod:`xprof_magic._capture.step_events`), so the run holds every step as if marked.
@@ -190,15 +169,15 @@ class StepTracker:
         self._user_depth = 0
         self._kept: list[AbstractContextManager[Any]] = []
         self._durations: list[int] = []
-        self._fast: _Fast | None = None
-        self._runs: list[_Run] = []
+        self._fast: Fast | None = None
+        self._runs: list[Run] = []
 
     @property
     def ended(self) -> int:
         """How many steps have ended (or, in a loop recorded in Python, started)."""
         fast = self._fast
         if fast is not None and not fast.done:
-            return fast.first + len(fast.stamps)
+            return fast.first + fast.started()
         return self._ended
 
     @ended.setter
@@ -211,6 +190,40 @@ class StepTracker:
         fast = self._fast
         return fast is not None and not fast.done
 
+    def look(self) -> int:
+        """:attr:`ended`, as the line sampler's thread reads it at each look.
+
+        In a loop whose steps are counted (:meth:`go_fast` with ``taken``), the look is kept:
+        when, and how many of its steps had started, between which its steps are spread.
+        """
+        fast = self._fast
+        if fast is None or fast.done or fast.taken is None:
+            return self.ended
+        with self._lock:
+            fast = self._fast
+            if fast is None or fast.done or fast.looks is None:
+                return self.ended
+            started = fast.started()
+            fast.looks.append((time.time_ns(), started))
+            return fast.first + started
+
+    def spread(self) -> list[tuple[int, int, list[tuple[float, int]]]]:
+        """The steps recorded in Python whose times are spread between the sampler's looks.
+
+        Each a range of step numbers, first and end (exclusive), and where its steps are known to
+        have been (:func:`~xprof_magic._cell.fast_steps.knots`: steps started since the first,
+        wall-clock ns): such a loop counted its steps and read no clock per step
+        (:meth:`go_fast`).
+        """
+        with self._lock:
+            found: list[tuple[int, int, list[tuple[float, int]]]] = []
+            for run in self._runs:
+                if run.looks is not None:
+                    count = len(run.bounds()[0])
+                    if count:
+                        found.append((run.first, run.first + count, run.knots()))
+            return found
+
     def python_steps(self) -> list[tuple[int, int, int]]:
         """The steps recorded in Python, with no marker on the timeline.
 
@@ -219,12 +232,17 @@ class StepTracker:
         with self._lock:
             return self._steps_ns()
 
-    def go_fast(self) -> list[int] | None:
+    def go_fast(self, taken: Callable[[], int] | None = None) -> list[int] | None:
         """Between two iterations, the list to append each next step's start to, or None.
 
         Called for a loop whose iterations are the steps; the starts are wall-clock ns. The list is
         given when the steps so far are short and nothing needs a marker per step (no window, no
         marker of the user's open).
+
+        ``taken``: how many items the loop's iterator has given so far, read without touching it
+        (a built-in container's). The loop then appends nothing: its steps are counted, their
+        number read at the loop's end, their times spread between the looks of the line sampler
+        (:meth:`look`), or evenly over the loop without one.
         """
         with self._lock:
             if (
@@ -239,8 +257,15 @@ class StepTracker:
             recent = sorted(self._durations[-FAST_AFTER:])
             if recent[len(recent) // 2] >= FAST_BELOW_NS:
                 return None
-            self._fast = _Fast(self._ended, [])
-            return self._fast.stamps
+            fast = Fast(self._ended, [])
+            if taken is not None:
+                try:
+                    fast.base, fast.taken, fast.looks = taken(), taken, []
+                except Exception:  # it cannot say where it is: the loop keeps its markers
+                    return None
+                fast.start_ns = time.time_ns()
+            self._fast = fast
+            return fast.stamps
 
     def fast_done(self, end_ns: int | None) -> None:
         """The loop recorded in Python has ended at ``end_ns`` (wall-clock ns), its last step too.
@@ -252,12 +277,20 @@ class StepTracker:
             fast = self._fast
             if fast is None or fast.done:
                 return
+            try:
+                held = fast.started()  # a user's marker: the loop goes on, read it now
+            except Exception:  # a count unknown: no step of this loop's fast part
+                held = 0
             fast.done = True
-            held = len(fast.stamps)  # a user's marker: the loop goes on appending
             count = held if end_ns is not None else max(held - 1, 0)
+            looks, fast.taken = fast.looks, None  # the container is the cell's to free
             if not count:
                 return
-            self._runs.append(_Run(len(self._durations), fast.first, fast.stamps, held, end_ns))
+            run = Run(len(self._durations), fast.first, fast.stamps, held, end_ns)
+            if looks is not None:
+                run.looks, run.start_ns = looks, fast.start_ns
+                run.stop_ns = time.time_ns() if end_ns is None else end_ns
+            self._runs.append(run)
             if self.first is None:
                 self.first = fast.first
             self.last = fast.first + count - 1
@@ -267,8 +300,7 @@ class StepTracker:
         """Each step recorded in Python: its number, start and end (wall-clock ns)."""
         found: list[tuple[int, int, int]] = []
         for run in self._runs:
-            starts = run.stamps[: run.held]
-            ends = starts[1:] if run.end_ns is None else [*starts[1:], run.end_ns]
+            starts, ends = run.bounds()
             found.extend(
                 (run.first + k, start, max(end, start))
                 for k, (start, end) in enumerate(zip(starts, ends, strict=False))
@@ -282,8 +314,7 @@ class StepTracker:
         for run in self._runs:
             out.extend(self._durations[at : run.position])
             at = run.position
-            starts = run.stamps[: run.held]
-            ends = starts[1:] if run.end_ns is None else [*starts[1:], run.end_ns]
+            starts, ends = run.bounds()
             out.extend(max(end - start, 0) for start, end in zip(starts, ends, strict=False))
         out.extend(self._durations[at:])
         return out

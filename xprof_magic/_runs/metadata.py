@@ -118,6 +118,10 @@ class RunMetadata:
     step_rule: str | None = None
     step_window: str | None = None
     steps_first: int | None = None
+    steps_spread: tuple[tuple[int, int], ...] = ()
+    """The steps (ranges of their numbers: first, end exclusive) of a loop of tiny steps that
+    were counted, not timed one by one: their times are spread evenly between the line
+    sampler's looks (the whole loop's time shared out, without one)."""
     messages: tuple[str, ...] = ()
     memory: tuple[MemoryFigure, ...] = ()
     """The backend's live device-memory figures during the cell, where it keeps them."""

@@ -252,6 +252,10 @@ class StepStats:
     """Where each step's own host part (its block) starts, as :attr:`starts_s`: earlier than
     the step where the host ran ahead of the device (the steps tile the loop, so such a step
     starts where the one before ended on the device). Empty: unknown."""
+    spread: tuple[tuple[int, int], ...] = ()
+    """The steps (ranges of indices: first, end exclusive) whose host times are estimates,
+    spread evenly between the line sampler's looks: a loop of tiny steps whose steps were
+    counted, not timed one by one (``RunMetadata.steps_spread``)."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ __all__ = [
     "plain",
     "render_text",
     "runtime_parts",
+    "spread_steps",
     "steps_line",
     "thread_role",
     "versions_line",
@@ -92,6 +93,8 @@ def steps_line(steps: StepStats) -> str:
         text += f"; {'step' if len(later) == 1 else f'{len(later)} later steps'} {shown} compiled"
     if steps.estimated:
         text += f"; {estimated_steps(steps)}"
+    if steps.spread:
+        text += f"; {spread_steps(steps)}"
     return text
 
 
@@ -108,6 +111,21 @@ def estimated_steps(steps: StepStats) -> str:
     which = ", ".join(str(i) for i in shown) + (", …" if len(steps.estimated) > 6 else "")
     noun = "step" if len(steps.estimated) == 1 else "steps"
     return f"{noun} {which} estimated: {ESTIMATE}"
+
+
+SPREAD = (
+    "a loop of tiny steps counted, not timed one by one: their host times are spread evenly "
+    "between the line sampler's looks"
+)
+"""From what the times of a counted loop's steps come (:attr:`StepStats.spread`)."""
+
+
+def spread_steps(steps: StepStats) -> str:
+    """Which steps' times are spread between the sampler's looks, and why."""
+    shown = [f"{a}–{b - 1}" if b - a > 1 else str(a) for a, b in steps.spread[:4]]
+    which = ", ".join(shown) + (", …" if len(steps.spread) > 4 else "")
+    noun = "step" if sum(b - a for a, b in steps.spread) == 1 else "steps"
+    return f"{noun} {which} estimated: {SPREAD}"
 
 
 def runtime_parts(s: Summary) -> list[tuple[str, str]]:

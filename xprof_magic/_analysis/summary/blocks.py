@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
+from dataclasses import replace
 
 from xprof_magic._analysis.model.summary import Gap, LabelRow, StepStats
 from xprof_magic._analysis.timeline.facts import STEP, Block, TraceFacts
@@ -35,6 +36,7 @@ __all__ = [
     "step_stats",
     "steps_from_metadata",
     "steps_from_trace",
+    "with_spread",
 ]
 
 MAX_LABEL_ROWS = 300
@@ -277,6 +279,19 @@ def step_stats(
         estimated=tuple(i for i in estimated if i < MAX_STEP_DURATIONS),
         host_starts_s=tuple(host_starts[:MAX_STEP_DURATIONS]) if host_starts else (),
     )
+
+
+def with_spread(steps: StepStats, spread: tuple[tuple[int, int], ...], first: int) -> StepStats:
+    """``steps`` with the ranges of step numbers whose times were spread (counted, not timed).
+
+    ``first``: the number of the run's first step, its index 0.
+    """
+    ranges = tuple(
+        (max(a - first, 0), min(b - first, steps.count))
+        for a, b in spread
+        if min(b - first, steps.count) > max(a - first, 0)
+    )
+    return replace(steps, spread=ranges)
 
 
 def steps_from_trace(facts: TraceFacts) -> StepStats | None:

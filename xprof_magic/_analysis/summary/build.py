@@ -126,6 +126,8 @@ def _blocks(
         steps = blocks.steps_from_metadata(meta)
     if not labels:
         label_source = "none"
+    if steps is not None and meta.steps_spread:
+        steps = blocks.with_spread(steps, meta.steps_spread, meta.steps_first or 0)
     return labels, label_source, steps, compiled, in_steps
 
 
