@@ -535,7 +535,8 @@ def test_a_tiny_cell_has_no_verdict_but_a_gain(ip: Any, logdir: Path, torch_read
 
 
 READ_SETUP = """
-import jax, jax.numpy as jnp
+import numpy as np, jax, jax.numpy as jnp
+hb = np.full((192, 192), 0.001, np.float32)
 Wr = [jnp.ones((384, 384)) / 384 for _ in range(4)]
 xr = [jnp.ones((256, 384)) * k for k in range(4)]
 @jax.jit
@@ -553,11 +554,13 @@ def test_a_read_back_on_the_cpu_is_named_with_an_accelerators_estimate(
     without its reads would get is an accelerator's: said so, never promised for the CPU
     (a torch_xla loop here ran slower without its ``.item()``)."""
     assert ip.run_cell(READ_SETUP).success
-    body = "for i in range(60):\n    l = float(mid(Wr, xr[i % 4]))\n"
+    # NumPy on the host then the jitted step: with its read each step the two take turns;
+    # without it they would overlap, on an accelerator.
+    body = "for i in range(60):\n    h = np.tanh(hb @ hb)\n    l = float(mid(Wr, xr[i % 4]))\n"
     s = profiled(ip, logdir, "cpu-reads", body, wait="jax.block_until_ready(Wr)")
     d = worded(s)
     assert s.device is not None and s.device.on_cpu
     r = s.diagnosis.read_back
-    assert r is not None and r.shared and r.line == 3, d.headline
+    assert r is not None and r.shared and r.line == 4, d.headline
     assert "; on an accelerator, without the reads those steps would take about" in d.headline
     assert "but here the device is this machine's CPU" in d.headline, d.headline
