@@ -396,11 +396,14 @@ def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
     Only where an event's payload goes on with it (the profiler leaves out a field that is 0).
     """
     word = word_at(data, cur)
-    hit = (cur < end) & ((word & BYTE) == tag)
-    value, size, ok = leading_varint(word >> EIGHT, 7)
+    hit = (word & BYTE) == tag
+    hit &= cur < end
+    word >>= EIGHT  # (a new array: shifted in place)
+    value, size, ok = leading_varint(word, 7)
     if hit.all() and ok.all():
         column[:] = value.view(np.int64)
-        cur += 1 + size
+        size += 1
+        cur += size
         return
     fast = hit & ok
     column[fast] = value[fast].view(np.int64)
