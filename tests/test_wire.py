@@ -69,11 +69,16 @@ def _same_as_the_runtime(data: bytes) -> int:
             got = np.stack([columns.metadata_id, columns.offset_ps, columns.duration_ps], 1)
             want = [(e.metadata_id, e.offset_ps, e.duration_ps) for e in parsed.events]
             assert got.tolist() == [list(e) for e in want], (plane.name, parsed.name)
-            assert np.diff(columns.stats.ptr).tolist() == [len(e.stats) for e in parsed.events]
+            every = columns.stats.every()  # the stats are decoded when asked for: all here
+            assert np.diff(every.ptr).tolist() == [len(e.stats) for e in parsed.events]
             stats = [s for e in parsed.events for s in e.stats]
-            assert columns.stats.id.tolist() == [s.metadata_id for s in stats]
+            assert every.id.tolist() == [s.metadata_id for s in stats]
             for j, stat in enumerate(stats):
-                assert xspace.parse_stat(columns.stats.serialized(j)) == stat
+                assert xspace.parse_stat(every.serialized(j)) == stat
+            for i, event in enumerate(parsed.events):  # one event's, as a stat is read
+                one = columns.stats.of(i)
+                assert [k for k, _ in one] == [s.metadata_id for s in event.stats]
+                assert [xspace.parse_stat(b) for _, b in one] == list(event.stats)
             events += len(parsed.events)
     return events
 
@@ -122,7 +127,7 @@ def test_a_tricky_line_is_walked_as_the_runtime_frames_it(
     want = [(e.metadata_id, e.offset_ps, e.duration_ps) for e in parsed.events]
     got = np.stack([columns.metadata_id, columns.offset_ps, columns.duration_ps], 1)
     assert got.tolist() == [list(e) for e in want]
-    assert np.diff(columns.stats.ptr).tolist() == [len(e.stats) for e in parsed.events]
+    assert np.diff(columns.stats.every().ptr).tolist() == [len(e.stats) for e in parsed.events]
     for cut in (len(data) - 1, len(data) // 2 + 1):
         with pytest.raises(wire.WireError):
             wire.decode_line(data[:cut])
@@ -245,14 +250,15 @@ def test_the_passes_made_a_chunk_at_a_time_read_the_same_facts(
     """A big line's passes go a chunk of events at a time (its memory): the facts are those
     of one chunk for the whole line, with chunks of a few events, and with the heap trimmed
     after every line."""
-    from xprof_magic._analysis.timeline import columns, line_arrays, nesting, read
+    from xprof_magic._analysis.timeline import line_arrays, nesting, read
 
     path = tmp_path / "host.xplane.pb"
     path.write_bytes(_bytes(dict(STORED)[name]))
     words = (JAX_WORDS if name.startswith(("gpu", "shared")) else NEUTRAL).timeline
     whole = read_trace(path, runtime=words)
     for module, constant in (
-        (columns, "_CHUNK"),
+        (wire, "_ASKED"),
+        (wire, "_SPAN"),
         (nesting, "_CHECK_CHUNK"),
         (line_arrays, "_FIRST_CHUNK"),
     ):
@@ -305,14 +311,17 @@ def test_ends_computed_where_read_are_the_sums_kept_before() -> None:
 def test_which_events_have_a_stat_is_each_events(
     chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """:attr:`Line.has` from the columns (a reduction a chunk of events at a time) against
-    the events their stats belong to, for every stat name of every line of three stored
-    captures."""
+    """:attr:`Line.has` (the stats of the events asked about decoded then, a chunk of events
+    and a few bytes of the line at a time) against the events their stats belong to, for
+    every stat name of every line of three stored captures, the events asked in line order
+    and shuffled."""
     from xprof_magic._analysis.timeline import columns
     from xprof_magic._analysis.timeline.space import split_space
 
-    monkeypatch.setattr(columns, "_CHUNK", chunk)
-    many = 0
+    monkeypatch.setattr(wire, "_ASKED", chunk)
+    monkeypatch.setattr(wire, "_SPAN", 1 << 22 if chunk > 3 else 64)
+    rng = np.random.default_rng(3)
+    hits = 0
     for name, path in STORED[:3]:
         for split in split_space(_bytes(path)):
             stat_ids: dict[str, set[int]] = {}
@@ -321,12 +330,48 @@ def test_which_events_have_a_stat_is_each_events(
             for raw in split.lines:
                 decoded = wire.decode_line(raw)
                 line = columns.line_of(decoded, {}, stat_ids, lambda i, k: None)
-                ptr, ids = decoded.stats.ptr, decoded.stats.id
+                stats = decoded.stats.every()
                 every = np.arange(len(line.start))
-                owner = np.repeat(every, np.diff(ptr))  # each stat's event
+                owner = np.repeat(every, np.diff(stats.ptr))  # each stat's event
+                # Chunks of three events: some of them (as the pass asks), not all.
+                asked = every if chunk > 3 else every[:: max(1, len(every) // 100)]
+                shuffled = rng.permutation(asked)
                 for key, wanted in stat_ids.items():
                     want = np.zeros(len(every), bool)
-                    want[owner[np.isin(ids, list(wanted))]] = True
-                    assert np.array_equal(line.has(every, key), want), (name, key)
-                    many += np.isin(ids, list(wanted)).sum() * 8 >= max(1, len(every))
-    assert many, "no stat that most events have: the reduction was not tried"
+                    want[owner[np.isin(stats.id, list(wanted))]] = True
+                    assert np.array_equal(line.has(asked, key), want[asked]), (name, key)
+                    assert np.array_equal(line.has(shuffled, key), want[shuffled]), (name, key)
+                    hits += int(want[asked].sum())
+    assert hits, "no event had a stat of any name"
+
+
+def test_a_stat_the_decoder_does_not_read_is_answered_by_the_runtime() -> None:
+    """A stat whose id is over 31 bits: the line decodes (its layout is the one the decoder
+    knows; its stats are read when asked for), and once such a stat is read the line's stats
+    are answered from the runtime's parse of it, as for a line the decoder refuses."""
+    from xprof_magic._analysis.timeline.thread_lines import SerializedLines
+
+    line = xspace.XLine(name="python", timestamp_ns=5)
+    for i in range(4):
+        event = line.events.add(metadata_id=1, offset_ps=10 * i, duration_ps=5)
+        event.stats.add(metadata_id=7, int64_value=i + 1)
+    line.events[2].stats.add(metadata_id=2**40, str_value="far")
+    raw = line.SerializeToString()
+    columns = wire.decode_line(raw)
+    assert columns.offset_ps.tolist() == [0, 10, 20, 30]
+    with pytest.raises(wire.WireError):
+        columns.stats.every()
+    stat_ids = {"step_num": {7}, "far": {2**40}}
+    every = np.arange(4)
+    for ask_first in ("ints", "has", "stat"):
+        lines = SerializedLines([raw], {1: "step"}, stat_ids)
+        decoded = lines.line(0)
+        if ask_first == "has":
+            assert decoded.has(every, "far").tolist() == [False, False, True, False]
+        elif ask_first == "stat":
+            assert decoded.stat(2, "far") == "far"
+        assert decoded.ints(every, "step_num") == [1, 2, 3, 4]
+        assert decoded.has(every, "far").tolist() == [False, False, True, False]
+        assert decoded.stat(2, "far") == "far"
+        assert decoded.values(every, ("far",)) == {"far": [None, None, "far", None]}
+        assert decoded.stat(1, "step_num") == "2"

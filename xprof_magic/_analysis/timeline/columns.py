@@ -1,14 +1,14 @@
 """A line decoded into columns (:mod:`.wire`) as the :class:`~.line.Line` the pass reads.
 
-Its stats are answered from the columns: which events have a stat of a name, by their
-metadata ids, for all events at once; a stat's value is parsed by the protobuf runtime
-(:func:`.xspace.parse_stat`), only for the events asked about, with the semantics of the
-runtime path in :mod:`.lines` (the last stat of a name wins; a reference is the name it
-refers to).
+Its stats are decoded for the events asked about only (:class:`~.wire.StatRegions`):
+which of them have a stat of a name, by their metadata ids; a stat's value is parsed by the
+protobuf runtime (:func:`.xspace.parse_stat`), with the semantics of the runtime path in
+:mod:`.thread_lines` (the last stat of a name wins; a reference is the name it refers to).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,12 +23,9 @@ from xprof_magic._analysis.timeline.line_arrays import (
     dense,
     stat_readers,
 )
-from xprof_magic._analysis.timeline.wire import EventColumns, Stats
+from xprof_magic._analysis.timeline.wire import EventColumns, StatRegions, Stats, WireError
 
 __all__ = ["line_of"]
-
-_CHUNK = 1 << 18
-"""Events whose stats are looked at together."""
 
 
 def line_of(
@@ -36,71 +33,103 @@ def line_of(
     names: dict[int, str],
     stat_ids: dict[str, set[int]],
     meta: MetaLookup,
+    runtime: Callable[[], Line] | None = None,
 ) -> Line:
     """The :class:`~.line.Line` of decoded columns.
 
     ``names``, ``stat_ids``: the plane's event names and stat ids by name; ``meta``: its event
-    metadata's stats. A stat's value is parsed by the runtime, only when asked for.
+    metadata's stats. A stat is decoded (:class:`~.wire.StatRegions`), and its value parsed
+    by the runtime, only when asked for. ``runtime``: the line read through the protobuf
+    runtime, for a stat the decoder does not read (an id over 31 bits): the line's stats are
+    then answered from it (its events are the same, in the same order).
     """
     unique, name_id = dense(columns.metadata_id)
-    kept: list[Stats] = [columns.stats]  # what the closures below keep of the columns
+    kept: list[StatRegions] = [columns.stats]  # what the closures below keep of the columns
     name = columns.name  # (not the columns: their other arrays go once the line is made)
-    marks: dict[str, NDArray[np.bool_]] = {}
+    parsed: list[Line] = []  # the runtime's line, once a stat the decoder refuses is asked for
 
-    def held() -> Stats:
+    def held() -> StatRegions:
         if not kept:
             raise RuntimeError(f"the stats of line {name!r} were let go")
         return kept[0]
 
     def release() -> None:
         kept.clear()
-        marks.clear()
+        parsed.clear()
 
-    def marked(key: str) -> NDArray[np.bool_]:
-        if key not in marks:
-            stats = held()
-            ids = stats.id
-            found = np.zeros(len(name_id), bool)
-            wanted = stat_ids.get(key)
-            if wanted and len(ids):
-                hit = np.isin(ids, list(wanted))
-                if np.count_nonzero(hit) * 8 < len(found):  # few (step numbers): whose
-                    found[np.searchsorted(stats.ptr, np.flatnonzero(hit), side="right") - 1] = True
-                else:  # whether any of each event's stats is named so: one reduction each
-                    # (a False after the last stat: an event without stats reads it, and is
-                    # told apart by its count), a chunk of events at a time (the reduction's
-                    # positions are made in int64: a big line's at once took 10 MB)
-                    ptr = stats.ptr
-                    for lo in range(0, len(found), _CHUNK):
-                        hi = min(len(found), lo + _CHUNK)
-                        first, stop = int(ptr[lo]), int(ptr[hi])
-                        padded = np.concatenate((hit[first:stop], [False]))
-                        found[lo:hi] = np.logical_or.reduceat(padded, ptr[lo:hi] - first)
-                    found &= ptr[1:] > ptr[:-1]
-            marks[key] = found
-        return marks[key]
+    def decoded(index: Ints) -> Stats | None:
+        """The stats of those events; None where the runtime's line answers instead."""
+        if parsed:
+            return None
+        regions = held()
+        try:
+            return regions.decoded(index)
+        except WireError:
+            if runtime is None:
+                raise
+            parsed.append(runtime())
+            return None
+
+    def has(index: Ints, key: str) -> NDArray[np.bool_]:
+        regions = held()
+        wanted = stat_ids.get(key)
+        if not parsed:
+            try:
+                return regions.named(index, list(wanted or ()))
+            except WireError:
+                if runtime is None:
+                    raise
+                parsed.append(runtime())
+        return parsed[0].has(index, key)
 
     def last(index: int, key: str) -> Any:
         wanted = stat_ids.get(key)
-        if wanted:
-            stats = held()
-            ids = stats.id
-            for j in reversed(stats.of(index)):
-                if int(ids[j]) in wanted:
-                    return xspace.parse_stat(stats.serialized(j))
-        return None
+        if not wanted:
+            return None
+        if not parsed:
+            regions = held()
+            try:
+                stats = regions.of(index)
+            except WireError:
+                if runtime is None:
+                    raise
+                parsed.append(runtime())
+            else:
+                for stat_id, serialized in reversed(stats):
+                    if stat_id in wanted:
+                        return xspace.parse_stat(serialized)
+                return None
+        raise _Refused
 
-    stat, text, as_text = stat_readers(last, stat_ids)
+    stat_of, text_of, as_text = stat_readers(last, stat_ids)
+
+    def stat(index: int, key: str) -> str | None:
+        if not parsed:
+            try:
+                return stat_of(index, key)
+            except _Refused:
+                pass
+        return parsed[0].stat(index, key)
+
+    def text(index: int, key: str) -> str | None:
+        if not parsed:
+            try:
+                return text_of(index, key)
+            except _Refused:
+                pass
+        return (parsed[0].text or parsed[0].stat)(index, key)
 
     def values(index: Ints, keys: tuple[str, ...]) -> dict[str, list[str | None]]:
         out: dict[str, list[str | None]] = {key: [None] * len(index) for key in keys}
         wanted = {i: key for key in keys for i in stat_ids.get(key, ())}
         if not wanted:
             return out
-        stats = held()
+        stats = decoded(index)
+        if stats is None:
+            return parsed[0].values(index, keys)
         ids = stats.id
-        for k, event in enumerate(index.tolist()):
-            for j in stats.of(event):
+        for k in range(len(index)):
+            for j in stats.of(k):
                 key = wanted.get(int(ids[j]))
                 if key is not None:
                     out[key][k] = as_text(xspace.parse_stat(stats.serialized(j)))
@@ -111,14 +140,15 @@ def line_of(
         wanted = stat_ids.get(key)
         if not wanted or not len(index):
             return out
-        stats = held()
+        stats = decoded(index)
+        if stats is None:
+            return parsed[0].ints(index, key)
         ids = stats.id
-        # Every stat of those events, then the last of each event's named so.
-        lo = stats.ptr[index]
-        counts = stats.ptr[index + 1] - lo
-        first = np.cumsum(counts) - counts
+        # Every stat of those events (theirs alone, in order), then the last of each
+        # event's named so.
+        counts = np.diff(stats.ptr)
         owner = np.repeat(np.arange(len(index)), counts)
-        every = np.arange(int(counts.sum())) - np.repeat(first - lo, counts)
+        every = np.arange(int(stats.ptr[-1]))
         named = np.isin(ids[every], list(wanted))
         last = np.full(len(index), -1, np.int64)
         np.maximum.at(last, owner[named], every[named])
@@ -147,10 +177,14 @@ def line_of(
         name_id=name_id,
         names=[names.get(u, "") for u in unique.tolist()],
         stat=stat,
-        has=lambda index, key: marked(key)[index],
+        has=has,
         text=text,
         meta_stat=lambda key: [meta(u, key) for u in unique.tolist()],
         values=values,
         integers=integers,
         release=release,
     )
+
+
+class _Refused(Exception):
+    """A stat the decoder does not read: the runtime's line answers (see :func:`line_of`)."""

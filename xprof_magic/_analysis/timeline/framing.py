@@ -138,22 +138,28 @@ def _walk_together(data: Bytes, starts: Ints) -> tuple[NDArray[np.int32], int]:
     target = _next_marked(marked)
     met = np.full(count, -1, np.int64)  # whom each walker met
     far = len(data) + 1
-    while True:
-        live = np.flatnonzero(state == _RUNNING)
-        if not len(live):
-            break
+    # Each walker's goal: the mark of the walker it may meet (made again when one is dropped).
+    goal = np.where(target >= 0, mark[np.maximum(target, 0)], far)
+    live = np.flatnonzero(state == _RUNNING)
+    while len(live):
         # Meetings and passes before each step: a pass drops the walker passed.
+        at = here[live]
         while True:
-            goal = np.where(target[live] >= 0, mark[np.maximum(target[live], 0)], far)
-            passed = live[here[live] > goal]
+            passed = live[at > goal[live]]
             if not len(passed):
                 break
             marked[np.unique(target[passed])] = False
             target = _next_marked(marked)
-        meet = live[here[live] == goal]
-        met[meet] = target[meet]
-        state[meet] = _MET
-        _round(data, here, state, rounds, live[here[live] != goal])
+            goal = np.where(target >= 0, mark[np.maximum(target, 0)], far)
+        meeting = at == goal[live]
+        if meeting.any():
+            meet = live[meeting]
+            met[meet] = target[meet]
+            state[meet] = _MET
+            rounds.stopped(meet)
+            live = live[~meeting]
+        if _round(data, here, state, rounds, live):
+            live = live[state[live] == _RUNNING]
     return _stitched(starts, here, state, met, mark, rounds)
 
 
@@ -167,15 +173,23 @@ class _Steps:
 
     def __init__(self, walkers: int, rounds: int):
         self.at = np.zeros((rounds, walkers), np.int32)
-        self.taken = np.zeros(walkers, np.int64)
+        self.taken = np.full(walkers, -1, np.int64)  # -1: still walking
         self.rounds = 0
 
     def add(self, who: Ints, where: Ints) -> None:
         if self.rounds == len(self.at):
             self.at = np.concatenate((self.at, np.zeros_like(self.at)))
         self.at[self.rounds, who] = where
-        self.taken[who] += 1
         self.rounds += 1
+
+    def stopped(self, who: Ints) -> None:
+        """Those walkers took their last step in the last round.
+
+        Each steps in every round until it stops (so its steps are counted once, here, not
+        in every round); one that stopped before is left as it was.
+        """
+        who = who[self.taken[who] < 0]
+        self.taken[who] = self.rounds
 
     def path(self, walkers: list[int], first: Ints) -> NDArray[np.int32]:
         """The steps of ``walkers``, in turn, each from its step ``first[i]`` on.
@@ -193,20 +207,29 @@ class _Steps:
         return found
 
 
-def _round(data: Bytes, here: Ints, state: Ints, rounds: _Steps, who: Ints) -> None:
-    """One step of each walker in ``who``: its event kept where it stood on one."""
+def _round(data: Bytes, here: Ints, state: Ints, rounds: _Steps, who: Ints) -> bool:
+    """One step of each walker in ``who``: its event kept where it stood on one.
+
+    Whether any of them stopped (stood on no event).
+    """
     if not len(who):
-        return
+        return False
     where = here[who]
     after, now = _step(data, where)
     if now is None:
         rounds.add(who, where)
         here[who] = after
-        return
+        return False
     running = now == _RUNNING
+    if running.all():
+        rounds.add(who, where)
+        here[who] = after
+        return False
+    rounds.stopped(who[~running])  # their last step was the round before this one
     rounds.add(who[running], where[running])
     here[who[running]] = after[running]
     state[who[~running]] = now[~running]
+    return True
 
 
 def _next_marked(marked: np.ndarray) -> Ints:

@@ -76,7 +76,7 @@ class Line:
     """``integers(events, key)``: as :meth:`ints`, all at once (None: one :attr:`stat` an
     event)."""
     release: Callable[[], None] = field(default=lambda: None, repr=False)
-    """Let go of what the stat readers above keep (a big line's stat columns, 20 MB at 100
+    """Let go of what the stat readers above keep (a big line's stats' places, 10 MB at 100
     MB of capture): none of them may be called after (a decoded line's then raise)."""
 
     def ints(self, index: Ints, key: str) -> list[int | None]:

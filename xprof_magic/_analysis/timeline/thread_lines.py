@@ -107,10 +107,16 @@ class SerializedLines:
                 data, None if release is None else lambda lo, hi: release(index, lo, hi)
             )
         except wire.WireError:
-            line = xspace.parse_line(data)
-            return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
+            return self._parsed(index)
         self.done(index)  # its pages given back before its arrays are made
-        return columns.line_of(decoded, self.names, self.stat_ids, self.meta)
+        return columns.line_of(
+            decoded, self.names, self.stat_ids, self.meta, lambda: self._parsed(index)
+        )
+
+    def _parsed(self, index: int) -> Line:
+        """Line ``index`` parsed by the protobuf runtime and copied out event by event."""
+        line = xspace.parse_line(self.data[index])
+        return _proto_line(line, self.names, self.stat_ids, self._stat_id, self.meta)
 
 
 @dataclass

@@ -68,12 +68,25 @@ def leading_varint(
     Soon enough: within the word's first ``most`` bytes (where not, the value and size mean
     nothing).
     """
-    stop = ~word & _CONTINUED
-    low = stop & (~stop + _ONE)  # the first byte without a continuation bit
-    ok = (stop != 0) & (low <= np.uint64(1 << (8 * most - 1)))
-    value = word & ((low << _ONE) - _ONE) & _SEVEN
+    # The arrays made here are worked on in place (the decoder calls this for every field
+    # of every event: each new array is as long as a chunk of them).
+    stop = np.invert(word)
+    stop &= _CONTINUED
+    low = np.invert(stop)
+    low += _ONE
+    low &= stop  # the first byte without a continuation bit
+    ok = stop != 0
+    ok &= low <= np.uint64(1 << (8 * most - 1))
+    value = np.left_shift(low, _ONE, out=stop)  # (stop is read no more)
+    value -= _ONE
+    value &= word
+    value &= _SEVEN
+    half = np.empty_like(value)
     for high, low_half, shift in _PAIRS:  # 7-bit groups, two by two, into one number
-        value = ((value & high) >> shift) | (value & low_half)
+        np.bitwise_and(value, high, out=half)
+        half >>= shift
+        value &= low_half
+        value |= half
     return value, _size(low, ok), ok
 
 
@@ -83,7 +96,10 @@ def _size(low: NDArray[np.uint64], ok: NDArray[np.bool_]) -> Ints:
     The continuation bits below it, counted, and one.
     """
     if _BITWISE_COUNT is not None:
-        counted: Ints = _BITWISE_COUNT((low - _ONE) & _CONTINUED).astype(np.int64) + 1
+        below = low - _ONE
+        below &= _CONTINUED
+        counted: Ints = _BITWISE_COUNT(below).astype(np.int64)
+        counted += 1
         return counted
     return (np.log2(np.where(ok, low, _ONE)).astype(np.int64) >> 3) + 1
 

@@ -13,16 +13,19 @@ decoded here from the wire format of XSpace's public schema (``xplane.proto``: `
   positions (checked against the bytes: each must be an ``events`` field of that length);
 * the events' fields in rounds, one field of every event per round, in the order the
   profiler writes them (field number order, as every protobuf serializer does);
-* the stats' metadata ids alike; a stat's value is parsed by the runtime when asked for
-  (:meth:`Stats.serialized`).
+* the stats' layout alike (their tags and lengths: where each event's stats lie), their
+  metadata ids only for the events asked about (:class:`StatRegions`: the pass asks about
+  a few events of a big line), a stat's value parsed by the runtime when asked for.
 
 Anything else (another field, another order, a bad length) raises :class:`WireError`, and
-the caller reads that line through the runtime instead. A test compares both, field for
-field, on every stored capture.
+the caller reads that line through the runtime instead; so does a stat id the decoder does
+not read (over 31 bits), found when asked for (:func:`.columns.line_of`). A test compares
+both, field for field, on every stored capture.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +47,15 @@ from xprof_magic._analysis.timeline.varint import (
     word_at,
 )
 
-__all__ = ["Buffer", "EventColumns", "Stats", "WireError", "decode_line", "first_event"]
+__all__ = [
+    "Buffer",
+    "EventColumns",
+    "StatRegions",
+    "Stats",
+    "WireError",
+    "decode_line",
+    "first_event",
+]
 
 Buffer = bytes | memoryview
 
@@ -114,6 +125,111 @@ class Stats:
 
 
 @dataclass
+class StatRegions:
+    """Where each event's stats lie in a line's bytes, decoded only for the events asked about.
+
+    Event ``i``'s stats (and a ``num_occurrences``, last) are ``data[begin[i]:end[i]]``, laid
+    out as the decoder knows (checked when the line was decoded: :func:`_check_stats`). The
+    timeline pass asks about a few events of a big line (whether an op's event has an
+    ``hlo_op``; a program's name): decoding every stat of every event cost a seventh of the
+    summary's CPU and kept 20 MB of columns of them. ``release(lo, hi)``, where given, lets
+    go of the pages of ``data[lo:hi]`` once a chunk of events' stats is read.
+    """
+
+    begin: NDArray[np.int32]
+    end: NDArray[np.int32]
+    data: Bytes
+    release: Release | None = None
+
+    def __len__(self) -> int:
+        return len(self.begin)
+
+    def decoded(self, events: Ints) -> Stats:
+        """The stats of ``events`` as columns: ``ptr[k]:ptr[k + 1]`` are ``events[k]``'s.
+
+        :class:`WireError` where a stat's id is not one the decoder reads (over 31 bits).
+        """
+        events = np.asarray(events, np.int64)
+        cur = self.begin[events].astype(np.int64)
+        counts, (ids, at) = _stats(self.data, cur, self.end[events].astype(np.int64))
+        ptr = np.zeros(len(events) + 1, np.int32)  # under 2**31: fewer than the bytes
+        ptr[1:] = np.cumsum(counts)
+        self._give_back(events)
+        return Stats(ptr, ids, at, self.data)
+
+    def of(self, event: int) -> list[tuple[int, bytes]]:
+        """Event ``event``'s stats, in stored order: each one's metadata id and its bytes.
+
+        Read in Python, as :meth:`decoded` reads them (one event's few stats: an array
+        operation each cost more than the reading).
+        """
+        data = self.data[int(self.begin[event]) : int(self.end[event])].tobytes()
+        self._give_back(np.array([event]))
+        found: list[tuple[int, bytes]] = []
+        at = 0
+        while at < len(data):
+            if data[at] != _STATS:  # the num_occurrences the layout's check let through
+                break
+            length, at = _varint(data, at + 1)
+            stat = data[at : at + length]
+            at += length
+            if not stat:
+                stat_id = 0
+            elif stat[0] == _STAT_ID:
+                stat_id = _varint(stat, 1)[0]
+            else:
+                stat_id = int(xspace.parse_stat(stat).metadata_id)
+            if not 0 <= stat_id < 1 << 31:
+                raise WireError("a stat metadata id over 31 bits")
+            found.append((stat_id, stat))
+        return found
+
+    def every(self) -> Stats:
+        """Every event's stats as columns (what a test compares with the runtime's)."""
+        return self.decoded(np.arange(len(self.begin)))
+
+    def named(self, events: Ints, wanted: list[int]) -> NDArray[np.bool_]:
+        """Whether each of ``events`` has a stat whose metadata id is one of ``wanted``.
+
+        In the events' order in the line, a chunk at a time (the pages of a chunk's stats
+        given back before the next: the line's bytes were given back once decoded).
+        """
+        events = np.asarray(events, np.int64)
+        found = np.zeros(len(events), bool)
+        if not len(events) or not wanted:
+            return found
+        ascending = bool(np.all(events[1:] >= events[:-1]))
+        by_place = None if ascending else np.argsort(events, kind="stable")
+        placed = events if by_place is None else events[by_place]
+        # Chunks of events, each within a few MB of the line: the pages one reads (and the
+        # kernel's reads around them) are given back before the next is read.
+        block = self.begin[placed] // _SPAN
+        cuts = np.flatnonzero(block[1:] != block[:-1]) + 1
+        bounds = sorted({0, len(events), *cuts.tolist(), *range(0, len(events), _ASKED)})
+        for lo, hi in itertools.pairwise(bounds):
+            which = slice(lo, hi) if by_place is None else by_place[lo:hi]
+            here = placed[lo:hi]
+            cur = self.begin[here].astype(np.int64)
+            owners, rounds = _stat_rounds(self.data, cur, self.end[here].astype(np.int64))
+            hit = np.zeros(len(here), bool)
+            for owner, (ids, _) in zip(owners, rounds, strict=True):
+                _check_ids(ids)
+                hit[owner[np.isin(ids, wanted)]] = True
+            found[which] = hit
+            self._give_back(here)
+        return found
+
+    def _give_back(self, events: Ints) -> None:
+        """The pages of those events' stats given back, and those mapped around them.
+
+        The kernel maps the pages of the file about one read (:data:`_AROUND`).
+        """
+        if self.release is not None and len(events):
+            lo = max(0, int(self.begin[events].min()) - _AROUND)
+            self.release(lo, min(len(self.data), int(self.end[events].max()) + _AROUND))
+
+
+@dataclass
 class EventColumns:
     """One line: its name and timestamp, and its events' fields as arrays, in stored order."""
 
@@ -122,7 +238,7 @@ class EventColumns:
     metadata_id: Ints
     offset_ps: Ints
     duration_ps: Ints
-    stats: Stats
+    stats: StatRegions
 
 
 WALK_FROM = 1 << 20
@@ -170,8 +286,8 @@ def decode_line(serialized: Buffer, release: Release | None = None) -> EventColu
                 raise WireError("the events are not stored one after another")
     at = field_at + head
     del field_at, head
-    metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(data, at, at + lengths)
-    stats = Stats(ptr, ids, stat_at, data)
+    metadata_id, offset_ps, duration_ps, begin, end = _event_fields(data, at, at + lengths)
+    stats = StatRegions(begin, end, data)
     return EventColumns(name, timestamp_ns, metadata_id, offset_ps, duration_ps, stats)
 
 
@@ -200,8 +316,8 @@ def _walked(serialized: Buffer, first: int, release: Release | None) -> EventCol
     del field_at, sizes
     end = lengths.view(np.int64)  # in place: the line's arrays are as long as its events
     end += at
-    metadata_id, offset_ps, duration_ps, ptr, ids, stat_at = _event_fields(data, at, end, release)
-    stats = Stats(ptr, ids, stat_at, data)
+    metadata_id, offset_ps, duration_ps, begin, ends = _event_fields(data, at, end, release)
+    stats = StatRegions(begin, ends, data, release)
     return EventColumns(raw.name, int(raw.timestamp_ns), metadata_id, offset_ps, duration_ps, stats)
 
 
@@ -239,22 +355,26 @@ def first_event(serialized: Buffer, none: int | None = None) -> int:
 
 _CHUNK = 1 << 15
 """Events decoded together: their arrays stay in the processor's cache."""
+_ASKED = 1 << 15
+"""Events whose stats are read together when asked for (:meth:`StatRegions.named`)."""
+_SPAN = 1 << 22
+"""Bytes of a line whose events' stats are read together when asked for."""
+_AROUND = 1 << 16
+"""Bytes the kernel maps about a page of the file read (its fault-around): given back too."""
 
 
 def _event_fields(
     data: Bytes, at: Ints, end: Ints, release: Release | None = None
-) -> tuple[Ints, Ints, Ints, NDArray[np.int32], NDArray[np.signedinteger[Any]], NDArray[np.int32]]:
+) -> tuple[Ints, Ints, Ints, NDArray[np.int32], NDArray[np.int32]]:
     """The fields of the events whose payloads are ``data[at[i]:end[i]]``.
 
-    Metadata id, offset, duration, and their stats' pointer, ids and starts (see
-    :class:`Stats`), a chunk of events at a time.
+    Metadata id, offset, duration, and where each event's stats begin and end (see
+    :class:`StatRegions`: their layout checked, their ids read when asked for), a chunk of
+    events at a time.
     """
     n = len(at)
     metadata_id, offset_ps, duration_ps = (np.zeros(n, np.int64) for _ in _FIELDS)
-    ptr = np.zeros(n + 1, np.int32)  # a line's stats are fewer than its bytes: under 2**31
-    counts = ptr[1:]  # each event's stats, summed into the pointer in place below
-    ids: list[NDArray[np.int32]] = []
-    starts: list[NDArray[np.int32]] = []
+    begin = np.zeros(n, np.int32)  # a line is under 2 GB: its positions fit
     released = 0
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
@@ -262,29 +382,12 @@ def _event_fields(
         stop = end[lo:hi]
         for tag, column in zip(_FIELDS, (metadata_id, offset_ps, duration_ps), strict=True):
             _scalar(data, cur, stop, tag, column[lo:hi])
-        counts[lo:hi], (chunk_ids, chunk_at) = _stats(data, cur, stop)
-        ids.append(chunk_ids)
-        starts.append(chunk_at)
+        _check_stats(data, cur, stop)
+        begin[lo:hi] = cur
         if release is not None:  # the events decoded so far (the stats read later fault
             release(released, int(end[hi - 1]))  # their pages in again from the file)
             released = int(end[hi - 1])
-    np.cumsum(counts, out=counts)
-    if not ids:
-        return (
-            metadata_id,
-            offset_ps,
-            duration_ps,
-            ptr,
-            np.zeros(0, np.int32),
-            np.zeros(0, np.int32),
-        )
-    # The ids in the narrowest type that holds them (a plane names a few dozen stats: a
-    # byte each, not four, for the 3M stats of a 100 MB capture's biggest line).
-    top = max(int(chunk.max(initial=0)) for chunk in ids)
-    narrow = np.int8 if top < 1 << 7 else np.int16 if top < 1 << 15 else np.int32
-    stat_id: NDArray[np.signedinteger[Any]] = np.concatenate(ids, dtype=narrow, casting="unsafe")
-    del ids
-    return metadata_id, offset_ps, duration_ps, ptr, stat_id, np.concatenate(starts)
+    return metadata_id, offset_ps, duration_ps, begin, end.astype(np.int32)
 
 
 def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
@@ -293,11 +396,14 @@ def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
     Only where an event's payload goes on with it (the profiler leaves out a field that is 0).
     """
     word = word_at(data, cur)
-    hit = (cur < end) & ((word & BYTE) == tag)
-    value, size, ok = leading_varint(word >> EIGHT, 7)
+    hit = (word & BYTE) == tag
+    hit &= cur < end
+    word >>= EIGHT  # (a new array: shifted in place)
+    value, size, ok = leading_varint(word, 7)
     if hit.all() and ok.all():
         column[:] = value.view(np.int64)
-        cur += 1 + size
+        size += 1
+        cur += size
         return
     fast = hit & ok
     column[fast] = value[fast].view(np.int64)
@@ -309,13 +415,100 @@ def _scalar(data: Bytes, cur: Ints, end: Ints, tag: int, column: Ints) -> None:
         cur[slow] += 1 + size
 
 
+def _check_stats(data: Bytes, cur: Ints, end: Ints) -> None:
+    """Check that an event's fields from ``cur[i]`` to ``end[i]`` are as :func:`_stats` reads them.
+
+    Stats, then perhaps a ``num_occurrences``; else :class:`WireError`. Their tags and
+    lengths only, a stat after another (the rounds of :func:`_stat_rounds`,
+    without their ids and starts).
+    """
+    if np.any(cur > end):
+        raise WireError("an event's fields run past its end")
+    live = cur < end
+    here, stop_at = cur[live], end[live]
+    last = len(data) - 1
+    while len(here):
+        if int(here.max()) < last:  # the usual round: stats with one-byte lengths
+            tag, length = data[here], data[here + 1]
+            if bool(np.all(tag == _STATS)) and int(length.max()) < 0x80:
+                stop = here + 2
+                stop += length
+                if np.any(stop > stop_at):
+                    raise WireError("a stat runs past its event")
+                more = stop < stop_at
+                here, stop_at = stop[more], stop_at[more]
+                continue
+        tag = data[here]
+        is_stat = tag == _STATS
+        if not is_stat.all():
+            other = ~is_stat
+            if np.any(tag[other] != _OCCURRENCES):
+                raise WireError("an event field this decoder does not know")
+            _, size = varints(data, here[other] + 1)
+            if np.any(here[other] + 1 + size != stop_at[other]):  # it is their last field
+                raise WireError("an event's fields run past its end")
+            here, stop_at = here[is_stat], stop_at[is_stat]
+        told, size = varints(data, here + 1)
+        if np.any(told >= 1 << 31):
+            raise WireError("a stat runs past its event")
+        stop = here + 1 + size + told.astype(np.int64)
+        if np.any(stop > stop_at):
+            raise WireError("a stat runs past its event")
+        more = stop < stop_at
+        here, stop_at = stop[more], stop_at[more]
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``data[at]`` and where it ends; :class:`WireError` past the end."""
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise WireError("a varint runs past the end")
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value & 0xFFFFFFFFFFFFFFFF, at
+        shift += 7
+
+
+def _check_ids(ids: Ints) -> None:
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= 1 << 31):
+        raise WireError("a stat metadata id over 31 bits")
+
+
 def _stats(
     data: Bytes, cur: Ints, end: Ints
 ) -> tuple[Ints, tuple[NDArray[np.int32], NDArray[np.int32]]]:
+    """The stats of events whose stats start at ``cur`` and end at ``end``.
+
+    How many each has, and their ids and starts grouped by event (:func:`_stat_rounds`).
+    """
+    owners, found = _stat_rounds(data, cur, end)
+    counts = np.zeros(len(cur), np.int64)
+    if not owners:
+        return counts, (np.zeros(0, np.int32), np.zeros(0, np.int32))
+    # Round k holds the k-th stat of each event it names: each goes to its event's k-th place.
+    counts += np.bincount(np.concatenate(owners), minlength=len(cur))
+    place = np.cumsum(counts) - counts
+    total = int(counts.sum())
+    stat_id = np.empty(total, np.int32)
+    stat_at = np.empty(total, np.int32)
+    for k, (owner, (ids, begin)) in enumerate(zip(owners, found, strict=True)):
+        _check_ids(ids)
+        where = place[owner]
+        where += k
+        stat_id[where] = ids
+        stat_at[where] = begin
+    return counts, (stat_id, stat_at)
+
+
+def _stat_rounds(data: Bytes, cur: Ints, end: Ints) -> tuple[list[Ints], list[tuple[Ints, Ints]]]:
     """The stats of events whose stats start at ``cur`` and end at ``end``, in rounds.
 
-    The first stat of each event, then the second...: how many each has, and their ids and
-    starts grouped by event.
+    The first stat of each event, then the second...: for each round, the events (their
+    indices in ``cur``) that have a stat in it, and those stats' ids and starts. ``cur``
+    moves to each event's end.
 
     A stat's header, its length and its first field (the metadata id) are read from one
     word where the length is one byte and the id at most five; others a field at a time.
@@ -370,23 +563,7 @@ def _stats(
         live = live[stop < end[live]]
     if np.any(cur != end):
         raise WireError("an event's fields run past its end")
-    counts = np.zeros(len(cur), np.int64)
-    if not owners:
-        return counts, (np.zeros(0, np.int32), np.zeros(0, np.int32))
-    # Round k holds the k-th stat of each event it names: each goes to its event's k-th place.
-    counts += np.bincount(np.concatenate(owners), minlength=len(cur))
-    place = np.cumsum(counts) - counts
-    total = int(counts.sum())
-    stat_id = np.empty(total, np.int32)
-    stat_at = np.empty(total, np.int32)
-    for k, (owner, (ids, begin)) in enumerate(zip(owners, found, strict=True)):
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= 1 << 31):
-            raise WireError("a stat metadata id over 31 bits")
-        where = place[owner]
-        where += k
-        stat_id[where] = ids
-        stat_at[where] = begin
-    return counts, (stat_id, stat_at)
+    return owners, found
 
 
 def _stat_ids(data: Bytes, at: Ints, end: Ints) -> Ints:
