@@ -36,6 +36,7 @@ from xprof_magic._analysis import (
     summarize,
     summarize_in_subprocess,
 )
+from xprof_magic._analysis.cache import SPARE, WARM_ENV
 from xprof_magic._analysis.model.summary import SUMMARY_SCHEMA, Compiles, CompileSite
 from xprof_magic._analysis.render.gaps import gaps_said
 from xprof_magic._analysis.render.notes import device_statement, notes_for
@@ -546,6 +547,38 @@ def test_a_quick_summary_first_then_the_full_one(runs: dict[str, Path], tmp_path
     assert full is not None, problem
     assert full.complete and full.label_source == "trace"
     assert load_summary(run) == full
+
+
+def test_the_next_summary_process_is_started_ahead_and_used_while_the_environment_holds(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a full summary the next one's process waits, its imports done; the next summary
+    hands it its folder. A changed environment (a variable the reader reads) or
+    XPROF_MAGIC_WARM_SUMMARY=0 starts a process of its own instead."""
+    SPARE.close()
+    folders = []
+    for k in range(4):
+        folders.append(tmp_path / f"run{k}")
+        shutil.copytree(runs["shapes"], folders[-1])
+    first, problem = summarize_in_subprocess(folders[0])
+    assert first is not None and first.complete, problem
+    ahead = SPARE.waiting
+    assert ahead is not None and ahead.poll() is None, "started ahead, waiting"
+    second, problem = summarize_in_subprocess(folders[1])
+    assert second is not None and second.complete, problem
+    assert ahead.returncode == 0, "the one started ahead read the second run"
+    assert second.labels == first.labels
+    nxt = SPARE.waiting
+    assert nxt is not None and nxt.pid != ahead.pid
+    monkeypatch.setenv("XPROF_MAGIC_TEST_CHANGED", "1")
+    third, problem = summarize_in_subprocess(folders[2])
+    assert third is not None and third.complete, problem
+    assert nxt.returncode == 0, "ended unused: its input closed, it exits at once"
+    monkeypatch.setenv(WARM_ENV, "0")
+    SPARE.close()
+    fourth, problem = summarize_in_subprocess(folders[3])
+    assert fourth is not None and fourth.complete, problem
+    assert SPARE.waiting is None
 
 
 def test_a_summary_process_that_fails_says_why(tmp_path: Path) -> None:

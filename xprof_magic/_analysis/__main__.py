@@ -1,5 +1,9 @@
 """``python -m xprof_magic._analysis RUN_DIR``: the full summary, in a process of its own.
 
+With ``-`` for ``RUN_DIR``, the folder is read from a line of standard input, after the reader's
+imports (:class:`~xprof_magic._analysis.cache.Spare` starts it ahead); at the end of the input
+with no line, it exits at once with status 0.
+
 The notebook reads big summaries this way (:func:`~xprof_magic._analysis.cache.
 summarize_in_subprocess`, which :func:`~xprof_magic._analysis.summaries.summary_of` calls), so
 that reading a huge capture neither holds the kernel's GIL nor grows the kernel's memory.
@@ -24,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m xprof_magic._analysis RUN_DIR", file=sys.stderr)
         return 2
+    if args == ["-"]:
+        line = sys.stdin.readline().strip()
+        if not line:
+            return 0
+        args = [line]
     summary = summarize(args[0], budget_s=None)
     save_summary(summary, args[0])
     return 0 if summary.complete else 1
