@@ -29,12 +29,7 @@ from numpy.typing import NDArray
 
 from xprof_magic._analysis.model.diagnosis import Breakdown, HostLooks
 from xprof_magic._analysis.summary.blocks import main_line
-from xprof_magic._analysis.summary.step_spans import (
-    device_work,
-    fetch_spans,
-    launched_work,
-    step_spans,
-)
+from xprof_magic._analysis.summary.step_spans import fetch_spans, line_step_spans
 from xprof_magic._analysis.summary.where import label_at
 from xprof_magic._analysis.timeline.facts import (
     FRAMEWORK,
@@ -133,7 +128,7 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
     line = main_line(facts.blocks, pipeline)  # once: a walk over every block
     mine = [b for b in facts.blocks if b.line == line]
     fetches = fetch_spans(mine, pipeline)
-    steps = step_spans(mine, fetches, launched_work(facts), device_work(facts))
+    steps = line_step_spans(facts, line, pipeline)  # the breakdown's, worked out once
     starts = np.array([s.start for s in steps])
     ends = np.array([s.end for s in steps])
     at = np.searchsorted(starts, t, side="right") - 1
