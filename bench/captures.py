@@ -172,7 +172,8 @@ if warm:
     # Imports done before the clock starts: the summary's process started ahead
     # (cache.Spare) has them, as XProf's running server has its converters.
     if route.startswith("summary"):
-        import xprof_magic._analysis.__main__
+        from xprof_magic._analysis.__main__ import warm_up
+        warm_up()
     else:
         import xprof.convert.raw_to_tool_data
     t, cpu = time.perf_counter(), time.process_time()

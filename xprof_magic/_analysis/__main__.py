@@ -19,7 +19,7 @@ import sys
 from xprof_magic._analysis.cache import save_summary
 from xprof_magic._analysis.stages import summarize
 
-__all__ = ["main"]
+__all__ = ["main", "warm_up"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m xprof_magic._analysis RUN_DIR", file=sys.stderr)
         return 2
     if args == ["-"]:
+        warm_up()
         line = sys.stdin.readline().strip()
         if not line:
             return 0
@@ -36,6 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(args[0], budget_s=None)
     save_summary(summary, args[0])
     return 0 if summary.complete else 1
+
+
+def warm_up() -> None:
+    """What a summary loads on first use, loaded while the process waits for its run folder.
+
+    The backends' words, each imported when a run of theirs is read.
+    """
+    from xprof_magic._backends.registry import BACKENDS, get_vocabulary
+
+    for name in BACKENDS:
+        get_vocabulary(name)
 
 
 if __name__ == "__main__":
