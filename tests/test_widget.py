@@ -460,8 +460,8 @@ def test_a_run_shown_again_takes_the_summary_this_kernel_rendered(
     viewer: _viewer.Viewer, logdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``%xprof view RUN`` after the cell that showed RUN neither reads its saved summary nor
-    renders it again (0.2 to 0.3 s before the frame showed, for a 30 MB run); a summary saved
-    since, or one not complete, is read as before."""
+    renders it again (0.04 to 0.06 s before the frame showed, for a 30 MB run); a summary
+    saved since, or one not complete, is read as before."""
     run_dir = _store.run_path(logdir, "newer")
     summary = _analysis.summarize(run_dir, budget_s=None)
     saved = _analysis.save_summary(summary, run_dir)
