@@ -11,7 +11,8 @@ repetition, each mode in a JupyterLab (so a viewer) of its own:
   (:mod:`xprof_magic._viewer.prepare.preview`): the frame waits for the whole timeline;
 - ``on demand``: ``XPROF_MAGIC_PREPARE=0``, XProf converts on the first request, as before;
 - ``preview from 20 MB``: ``ahead`` with a 30 MB run previewed too (BENCHMARKS.md: it was
-  not sooner, and it delayed the whole timeline).
+  not sooner, and it delayed the whole timeline);
+- ``preview of 20k``: ``ahead`` with a large run's preview cut at 20,000 events, not 50,000.
 
 A mode named twice runs twice, alternately with the others (``--modes ahead "on demand"
 ahead "on demand"``), its figures pooled.
@@ -49,6 +50,7 @@ MODES = {
     "no preview": {"XPROF_MAGIC_PREPARE": "1", "XPROF_MAGIC_PREPARE_PREVIEW_FROM_MB": "1e9"},
     "on demand": {"XPROF_MAGIC_PREPARE": "0"},
     "preview from 20 MB": {"XPROF_MAGIC_PREPARE": "1", "XPROF_MAGIC_PREPARE_PREVIEW_FROM_MB": "20"},
+    "preview of 20k": {"XPROF_MAGIC_PREPARE": "1", "XPROF_MAGIC_PREPARE_PREVIEW_EVENTS": "20000"},
 }
 
 _WATCH_PROMPT = """

@@ -122,6 +122,10 @@ _INNER = """() => {
     asked: parent.xprofRoute ? parent.xprofRoute.log : null,
     errors: window.__errs || [], title: document.title});
 }"""
+# XProf's requests the trace viewer page answered from the data it asked from its first bytes.
+PREFETCHED = "() => window.__xprofPrefetch ? window.__xprofPrefetch.used : null"
+# How many times the browser asked for one URL.
+ASKED = "(url) => performance.getEntriesByType('resource').filter(e => e.name === url).length"
 RECORD_ERRORS = """window.__errs = [];
 addEventListener('error', e => window.__errs.push(`${e.message} ${e.filename}:${e.lineno}`));
 addEventListener('unhandledrejection', e => window.__errs.push('rejection ' + String(e.reason)));"""
@@ -267,6 +271,9 @@ def test_the_trace_viewer_comes_through_the_kernel(lab: JupyterLab, browser: Any
     cells = [SETUP, capture("kr-train", "update"), capture("kr-eval", "evaluate")]
     with opened(lab, browser, "kernel.ipynb", cells, True) as (notebook, refused):
         first, frame = first_run_shown(notebook, lab, "kernel", "kernel-route-trace-viewer")
+        # The trace data was asked through the kernel from the page's first bytes, and XProf's
+        # own request for it answered from that reply (inline.TRACE_PREFETCH).
+        assert frame.evaluate(PREFETCHED) == 1
         # "open in new tab" would open the port this browser cannot reach.
         assert not first.locator("a.xprof-open").is_visible()
         switched(notebook, first, frame, "kr-eval")
@@ -333,8 +340,14 @@ def test_the_port_is_still_taken_where_it_answers(lab: JupyterLab, browser: Any)
         first.locator("iframe.xprof-outer").scroll_into_view_if_needed()
         notebook.wait(lambda: has_event(notebook, first, "update"), "the trace viewer", 120)
         assert first.locator("a.xprof-open").is_visible()
-        url = urlsplit(notebook.xprof_frame(first).url)
+        frame = notebook.xprof_frame(first)
+        url = urlsplit(frame.url)
         assert url.hostname == "127.0.0.1" and url.port not in (None, lab.port), url
+        # The trace data, asked from the page's first bytes, was asked once: XProf's own
+        # request for it was answered from that reply (inline.TRACE_PREFETCH).
+        assert frame.evaluate(PREFETCHED) == 1
+        asked = frame.evaluate(ASKED, frame.evaluate("() => window.__xprofPrefetch.url"))
+        assert asked == 1, asked
 
 
 def test_a_busy_kernel_says_so_then_shows_the_viewer(lab: JupyterLab, browser: Any) -> None:

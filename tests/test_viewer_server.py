@@ -477,8 +477,9 @@ def test_the_embedded_pages_come_without_xprofs_menu(viewer: Viewer) -> None:
     assert embedded.replace(inline.PAGE_STYLE + inline.WATCH_BUSY, b"") == full
     timeline = _get(viewer, viewer.trace_viewer_path(RUN, "vm"))[1]
     plain = _get(viewer, viewer.trace_viewer_path(RUN, "vm").replace(inline.INLINE_QUERY, ""))[1]
-    added = inline.TRACE_STYLE + inline.TRACE_SETTLE + inline.WATCH_BUSY
+    added = inline.TRACE_STYLE + inline.TRACE_PREFETCH + inline.TRACE_SETTLE + inline.WATCH_BUSY
     assert timeline.count(inline.TRACE_SETTLE) == timeline.count(inline.WATCH_BUSY) == 1
+    assert timeline.count(inline.TRACE_PREFETCH) == 1
     assert timeline.replace(added, b"") == plain
     assert b"trace_viewer_index.js" in plain and inline.WATCH_BUSY not in plain
     assert inline.embedded("a=1&xprof_magic=inline") and not inline.embedded("xprof_magic=no")

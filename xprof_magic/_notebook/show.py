@@ -13,6 +13,7 @@ without ipywidgets gets the static summary and one line saying how to have the v
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,8 @@ __all__ = [
     "SUMMARY_BUDGET_S",
     "CellDisplay",
     "Rendered",
+    "kept_rendered",
+    "remember",
     "report",
     "show_run",
     "summary_bundle",
@@ -77,6 +80,53 @@ class Rendered:
             )
             page += "<p><i>Summary pending: the full one replaces this when ready.</i></p>"
         return {"text/plain": text + extra_text, "text/html": page}
+
+
+KEPT_RUNS = 4
+"""The rendered summaries a kernel keeps (:func:`remember`): its newest runs'."""
+_kept: OrderedDict[str, tuple[tuple[int, int, int], Rendered]] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def _saved_stamp(run_dir: Path) -> tuple[int, int, int] | None:
+    """The saved summary file's inode, size and time, or None where there is none."""
+    from xprof_magic._runs.store import SUMMARY_FILE
+
+    try:
+        found = (Path(run_dir) / SUMMARY_FILE).stat()
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+def remember(rendered: Rendered, run_dir: Path) -> None:
+    """Keep a complete summary, rendered, for the next display of its run in this kernel.
+
+    ``%xprof view RUN`` after the cell that captured it read the saved summary and rendered it
+    again before anything showed: 0.04 to 0.06 s for a 30 MB run on a 2-core machine, more on
+    a busy one. Only a complete summary already saved beside its run is kept, under that
+    file's inode, size and time, so that a summary saved since (the run captured again, a
+    newer version's) is read.
+    """
+    if not rendered.summary.complete or rendered.summary.pending:
+        return
+    stamp = _saved_stamp(run_dir)
+    if stamp is None:
+        return
+    with _kept_lock:
+        _kept[str(Path(run_dir).absolute())] = (stamp, rendered)
+        _kept.move_to_end(str(Path(run_dir).absolute()))
+        while len(_kept) > KEPT_RUNS:
+            _kept.popitem(last=False)
+
+
+def kept_rendered(run_dir: Path) -> Rendered | None:
+    """The summary :func:`remember` kept for ``run_dir``, if its saved file is still the same."""
+    with _kept_lock:
+        found = _kept.get(str(Path(run_dir).absolute()))
+    if found is None or found[0] != _saved_stamp(run_dir):
+        return None
+    return found[1]
 
 
 def summary_bundle(summary: Summary) -> dict[str, Any]:
@@ -132,6 +182,7 @@ class CellDisplay:
         """Show the summary that replaces a pending one (the last: nothing follows it)."""
         self.final = True
         self.rendered = Rendered.of(summary)
+        remember(self.rendered, Path(summary.run_dir))
         if self.handle is not None:
             self.handle.update(self.bundle(), raw=True)
 
@@ -250,12 +301,16 @@ def show_run(
 ) -> None:
     """Show the summary of ``run_dir`` and the viewer of ``logdir`` under the cell.
 
-    The summary is ``summary``, else read now (:func:`summary_now`); the viewer's runs are
+    The summary is ``summary``, else the one this kernel last showed of the run
+    (:func:`kept_rendered`), else read now (:func:`summary_now`); the viewer's runs are
     ``found``, when the caller has listed them. A pending summary updates in place.
     """
     from xprof_magic._notebook.context import detect
 
-    rendered = Rendered.of(summary or summary_now(shell, run_dir))
+    rendered = None if summary is not None else kept_rendered(run_dir)
+    if rendered is None:
+        rendered = Rendered.of(summary or summary_now(shell, run_dir))
+        remember(rendered, run_dir)
     outcome = start.wait(timeout=VIEWER_WAIT_S)
     view, where = None, ""
     context = detect(shell)

@@ -13,6 +13,10 @@ opens on, and its timeline hidden until it shows the range asked for
 (:data:`TRACE_SETTLE`: XProf draws its default range first). "Open in new tab" asks
 without the parameter: XProf's full UI, unchanged.
 
+The trace viewer's page also asks for its trace data from its first bytes
+(:data:`TRACE_PREFETCH`), while XProf's 3 MB script loads and runs, and answers the script's
+own request for it from that reply.
+
 Both pages also get :data:`WATCH_BUSY`, which tells the page's parent (the widget's
 wrapper frame, or Colab's output frame) when a loading indicator of XProf's shows or goes
 (:data:`BUSY_SELECTOR`), so that the widget can say when one never finishes.
@@ -28,6 +32,7 @@ __all__ = [
     "INLINE_QUERY",
     "PAGE_STYLE",
     "SETTLE_S",
+    "TRACE_PREFETCH",
     "TRACE_SETTLE",
     "TRACE_STYLE",
     "WATCH_BUSY",
@@ -83,6 +88,67 @@ TRACE_SETTLE = (
 and applies the asked one a moment later (0.2 s on an idle machine, seconds on a busy
 one), so the page would open on another window first. Its loading throbber shows
 meanwhile; after :data:`SETTLE_S` the timeline shows whatever range it has."""
+HEADING_WIDTH = 250
+"""The width of the trace viewer's row headings (Catapult's ``tr.ui.b.constants``), which its
+first request's ``resolution`` leaves out of the page's width."""
+TRACE_PREFETCH = (
+    b"<script>(function(){var q=new URLSearchParams(location.search);"
+    b"var data=q.get('trace_data_url');if(!data||q.get('is_streaming')!=='true')return;"
+    # The request XProf's trace viewer makes first (its _loadJSON through _buildBaseURL): the
+    # hosts, replace_model, new_backend, the resolution from the viewer's width, and a range
+    # three times the asked view's (its FETCH_RATIO), cut to the data URL's own.
+    b"var u;try{u=new URL(data,location.href)}catch(e){return}"
+    b"var p=u.searchParams,hosts=p.get('hosts')||p.get('host');"
+    b"p.set('hosts',hosts?hosts.split(',').join(','):'none');"
+    b"p.set('replace_model','true');if(!p.has('new_backend'))p.set('new_backend','false');"
+    b"if(!p.has('resolution')){var r=q.has('resolution')?Number(q.get('resolution')):null;"
+    b"if(r===null){var w=document.documentElement.clientWidth,dpr=window.devicePixelRatio||1;"
+    b"r=w-%d<=0?Math.round(w*dpr/(2*dpr)):Math.round((w-%d)*dpr/(2*dpr))}"
+    b"p.set('resolution',r*8)}"
+    b"if(q.has('view_start')&&q.has('view_end')){var lo=Number(q.get('view_start')),"
+    b"hi=Number(q.get('view_end')),mid=lo+(hi-lo)/2,"
+    b"bl=p.has('start_time_ms')?Number(p.get('start_time_ms')):Number.MIN_VALUE,"
+    b"bh=p.has('end_time_ms')?Number(p.get('end_time_ms')):Number.MAX_VALUE;"
+    b"p.set('start_time_ms',Math.max(mid-3*(hi-lo)/2,bl));"
+    b"p.set('end_time_ms',Math.min(mid+3*(hi-lo)/2,bh))}"
+    b"function same(a){try{a=new URL(String(a),location.href)}catch(e){return false}"
+    b"if(a.pathname!==u.pathname)return false;"
+    b"var x=Array.from(a.searchParams).sort().join('&'),y=Array.from(p).sort().join('&');"
+    b"return x===y}"
+    b"var kept=fetch(u.href,{credentials:'same-origin'}).then(function(r){"
+    b"return r.text().then(function(t){return{r:r,t:t}})});kept.catch(function(){});"
+    b"window.__xprofPrefetch={url:u.href,used:0};"
+    # XProf's request for that URL (once) is answered from the reply, whichever XMLHttpRequest
+    # the page has: the browser's, or the kernel route's.
+    b"var X=window.XMLHttpRequest.prototype,open=X.open,send=X.send;"
+    b"X.open=function(m,url){this.__xprofSame=String(m).toUpperCase()==='GET'&&same(url);"
+    b"return open.apply(this,arguments)};"
+    b"X.send=function(){var x=this,args=arguments;"
+    b"if(!x.__xprofSame||!kept){return send.apply(x,args)}var mine=kept;kept=null;"
+    b"mine.then(function(got){if(!got.r.ok)throw 0;"
+    b"function own(k,v){Object.defineProperty(x,k,{configurable:true,value:v})}"
+    b"own('readyState',4);own('status',got.r.status);own('statusText',got.r.statusText);"
+    b"own('responseURL',got.r.url);own('responseText',got.t);own('response',got.t);"
+    b"own('getResponseHeader',function(n){return got.r.headers.get(n)});"
+    b"own('getAllResponseHeaders',function(){var o='';"
+    b"got.r.headers.forEach(function(v,k){o+=k+': '+v+'\\r\\n'});return o});"
+    b"window.__xprofPrefetch.used+=1;"
+    b"['readystatechange','load','loadend'].forEach(function(t){var f=x['on'+t];"
+    b"if(typeof f==='function')f.call(x,{type:t,target:x,currentTarget:x})})"
+    b"}).catch(function(){send.apply(x,args)})};"
+    b"})();</script>"
+) % (HEADING_WIDTH, HEADING_WIDTH)
+"""Asks, from the trace viewer page's first bytes, for the trace data its script will ask
+first, and answers that request (once, when its URL is the same) from the reply.
+
+XProf's trace viewer sends its request only once its 3 MB script has loaded and run; its
+reply then takes a round trip (through the kernel route, widget messages). The URL is the
+one its ``_loadJSON`` builds: the data URL with ``hosts``, ``replace_model``, ``new_backend``,
+the ``resolution`` from the page's width (less :data:`HEADING_WIDTH`, 2 px an event, times its
+``ZOOM_RATIO`` of 8), and, for a page opened on a range (``view_start``, ``view_end``), three
+times that range (its ``FETCH_RATIO``). A request with other parameters (another XProf, a
+page of another width) goes to the viewer as before, and so does the one asked here if its
+reply failed. ``window.__xprofPrefetch.used`` counts the requests answered so."""
 WATCH_BUSY = (
     b"<script>(function(){if(window.parent===window)return;var busy=null,sel=%s;"
     b"function shown(e){var r=e.getBoundingClientRect();return r.width>0&&r.height>0&&"
@@ -115,6 +181,7 @@ def inline_page(page: bytes) -> bytes:
 def inline_trace_viewer(page: bytes) -> bytes:
     """XProf's trace viewer page for under a cell.
 
-    With :data:`TRACE_STYLE`, :data:`TRACE_SETTLE` and :data:`WATCH_BUSY`.
+    With :data:`TRACE_STYLE`, :data:`TRACE_PREFETCH`, :data:`TRACE_SETTLE` and
+    :data:`WATCH_BUSY`.
     """
-    return _into_head(page, TRACE_STYLE + TRACE_SETTLE + WATCH_BUSY)
+    return _into_head(page, TRACE_STYLE + TRACE_PREFETCH + TRACE_SETTLE + WATCH_BUSY)
