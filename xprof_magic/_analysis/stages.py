@@ -149,6 +149,7 @@ def _diagnose(
             programs=facts.programs,
             activity=attribution.activity(facts, meta, words, summary.steps),
             looks=looks,
+            device_loader=any(b.name in words.timeline.input_pipeline for b in facts.blocks),
         )
     if meta.wall_s:
         parts = breakdown.of_metadata(meta, words)

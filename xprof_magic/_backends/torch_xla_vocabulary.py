@@ -59,6 +59,10 @@ FIXES = {
     "(num_workers > 0), so the next batch is ready when the step ends.",
     "host": "Do more per step: turn the inner Python loop into fewer, larger tensor ops, or "
     "compile the step (torch_xla.compile), so tracing stops dominating.",
+    "device loader": "The loop already reads through MpDeviceLoader, which copies ahead: its "
+    "DataLoader does not keep up with the step. Give the DataLoader more workers "
+    "(num_workers) or a deeper prefetch (prefetch_factor, MpDeviceLoader's "
+    "loader_prefetch_size), or make each batch cheaper to read and collate.",
     "making batches": "That line runs no torch op, so torch_xla.compile would not shorten "
     "it: it is the input pipeline. Make the batches off the step's path: vectorize the NumPy "
     "over the whole batch, make them once before the loop if they do not change, or move the "

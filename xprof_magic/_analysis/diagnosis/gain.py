@@ -14,8 +14,9 @@ of them costs without its compile.
 
 A wait for the next batch whose fix spreads the batches' making over other cores (DataLoader
 workers) is bounded by the machine's cores too (``cores``): that work, as much of it as ran
-on a CPU (``on_cpu``), and the step's own host work still share them, so that on a 2-core
-machine workers gain far less than the wait (:data:`SPREAD`).
+on a CPU (``on_cpu``), and the step's own host work still share them, and the work has the
+cores but the step's own to go to, so that on a 2-core machine workers gain far less than the
+wait (:data:`SPREAD`).
 
 ``device``, the healthy case, has no cost to remove: its estimate is the step reduced to the
 device's own time, the most that any fix outside the model would gain.
@@ -80,7 +81,8 @@ def gain_of(
     bound = 0
     if category == SPREAD and cause == "" and cores > 0:
         spread = [
-            max(left, (r[1] * on_cpu + r[4]) / cores) for left, r in zip(lefts, rows, strict=True)
+            max(left, (r[1] * on_cpu + r[4]) / cores, r[1] * on_cpu / max(1, cores - 1))
+            for left, r in zip(lefts, rows, strict=True)
         ]
         if sum(spread) > sum(lefts) * 1.05:
             lefts, bound = spread, cores

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 from xprof_magic._analysis.diagnosis.attribution import StepActivity
 from xprof_magic._analysis.model.diagnosis import (
+    APART_MOST,
     APART_RATIO,
     OUTSIDE_SHARE,
     STEPS_SHARE,
@@ -47,9 +48,12 @@ READ_GAIN = 0.10
 def unlike(parts: Breakdown, warm_up: int, compiling: Sequence[int]) -> tuple[Aside, ...]:
     """The steps after the warm-up that take :data:`APART_RATIO` times their median or more.
 
-    Only when they are at most a quarter of those steps (at least 4 of them); each with the category
-    that held most of it. Steps that compiled (``compiling``: their positions) are neither measured
-    nor left out: a compile is the verdict's to name.
+    Only when they are at most a quarter of those steps (at least 4 of them) and hold less than
+    :data:`APART_MOST` of their time: steps that hold most of the loop's time are its cost come
+    round again (a loader that hands its batches over in bursts, a checkpoint every N steps),
+    not exceptions to it. Each with the category that held most of it. Steps that compiled
+    (``compiling``: their positions) are neither measured nor left out: a compile is the
+    verdict's to name.
     """
     skip = set(compiling)
     steps = [(i, s) for i, s in enumerate(parts.steps) if i >= warm_up and i not in skip]
@@ -60,6 +64,9 @@ def unlike(parts: Breakdown, warm_up: int, compiling: Sequence[int]) -> tuple[As
         return ()
     slow = [i for i, s in steps if s.total_s >= APART_RATIO * median]
     if not slow or len(slow) * 4 > len(steps):
+        return ()
+    held = sum(parts.steps[i].total_s for i in slow)
+    if held >= APART_MOST * sum(s.total_s for _, s in steps):
         return ()
     out = []
     for i in slow:

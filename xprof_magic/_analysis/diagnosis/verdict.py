@@ -103,6 +103,7 @@ def diagnose(
     programs: Sequence[Program] = (),
     activity: StepActivity | None = None,
     looks: Sampled | None = None,
+    device_loader: bool = False,
 ) -> Diagnosis:
     """The diagnosis of summary ``s`` from its breakdown ``parts``.
 
@@ -117,6 +118,9 @@ def diagnose(
         programs: the compiled programs the timeline holds (:mod:`.causes`).
         activity: each step's launches and reads (:func:`.attribution.activity`).
         looks: the cell's thread sampled (:func:`.own.sampled`).
+        device_loader: the framework's own loader fed the loop (its traces are on the timeline:
+            torch_xla's MpDeviceLoader), so a wait for its batches is cause ``device loader``,
+            whose fix is its DataLoader's, never "load through MpDeviceLoader".
     """
     if s.memory.oom is not None:
         return _out_of_memory(s, parts, source)
@@ -169,6 +173,8 @@ def diagnose(
         cause = _host_cause(parts, frame.steady(), activity, words, s.cell)
     own, theirs, whose, part = held_by(verdict, looks, frame.steady(), s.cell, basis)
     cause = whose or cause
+    if verdict == "input" and not cause and device_loader:
+        cause = "device loader"
     where, line = _where(s, verdict, of_steps)
     held = own or theirs
     if held is not None and held.line and held.statement and cause != "eager shapes":

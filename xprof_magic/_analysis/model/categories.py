@@ -47,6 +47,7 @@ Cause = Literal[
     "host offload",
     # input
     "making batches",
+    "device loader",
     # host
     "eager",
     "compiled step",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from xprof_magic._analysis.model.categories import CHEAPEST_FIRST, VERDICTS, Cause, Verdict
 
 __all__ = [
+    "APART_MOST",
     "APART_RATIO",
     "CHEAPEST_FIRST",
     "HIGHLY_INPUT",
@@ -56,6 +57,9 @@ APART_RATIO = 3.0
 """A step this many times the median step (of those after the warm-up) is unlike the others:
 the verdict describes the steady steps and names it apart, when such steps are at most a
 quarter of them."""
+APART_MOST = 0.5
+"""The share of the steps' time that steps :data:`APART_RATIO` times their median must stay
+under to be named apart: past it they are the loop's cost come round again, not exceptions."""
 STEPS_SHARE = 0.5
 """The least share of the cell's busy time its steps need for the verdict to be about them;
 below it the verdict is about the cell, whose time is mostly outside its loop."""
