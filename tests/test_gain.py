@@ -538,7 +538,7 @@ def test_a_tiny_cell_has_no_verdict_but_a_gain(ip: Any, logdir: Path, torch_read
 
 READ_SETUP = """
 import numpy as np, jax, jax.numpy as jnp
-hb = np.full((192, 192), 0.001, np.float32)
+hb = np.full((448, 448), 0.001, np.float32)
 Wr = [jnp.ones((384, 384)) / 384 for _ in range(4)]
 xr = [jnp.ones((256, 384)) * k for k in range(4)]
 @jax.jit
