@@ -585,3 +585,19 @@ def test_a_loop_fed_by_mpdeviceloader_is_never_told_to_load_through_it(
     assert (d.verdict, d.cause) == ("input", "device loader"), d.headline
     assert "load through MpDeviceLoader" not in d.fix and "num_workers" in d.fix, d.fix
     assert "already reads through MpDeviceLoader" in d.headline
+
+
+def test_slow_steps_that_hold_most_of_the_loop_are_its_cost_not_exceptions() -> None:
+    """Two steps of a loader's bursts (each 8 steps' batches) hold most of the steps' time:
+    they stay in the verdict. One slow step (a fresh program's first run) is left out however
+    long, and so are two that hold little."""
+    from xprof_magic._analysis.diagnosis.steady import unlike
+
+    def apart(durations: list[float]) -> list[int]:
+        parts = _steps(*({"input": d * 0.9, "device": d * 0.1} for d in durations), n=1)
+        return [a.step for a in unlike(parts, 0, ())]
+
+    bursts = [0.48] + [0.004] * 7 + [0.47] + [0.004] * 7
+    assert apart(bursts) == []
+    assert apart([0.48] + [0.004] * 15) == [0]
+    assert apart([0.02] + [0.004] * 7 + [0.02] + [0.004] * 7) == [0, 8]

@@ -43,6 +43,11 @@ def marked() -> list[int]:
     return [s["step_num"] for kind, name, s in FakeEvent.log if kind == "close" and name == "step"]
 
 
+def all_marked(tracker: Any, steps: int = 100) -> None:
+    """Every step of the loop had its marker, and none was recorded in Python."""
+    assert marked() == list(range(steps)) and tracker.python_steps() == []
+
+
 @pytest.fixture(autouse=True)
 def fresh_log() -> None:
     FakeEvent.log = []
@@ -165,7 +170,7 @@ def test_a_break_in_a_list_loop_ends_the_count_there() -> None:
 def test_a_zip_over_two_lists_keeps_a_marker_each() -> None:
     """Not a built-in container: its items may wait, so each step is marked, and counted."""
     tracker = traced("for i, j in zip(list(range(100)), range(100)):\n    pass\n")
-    assert marked() == list(range(100)) and tracker.python_steps() == []
+    all_marked(tracker)
 
 
 def test_the_samplers_looks_place_the_counted_steps() -> None:
@@ -248,12 +253,12 @@ def test_the_events_place_steps_that_a_look_inside_a_long_call_would_smear() -> 
 def test_long_steps_keep_a_marker_each(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_steps, "FAST_BELOW_NS", 0)
     tracker = traced("for i in range(100):\n    pass\n")
-    assert marked() == list(range(100)) and tracker.python_steps() == []
+    all_marked(tracker)
 
 
 def test_a_loop_that_waits_for_its_items_keeps_a_marker_each() -> None:
     tracker = traced("for i in (j for j in range(100)):\n    pass\n")
-    assert marked() == list(range(100)) and tracker.python_steps() == []
+    all_marked(tracker)
 
 
 def test_the_users_own_marker_ends_the_python_recording() -> None:

@@ -48,10 +48,11 @@ READ_GAIN = 0.10
 def unlike(parts: Breakdown, warm_up: int, compiling: Sequence[int]) -> tuple[Aside, ...]:
     """The steps after the warm-up that take :data:`APART_RATIO` times their median or more.
 
-    Only when they are at most a quarter of those steps (at least 4 of them) and hold less than
-    :data:`APART_MOST` of their time: steps that hold most of the loop's time are its cost come
-    round again (a loader that hands its batches over in bursts, a checkpoint every N steps),
-    not exceptions to it. Each with the category that held most of it. Steps that compiled
+    Only when they are at most a quarter of those steps (at least 4 of them), and, where there are
+    two or more, hold less than :data:`APART_MOST` of their time: such steps are the loop's cost
+    come round again (a loader that hands its batches over in bursts, a checkpoint every N
+    steps), not exceptions to it. One slow step stays apart however long (the first run of a
+    fresh program). Each with the category that held most of it. Steps that compiled
     (``compiling``: their positions) are neither measured nor left out: a compile is the
     verdict's to name.
     """
@@ -66,7 +67,7 @@ def unlike(parts: Breakdown, warm_up: int, compiling: Sequence[int]) -> tuple[As
     if not slow or len(slow) * 4 > len(steps):
         return ()
     held = sum(parts.steps[i].total_s for i in slow)
-    if held >= APART_MOST * sum(s.total_s for _, s in steps):
+    if len(slow) > 1 and held >= APART_MOST * sum(s.total_s for _, s in steps):
         return ()
     out = []
     for i in slow:

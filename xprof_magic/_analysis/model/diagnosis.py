@@ -58,8 +58,9 @@ APART_RATIO = 3.0
 the verdict describes the steady steps and names it apart, when such steps are at most a
 quarter of them."""
 APART_MOST = 0.5
-"""The share of the steps' time that steps :data:`APART_RATIO` times their median must stay
-under to be named apart: past it they are the loop's cost come round again, not exceptions."""
+"""The share of the steps' time that two or more steps :data:`APART_RATIO` times their median
+must stay under to be named apart: past it they are the loop's cost come round again, not
+exceptions (one such step is named apart however long: a fresh program's first run)."""
 STEPS_SHARE = 0.5
 """The least share of the cell's busy time its steps need for the verdict to be about them;
 below it the verdict is about the cell, whose time is mostly outside its loop."""
