@@ -167,10 +167,13 @@ def test_a_break_in_a_list_loop_ends_the_count_there() -> None:
     assert spread(tracker) == [(FIRST, 100)]
 
 
-def test_a_zip_over_two_lists_keeps_a_marker_each() -> None:
-    """Not a built-in container: its items may wait, so each step is marked, and counted."""
-    tracker = traced("for i, j in zip(list(range(100)), range(100)):\n    pass\n")
-    all_marked(tracker)
+@pytest.mark.parametrize(
+    "loop", ["for i, j in zip(list(range(100)), range(100)):", "for i in (j for j in range(100)):"]
+)
+def test_a_loop_whose_items_may_wait_keeps_a_marker_each(loop: str) -> None:
+    """Not a built-in container (a zip of two, a generator): its items may wait, so each step is
+    marked, and counted."""
+    all_marked(traced(f"{loop}\n    pass\n"))
 
 
 def test_the_samplers_looks_place_the_counted_steps() -> None:
@@ -253,11 +256,6 @@ def test_the_events_place_steps_that_a_look_inside_a_long_call_would_smear() -> 
 def test_long_steps_keep_a_marker_each(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_steps, "FAST_BELOW_NS", 0)
     tracker = traced("for i in range(100):\n    pass\n")
-    all_marked(tracker)
-
-
-def test_a_loop_that_waits_for_its_items_keeps_a_marker_each() -> None:
-    tracker = traced("for i in (j for j in range(100)):\n    pass\n")
     all_marked(tracker)
 
 

@@ -163,7 +163,7 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
         device=np.repeat(_within(device, t), times),
         line=np.repeat(looks[:, 1], times),
         batch=np.repeat(own & np.isin(looks[:, 1], feeding), times),
-        fed=np.repeat(_within(merge([fetches]), t), times),
+        fed=np.repeat(_within(fetches, t), times),
         ran=np.repeat(ran, times),
         cpus=meta.cpus or 0,
     )
