@@ -262,7 +262,7 @@ def _fixed(
             cell.append(oracle_of(_cell(ip, kind.cell, "oracle"))[1].get("loop", 0.0))
         if kind.before:
             _cell(ip, kind.before, "before")
-        texts, values = oracle_of(_cell(ip, kind.fixed, "fixed"))
+        texts, values = oracle_of(_cell(ip, kind.fixed_for.get(d.cause, kind.fixed), "fixed"))
         fixed.append(values.get("loop", 0.0))
     before = min((v for v in cell if v > 0), default=oracle.get("loop", 0.0))
     after = min(fixed[1:] or fixed)

@@ -70,6 +70,9 @@ class Kind:
     """The cell with the verdict's own advice applied, timed plain like ``cell`` (its
     ``oracle:`` line gives ``loop=``): the harness checks that it saves at least half the
     time the verdict promised (:data:`FIX_KEEPS`)."""
+    fixed_for: Mapping[str, str] = field(default_factory=dict)
+    """The fixed cell for a verdict's cause whose advice is another (``few cores``: the batches
+    made once, not by workers), in place of ``fixed``."""
 
 
 def _line_of(cell: str, text: str) -> int:

@@ -27,12 +27,13 @@ from tests.test_diagnosis import headline
 from xprof_magic._analysis import Summary, compare
 from xprof_magic._analysis.diagnosis.breakdown import breakdown
 from xprof_magic._analysis.diagnosis.gain import gain_of, step_time
-from xprof_magic._analysis.diagnosis.verdict import diagnose
+from xprof_magic._analysis.diagnosis.verdict import FEW_CORES, diagnose
 from xprof_magic._analysis.model.categories import BREAKDOWN as BREAKDOWN_CATEGORIES
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, Gain, StepBreakdown
 from xprof_magic._analysis.render.headline import speedup
 from xprof_magic._analysis.timeline.read import read_planes
 from xprof_magic._backends.torch_xla_vocabulary import VOCABULARY as TORCH_XLA_WORDS
+from xprof_magic._capture.run_record import usable_cpus
 
 FACTOR = 2.0
 """How far the predicted speed-up may be from the measured one, either way."""
@@ -585,6 +586,39 @@ def test_a_loop_fed_by_mpdeviceloader_is_never_told_to_load_through_it(
     assert (d.verdict, d.cause) == ("input", "device loader"), d.headline
     assert "load through MpDeviceLoader" not in d.fix and "num_workers" in d.fix, d.fix
     assert "already reads through MpDeviceLoader" in d.headline
+
+
+def test_a_loader_tokenizing_on_the_loops_thread_takes_the_fix_this_machines_cores_allow(
+    ip: Any, logdir: Path, torch_ready: None
+) -> None:
+    """A DataLoader without workers whose collate_fn tokenizes each batch on the loop's thread.
+
+    On a machine of at most 2 cores the workers would share them with the step (two of them
+    slowed such a loop here: ``bench device-truth``, kind ``xla_loader``): cause ``few cores``,
+    whose fix makes the batches once, or cheaper. With more cores, the DataLoader's workers."""
+    assert ip.run_cell(
+        "vocab = {f'w{k}': k for k in range(2000)}\n"
+        "texts = [' '.join(f'w{(7 * i + 13 * j) % 2000}' for j in range(48)) "
+        "for i in range(1536 * 6)]\n"
+        "def tokenize(batch):\n"
+        "    rows = [[vocab.get(w, 0) % 100 for w in t.lower().split()][:64] for t in batch]\n"
+        "    return torch.tensor([r + [0] * (64 - len(r)) for r in rows])\n"
+        "tokenized = torch.utils.data.DataLoader(texts, batch_size=1536, collate_fn=tokenize)"
+    ).success
+    body = (
+        "for ids in tokenized:\n"
+        "    loss = block(table[ids[:4].to(dev)]).sum()\n"
+        "    torch_xla.sync()\n"
+    )
+    s = profiled(ip, logdir, "tokenized", body)
+    d = worded(s)
+    assert d.verdict == "input", d.headline
+    if usable_cpus() <= FEW_CORES:
+        assert d.cause == "few cores", d.headline
+        assert "workers would share this machine's" in d.headline, d.headline
+        assert d.fix.startswith("Make the batches cheaper") and "num_workers" in d.fix, d.fix
+    else:
+        assert d.cause == "" and "num_workers > 0" in d.fix, d.headline
 
 
 def test_slow_steps_that_hold_most_of_the_loop_are_its_cost_not_exceptions() -> None:

@@ -18,7 +18,7 @@ from xprof_magic._analysis.diagnosis.batches import as_input
 from xprof_magic._analysis.diagnosis.idle import idle_time
 from xprof_magic._analysis.diagnosis.own import Sampled
 from xprof_magic._analysis.diagnosis.verdict import diagnose
-from xprof_magic._analysis.model.diagnosis import Aside, Breakdown
+from xprof_magic._analysis.model.diagnosis import Aside, Breakdown, Gain
 from xprof_magic._analysis.model.summary import Summary
 from xprof_magic._backends.jax_vocabulary import VOCABULARY as JAX_WORDS
 
@@ -159,3 +159,73 @@ def test_the_idle_time_is_never_said_as_more_than_the_device_was_idle() -> None:
     idle = idle_time(parts, None, ())
     assert idle is not None and idle.share == 0.2
     assert sum(share for _, share, _ in idle.during) <= idle.share + 1e-9
+
+
+def _waits(cpus: int, on_cpu: bool) -> Sampled:
+    """Ten looks a step for four steps, each at the loop's wait for its next batch (line 2),
+    the cell's thread on a CPU in each (a collate_fn tokenizing) or in none (a store's
+    latency), on a machine of ``cpus`` cores."""
+    n = 40
+    return Sampled(
+        step=np.repeat(np.arange(4), 10),
+        host=np.ones(n, bool),
+        own=np.zeros(n, bool),
+        device=np.zeros(n, bool),
+        line=np.full(n, 2),
+        fed=np.ones(n, bool),
+        ran=np.full(n, on_cpu),
+        cpus=cpus,
+    )
+
+
+def test_batches_made_on_the_loops_thread_of_a_2_core_machine_are_made_cheaper_not_elsewhere() -> (
+    None
+):
+    """A loader that makes its batches on the loop's thread waits 70 ms of each 100 ms step.
+
+    On 2 cores its workers would share them with the step (two workers slowed such a loop by
+    5 to 48% here: ``bench device-truth``, kind ``xla_loader``): cause ``few cores``, whose fix
+    makes the batches once, or cheaper, and whose gain is the whole wait. On 8 cores, or for a
+    wait on a store's latency (no CPU), the loader's workers stay the fix."""
+    parts = _steps({"input": 0.07, "device": 0.02, "host": 0.01}, busy=0.02, n=4)
+    few = _diagnosed(parts, _waits(2, True))
+    assert (few.verdict, few.cause) == ("input", "few cores"), few.headline
+    assert few.gain == Gain("input", 0.1, 0.03, 2)
+    assert (
+        "The loop's own thread makes the batches, and workers would share this machine's 2 cores"
+        " with the step: made once before the loop, a step would take about 30.0 ms instead of"
+        " 100.0 ms on average (3.3×)." in few.headline
+    ), few.headline
+    assert few.fix.startswith("Make the batches cheaper") and "once, before the loop" in few.fix
+    for other in (_waits(8, True), _waits(2, False)):
+        d = _diagnosed(parts, other)
+        assert (d.verdict, d.cause) == ("input", ""), d.headline
+        assert d.fix.startswith("Prefetch") and "Made by workers" not in d.headline
+
+
+def test_a_moderate_wait_is_noted_with_the_fix_the_wait_would_take_as_the_verdict() -> None:
+    from xprof_magic._analysis.render.notes import diagnosis
+
+    parts = _steps({"input": 0.01, "device": 0.085, "host": 0.005}, busy=0.085, n=4)
+    for looks, fix in ((_waits(2, True), "Make the batches cheaper"), (None, "Prefetch")):
+        s = Summary(run="r", run_dir="/r", cell=CELL, backend="jax")
+        d = diagnose(s, JAX_WORDS, parts, looks=looks)
+        assert d.verdict == "device" and d.input_cause == ("few cores" if looks else "")
+        notes = [n.text for n in diagnosis(replace(s, diagnosis=d), JAX_WORDS)]
+        said = [n for n in notes if n.startswith("Moderately input-bound")]
+        assert said and f"waits for the next batch. {fix}" in said[0], notes
+
+
+def test_a_moderate_wait_is_of_the_steps_the_verdict_is_about() -> None:
+    """One step that waited long for its batch (a loader's start-up) is left out as unlike the
+    others: the note of a moderate wait leaves it out too, as the verdict's shares do."""
+    from xprof_magic._analysis.render.notes import diagnosis
+
+    slow = {"input": 0.3, "device": 0.05}  # over 3 times the median step: apart
+    parts = _steps(slow, *[{"device": 0.095, "host": 0.005}] * 19, n=1)
+    s = Summary(run="r", run_dir="/r", cell=CELL, backend="jax")
+    d = diagnose(s, JAX_WORDS, parts)
+    assert d.verdict == "device" and 0 not in d.steady(), d
+    assert 0.05 <= parts.share("input") < 0.2 and d.share_of("input") == 0
+    notes = [n.text for n in diagnosis(replace(s, diagnosis=d), JAX_WORDS)]
+    assert not [n for n in notes if "input-bound" in n], notes

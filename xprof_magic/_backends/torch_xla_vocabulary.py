@@ -56,13 +56,18 @@ _DATA_DEPENDENT = "its output shape depends on the data"
 FIXES = {
     **words.NEUTRAL_FIXES,
     "input": "Prefetch: load through MpDeviceLoader, or decode in DataLoader workers "
-    "(num_workers > 0), so the next batch is ready when the step ends.",
+    "(num_workers > 0; more of them, or a larger prefetch_factor, where it has some), so the "
+    "next batch is ready when the step ends.",
     "host": "Do more per step: turn the inner Python loop into fewer, larger tensor ops, or "
     "compile the step (torch_xla.compile), so tracing stops dominating.",
     "device loader": "The loop already reads through MpDeviceLoader, which copies ahead: its "
     "DataLoader does not keep up with the step. Give the DataLoader more workers "
     "(num_workers) or a deeper prefetch (prefetch_factor, MpDeviceLoader's "
     "loader_prefetch_size), or make each batch cheaper to read and collate.",
+    "few cores": "Make the batches cheaper rather than elsewhere: tokenize or decode the "
+    "dataset once, before the loop, and iterate over the tensors, or vectorize the collate_fn "
+    "and the Dataset's __getitem__ over the whole batch; DataLoader workers (num_workers > 0) "
+    "pay off on a machine with more cores.",
     "making batches": "That line runs no torch op, so torch_xla.compile would not shorten "
     "it: it is the input pipeline. Make the batches off the step's path: vectorize the NumPy "
     "over the whole batch, make them once before the loop if they do not change, or move the "

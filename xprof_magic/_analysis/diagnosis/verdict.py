@@ -88,6 +88,16 @@ from xprof_magic._backends.registry import capabilities
 __all__ = ["diagnose"]
 
 _CANDIDATES = tuple(c for c in BREAKDOWN if c not in ("input", "idle"))
+
+FEW_CORES = 2
+"""The most cores a machine has whose loader's workers would share them with the step (its
+own host thread, a CPU device's): there a wait for batches made on the loop's thread is fixed by
+making them cheaper, not elsewhere (cause ``few cores``). On this project's 2-core machine two
+workers slowed such a loop by 5 to 48% (``bench device-truth``, kind ``xla_loader``)."""
+
+ON_CPU = 0.5
+"""The least share of the looks at the loop's waits for a batch in which its thread ran on a CPU
+for the batches to count as made on that thread (:meth:`.own.Sampled.waits_on_cpu`)."""
 """The categories a verdict may name by :data:`MIN_SHARE` (input has a rule of its own)."""
 
 
@@ -173,8 +183,9 @@ def diagnose(
         cause = _host_cause(parts, frame.steady(), activity, words, s.cell)
     own, theirs, whose, part = held_by(verdict, looks, frame.steady(), s.cell, basis)
     cause = whose or cause
-    if verdict == "input" and not cause and device_loader:
-        cause = "device loader"
+    input_cause = _input_cause(device_loader, looks)
+    if verdict == "input" and not cause:
+        cause = input_cause
     where, line = _where(s, verdict, of_steps)
     held = own or theirs
     if held is not None and held.line and held.statement and cause != "eager shapes":
@@ -204,14 +215,42 @@ def diagnose(
         program=program,
         mixed=mixed,
         runner_up=runner_up(share, verdict),
-        gain=gain_of(basis, verdict, cause, part, *_machine(looks)),
+        gain=_gain(basis, verdict, cause, part, looks),
         changed=changes.changed,
         changed_in=changes.found_in,
         read_back=read_back,
         own=own,
         framework=theirs,
         idle=idle_time(basis, looks, frame.steady(), _where(s, "input", of_steps)[1]),
+        input_cause=as_cause(input_cause),
     )
+
+
+def _input_cause(device_loader: bool, looks: Sampled | None) -> str:
+    """The cause a wait for the next batch has, whatever the verdict.
+
+    ``device loader`` where the framework's loader fed the loop; ``few cores`` where the loop's
+    own thread made the batches (in the loader's ``next()``: its collate_fn, its Dataset) on a
+    machine of at most :data:`FEW_CORES` cores, whose workers would share them with the step.
+    """
+    if device_loader:
+        return "device loader"
+    if looks is not None and 0 < looks.cpus <= FEW_CORES and looks.waits_on_cpu() >= ON_CPU:
+        return "few cores"
+    return ""
+
+
+def _gain(
+    basis: Breakdown, verdict: str, cause: str, part: float, looks: Sampled | None
+) -> Gain | None:
+    """The verdict's gain (:func:`.gain.gain_of`), with the cores where they are its cause.
+
+    For ``few cores`` the batches made once, or cheaper, remove the whole wait.
+    """
+    gain = gain_of(basis, verdict, cause, part, *_machine(looks))
+    if gain is not None and cause == "few cores" and looks is not None:
+        return replace(gain, cores=looks.cpus)
+    return gain
 
 
 def _machine(looks: Sampled | None) -> tuple[int, float]:

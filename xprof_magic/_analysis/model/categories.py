@@ -48,6 +48,7 @@ Cause = Literal[
     # input
     "making batches",
     "device loader",
+    "few cores",
     # host
     "eager",
     "compiled step",

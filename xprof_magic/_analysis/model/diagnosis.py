@@ -185,7 +185,8 @@ class Gain:
     step_s: float
     without_s: float
     cores: int = 0
-    """The machine's cores, where they bound ``without_s``: a fix that moves the work to other
+    """The machine's cores, where they bound ``without_s`` (or, for cause ``few cores``, where
+    they are why the fix is to make the batches cheaper): a fix that moves the work to other
     cores (DataLoader workers) still needs it done, and the step's own host work too, on
     these (0: they did not bound it)."""
 
@@ -312,7 +313,10 @@ class Diagnosis:
     - ``source``: what the breakdown was measured from: ``timeline``, or ``metadata`` while
       the timeline waits;
     - ``level``: the headline's level: ``warning`` for a bottleneck, ``info`` otherwise;
-    - ``breakdown``: every category, for the cell and per step.
+    - ``breakdown``: every category, for the cell and per step;
+    - ``input_cause``: the cause whose fix a wait for the next batch takes when input is not
+      the verdict (a moderate wait's note): ``device loader`` where the framework's own loader
+      fed the loop, ``""`` otherwise.
 
     Its words (the headline, the fix in the backend's words, the evidence) are the render
     stage's, made when the summary is shown (:func:`~xprof_magic._analysis.render.headline.said`).
@@ -343,6 +347,7 @@ class Diagnosis:
     own: HostLooks | None = None
     framework: HostLooks | None = None
     idle: IdleTime | None = None
+    input_cause: Cause = ""
 
     def apart_steps(self) -> frozenset[int]:
         """The positions of the steps unlike the others (:attr:`apart`)."""

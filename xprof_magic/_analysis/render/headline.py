@@ -287,6 +287,12 @@ def gained(d: Diagnosis) -> str:
         )
     own = WORDED_CAUSES.get(d.cause)
     removed = own.removed if own is not None else KIND[g.category].without
+    if d.cause == "few cores" and g.cores:
+        return (
+            f"The loop's own thread makes the batches, and workers would share this machine's "
+            f"{counted(g.cores, 'core')} with the step: made once before the loop, {unit} would "
+            f"take about {times} ({speedup(g.speedup)})."
+        )
     if g.cores:
         # The wait's fix moves the batches' work to other cores, which this machine has few of.
         return (

@@ -73,15 +73,16 @@ def diagnosis(s: Summary, words: Vocabulary) -> Iterator[Note]:
     verdict = said(s)
     if verdict.headline:
         yield Note(verdict.level, verdict.headline)
-    parts = d.breakdown
+    parts = d.basis()  # the steps the verdict's shares are of: the loader's start-up is not
     if d.verdict not in ("input", "unknown") and parts.categories:
         of_steps = bool(parts.steps)
-        share = parts.share("input", of_steps)
+        share = d.share_of("input")
         made = parts.made(of_steps) >= 0.5 * parts.seconds("input", of_steps)
         what = (
             "is making batches in your own Python and NumPy" if made else "waits for the next batch"
         )
-        advice = words.advice.fixes.get("making batches" if made else "input", "")
+        fix = "making batches" if made else d.input_cause or "input"
+        advice = words.advice.fixes.get(fix, "")
         if MODERATELY_INPUT <= share < HIGHLY_INPUT:
             yield Note(
                 "info",
