@@ -88,6 +88,7 @@ from xprof_magic._backends.registry import capabilities
 __all__ = ["diagnose"]
 
 _CANDIDATES = tuple(c for c in BREAKDOWN if c not in ("input", "idle"))
+"""The categories a verdict may name by :data:`MIN_SHARE` (input has a rule of its own)."""
 
 FEW_CORES = 2
 """The most cores a machine has whose loader's workers would share them with the step (its
@@ -98,7 +99,6 @@ workers slowed such a loop by 5 to 48% (``bench device-truth``, kind ``xla_loade
 ON_CPU = 0.5
 """The least share of the looks at the loop's waits for a batch in which its thread ran on a CPU
 for the batches to count as made on that thread (:meth:`.own.Sampled.waits_on_cpu`)."""
-"""The categories a verdict may name by :data:`MIN_SHARE` (input has a rule of its own)."""
 
 
 def diagnose(

@@ -314,9 +314,10 @@ class Diagnosis:
       the timeline waits;
     - ``level``: the headline's level: ``warning`` for a bottleneck, ``info`` otherwise;
     - ``breakdown``: every category, for the cell and per step;
-    - ``input_cause``: the cause whose fix a wait for the next batch takes when input is not
-      the verdict (a moderate wait's note): ``device loader`` where the framework's own loader
-      fed the loop, ``""`` otherwise.
+    - ``input_cause``: the cause whose fix a wait for the next batch takes, whatever the
+      verdict (a moderate wait's note takes it too): ``device loader`` where the framework's own
+      loader fed the loop, ``few cores`` where the loop's own thread made the batches on a
+      machine of 2 cores or fewer, ``""`` otherwise.
 
     Its words (the headline, the fix in the backend's words, the evidence) are the render
     stage's, made when the summary is shown (:func:`~xprof_magic._analysis.render.headline.said`).

@@ -73,7 +73,7 @@ def diagnosis(s: Summary, words: Vocabulary) -> Iterator[Note]:
     verdict = said(s)
     if verdict.headline:
         yield Note(verdict.level, verdict.headline)
-    parts = d.basis()  # the steps the verdict's shares are of: the loader's start-up is not
+    parts = d.basis()  # the verdict's steady steps: a loader's start-up (warm-up) is left out
     if d.verdict not in ("input", "unknown") and parts.categories:
         of_steps = bool(parts.steps)
         share = d.share_of("input")
