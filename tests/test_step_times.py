@@ -114,8 +114,9 @@ def test_a_jax_loops_steps_end_where_their_executions_do(ip: Any, logdir: Path) 
     # the device's busy time (the first's long execution with them) would be far more.
     gaps = np.diff(_execution_ends(Path(s.run_dir))[-8:])
     after = sum(st.durations_s[1:]) * 1e9
-    # (a step may end past its execution by its host part: a busy machine's scheduling)
-    assert 0.5 * gaps.sum() - 0.2 * MS <= after <= 1.1 * gaps.sum() + 1 * MS, (after, gaps)
+    # (a step may end past its execution by its host part: a busy machine's scheduling, up to
+    # 9.5 ms in all beside two CPU hogs on 2 cores)
+    assert 0.5 * gaps.sum() - 0.2 * MS <= after <= 1.1 * gaps.sum() + 12 * MS, (after, gaps)
     assert len({round(d, 6) for d in st.durations_s[1:]}) > 1  # not one share each
     assert "estimated" not in steps_line(st)
 
