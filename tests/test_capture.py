@@ -424,3 +424,45 @@ def test_the_server_says_a_thing_once_and_keeps_no_state_in_the_backend(
     assert [m for m in said if "busy" in m] == ["xprof: port 9012 is busy"]
     assert set(vars(backend)) == set(vars(FakeBackend()))
     assert_clean(logdir, backend, {}, runs=["one", "two"])
+
+
+_SPIN = (
+    "import sys, time\n"
+    "t = time.process_time()\n"
+    "while time.process_time() - t < 0.3:\n"
+    "    pass\n"
+    "print('spun', flush=True)\n"
+    "sys.stdin.read()\n"
+)
+"""A child that computes for 0.3 s of CPU, says so, then waits for its stdin to close."""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="children's CPU from /proc")
+def test_a_capture_keeps_the_cpu_its_child_processes_used(
+    logdir: Path, backend: FakeBackend
+) -> None:
+    """A loader's workers are the cell's child processes: their CPU while it ran, whether they
+    were waited for before it ended (a DataLoader's iterator done) or still live (persistent
+    workers), is the run's ``children_cpu_s``, beside none of a child that ran before it."""
+    import subprocess
+
+    def spin() -> subprocess.Popen[str]:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _SPIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdout is not None and child.stdout.readline() == "spun\n"
+        return child
+
+    children = [spin()]  # its CPU is spent before the capture: not the run's
+    try:
+        with make(logdir) as capture:
+            spin().communicate("")  # waited for before the cell ends
+            children.append(spin())  # still live when it ends
+        assert capture.result is not None
+        meta = _store.read_metadata(_store.run_path(logdir, "new"))
+        assert meta is not None
+        used = meta["children_cpu_s"]
+        assert 0.55 <= used <= 0.3 * 2 + 0.5, used  # two spins, and two interpreters' start-up
+    finally:
+        for child in children:
+            child.communicate("")

@@ -619,6 +619,21 @@ def test_a_loader_tokenizing_on_the_loops_thread_takes_the_fix_this_machines_cor
         assert d.fix.startswith("Make the batches cheaper") and "num_workers" in d.fix, d.fix
     else:
         assert d.cause == "" and "num_workers > 0" in d.fix, d.headline
+    # The same tokenizer in two workers: the loop waits on them, and they compute meanwhile.
+    assert ip.run_cell(
+        "texts = texts * 2\n"
+        "working = torch.utils.data.DataLoader(texts, batch_size=1536, collate_fn=tokenize, "
+        "num_workers=2, persistent_workers=True)"
+    ).success
+    s = profiled(ip, logdir, "working", body.replace("in tokenized", "in working"))
+    d = worded(s)
+    assert d.verdict == "input", d.headline
+    if usable_cpus() <= FEW_CORES:
+        assert d.cause == "busy workers", (d.headline, s.diagnosis.breakdown.cell)
+        assert "The loader's workers keep the cores busy already" in d.headline, d.headline
+        assert d.fix.startswith("Make the batches cheaper rather than by more workers"), d.fix
+    else:
+        assert d.cause == "" and "more of them" in d.fix, d.headline
 
 
 def test_slow_steps_that_hold_most_of_the_loop_are_its_cost_not_exceptions() -> None:

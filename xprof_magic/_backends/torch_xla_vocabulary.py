@@ -68,6 +68,10 @@ FIXES = {
     "dataset once, before the loop, and iterate over the tensors, or vectorize the collate_fn "
     "and the Dataset's __getitem__ over the whole batch; DataLoader workers (num_workers > 0) "
     "pay off on a machine with more cores.",
+    "busy workers": "Make the batches cheaper rather than by more workers: tokenize or decode "
+    "the dataset once, before the loop, and iterate over the tensors, or vectorize the "
+    "collate_fn and the Dataset's __getitem__ over the whole batch; more DataLoader workers "
+    "(num_workers), or a larger prefetch_factor, pay off on a machine with more cores.",
     "making batches": "That line runs no torch op, so torch_xla.compile would not shorten "
     "it: it is the input pipeline. Make the batches off the step's path: vectorize the NumPy "
     "over the whole batch, make them once before the loop if they do not change, or move the "

@@ -133,6 +133,10 @@ NEUTRAL_FIXES: Mapping[str, str] = {
     "few cores": "Make the batches cheaper rather than elsewhere: decode or tokenize the "
     "dataset once, before the loop, and iterate over the results, or vectorize the loader's "
     "per-item work over the whole batch; worker processes pay off on a machine with more cores.",
+    "busy workers": "Make the batches cheaper rather than by more workers: decode or tokenize "
+    "the dataset once, before the loop, and iterate over the results, or vectorize the "
+    "loader's per-item work over the whole batch; more workers pay off on a machine with more "
+    "cores.",
     "printing": "Print less often (every N steps), and copy what you print to the host once: "
     "each print of a device value waits for the step and reads it back; compiling the step "
     "would not shorten it.",

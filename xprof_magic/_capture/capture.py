@@ -40,7 +40,7 @@ from xprof_magic._capture.plan import (
     with_block,
 )
 from xprof_magic._capture.result import CaptureResult, size_warning
-from xprof_magic._capture.run_record import Ended, run_metadata
+from xprof_magic._capture.run_record import ChildrenCpu, Ended, run_metadata
 from xprof_magic._capture.trace_window import Trace, TraceWindow, collect_workers
 from xprof_magic._cell import labels as _labels
 from xprof_magic._cell import sampler as _sampler
@@ -145,6 +145,7 @@ class Capture:
         self._messages: list[str] = []
         self._start_ns = 0
         self._t0 = 0.0
+        self._children: ChildrenCpu | None = None
 
     def start(self) -> Capture:
         """Check the log directory, start the server and the trace (or arm the window).
@@ -294,6 +295,7 @@ class Capture:
         """The cell's wall time starts now, and steps are counted from here."""
         self._start_ns = time.time_ns()
         self._t0 = time.perf_counter()
+        self._children = ChildrenCpu.now()
         run = self._running()
         run.recorder.sample(())
         run.tracker.arm()
@@ -432,7 +434,7 @@ class Capture:
             if said:
                 self._messages.append(said)
             self._write_python_steps(run)
-            ended = Ended(wall_s, self._start_ns, time.time_ns(), exc)
+            ended = Ended(wall_s, self._start_ns, time.time_ns(), exc, self._children)
             metadata = run_metadata(
                 plan,
                 run.backend,

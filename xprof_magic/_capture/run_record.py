@@ -21,7 +21,7 @@ from xprof_magic._cell.step_tracker import StepTracker
 from xprof_magic._runs import metadata as _metadata
 from xprof_magic._runs.metadata import MetricTotal, RunMetrics
 
-__all__ = ["Ended", "metrics_delta", "run_metadata"]
+__all__ = ["ChildrenCpu", "Ended", "metrics_delta", "run_metadata"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,75 @@ class Ended:
     start_ns: int
     end_ns: int
     error: BaseException | None
+    children: ChildrenCpu | None = None
+    """The child processes' CPU when the capture started (:meth:`ChildrenCpu.now`)."""
+
+
+@dataclass(frozen=True)
+class ChildrenCpu:
+    """The CPU seconds of this process's child processes (a DataLoader's workers) at one time.
+
+    ``reaped_s``: those of the children it has waited for (``os.times()``: a DataLoader's
+    workers once its iterator is done); ``live``: each live descendant's own (``/proc``), by pid.
+    """
+
+    reaped_s: float
+    live: tuple[tuple[int, float], ...]
+
+    @classmethod
+    def now(cls) -> ChildrenCpu | None:
+        """This process's children's CPU now; None where ``/proc`` does not say (not Linux)."""
+        if not os.path.isdir("/proc/self/task"):
+            return None
+        times = os.times()
+        tick = os.sysconf("SC_CLK_TCK")
+        live = []
+        for pid in _descendants():
+            used = _cpu_of(pid, tick)
+            if used is not None:
+                live.append((pid, used))
+        return cls(times.children_user + times.children_system, tuple(live))
+
+    def since(self, before: ChildrenCpu) -> float:
+        """The CPU seconds the children used from ``before`` to this time.
+
+        A child live at both times counts its difference; one started since, all of its own; the
+        ones waited for meanwhile, what they used (all of it: they ran while the capture did).
+        """
+        was = dict(before.live)
+        live = sum(used - was.get(pid, 0.0) for pid, used in self.live)
+        return max(0.0, self.reaped_s - before.reaped_s) + max(0.0, live)
+
+
+def _descendants() -> list[int]:
+    """The pids of this process's live descendants (``/proc/<pid>/task/*/children``)."""
+    found: list[int] = []
+    pending = [os.getpid()]
+    while pending and len(found) < 1000:
+        pid = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found.extend(kids)
+            pending.extend(kids)
+    return found
+
+
+def _cpu_of(pid: int, tick: int) -> float | None:
+    """A process's user and system CPU seconds (``/proc/<pid>/stat``); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def run_metadata(
@@ -70,6 +139,7 @@ def run_metadata(
         device=backend.device(),
         device_name=backend.device_name(),
         cpus=usable_cpus(),
+        children_cpu_s=_children_cpu(ended.children),
         memory=tuple(
             _metadata.MemoryFigure(t, path, used, peak, limit)
             for t, path, used, peak, limit in recorder.samples
@@ -102,6 +172,12 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> RunMetrics
         if count != count0:
             metrics[name] = MetricTotal(count - count0, total - total0)
     return RunMetrics(counters, metrics, after.notes[len(before.notes) :])
+
+
+def _children_cpu(before: ChildrenCpu | None) -> float | None:
+    """The CPU seconds the capture's child processes used since ``before``; None unknown."""
+    after = ChildrenCpu.now() if before is not None else None
+    return None if before is None or after is None else round(after.since(before), 6)
 
 
 def _message(exc: BaseException) -> str:

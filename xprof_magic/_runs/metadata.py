@@ -133,6 +133,10 @@ class RunMetadata:
     """The cores the cell's process could run on (its CPU affinity): how far a fix that moves
     work to other cores (DataLoader workers) can spread it. None in a run from before it was
     kept, or from another process (an on-demand capture)."""
+    children_cpu_s: float | None = None
+    """The CPU seconds the cell's child processes (a DataLoader's workers) used while it ran:
+    how busy the cores were that more workers would share. None where not known (not Linux, a
+    run from before it was kept, an on-demand capture)."""
     schema: int = SCHEMA
     problems: tuple[str, ...] = field(default=(), compare=False, metadata={"saved": False})
 

@@ -97,6 +97,9 @@ class Sampled:
     """Whether the cell's thread ran on a CPU before each look (not :data:`STALLED`)."""
     cpus: int = 0
     """The cores the cell's process could run on (:attr:`RunMetadata.cpus`; 0: unknown)."""
+    workers_s: float = 0.0
+    """The CPU seconds the cell's child processes (a DataLoader's workers) used while it ran
+    (:attr:`RunMetadata.children_cpu_s`; 0: none, or not known)."""
 
     def batches(self) -> NDArray[np.bool_]:
         """Whether each look was the user's own Python making batches."""
@@ -166,6 +169,7 @@ def sampled(facts: TraceFacts, meta: RunMetadata, words: Vocabulary) -> Sampled 
         fed=np.repeat(_within(fetches, t), times),
         ran=np.repeat(ran, times),
         cpus=meta.cpus or 0,
+        workers_s=meta.children_cpu_s or 0.0,
     )
 
 

@@ -100,6 +100,13 @@ ON_CPU = 0.5
 """The least share of the looks at the loop's waits for a batch in which its thread ran on a CPU
 for the batches to count as made on that thread (:meth:`.own.Sampled.waits_on_cpu`)."""
 
+WORKERS_BUSY = 0.5
+"""The least CPU time a loader's workers (the cell's child processes) use, as a share of the
+cell's wait for their batches, on a machine of at most :data:`FEW_CORES` cores, for that wait to
+be cause ``busy workers``: they compute rather than wait (on a store), and more of them would
+share the same cores. Measured on 2 cores: two workers tokenizing used 0.7–1.5 times the wait,
+four reading a store 0.2 (``Sampled.workers_s``)."""
+
 
 def diagnose(
     s: Summary,
@@ -183,7 +190,7 @@ def diagnose(
         cause = _host_cause(parts, frame.steady(), activity, words, s.cell)
     own, theirs, whose, part = held_by(verdict, looks, frame.steady(), s.cell, basis)
     cause = whose or cause
-    input_cause = _input_cause(device_loader, looks)
+    input_cause = _input_cause(device_loader, looks, parts.seconds("input", of_steps=False))
     if verdict == "input" and not cause:
         cause = input_cause
     where, line = _where(s, verdict, of_steps)
@@ -226,18 +233,23 @@ def diagnose(
     )
 
 
-def _input_cause(device_loader: bool, looks: Sampled | None) -> str:
+def _input_cause(device_loader: bool, looks: Sampled | None, waited_s: float) -> str:
     """The cause a wait for the next batch has, whatever the verdict.
 
-    ``device loader`` where the framework's loader fed the loop; ``few cores`` where the loop's
-    own thread made the batches (in the loader's ``next()``: its collate_fn, its Dataset) on a
-    machine of at most :data:`FEW_CORES` cores, whose workers would share them with the step.
+    ``device loader`` where the framework's loader fed the loop; on a machine of at most
+    :data:`FEW_CORES` cores, whose workers would share them with the step, ``few cores`` where
+    the loop's own thread made the batches (in the loader's ``next()``: its collate_fn, its
+    Dataset), ``busy workers`` where the loop waited ``waited_s`` (the cell's input seconds) on
+    workers that computed for :data:`WORKERS_BUSY` of it or more.
     """
     if device_loader:
         return "device loader"
-    if looks is not None and 0 < looks.cpus <= FEW_CORES and looks.waits_on_cpu() >= ON_CPU:
+    if looks is None or not 0 < looks.cpus <= FEW_CORES:
+        return ""
+    if looks.waits_on_cpu() >= ON_CPU:
         return "few cores"
-    return ""
+    busy = waited_s > 0 and looks.workers_s >= WORKERS_BUSY * waited_s
+    return "busy workers" if busy else ""
 
 
 def _gain(
@@ -245,10 +257,11 @@ def _gain(
 ) -> Gain | None:
     """The verdict's gain (:func:`.gain.gain_of`), with the cores where they are its cause.
 
-    For ``few cores`` the batches made once, or cheaper, remove the whole wait.
+    For ``few cores`` and ``busy workers`` the batches made once, or cheaper, remove the whole
+    wait.
     """
     gain = gain_of(basis, verdict, cause, part, *_machine(looks))
-    if gain is not None and cause == "few cores" and looks is not None:
+    if gain is not None and cause in ("few cores", "busy workers") and looks is not None:
         return replace(gain, cores=looks.cpus)
     return gain
 

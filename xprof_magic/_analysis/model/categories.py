@@ -49,6 +49,7 @@ Cause = Literal[
     "making batches",
     "device loader",
     "few cores",
+    "busy workers",
     # host
     "eager",
     "compiled step",

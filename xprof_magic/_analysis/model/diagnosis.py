@@ -185,8 +185,9 @@ class Gain:
     step_s: float
     without_s: float
     cores: int = 0
-    """The machine's cores, where they bound ``without_s`` (or, for cause ``few cores``, where
-    they are why the fix is to make the batches cheaper): a fix that moves the work to other
+    """The machine's cores, where they bound ``without_s`` (or, for causes ``few cores`` and
+    ``busy workers``, where they are why the fix is to make the batches cheaper): a fix that
+    moves the work to other
     cores (DataLoader workers) still needs it done, and the step's own host work too, on
     these (0: they did not bound it)."""
 
@@ -316,8 +317,9 @@ class Diagnosis:
     - ``breakdown``: every category, for the cell and per step;
     - ``input_cause``: the cause whose fix a wait for the next batch takes, whatever the
       verdict (a moderate wait's note takes it too): ``device loader`` where the framework's own
-      loader fed the loop, ``few cores`` where the loop's own thread made the batches on a
-      machine of 2 cores or fewer, ``""`` otherwise.
+      loader fed the loop; on a machine of 2 cores or fewer, ``few cores`` where the loop's own
+      thread made the batches, ``busy workers`` where its loader's workers kept the cores busy;
+      ``""`` otherwise.
 
     Its words (the headline, the fix in the backend's words, the evidence) are the render
     stage's, made when the summary is shown (:func:`~xprof_magic._analysis.render.headline.said`).

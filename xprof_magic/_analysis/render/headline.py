@@ -287,11 +287,15 @@ def gained(d: Diagnosis) -> str:
         )
     own = WORDED_CAUSES.get(d.cause)
     removed = own.removed if own is not None else KIND[g.category].without
-    if d.cause == "few cores" and g.cores:
+    if d.cause in ("few cores", "busy workers") and g.cores:
+        who = (
+            "The loop's own thread makes the batches, and workers would share"
+            if d.cause == "few cores"
+            else "The loader's workers keep the cores busy already: more of them would share"
+        )
         return (
-            f"The loop's own thread makes the batches, and workers would share this machine's "
-            f"{counted(g.cores, 'core')} with the step: made once before the loop, {unit} would "
-            f"take about {times} ({speedup(g.speedup)})."
+            f"{who} this machine's {counted(g.cores, 'core')} with the step: made once before "
+            f"the loop, {unit} would take about {times} ({speedup(g.speedup)})."
         )
     if g.cores:
         # The wait's fix moves the batches' work to other cores, which this machine has few of.
