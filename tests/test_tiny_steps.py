@@ -13,6 +13,7 @@ import ast
 import itertools
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,12 @@ def fresh_log() -> None:
     FakeEvent.log = []
 
 
-def traced(source: str, names: dict[str, Any] | None = None) -> _steps.StepTracker:
-    """Run ``source`` rewritten with ``--steps`` under a tracker of fake events."""
+def traced(
+    source: str,
+    names: dict[str, Any] | Callable[[_steps.StepTracker], dict[str, Any]] | None = None,
+) -> _steps.StepTracker:
+    """Run ``source`` rewritten with ``--steps`` under a tracker of fake events, with ``names``
+    (or the names it gives for the tracker) as its globals."""
     source = textwrap.dedent(source)
     cell = rewrite(ast.parse(source), source.splitlines(), labels=False, steps=True)
     recorder = _labels.Recorder(FakeEvent)
@@ -62,7 +67,8 @@ def traced(source: str, names: dict[str, Any] | None = None) -> _steps.StepTrack
     with _labels.recording(recorder, tracker):
         tracker.arm()
         try:
-            exec(compile(cell.tree, "<cell>", "exec"), dict(names or {}))
+            scope = names(tracker) if callable(names) else dict(names or {})
+            exec(compile(cell.tree, "<cell>", "exec"), scope)
         finally:
             tracker.finish()
     return tracker
@@ -184,25 +190,19 @@ def test_the_samplers_looks_place_the_counted_steps() -> None:
             look()
             look()
     """
-    tracker: _steps.StepTracker | None = None
     looked: list[int] = []
 
-    def look() -> None:
-        """A look; the first waits 2 ms after it (a loop in the cell would be a step loop)."""
-        assert tracker is not None
-        looked.append(tracker.look())
-        until = time.time_ns() + 2_000_000
-        while len(looked) == 1 and time.time_ns() < until:
-            pass
+    def looks(tracker: _steps.StepTracker) -> dict[str, Any]:
+        def look() -> None:
+            """A look; the first waits 2 ms after it (a loop in the cell would be a step loop)."""
+            looked.append(tracker.look())
+            until = time.time_ns() + 2_000_000
+            while len(looked) == 1 and time.time_ns() < until:
+                pass
 
-    source = textwrap.dedent(source)
-    cell = rewrite(ast.parse(source), source.splitlines(), labels=False, steps=True)
-    recorder = _labels.Recorder(FakeEvent)
-    tracker = _steps.StepTracker(FakeEvent, recorder, watch_syncs=True)
-    with _labels.recording(recorder, tracker):
-        tracker.arm()
-        exec(compile(cell.tree, "<cell>", "exec"), {"look": look})
-        tracker.finish()
+        return {"look": look}
+
+    tracker = traced(source, looks)
     check_python_steps(tracker, 300)
     assert looked == [151, 151], "each look: the steps started by then"
     python = {n: end - start for n, start, end in tracker.python_steps()}

@@ -28,6 +28,7 @@ beside the predicted one.
 
 from __future__ import annotations
 
+from xprof_magic._analysis.model.categories import FEW_CORES_CAUSES
 from xprof_magic._analysis.model.diagnosis import Breakdown, Diagnosis, Gain
 
 __all__ = ["GROWING", "SPREAD", "gain_of", "step_time"]
@@ -56,7 +57,8 @@ def gain_of(
     ``parts`` is a diagnosis's basis; ``cause`` is the verdict's (:data:`GROWING`); ``part`` is the
     part of the seconds a fix removes (the host's own Python, of its time). ``cores`` (0: not
     known) and ``on_cpu`` bound a :data:`SPREAD` wait's fix, which moves its work to other cores
-    (the module's text). None when it has no such category or no time.
+    (the module's text); for :data:`FEW_CORES_CAUSES` the gain carries ``cores``. None when it
+    has no such category or no time.
     """
     if category not in parts.categories or "device" not in parts.categories:
         return None
@@ -86,6 +88,8 @@ def gain_of(
         ]
         if sum(spread) > sum(lefts) * 1.05:
             lefts, bound = spread, cores
+    if cause in FEW_CORES_CAUSES:
+        bound = cores
     left = min(lefts) * len(lefts) if cause == GROWING else sum(lefts)
     return Gain(category, round(total / len(rows), 9), round(left / len(rows), 9), bound)
 

@@ -222,7 +222,7 @@ def diagnose(
         program=program,
         mixed=mixed,
         runner_up=runner_up(share, verdict),
-        gain=_gain(basis, verdict, cause, part, looks),
+        gain=gain_of(basis, verdict, cause, part, *_machine(looks)),
         changed=changes.changed,
         changed_in=changes.found_in,
         read_back=read_back,
@@ -250,20 +250,6 @@ def _input_cause(device_loader: bool, looks: Sampled | None, waited_s: float) ->
         return "few cores"
     busy = waited_s > 0 and looks.workers_s >= WORKERS_BUSY * waited_s
     return "busy workers" if busy else ""
-
-
-def _gain(
-    basis: Breakdown, verdict: str, cause: str, part: float, looks: Sampled | None
-) -> Gain | None:
-    """The verdict's gain (:func:`.gain.gain_of`), with the cores where they are its cause.
-
-    For ``few cores`` and ``busy workers`` the batches made once, or cheaper, remove the whole
-    wait.
-    """
-    gain = gain_of(basis, verdict, cause, part, *_machine(looks))
-    if gain is not None and cause in ("few cores", "busy workers") and looks is not None:
-        return replace(gain, cores=looks.cpus)
-    return gain
 
 
 def _machine(looks: Sampled | None) -> tuple[int, float]:

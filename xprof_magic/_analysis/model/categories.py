@@ -17,6 +17,7 @@ from typing import Literal, cast, get_args
 __all__ = [
     "BREAKDOWN",
     "CHEAPEST_FIRST",
+    "FEW_CORES_CAUSES",
     "KIND",
     "OWN_CAUSES",
     "VERDICTS",
@@ -56,6 +57,11 @@ Cause = Literal[
     "own code",
     "printing",
 ]
+
+FEW_CORES_CAUSES = ("few cores", "busy workers")
+"""The input causes whose fix makes the batches cheaper, or once, because the machine has too
+few cores for more workers: the whole wait is their gain, which carries the cores
+(:attr:`Gain.cores`) as why."""
 
 
 @dataclass(frozen=True)

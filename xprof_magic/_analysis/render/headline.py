@@ -10,7 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xprof_magic._analysis.model.categories import CHEAPEST_FIRST, KIND, WORDED_CAUSES
+from xprof_magic._analysis.model.categories import (
+    CHEAPEST_FIRST,
+    FEW_CORES_CAUSES,
+    KIND,
+    WORDED_CAUSES,
+)
 from xprof_magic._analysis.model.diagnosis import MIN_CELL_S, Diagnosis
 from xprof_magic._analysis.render.idle import idle_words
 from xprof_magic._analysis.render.memory_section import oom_headline
@@ -287,7 +292,7 @@ def gained(d: Diagnosis) -> str:
         )
     own = WORDED_CAUSES.get(d.cause)
     removed = own.removed if own is not None else KIND[g.category].without
-    if d.cause in ("few cores", "busy workers") and g.cores:
+    if d.cause in FEW_CORES_CAUSES and g.cores:
         who = (
             "The loop's own thread makes the batches, and workers would share"
             if d.cause == "few cores"
