@@ -75,8 +75,9 @@ def test_loops_people_write_get_the_verdict_whose_fix_pays(tmp_path: Path) -> No
     """Three cheap kinds drawn from real training code (a NumPy augmentation in the step,
     gradients summed outside jit, a print of a device array each step): each verdict
     matches its truth, names the line in the loop's body, and the fixed cell, which applies
-    the verdict's own advice, saves at least half the time the verdict promised. On a
-    machine this busy a run may miss the saving; the verdict itself must not.
+    the verdict's own advice, saves time: the median of runs paired with the cell's, so that
+    a busy spell slows both sides (the fastest of each side once "saved" -1% in CI). On a
+    machine this busy a run may save less than half the promise; the verdict must not miss.
     (``print_tensor`` read ``compiled step`` at the jitted call in half the runs on an idle
     CPU while the sampler's looks waited for the lock at 0.5 ms and locked onto the step:
     see :mod:`xprof_magic._cell.sampler`.)"""
@@ -95,4 +96,4 @@ def test_loops_people_write_get_the_verdict_whose_fix_pays(tmp_path: Path) -> No
     for row in rows:
         verdict_checks = [f for f in row["failed"] if not f.startswith("the fix saves")]
         assert not verdict_checks, (row["kind"], row["failed"], row["headline"])
-        assert row["measured_saving"] > 0, (row["kind"], row["fixed_loop_s"])
+        assert row["measured_saving"] > 0, (row["kind"], row["fixed_loop_s"], row["cell_loop_s"])
