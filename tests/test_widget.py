@@ -356,6 +356,55 @@ def test_summary_panel_follows_the_selected_run(viewer: _viewer.Viewer, logdir: 
     assert "run newer" in view.summaries.html.value  # another run's summary does not replace it
 
 
+def test_a_widget_given_its_runs_summary_does_not_read_the_saved_one(
+    viewer: _viewer.Viewer, logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cell's display and ``%xprof view`` render their run's summary once and give it to
+    the widget, whose panel shows it from the first: it never reads and renders the saved
+    summary again before anything shows (40 to 75 ms of a 30 MB run's). Another run's saved
+    summary is read when that run is selected."""
+    older = _store.run_path(logdir, "older")
+    _analysis.save_summary(_analysis.summarize(older, budget_s=None), older)
+    read: list[Path] = []
+    load = _analysis.load_summary
+
+    def reading(run_dir: Path) -> Any:
+        read.append(Path(run_dir))
+        return load(run_dir)
+
+    monkeypatch.setattr(_analysis, "load_summary", reading)
+    given = "<p>the summary of newer, given</p>"
+    view = _widget.ViewerWidget(
+        viewer, _context.Context("jupyter"), logdir, run="newer", summary_page=given
+    )
+    assert view.summaries.html.value == given and read == []
+    view.runs.value = "older"
+    assert "xprof summary — run older" in view.summaries.html.value and read == [older]
+
+
+def test_xprof_view_lists_the_runs_once(logdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``%xprof view`` hands the runs it listed to name its run on to the widget: listing
+    reads every run's metadata (up to a megabyte of JSON each for a long loop's)."""
+    from xprof_magic._notebook import commands, show
+    from xprof_magic._viewer.process import manager
+
+    listed: list[Path] = []
+    runs = _store.runs
+
+    def listing(where: Any = None) -> list[_store.RunInfo]:
+        listed.append(Path(where))
+        return runs(where)
+
+    shown: dict[str, Any] = {}
+    monkeypatch.setattr(_store, "runs", listing)
+    monkeypatch.setattr(manager, "begin_viewer", lambda *args, **kwargs: None)
+    monkeypatch.setattr(show, "show_run", lambda *args, **kwargs: shown.update(kwargs))
+    monkeypatch.setenv(_store.LOGDIR_ENV, str(logdir))
+    commands.run_command(commands.Session(), None, "view older")
+    assert len(listed) == 1
+    assert [run.name for run in shown["found"]] == ["newer", "older"]
+
+
 def test_the_summary_shows_whole_and_the_trace_viewer_opens_on_its_verdicts_steps(
     viewer: _viewer.Viewer, logdir: Path
 ) -> None:

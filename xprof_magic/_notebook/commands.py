@@ -115,26 +115,31 @@ def _runs(text: str | None, session: Session) -> None:
         print(f"{run.name}  [{status}]  {run.path}")
 
 
-def _run_name(session: Session, run: str | None) -> tuple[Path, str]:
-    """The log directory in use and a run in it (the newest when none is named)."""
+def _run_name(session: Session, run: str | None) -> tuple[Path, str, list[_store.RunInfo]]:
+    """The log directory in use, a run in it (the newest when none is named), and its runs.
+
+    Listing the runs reads each one's metadata: a caller that needs them takes these.
+    """
     current = session.current()
     _sync(current)
     logdir = current.local
-    names = [r.name for r in _store.runs(logdir)]
+    found = _store.runs(logdir)
+    names = [r.name for r in found]
     if not names:
         raise UsageError(f"no runs in {logdir.absolute()}; profile a cell with %%xprof first")
     if run is not None and run not in names:
         raise UsageError(f"no run {run!r} in {logdir.absolute()}; %xprof runs lists the runs there")
-    return logdir, run or names[0]
+    return logdir, run or names[0], found
 
 
 def _view(session: Session, shell: Any, run: str | None) -> None:
     from xprof_magic._notebook import show
     from xprof_magic._viewer.process import manager
 
-    logdir, name = _run_name(session, run)
+    logdir, name, found = _run_name(session, run)
     start = manager.begin_viewer(logdir, port=session.viewer_port, kind=session.viewer_kind)
-    show.show_run(shell, start, logdir, _store.run_path(logdir, name), DEFAULT_HEIGHT)
+    run_dir = _store.run_path(logdir, name)
+    show.show_run(shell, start, logdir, run_dir, DEFAULT_HEIGHT, found=found)
 
 
 def _whole_summary(run_dir: Path) -> Any:
@@ -146,7 +151,7 @@ def _whole_summary(run_dir: Path) -> Any:
 
 
 def _full_summary(session: Session, run: str | None) -> Any:
-    logdir, name = _run_name(session, run)
+    logdir, name, _ = _run_name(session, run)
     return _whole_summary(_store.run_path(logdir, name))
 
 

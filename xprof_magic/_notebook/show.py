@@ -332,6 +332,7 @@ def show_run(
                 found=found,
                 window=window,
                 window_coming=rendered.summary.pending,
+                summary_page=rendered.page,
             )
         elif context.has_widgets:
             if not _said_no_widgets.is_set():
