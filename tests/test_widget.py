@@ -361,7 +361,7 @@ def test_a_widget_given_its_runs_summary_does_not_read_the_saved_one(
 ) -> None:
     """The cell's display and ``%xprof view`` render their run's summary once and give it to
     the widget, whose panel shows it from the first: it never reads and renders the saved
-    summary again before anything shows (40 to 75 ms of a 30 MB run's). Another run's saved
+    summary again before anything shows (about 35 ms of a 30 MB run's). Another run's saved
     summary is read when that run is selected."""
     older = _store.run_path(logdir, "older")
     _analysis.save_summary(_analysis.summarize(older, budget_s=None), older)

@@ -2,8 +2,9 @@
 
 It is a display of its own, apart from the viewer's: replacing a pending summary then
 renders the panel again, never the viewer's frame. The summary of the cell's own run comes
-in one way, :meth:`SummaryPanel.show`, from the cell's display; for any other run, the panel
-shows the summary saved beside it, rendered once (a millisecond or two).
+from the cell's display, through :meth:`SummaryPanel.show` (as the widget is built, and again
+when the display shows); for any other run, the panel shows the summary saved beside it,
+read and rendered once, when that run is selected (about 35 ms for a 30 MB run's on 2 cores).
 """
 
 from __future__ import annotations

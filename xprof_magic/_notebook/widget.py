@@ -91,7 +91,7 @@ class ViewerWidget:
                 timeline first.
             summary_page: ``run``'s summary as HTML, where the caller has it rendered: the
                 summary panel shows it from the first, rather than read and render the
-                saved one again (40 to 75 ms for a 30 MB run's, before anything showed).
+                saved one again (about 35 ms for a 30 MB run's on 2 cores, before anything showed).
             list_tools: How the viewer is asked for a run's tools.
             survey: How the viewer is asked which of a run's tools have data.
         """
@@ -268,7 +268,7 @@ class ViewerWidget:
     def show_summary(
         self, run: str, page: str, window: Window | None = None, coming: bool = False
     ) -> None:
-        """Give the summary panel ``run``'s summary: the one way a summary comes in.
+        """Give the summary panel ``run``'s summary (the way a summary comes in once built).
 
         Args:
             run: The run the summary is of; shown at once if that run is the one selected,
