@@ -10,7 +10,9 @@ from __future__ import annotations
 import ast
 import os
 import re
+import signal
 import socket
+import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -60,6 +62,42 @@ class Kernel:
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=120)
+        self._stacks = _stacks_file()
+        self._ask_for_stacks()
+
+    def _ask_for_stacks(self) -> None:
+        """Have the kernel write its threads' stacks to a file on SIGUSR1 (``faulthandler``,
+        in C: it answers while the main thread is stuck in native code), silently, binding no
+        name in the user's namespace: a cell that hangs then says where (:meth:`stacks`)."""
+        code = (
+            "__import__('faulthandler').register(__import__('signal').SIGUSR1, "
+            f"file=open({self._stacks!r}, 'w'), all_threads=True)"
+        )
+        msg_id = self.client.execute(code, silent=True, store_history=False)
+        while self.client.get_shell_msg(timeout=120)["parent_header"].get("msg_id") != msg_id:
+            pass
+
+    def stacks(self, timeout: float = 10.0) -> str:
+        """The kernel's threads' Python stacks now (for a cell that timed out), or a line."""
+        from tests._wait import wait_until
+
+        try:
+            os.kill(self.manager.provisioner.pid, signal.SIGUSR1)  # type: ignore[union-attr]
+        except (AttributeError, OSError, TypeError) as error:
+            return f"(the kernel could not be asked: {error!r})"
+        last = [""]
+
+        def settled() -> str:
+            with open(self._stacks, encoding="utf-8", errors="replace") as written:
+                found = written.read()
+            done = found if found and found == last[0] else ""
+            last[0] = found
+            return done
+
+        try:
+            return str(wait_until(settled, timeout, "the kernel's stacks"))
+        except AssertionError:
+            return f"(the kernel wrote no stacks in {timeout:g} s)"
 
     def run(
         self, code: str, timeout: float = 120, interrupt_after: float | None = None
@@ -93,7 +131,8 @@ class Kernel:
                 msg = self.client.get_iopub_msg(timeout=0.2)
             except Exception:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(code) from None
+                    threads = self.stacks()
+                    raise TimeoutError(f"{code}\n--- the kernel's threads:\n{threads}") from None
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -138,3 +177,10 @@ class Kernel:
     def close(self) -> None:
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=True)
+        os.unlink(self._stacks)
+
+
+def _stacks_file() -> str:
+    handle, path = tempfile.mkstemp(prefix="xprof-kernel-stacks-", suffix=".txt")
+    os.close(handle)
+    return path

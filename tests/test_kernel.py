@@ -57,6 +57,22 @@ def test_value_is_out_and_names_stay(kernel: Kernel, tmp_path: Path) -> None:
     assert outputs[-1]["data"]["text/plain"] == "(6.0, 'Tensor')"
 
 
+def test_a_cell_that_outlives_its_timeout_is_reported_with_the_kernels_stacks() -> None:
+    """The test kernel's report of a hung cell names where the kernel is: its threads' stacks,
+    asked of ``faulthandler`` (a kernel test once timed out in CI with no more than the cell's
+    code). The kernel's namespace holds no name of the helper's."""
+    hung = Kernel()
+    try:
+        assert hung.value("[n for n in ('faulthandler', 'signal') if n in dir()]") == []
+        with pytest.raises(TimeoutError) as timed_out:
+            hung.run("import threading\ndef stuck():\n    threading.Event().wait()\nstuck()", 3)
+        said = str(timed_out.value)
+        assert "--- the kernel's threads:" in said and "most recent call first" in said, said
+        assert re.search(r'line 3 in stuck\n\s+File "[^"]+", line 4 in ', said), said
+    finally:
+        hung.close()
+
+
 def test_top_level_await_runs_and_keeps_its_value(kernel: Kernel, tmp_path: Path) -> None:
     content, outputs = kernel.run(
         f"%%xprof --logdir {tmp_path}\n"

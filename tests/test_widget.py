@@ -402,7 +402,7 @@ def test_xprof_view_lists_the_runs_once(logdir: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv(_store.LOGDIR_ENV, str(logdir))
     commands.run_command(commands.Session(), None, "view older")
     assert len(listed) == 1
-    assert [run.name for run in shown["found"]] == ["newer", "older"]
+    assert [run.name for run in shown["found"]] == [run.name for run in runs(logdir)]
 
 
 def test_the_summary_shows_whole_and_the_trace_viewer_opens_on_its_verdicts_steps(
