@@ -251,3 +251,21 @@ def test_a_moderate_wait_is_of_the_steps_the_verdict_is_about() -> None:
     assert 0.05 <= parts.share("input") < 0.2 and d.share_of("input") == 0
     notes = [n.text for n in diagnosis(replace(s, diagnosis=d), JAX_WORDS)]
     assert not [n for n in notes if "input-bound" in n], notes
+
+
+def test_a_moderate_wait_recurs_the_first_steps_fill_of_the_pipeline_is_not_one() -> None:
+    """The loop's first step waits 16 ms for its batch, the others' 50 ms of device work after
+    it (the loader's threads start and its first batch is copied, hidden by no prefetch): 6% of
+    the five steps, not a moderate wait, and not a step apart. A wait in every step is one."""
+    from xprof_magic._analysis.render.notes import diagnosis
+
+    step = {"device": 0.05}
+    for first, then, noted in ((0.016, 0.0, False), (0.016, 0.004, True), (0.0, 0.004, True)):
+        parts = _steps({**step, "input": first}, *[{**step, "input": then}] * 4, n=1)
+        s = Summary(run="r", run_dir="/r", cell=CELL, backend="jax")
+        d = diagnose(s, JAX_WORDS, parts)
+        assert d.verdict == "device" and d.steady() == (0, 1, 2, 3, 4), d
+        assert parts.share("input") >= 0.05
+        notes = [n.text for n in diagnosis(replace(s, diagnosis=d), JAX_WORDS)]
+        said = [n for n in notes if n.startswith("Moderately input-bound")]
+        assert bool(said) == noted, (first, then, notes)

@@ -383,6 +383,20 @@ class Diagnosis:
         steps = self.breakdown.steps
         return replace(self.breakdown, steps=tuple(steps[i] for i in self.steady()))
 
+    def recurring(self) -> Breakdown:
+        """The :meth:`basis` less the loop's step 0, where it is one of them and 3 or more follow.
+
+        What a wait that recurs is measured over (a moderate wait's note): the first step's wait
+        for its batch is the loader filling its pipeline (its threads start; the first batch is
+        made and copied), which no prefetch hides. A fill that makes the step slow is set apart
+        already (:attr:`apart`); one the device's work hides leaves the step the others' length.
+        A window that starts later (``--steps 2:8``) has no fill in it.
+        """
+        basis = self.basis()
+        if self.scope == "cell" or len(basis.steps) < 4 or basis.steps[0].step != 0:
+            return basis
+        return replace(basis, steps=basis.steps[1:])
+
     def advice_keys(self) -> tuple[str, ...]:
         """Where the fix is found in the vocabulary's advice, in order: the cause, the verdict.
 

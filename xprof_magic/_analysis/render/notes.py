@@ -73,10 +73,11 @@ def diagnosis(s: Summary, words: Vocabulary) -> Iterator[Note]:
     verdict = said(s)
     if verdict.headline:
         yield Note(verdict.level, verdict.headline)
-    parts = d.basis()  # the verdict's steady steps: a loader's start-up (warm-up) is left out
+    # A wait that recurs: the verdict's steady steps, less the first step's fill of the pipeline.
+    parts = d.recurring()
     if d.verdict not in ("input", "unknown") and parts.categories:
         of_steps = bool(parts.steps)
-        share = d.share_of("input")
+        share = parts.share("input", of_steps)
         made = parts.made(of_steps) >= 0.5 * parts.seconds("input", of_steps)
         what = (
             "is making batches in your own Python and NumPy" if made else "waits for the next batch"
