@@ -268,9 +268,11 @@ def _fixed(ip: Any, kind: Kind, d: Any) -> dict[str, Any]:
         texts, fixed_s = _loop(ip, kind, fixed, "fixed")
         if at and cell_s > 0 and fixed_s > 0:
             pairs.append((cell_s, fixed_s))
-    before = statistics.median(c for c, _ in pairs) if pairs else 0.0
-    after = statistics.median(f for _, f in pairs) if pairs else 0.0
-    measured = 1 - statistics.median(f / c for c, f in pairs) if pairs else 0.0
+    before = after = measured = 0.0
+    if pairs:
+        before = statistics.median(c for c, _ in pairs)
+        after = statistics.median(f for _, f in pairs)
+        measured = 1 - statistics.median(f / c for c, f in pairs)
     gain = d.gain
     if d.read_back is not None and d.verdict != "sync":
         gain = d.read_back
