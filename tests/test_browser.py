@@ -272,9 +272,13 @@ SELECTED = "s => s.options[s.selectedIndex]?.textContent ?? ''"
 
 def readme_picture(notebook: NotebookPage, widget: Any, frame: Any) -> None:
     """The README's picture (``docs/images/cell.png`` is a copy of it): the cell, its summary
-    and the trace viewer under it, in a window tall enough to hold them all."""
+    and the trace viewer under it, in a window tall enough to hold them all. The window and
+    the widget's frame are as they were when it returns (a width read before JupyterLab laid
+    the output out again once made :func:`fit` shrink the frame to 732 px, not 848)."""
     page = notebook.page
     size = page.viewport_size
+    outer = widget.locator("iframe.xprof-outer")
+    width = outer.bounding_box()["width"]
     page.set_viewport_size({"width": 1400, "height": 2400})
     try:
         cell = widget.locator(CELL)
@@ -283,6 +287,11 @@ def readme_picture(notebook: NotebookPage, widget: Any, frame: Any) -> None:
         notebook.screenshot("readme-cell", cell)
     finally:
         page.set_viewport_size(size)
+        notebook.wait(
+            lambda: abs(outer.bounding_box()["width"] - width) <= 1,
+            lambda: f"the frame back at {width} px: {outer.bounding_box()}",
+            LOAD_TIMEOUT_S,
+        )
 
 
 def rerun(notebook: NotebookPage, cell: int) -> None:
