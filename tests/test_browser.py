@@ -11,6 +11,9 @@ origin as the notebook. One JupyterLab and one Chromium serve both.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -18,8 +21,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from tests._browser import (
+    CHROMIUM_ARGS,
     LAB,
     NotebookPage,
+    find_chromium,
     offline,
     select_run,
     tool_page,
@@ -213,13 +218,7 @@ def test_a_jax_cell_shows_its_own_timeline(lab: JupyterLab, browser: Any) -> Non
         lab.root / name,
         [
             "%load_ext xprof_magic\nimport jax, jax.numpy as jnp",
-            "%%xprof --name jax-train --steps\n"
-            "step = jax.jit(lambda w, x: w - 0.1 * (x @ w))\n"
-            "w = jnp.ones((64, 64))\n"
-            "for i in range(3):\n"
-            "    # xprof: update\n"
-            "    w = step(w, jnp.full((64, 64), 0.01))\n"
-            "float(w.sum())",
+            JAX_CELL.format(run="jax-train"),
         ],
     )
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -244,6 +243,78 @@ def test_a_jax_cell_shows_its_own_timeline(lab: JupyterLab, browser: Any) -> Non
     except BaseException:
         with contextlib.suppress(Exception):
             notebook.screenshot("jax-failure")
+        notebook.report()
+        raise
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+JAX_CELL = (
+    "%%xprof --name {run} --steps\n"
+    "step = jax.jit(lambda w, x: w - 0.1 * (x @ w))\n"
+    "w = jnp.ones((64, 64))\n"
+    "for i in range(3):\n"
+    "    # xprof: update\n"
+    "    w = step(w, jnp.full((64, 64), 0.01))\n"
+    "float(w.sum())"
+)
+"""A JAX cell of 3 labelled steps, its run named ``run``."""
+ON_LOCALHOST = dataclasses.replace(
+    LAB,
+    url=lambda server, name, space: server.notebook_url(name, space).replace(
+        "//127.0.0.1:", "//localhost:", 1
+    ),
+)
+"""JupyterLab opened as ``http://localhost:<port>``, as ``jupyter lab`` prints it first."""
+
+
+def test_a_notebook_on_localhost_draws_the_timeline_where_third_party_storage_is_blocked(
+    lab: JupyterLab, browser: Any, tmp_path: Path
+) -> None:
+    """The viewer's page on ``127.0.0.1`` is another site than a notebook on ``localhost``; a
+    browser that blocks third-party cookies (Chrome's Incognito, that setting) denies it its
+    ``localStorage``, which XProf's trace viewer reads as it starts: it drew nothing."""
+    name = "localhost.ipynb"
+    write_notebook(
+        lab.root / name,
+        [
+            "%load_ext xprof_magic\nimport jax, jax.numpy as jnp",
+            JAX_CELL.format(run="on-localhost"),
+        ],
+    )
+    profile = tmp_path / "blocking"
+    (profile / "Default").mkdir(parents=True)
+    block = {"profile": {"cookie_controls_mode": 1, "block_third_party_cookies": True}}
+    (profile / "Default" / "Preferences").write_text(json.dumps(block))
+    context = browser.browser_type.launch_persistent_context(
+        str(profile),
+        executable_path=find_chromium(),
+        args=CHROMIUM_ARGS,
+        env={**os.environ, "HOME": str(profile)},
+        viewport={"width": 1400, "height": 1000},
+    )
+    offline(context)
+    notebook = NotebookPage(context.new_page(), lab, name, ON_LOCALHOST)
+    try:
+        notebook.open(LOAD_TIMEOUT_S)
+        assert urlsplit(notebook.page.url).hostname == "localhost", notebook.page.url
+        notebook.run_all(count=2, timeout=RUN_TIMEOUT_S)
+        outputs = notebook.outputs()
+        assert "xprof: run on-localhost (ok)" in outputs, outputs
+        widget = notebook.widgets.first
+        timeline = "trace_viewer_index.html"
+        frame = notebook.wait_for_page(widget, "on-localhost", timeline, LOAD_TIMEOUT_S)
+        check_route("direct", lab, frame.url, timeline)
+        notebook.wait_for_data(frame, "on-localhost", "trace_viewer", LOAD_TIMEOUT_S, "update")
+        shown(widget, frame, "/host:CPU")
+        # The browser denied the page its site's storage: it has its own (inline.OWN_STORAGE).
+        assert frame.evaluate("() => !(window.localStorage instanceof Storage)")
+        assert not [e for e in notebook.errors if "Storage" in e], notebook.errors
+        notebook.screenshot("localhost-trace-viewer", widget.locator("iframe.xprof-outer"))
+    except BaseException:
+        with contextlib.suppress(Exception):
+            notebook.screenshot("localhost-failure")
         notebook.report()
         raise
     finally:

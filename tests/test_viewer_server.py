@@ -474,10 +474,14 @@ def test_the_embedded_pages_come_without_xprofs_menu(viewer: Viewer) -> None:
     assert embedded.count(_replies.FORGET_FAILED_V2) == 1
     assert embedded.index(inline.PAGE_STYLE) < embedded.index(b"<app></app>")
     assert inline.PAGE_STYLE not in full and inline.WATCH_BUSY not in full
-    assert embedded.replace(inline.PAGE_STYLE + inline.WATCH_BUSY, b"") == full
+    assert embedded.replace(inline.OWN_STORAGE + inline.PAGE_STYLE + inline.WATCH_BUSY, b"") == full
+    # The timeline's page itself once the run is prepared (before, the page that waits).
+    _get(viewer, viewer.data_path("data", run=RUN, tag="trace_viewer@", host="vm"))
     timeline = _get(viewer, viewer.trace_viewer_path(RUN, "vm"))[1]
     plain = _get(viewer, viewer.trace_viewer_path(RUN, "vm").replace(inline.INLINE_QUERY, ""))[1]
-    added = inline.TRACE_STYLE + inline.TRACE_PREFETCH + inline.TRACE_SETTLE + inline.WATCH_BUSY
+    added = inline.OWN_STORAGE + inline.TRACE_STYLE + inline.TRACE_PREFETCH + inline.TRACE_SETTLE
+    added += inline.WATCH_BUSY
+    assert embedded.count(inline.OWN_STORAGE) == timeline.count(inline.OWN_STORAGE) == 1
     assert timeline.count(inline.TRACE_SETTLE) == timeline.count(inline.WATCH_BUSY) == 1
     assert timeline.count(inline.TRACE_PREFETCH) == 1
     assert timeline.replace(added, b"") == plain

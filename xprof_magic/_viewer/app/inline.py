@@ -17,9 +17,13 @@ The trace viewer's page also asks for its trace data from its first bytes
 (:data:`TRACE_PREFETCH`), while XProf's 3 MB script loads and runs, and answers the script's
 own request for it from that reply.
 
-Both pages also get :data:`WATCH_BUSY`, which tells the page's parent (the widget's
-wrapper frame, or Colab's output frame) when a loading indicator of XProf's shows or goes
-(:data:`BUSY_SELECTOR`), so that the widget can say when one never finishes.
+Both pages get :data:`OWN_STORAGE` first: in a frame of another site than the notebook's
+(JupyterLab opened on ``localhost``, the viewer on ``127.0.0.1``) a browser that blocks
+third-party cookies denies the page its ``localStorage``, and XProf's trace viewer, whose
+script reads it as it starts, then draws nothing. Both pages also get :data:`WATCH_BUSY`,
+which tells the page's parent (the widget's wrapper frame, or Colab's output frame) when a
+loading indicator of XProf's shows or goes (:data:`BUSY_SELECTOR`), so that the widget can
+say when one never finishes.
 
 Standard library only: run in the viewer's process.
 """
@@ -30,6 +34,7 @@ __all__ = [
     "BUSY_MESSAGE",
     "BUSY_SELECTOR",
     "INLINE_QUERY",
+    "OWN_STORAGE",
     "PAGE_STYLE",
     "SETTLE_S",
     "TRACE_PREFETCH",
@@ -53,6 +58,21 @@ BUSY_MESSAGE = "xprof-magic-busy"
 """The ``type`` of the messages :data:`WATCH_BUSY` posts; ``busy`` says whether an indicator
 shows."""
 
+OWN_STORAGE = (
+    b"<script>['localStorage','sessionStorage'].forEach(function(n){"
+    b"try{window[n];return}catch(e){}var d=new Map(),s={"
+    b"getItem:function(k){k=String(k);return d.has(k)?d.get(k):null},"
+    b"setItem:function(k,v){d.set(String(k),String(v))},"
+    b"removeItem:function(k){d.delete(String(k))},clear:function(){d.clear()},"
+    b"key:function(i){return Array.from(d.keys())[i]||null}};"
+    b"Object.defineProperty(s,'length',{get:function(){return d.size}});"
+    b"try{Object.defineProperty(window,n,{configurable:true,get:function(){return s}})}"
+    b"catch(e){}});</script>"
+)
+"""Gives the page a storage of its own, for as long as it is open, where the browser denies it
+the site's (``window.localStorage`` throws: a frame of another site than the page around it,
+third-party cookies blocked). XProf's pages read and write their settings there; where the
+browser allows the site's storage, it is kept."""
 PAGE_STYLE = (
     b"<style>"
     b"main-page>mat-toolbar.profiler-toolbar,"
@@ -174,14 +194,18 @@ def _into_head(page: bytes, added: bytes) -> bytes:
 
 
 def inline_page(page: bytes) -> bytes:
-    """XProf's index page for under a cell: :data:`PAGE_STYLE` and :data:`WATCH_BUSY`."""
-    return _into_head(page, PAGE_STYLE + WATCH_BUSY)
+    """XProf's index page for under a cell.
+
+    With :data:`OWN_STORAGE`, :data:`PAGE_STYLE` and :data:`WATCH_BUSY`.
+    """
+    return _into_head(page, OWN_STORAGE + PAGE_STYLE + WATCH_BUSY)
 
 
 def inline_trace_viewer(page: bytes) -> bytes:
     """XProf's trace viewer page for under a cell.
 
-    With :data:`TRACE_STYLE`, :data:`TRACE_PREFETCH`, :data:`TRACE_SETTLE` and
-    :data:`WATCH_BUSY`.
+    With :data:`OWN_STORAGE`, :data:`TRACE_STYLE`, :data:`TRACE_PREFETCH`, :data:`TRACE_SETTLE`
+    and :data:`WATCH_BUSY`.
     """
-    return _into_head(page, TRACE_STYLE + TRACE_PREFETCH + TRACE_SETTLE + WATCH_BUSY)
+    added = OWN_STORAGE + TRACE_STYLE + TRACE_PREFETCH + TRACE_SETTLE + WATCH_BUSY
+    return _into_head(page, added)
