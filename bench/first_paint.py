@@ -14,7 +14,8 @@ key press that runs the cell; the embedded trace viewer page starting to load; i
 ``data?tag=trace_viewer@`` request (resource timing: sent, first byte, last byte); and the
 first paint, the first animation frame in which the timeline names the host's track
 (``span.process-track-name``) and its drawing canvas holds at least 1,000 coloured pixels,
-i.e. event slices are drawn. From first byte back to sent is XProf's time on the server.
+i.e. event slices are drawn, with the timeline not hidden. From first byte back to sent is
+XProf's time on the server.
 """
 
 from __future__ import annotations
@@ -307,7 +308,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--after-cell",
         action="store_true",
-        help="a %%%%xprof training cell, a 5 s read, then %%xprof view "
+        help="a %%%%xprof training cell, a read (--read-s), then %%xprof view "
         "(bench/first_paint_cell.py), instead of %%xprof view of a copied capture",
     )
     parser.add_argument("--sizes", nargs="*", default=["30MB", "100MB"], help="--after-cell")
@@ -318,13 +319,19 @@ def main(argv: list[str]) -> int:
         help="--after-cell: which modes (ahead, 'no preview', 'on demand')",
     )
     parser.add_argument("--next-reps", type=int, default=3, help="--after-cell: next-cell runs")
+    parser.add_argument(
+        "--read-s",
+        type=float,
+        default=5.0,
+        help="--after-cell: seconds between the cell done and %%xprof view (default 5)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.after_cell:
         from bench import first_paint_cell
 
-        return first_paint_cell.main(args.sizes, args.reps, args.modes, args.next_reps)
+        return first_paint_cell.main(args.sizes, args.reps, args.modes, args.next_reps, args.read_s)
     started = time.perf_counter()
     results = measure(args.reps, args.capture)
     print(report(results))

@@ -1,9 +1,9 @@
 """``python -m bench first-paint --after-cell``: a training cell, a read, then its timeline.
 
 What a user does: run a ``%%xprof`` training cell (the MLP of :mod:`bench.captures`, sized
-to a ~30 MB or ~100 MB capture), read its summary for :data:`READ_S` seconds, then open the
-timeline (``%xprof view RUN``). A real JupyterLab and Debian's Chromium, one kernel per
-repetition, each mode in a JupyterLab (so a viewer) of its own:
+to a ~30 MB or ~100 MB capture), read its summary for :data:`READ_S` seconds (``--read-s``),
+then open the timeline (``%xprof view RUN``). A real JupyterLab and Debian's Chromium, one kernel
+per repetition, each mode in a JupyterLab (so a viewer) of its own:
 
 - ``ahead``: the viewer converts each run for the trace viewer as soon as it is committed
   (:mod:`xprof_magic._viewer.prepare.queue`), the default;
@@ -175,7 +175,7 @@ class _Notebook:
         return float(found)
 
 
-def _one(context: Any, lab: Any, run: str, steps: int) -> dict[str, float]:
+def _one(context: Any, lab: Any, run: str, steps: int, read_s: float) -> dict[str, float]:
     from tests._browser import write_notebook
 
     name = f"{run}.ipynb"
@@ -187,7 +187,7 @@ def _one(context: Any, lab: Any, run: str, steps: int) -> dict[str, float]:
         pressed = notebook.press(1)
         done = notebook.done(1)
         under = notebook.frame(1)  # scrolled into view: the user reads the summary above it
-        left = done + READ_S * 1e3 - notebook.now()
+        left = done + read_s * 1e3 - notebook.now()
         if left > 0:
             notebook.pause(left / 1e3)
         drawn = notebook.painted(under)
@@ -195,7 +195,7 @@ def _one(context: Any, lab: Any, run: str, steps: int) -> dict[str, float]:
         view = notebook.frame(2)
         view_paint = notebook.paint(view)
         whole_paint = notebook.paint(view, own=True)
-        steps = _steps(view, opened)
+        where = _steps(view, opened)
         under_paint = notebook.painted(under)
     finally:
         notebook.page.close()
@@ -214,7 +214,10 @@ def _one(context: Any, lab: Any, run: str, steps: int) -> dict[str, float]:
         # Whether the frame under the cell, scrolled away by the view's output, loaded its
         # timeline too (its page then ran beside the view's, in the same renderer).
         "under_loaded": 1.0 if under_paint is not None else 0.0,
-        **steps,
+        # How long before the view's key press the frame under the cell first drew its
+        # timeline (its page runs on the notebook's thread, as the view's does).
+        **({"under_lead_s": (opened - under_paint) / 1e3} if under_paint is not None else {}),
+        **where,
     }
 
 
@@ -295,7 +298,9 @@ def _next(context: Any, lab: Any, rep: int) -> dict[str, float]:
     return {"busy_s": busy / 1e3, "idle_s": idle / 1e3, "ratio": busy / idle}
 
 
-def measure(sizes: list[str], reps: int, modes: list[str], next_reps: int) -> dict[str, Any]:
+def measure(
+    sizes: list[str], reps: int, modes: list[str], next_reps: int, read_s: float = READ_S
+) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
     from tests._browser import CHROMIUM_ARGS, find_chromium
@@ -304,7 +309,12 @@ def measure(sizes: list[str], reps: int, modes: list[str], next_reps: int) -> di
     chromium = find_chromium()
     if chromium is None:
         raise SystemExit("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
-    results: dict[str, Any] = {"load_before": os.getloadavg(), "reps": reps, "modes": {}}
+    results: dict[str, Any] = {
+        "load_before": os.getloadavg(),
+        "reps": reps,
+        "read_s": read_s,
+        "modes": {},
+    }
     with tempfile.TemporaryDirectory(prefix="bench-after-cell-") as tmp:
         # A mode named more than once runs again in a JupyterLab of its own, its figures
         # pooled with the earlier ones: alternating modes keeps the machine's drift out of
@@ -326,7 +336,7 @@ def measure(sizes: list[str], reps: int, modes: list[str], next_reps: int) -> di
                         rows = found["sizes"].setdefault(size, [])
                         for _ in range(reps):
                             run = f"{size}-{len(rows) + 1}"
-                            rows.append(_one(context, lab, run, captures.SIZES[size]))
+                            rows.append(_one(context, lab, run, captures.SIZES[size], read_s))
                             print(f"first-paint --after-cell: {mode} {run}: {rows[-1]}", flush=True)
                     for _ in range(next_reps):
                         found["next"].append(_next(context, lab, len(found["next"]) + 1))
@@ -349,6 +359,7 @@ def report(results: dict[str, Any]) -> str:
         return float(statistics.median(r[key] for r in results["modes"][mode]["sizes"][size]))
 
     columns = [(size, mode) for size in sizes for mode in modes]
+    read_s = results["read_s"]
     header = " | ".join(f"{size} {mode}" for size, mode in columns)
     rule = "|---" * (len(columns) + 1) + "|"
     lines = [f"| median of {results['reps']} a turn | {header} |", rule]
@@ -357,16 +368,17 @@ def report(results: dict[str, Any]) -> str:
         ("key press → cell done (summary shown)", "cell_s", "s"),
         ("cell done → the timeline's caches written", "ready_after_done_s", "s"),
         (
-            f"timeline under the cell drawn after the {READ_S:g} s read (share of reps)",
+            f"timeline under the cell drawn after the {read_s:g} s read (share of reps)",
             "under_drawn",
             "",
         ),
         (
-            f"**`%xprof view` after a {READ_S:g} s read: key press → first paint**",
+            f"**`%xprof view` after a {read_s:g} s read: key press → first paint**",
             "open_to_paint_s",
             "s",
         ),
         ("… of which a preview (share of reps)", "preview_shown", ""),
+        ("the timeline under the cell drawn, before that key press", "under_lead_s", "s"),
         ("… XProf's trace viewer page starting (whole timeline)", "view_page_s", "s"),
         ("… its trace data's last byte", "view_data_s", "s"),
         ("… XProf's time on that request (sent → first byte)", "view_server_s", "s"),
@@ -416,9 +428,9 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(sizes: list[str], reps: int, modes: list[str], next_reps: int) -> int:
+def main(sizes: list[str], reps: int, modes: list[str], next_reps: int, read_s: float) -> int:
     started = time.perf_counter()
-    results = measure(sizes, reps, modes, next_reps)
+    results = measure(sizes, reps, modes, next_reps, read_s)
     print(report(results))
     print(f"first-paint --after-cell: took {time.perf_counter() - started:.0f} s")
     return 0
