@@ -39,6 +39,7 @@ __all__ = [
     "BACKDROP",
     "CHROMIUM_ARGS",
     "FRAME_LOOK_MS",
+    "JAX_STEPS",
     "LAB",
     "MENU_PLACED",
     "NOTEBOOK6",
@@ -70,6 +71,16 @@ DATA_ROUTE = "/data/plugin/profile/data"
 # JupyterLab's user settings: every cell stays in the DOM (no windowing), no news toasts.
 
 
+JAX_STEPS = (
+    "step = jax.jit(lambda w, x: w - 0.1 * (x @ w))\n"
+    "w = jnp.ones((64, 64))\n"
+    "for i in range(3):\n"
+    "    # xprof: update\n"
+    "    w = step(w, jnp.full((64, 64), 0.01))\n"
+    "float(w.sum())"
+)
+"""Three jitted JAX steps, each labelled ``update``: a cell under its ``%%xprof`` line, with
+``jax`` and ``jnp`` imported."""
 LOOPBACK = ("http://127.0.0.1", "http://localhost", "ws://127.0.0.1", "ws://localhost")
 _EXECUTION_STATE = re.compile(r'"execution_state":\s*"(\w+)"')
 BACKDROP = ".mat-drawer-backdrop.mat-drawer-shown"

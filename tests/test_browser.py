@@ -22,6 +22,7 @@ import pytest
 
 from tests._browser import (
     CHROMIUM_ARGS,
+    JAX_STEPS,
     LAB,
     NotebookPage,
     find_chromium,
@@ -250,15 +251,7 @@ def test_a_jax_cell_shows_its_own_timeline(lab: JupyterLab, browser: Any) -> Non
         lab.shutdown_kernels()
 
 
-JAX_CELL = (
-    "%%xprof --name {run} --steps\n"
-    "step = jax.jit(lambda w, x: w - 0.1 * (x @ w))\n"
-    "w = jnp.ones((64, 64))\n"
-    "for i in range(3):\n"
-    "    # xprof: update\n"
-    "    w = step(w, jnp.full((64, 64), 0.01))\n"
-    "float(w.sum())"
-)
+JAX_CELL = "%%xprof --name {run} --steps\n" + JAX_STEPS
 """A JAX cell of 3 labelled steps, its run named ``run``."""
 ON_LOCALHOST = dataclasses.replace(
     LAB,

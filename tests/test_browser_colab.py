@@ -27,6 +27,7 @@ import pytest
 
 from tests._browser import (
     CHROMIUM_ARGS,
+    JAX_STEPS,
     NOTEBOOK6,
     NotebookPage,
     find_chromium,
@@ -81,16 +82,7 @@ TRAIN = (
 EVALUATE = (
     "%%xprof --name colab-eval\n# xprof: evaluate\nz = (x * 2).sum()\ntorch_xla.sync()\nz.item()"
 )
-JAX = (
-    "%%xprof --name colab-jax --steps\n"
-    "import jax, jax.numpy as jnp\n"
-    "step = jax.jit(lambda w, x: w - 0.1 * (x @ w))\n"
-    "w = jnp.ones((64, 64))\n"
-    "for i in range(3):\n"
-    "    # xprof: update\n"
-    "    w = step(w, jnp.full((64, 64), 0.01))\n"
-    "float(w.sum())"
-)
+JAX = "%%xprof --name colab-jax --steps\nimport jax, jax.numpy as jnp\n" + JAX_STEPS
 
 
 def colab_kernel() -> dict[str, Any]:
