@@ -11,6 +11,7 @@ of looks and the words on their own.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -76,6 +77,10 @@ def own_step(x):
     torch_xla.sync()
 """
 
+IDLE_ON_THE_FRAMEWORK = (
+    r", and while the host runs the framework's dispatch and graph building at line \d+ \(\d+%\)"
+)
+"""The second part of the idle time's words, where the step's own dispatch holds a fifth."""
 NO_FRAMEWORK_FIX = ("jax.jit, lax.scan", "torch_xla.compile would not")
 
 
@@ -100,7 +105,10 @@ def making_batches(s: Any, statement: str, line: int, advice: str) -> None:
     assert made > 0.5 * basis.seconds("input", bool(basis.steps)), d.breakdown
     assert basis.share("input", bool(basis.steps)) >= 0.5
     assert "Without making those batches on the step's path" in d.headline
-    assert "graph building" not in d.headline and advice in d.fix
+    # The framework's share of the device's idle time may be said second (the step's own
+    # dispatch, a fifth of it or more on a busy machine); it is never blamed otherwise.
+    second = re.sub(IDLE_ON_THE_FRAMEWORK, "", d.headline)
+    assert "graph building" not in second and advice in d.fix
     assert "it is the input pipeline" in d.fix
     assert "background thread" in d.fix or "num_workers" in d.fix
     assert d.own is not None and d.own.of_host >= 0.5 and d.own.batches
