@@ -51,6 +51,7 @@ __all__ = [
     "NotebookPage",
     "find_chromium",
     "launch_chromium",
+    "launch_profile",
     "offline",
     "select_run",
     "tool_page",
@@ -126,6 +127,25 @@ def launch_chromium(home: Path) -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+def launch_profile(chromium: Any, profile: Path, third_party_cookies: bool) -> Any:
+    """Debian's Chromium on a profile of its own at ``profile`` (a persistent context, 1400 by
+    1000), whose preferences allow or block third-party cookies; ``chromium`` is Playwright's
+    browser type. The caller closes it."""
+    (profile / "Default").mkdir(parents=True, exist_ok=True)
+    cookies = {
+        "cookie_controls_mode": 0 if third_party_cookies else 1,
+        "block_third_party_cookies": not third_party_cookies,
+    }
+    (profile / "Default" / "Preferences").write_text(json.dumps({"profile": cookies}))
+    return chromium.launch_persistent_context(
+        str(profile),
+        executable_path=find_chromium(),
+        args=CHROMIUM_ARGS,
+        env={**os.environ, "HOME": str(profile)},
+        viewport={"width": 1400, "height": 1000},
+    )
 
 
 def select_run(widget: Any, run: str) -> None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,11 +19,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from tests._browser import (
-    CHROMIUM_ARGS,
     JAX_STEPS,
     LAB,
     NotebookPage,
-    find_chromium,
+    launch_profile,
     offline,
     select_run,
     tool_page,
@@ -276,17 +273,7 @@ def test_a_notebook_on_localhost_draws_the_timeline_where_third_party_storage_is
             JAX_CELL.format(run="on-localhost"),
         ],
     )
-    profile = tmp_path / "blocking"
-    (profile / "Default").mkdir(parents=True)
-    block = {"profile": {"cookie_controls_mode": 1, "block_third_party_cookies": True}}
-    (profile / "Default" / "Preferences").write_text(json.dumps(block))
-    context = browser.browser_type.launch_persistent_context(
-        str(profile),
-        executable_path=find_chromium(),
-        args=CHROMIUM_ARGS,
-        env={**os.environ, "HOME": str(profile)},
-        viewport={"width": 1400, "height": 1000},
-    )
+    context = launch_profile(browser.browser_type, tmp_path / "blocking", third_party_cookies=False)
     offline(context)
     notebook = NotebookPage(context.new_page(), lab, name, ON_LOCALHOST)
     try:

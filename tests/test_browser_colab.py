@@ -26,11 +26,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests._browser import (
-    CHROMIUM_ARGS,
     JAX_STEPS,
     NOTEBOOK6,
     NotebookPage,
     find_chromium,
+    launch_profile,
     offline,
     select_run,
     tool_page,
@@ -120,8 +120,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str]
     proxy answers 403 otherwise (the other variant), and an iframe of another site than the
     page's, as Colab's proxied one is, gets no storage without them (XProf's trace viewer
     then stops at ``localStorage``)."""
-    chromium = find_chromium()
-    if chromium is None:
+    if find_chromium() is None:
         missing("Chromium not found at /usr/bin/chromium: run `make browser-deps`")
     from playwright.sync_api import sync_playwright
 
@@ -130,16 +129,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str]
 
         def open_profile(init_script: str) -> Any:
             profile = tmp_path_factory.mktemp("chromium-profile")
-            (profile / "Default").mkdir()
-            allow = {"profile": {"cookie_controls_mode": 0, "block_third_party_cookies": False}}
-            (profile / "Default" / "Preferences").write_text(json.dumps(allow))
-            context = playwright.chromium.launch_persistent_context(
-                str(profile),
-                executable_path=chromium,
-                args=CHROMIUM_ARGS,
-                env={**os.environ, "HOME": str(profile)},
-                viewport={"width": 1400, "height": 1000},
-            )
+            context = launch_profile(playwright.chromium, profile, third_party_cookies=True)
             context.add_init_script(init_script)
             opened.append(context)
             return context
